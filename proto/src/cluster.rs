@@ -1,0 +1,243 @@
+//! The cluster file: which servers exist and the settings they all share.
+//!
+//! ```toml
+//! [settings]            # every key optional; defaults below
+//! sync = "full"
+//!
+//! [[server]]
+//! id = 0
+//! addr = "127.0.0.1:7070"
+//! data = "/var/lib/shoal/server-0"
+//! ```
+//!
+//! [`Settings`] is the one place where each setting and its default is documented.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, ShoalError};
+use crate::handle::MAX_SERVERS;
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    #[serde(default)]
+    pub settings: Settings,
+    #[serde(rename = "server")]
+    pub servers: Vec<ServerEntry>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServerEntry {
+    /// Dense id, 0..N: also the top bits of every handle the server owns.
+    pub id: u32,
+    /// Address the server listens on and clients connect to.
+    pub addr: SocketAddr,
+    /// Directory for the server's KV store and large datafiles.
+    pub data: PathBuf,
+}
+
+/// When a modifying metadata request becomes durable.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    /// Durable before the reply (the default).
+    Full,
+    /// Scratch mode: never wait for the disk; a crash may lose recent changes.
+    None,
+}
+
+/// Cluster-wide settings. Every field has a default; the cluster file may set any.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Durability of metadata: "full" (default) or "none" (scratch).
+    pub sync: SyncMode,
+    /// Strip size of new files, in bytes. Default 1 MiB.
+    pub strip_size: u64,
+    /// Datafiles per new file; 0 means one on every server. Default 0.
+    pub num_dfiles: u32,
+    /// Datafiles up to this many bytes keep their bytes in the KV store. Default 64 KiB.
+    pub inline_max: u64,
+    /// Directory entries per readdir request. Default 512.
+    pub readdir_batch: u32,
+    /// Client name and attribute cache lifetime in milliseconds. Default 100.
+    pub cache_ttl_ms: u64,
+    /// Requests a client keeps in flight per server connection. Default 256.
+    pub max_inflight: u32,
+    /// Requests a server handles at once per connection. Default 256.
+    pub server_inflight: u32,
+    /// Largest data payload of one request, in bytes; larger transfers are split
+    /// into pipelined requests. Default 1 MiB.
+    pub max_transfer: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            sync: SyncMode::Full,
+            strip_size: 1 << 20,
+            num_dfiles: 0,
+            inline_max: 64 << 10,
+            readdir_batch: 512,
+            cache_ttl_ms: 100,
+            max_inflight: 256,
+            server_inflight: 256,
+            max_transfer: 1 << 20,
+        }
+    }
+}
+
+impl Settings {
+    /// Applies `key=value` (as given to `shoal up --set`).
+    pub fn set(&mut self, assignment: &str) -> Result<()> {
+        let (key, value) = assignment.split_once('=').ok_or_else(|| {
+            ShoalError::invalid(format!("setting {assignment:?} is not key=value"))
+        })?;
+        let mut table = toml::Table::try_from(&*self)
+            .map_err(|e| ShoalError::invalid(format!("settings: {e}")))?;
+        if !table.contains_key(key) {
+            return Err(ShoalError::invalid(format!(
+                "unknown setting {key:?}; known: {}",
+                table.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let parsed: toml::Value = format!("v = {value}")
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(value.to_string()));
+        table.insert(key.to_string(), parsed);
+        let updated: Settings = table
+            .try_into()
+            .map_err(|e| ShoalError::invalid(format!("setting {key}={value}: {e}")))?;
+        updated.validate()?;
+        *self = updated;
+        Ok(())
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let check = |ok: bool, what: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ShoalError::invalid(format!("setting {what}")))
+            }
+        };
+        check(
+            self.strip_size >= 4096 && self.strip_size <= 1 << 30,
+            "strip_size must be between 4096 and 1 GiB",
+        )?;
+        check(self.inline_max <= 1 << 20, "inline_max must be at most 1 MiB")?;
+        check(
+            (1..=4096).contains(&self.readdir_batch),
+            "readdir_batch must be 1..=4096",
+        )?;
+        check(self.max_inflight >= 1, "max_inflight must be at least 1")?;
+        check(self.server_inflight >= 1, "server_inflight must be at least 1")?;
+        check(
+            (4096..=crate::frame::MAX_PAYLOAD as u32).contains(&self.max_transfer),
+            "max_transfer must be between 4096 and 16 MiB",
+        )
+    }
+}
+
+impl ClusterConfig {
+    pub fn load(path: &Path) -> Result<ClusterConfig> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ShoalError::from(e).context(format!("cluster file {}", path.display()))
+        })?;
+        let config: ClusterConfig = toml::from_str(&text).map_err(|e| {
+            ShoalError::invalid(format!("cluster file {}: {e}", path.display()))
+        })?;
+        config
+            .validate()
+            .map_err(|e| e.context(format!("cluster file {}", path.display())))?;
+        Ok(config)
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let text = toml::to_string_pretty(self)
+            .map_err(|e| ShoalError::invalid(format!("cluster file: {e}")))?;
+        std::fs::write(path, text)
+            .map_err(|e| ShoalError::from(e).context(format!("writing {}", path.display())))
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.servers.is_empty() {
+            return Err(ShoalError::invalid("no [[server]] entries"));
+        }
+        if self.servers.len() as u64 > MAX_SERVERS as u64 {
+            return Err(ShoalError::invalid("too many servers"));
+        }
+        for (i, s) in self.servers.iter().enumerate() {
+            if s.id as usize != i {
+                return Err(ShoalError::invalid(format!(
+                    "server ids must be 0..N in order; entry {i} has id {}",
+                    s.id
+                )));
+            }
+        }
+        self.settings.validate()
+    }
+
+    pub fn server(&self, id: u32) -> Result<&ServerEntry> {
+        self.servers.get(id as usize).ok_or_else(|| {
+            ShoalError::invalid(format!(
+                "no server with id {id} (the cluster has {})",
+                self.servers.len()
+            ))
+        })
+    }
+
+    pub fn num_servers(&self) -> u32 {
+        self.servers.len() as u32
+    }
+
+    /// Datafiles per new file, with 0 meaning all servers.
+    pub fn dfiles_per_file(&self) -> u32 {
+        match self.settings.num_dfiles {
+            0 => self.num_servers(),
+            n => n.min(self.num_servers()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_minimal_file_with_defaults() {
+        let c: ClusterConfig = toml::from_str(
+            "[[server]]\nid = 0\naddr = \"127.0.0.1:7000\"\ndata = \"/tmp/s0\"\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.settings, Settings::default());
+        assert_eq!(c.dfiles_per_file(), 1);
+    }
+
+    #[test]
+    fn set_changes_one_key_and_rejects_bad_ones() {
+        let mut s = Settings::default();
+        s.set("strip_size=65536").unwrap();
+        assert_eq!(s.strip_size, 65536);
+        s.set("sync=none").unwrap();
+        assert_eq!(s.sync, SyncMode::None);
+        assert!(s.set("strip_size=1").unwrap_err().message.contains("strip_size"));
+        assert!(s.set("no_such=1").unwrap_err().message.contains("unknown setting"));
+        assert!(s.set("garbage").is_err());
+    }
+
+    #[test]
+    fn ids_must_be_dense() {
+        let c: std::result::Result<ClusterConfig, _> = toml::from_str(
+            "[[server]]\nid = 1\naddr = \"127.0.0.1:7000\"\ndata = \"/tmp/s0\"\n",
+        );
+        assert!(c.unwrap().validate().is_err());
+    }
+}
