@@ -23,6 +23,7 @@ impl Errno {
     pub const ENOTSUP: Errno = Errno(libc::ENOTSUP);
     pub const ENODATA: Errno = Errno(libc::ENODATA);
     pub const ERANGE: Errno = Errno(libc::ERANGE);
+    pub const E2BIG: Errno = Errno(libc::E2BIG);
     pub const ELOOP: Errno = Errno(libc::ELOOP);
     pub const EPROTO: Errno = Errno(libc::EPROTO);
     pub const EHOSTUNREACH: Errno = Errno(libc::EHOSTUNREACH);

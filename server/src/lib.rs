@@ -1,1 +1,64 @@
+//! The Shoal server: one process per server id, both metadata server and I/O
+//! server. Start with [`run`]; the pieces, from the socket inwards:
+//! `listener` (connections, frames) -> `service` (one request to one reply) ->
+//! `handlers` (per operation) -> `meta_store` / `data_store` (typed storage) ->
+//! `kv` (the embedded engine), with `commit` deciding when changes are durable
+//! and `stats` counting everything.
 
+pub mod commit;
+pub mod data_store;
+mod handlers;
+pub mod keys;
+pub mod kv;
+pub mod listener;
+pub mod meta_store;
+pub mod service;
+pub mod stats;
+
+use std::sync::Arc;
+
+use shoal_proto::cluster::ClusterConfig;
+use shoal_proto::error::{Result, ShoalError};
+use tokio::net::TcpListener;
+
+pub use service::Service;
+
+/// Runs server `id` of `config` until SIGTERM or SIGINT, then syncs and returns.
+pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
+    let entry = config.server(id)?.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("shoal-server")
+        .build()?;
+    runtime.block_on(async move {
+        let listener = TcpListener::bind(entry.addr).await.map_err(|e| {
+            ShoalError::from(e).context(format!("server {id}: cannot listen on {}", entry.addr))
+        })?;
+        let service = Arc::new(
+            tokio::task::spawn_blocking(move || Service::open(config, id))
+                .await
+                .map_err(|e| ShoalError::io(e.to_string()))??,
+        );
+        tracing::info!("server {id} listening on {} with data in {}", entry.addr, entry.data.display());
+        eprintln!("shoal server {id} listening on {}", entry.addr);
+        let serving = tokio::spawn(listener::serve(listener, service.clone()));
+        wait_for_shutdown().await;
+        serving.abort();
+        tracing::info!("server {id} stopping");
+        let s = service.clone();
+        tokio::task::spawn_blocking(move || s.meta.kv().sync())
+            .await
+            .map_err(|e| ShoalError::io(e.to_string()))??;
+        Ok(())
+    })
+}
+
+async fn wait_for_shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -173,12 +173,12 @@ mod fjall_engine {
 mod heed_engine {
     use super::*;
     use heed::types::Bytes;
-    use heed::{Database, Env, EnvFlags, EnvOpenOptions, FlagSetMode};
+    use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, FlagSetMode};
     use std::ops::Bound;
 
     pub struct HeedEngine {
         env: Env,
-        db: Database<Bytes, Bytes>,
+        db: Database<'static, Bytes, Bytes>,
         nosync: bool,
     }
 
@@ -192,9 +192,14 @@ mod heed_engine {
                     .open(dir)
                     .unwrap()
             };
-            let mut w = env.write_txn().unwrap();
-            let db = env.create_database::<Bytes, Bytes>(&mut w, Some("kv")).unwrap();
-            w.commit().unwrap();
+            let w = env.write_txn().unwrap();
+            let db = env
+                .create_databases_and_commit(w, |wdo, w| -> heed::Result<_> {
+                    let db = wdo.create_database::<Bytes, Bytes>(w, Some("kv"))?;
+                    Ok(CommitOrAbort::<_, ()>::Commit(db))
+                })
+                .unwrap()
+                .unwrap_commit();
             HeedEngine { env, db, nosync: false }
         }
         fn set_nosync(&mut self, on: bool) {

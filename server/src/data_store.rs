@@ -1,0 +1,298 @@
+//! Datafile bytes. A datafile of at most `inline_max` bytes keeps them in the KV
+//! store under `B<handle>` (one write, no local inode per small file); a write that
+//! takes it past that moves the bytes to a local file `files/<shard>/<handle>`
+//! under the data directory. A datafile never written has no bytes anywhere.
+//!
+//! For a file-backed datafile the local file's length and mtime are the
+//! datafile's size and data mtime, so large writes touch no metadata.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::handle::{counter_of, Handle};
+use shoal_proto::msg::ObjectRecord;
+use shoal_proto::time::{now_ns, to_ns};
+use shoal_proto::ObjectKind;
+
+use crate::keys;
+use crate::meta_store::{MetaStore, Txn};
+
+/// Largest offset + length a datafile accepts.
+pub const MAX_DATAFILE_SIZE: u64 = 1 << 50;
+/// Open local files kept for reuse.
+const OPEN_FILES_MAX: usize = 512;
+
+pub struct DataStore {
+    files_dir: PathBuf,
+    inline_max: u64,
+    open: Mutex<HashMap<Handle, Arc<File>>>,
+}
+
+impl DataStore {
+    pub fn new(data_dir: &Path, inline_max: u64) -> Result<DataStore> {
+        let files_dir = data_dir.join("files");
+        std::fs::create_dir_all(&files_dir)
+            .map_err(|e| ShoalError::from(e).context(format!("creating {}", files_dir.display())))?;
+        Ok(DataStore {
+            files_dir,
+            inline_max,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn shard_dir(&self, h: Handle) -> PathBuf {
+        self.files_dir.join(format!("{:02x}", counter_of(h) & 0xff))
+    }
+
+    pub fn path_of(&self, h: Handle) -> PathBuf {
+        self.shard_dir(h).join(format!("{h:016x}"))
+    }
+
+    fn file(&self, h: Handle, create: bool) -> Result<Arc<File>> {
+        if let Some(f) = self.open.lock().unwrap().get(&h) {
+            return Ok(f.clone());
+        }
+        let path = self.path_of(h);
+        if create {
+            std::fs::create_dir_all(self.shard_dir(h))?;
+        }
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| ShoalError::from(e).context(format!("datafile {}", path.display())))?;
+        let f = Arc::new(f);
+        let mut open = self.open.lock().unwrap();
+        if open.len() >= OPEN_FILES_MAX {
+            open.clear();
+        }
+        open.insert(h, f.clone());
+        Ok(f)
+    }
+
+    /// Size and data mtime of a datafile.
+    pub fn size_of(&self, rec: &ObjectRecord) -> Result<(u64, i64)> {
+        if !rec.in_file {
+            return Ok((rec.size, rec.data_mtime_ns));
+        }
+        let md = self.file(rec.handle, false)?.metadata()?;
+        let mtime = md.modified().map(to_ns).unwrap_or(rec.data_mtime_ns);
+        Ok((md.len(), mtime))
+    }
+
+    pub fn read(&self, meta: &MetaStore, rec: &ObjectRecord, offset: u64, len: u64) -> Result<Bytes> {
+        let (size, _) = self.size_of(rec)?;
+        if offset >= size || len == 0 {
+            return Ok(Bytes::new());
+        }
+        let len = len.min(size - offset) as usize;
+        if !rec.in_file {
+            let bytes = meta.kv().get(&keys::bytes(rec.handle))?.unwrap_or_default();
+            let mut out = vec![0u8; len];
+            let start = offset as usize;
+            if start < bytes.len() {
+                let n = (bytes.len() - start).min(len);
+                out[..n].copy_from_slice(&bytes[start..start + n]);
+            }
+            return Ok(Bytes::from(out));
+        }
+        let file = self.file(rec.handle, false)?;
+        let mut out = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            let n = file.read_at(&mut out[done..], offset + done as u64)?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        out.truncate(done);
+        Ok(Bytes::from(out))
+    }
+
+    /// Writes `data` at `offset`; returns the bytes written.
+    pub fn write(&self, meta: &MetaStore, handle: Handle, offset: u64, data: &[u8]) -> Result<u64> {
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|e| *e <= MAX_DATAFILE_SIZE)
+            .ok_or_else(|| {
+                ShoalError::new(Errno::EFBIG, format!("write past {MAX_DATAFILE_SIZE} bytes"))
+            })?;
+        let rec = datafile(meta, handle)?;
+        if rec.in_file {
+            self.file(handle, false)?.write_all_at(data, offset)?;
+            return Ok(data.len() as u64);
+        }
+        let _guard = meta.lock();
+        // Re-read under the lock: another writer may have changed or promoted it.
+        let mut rec = datafile(meta, handle)?;
+        if rec.in_file {
+            self.file(handle, false)?.write_all_at(data, offset)?;
+            return Ok(data.len() as u64);
+        }
+        let mut bytes = meta.kv().get(&keys::bytes(handle))?.unwrap_or_default();
+        let new_size = rec.size.max(end);
+        bytes.resize(rec.size as usize, 0);
+        if new_size <= self.inline_max {
+            bytes.resize(new_size as usize, 0);
+            bytes[offset as usize..end as usize].copy_from_slice(data);
+            rec.size = new_size;
+            rec.data_mtime_ns = now_ns();
+            let mut txn = Txn::default();
+            txn.batch.put(keys::bytes(handle), bytes);
+            txn.put_object(&rec);
+            meta.apply(txn)?;
+        } else {
+            let file = self.promote(meta, &mut rec, &bytes)?;
+            file.write_all_at(data, offset)?;
+        }
+        Ok(data.len() as u64)
+    }
+
+    /// Moves an inline datafile's bytes to a local file. The file is made durable
+    /// before the record says so, so bytes that were durable inline stay durable.
+    fn promote(&self, meta: &MetaStore, rec: &mut ObjectRecord, bytes: &[u8]) -> Result<Arc<File>> {
+        let file = self.file(rec.handle, true)?;
+        file.set_len(0)?;
+        file.write_all_at(bytes, 0)?;
+        file.sync_all()?;
+        File::open(self.shard_dir(rec.handle))?.sync_all()?;
+        rec.in_file = true;
+        rec.size = 0;
+        let mut txn = Txn::default();
+        txn.batch.delete(keys::bytes(rec.handle));
+        txn.put_object(rec);
+        meta.apply(txn)?;
+        Ok(file)
+    }
+
+    pub fn truncate(&self, meta: &MetaStore, handle: Handle, size: u64) -> Result<()> {
+        if size > MAX_DATAFILE_SIZE {
+            return Err(ShoalError::new(Errno::EFBIG, format!("size {size} too large")));
+        }
+        let _guard = meta.lock();
+        let mut rec = datafile(meta, handle)?;
+        if !rec.in_file {
+            let mut bytes = meta.kv().get(&keys::bytes(handle))?.unwrap_or_default();
+            bytes.resize(rec.size as usize, 0);
+            if size > self.inline_max {
+                self.promote(meta, &mut rec, &bytes)?;
+            } else {
+                bytes.resize(size as usize, 0);
+                rec.size = size;
+                rec.data_mtime_ns = now_ns();
+                let mut txn = Txn::default();
+                if bytes.is_empty() {
+                    txn.batch.delete(keys::bytes(handle));
+                } else {
+                    txn.batch.put(keys::bytes(handle), bytes);
+                }
+                txn.put_object(&rec);
+                return meta.apply(txn);
+            }
+        }
+        self.file(handle, false)?.set_len(size)?;
+        Ok(())
+    }
+
+    /// Makes a datafile's bytes durable (the KV part is synced by the caller).
+    pub fn fsync(&self, rec: &ObjectRecord) -> Result<()> {
+        if rec.in_file {
+            self.file(rec.handle, false)?.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a datafile's local file, if it has one.
+    pub fn remove_file(&self, rec: &ObjectRecord) -> Result<()> {
+        self.open.lock().unwrap().remove(&rec.handle);
+        if rec.in_file {
+            match std::fs::remove_file(self.path_of(rec.handle)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The record of `handle`, which must be a datafile.
+pub fn datafile(meta: &MetaStore, handle: Handle) -> Result<ObjectRecord> {
+    let rec = meta.get(handle)?;
+    if rec.kind() != ObjectKind::Datafile {
+        return Err(ShoalError::invalid(format!("object {handle:#x} is not a datafile")));
+    }
+    Ok(rec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::MemEngine;
+
+    fn setup(inline_max: u64) -> (tempfile::TempDir, MetaStore, DataStore, Handle) {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = MetaStore::open(Arc::new(MemEngine::default()), 1).unwrap();
+        let data = DataStore::new(dir.path(), inline_max).unwrap();
+        let mut txn = Txn::default();
+        let h = meta.alloc(&mut txn);
+        txn.insert_object(&ObjectRecord {
+            handle: h,
+            kind: ObjectKind::Datafile as i32,
+            ..Default::default()
+        });
+        meta.apply(txn).unwrap();
+        (dir, meta, data, h)
+    }
+
+    fn read_all(meta: &MetaStore, data: &DataStore, h: Handle) -> Vec<u8> {
+        let rec = meta.get(h).unwrap();
+        data.read(meta, &rec, 0, u64::MAX).unwrap().to_vec()
+    }
+
+    #[test]
+    fn small_writes_stay_inline_and_large_ones_move_to_a_file() {
+        let (_d, meta, data, h) = setup(16);
+        data.write(&meta, h, 4, b"abcd").unwrap();
+        assert_eq!(read_all(&meta, &data, h), b"\0\0\0\0abcd");
+        assert!(!meta.get(h).unwrap().in_file);
+        assert!(!data.path_of(h).exists());
+
+        data.write(&meta, h, 10, b"0123456789").unwrap();
+        let rec = meta.get(h).unwrap();
+        assert!(rec.in_file);
+        assert_eq!(data.size_of(&rec).unwrap().0, 20);
+        assert_eq!(read_all(&meta, &data, h), b"\0\0\0\0abcd\0\00123456789");
+        assert_eq!(meta.kv().get(&keys::bytes(h)).unwrap(), None);
+    }
+
+    #[test]
+    fn truncate_shrinks_grows_and_promotes() {
+        let (_d, meta, data, h) = setup(16);
+        data.write(&meta, h, 0, b"hello world").unwrap();
+        data.truncate(&meta, h, 5).unwrap();
+        assert_eq!(read_all(&meta, &data, h), b"hello");
+        data.truncate(&meta, h, 8).unwrap();
+        assert_eq!(read_all(&meta, &data, h), b"hello\0\0\0");
+        data.truncate(&meta, h, 100).unwrap();
+        assert!(meta.get(h).unwrap().in_file);
+        let all = read_all(&meta, &data, h);
+        assert_eq!(all.len(), 100);
+        assert_eq!(&all[..5], b"hello");
+    }
+
+    #[test]
+    fn writes_past_the_limit_are_efbig() {
+        let (_d, meta, data, h) = setup(16);
+        let err = data.write(&meta, h, MAX_DATAFILE_SIZE, b"x").unwrap_err();
+        assert_eq!(err.errno, Errno::EFBIG);
+        assert_eq!(data.write(&meta, h, u64::MAX, b"x").unwrap_err().errno, Errno::EFBIG);
+    }
+}

@@ -1,0 +1,132 @@
+//! Attributes and extended attributes of any object.
+
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::msg::*;
+use shoal_proto::time::now_ns;
+use shoal_proto::ObjectKind;
+
+use super::change;
+use crate::keys;
+use crate::service::{Reply, Request, Service};
+
+/// Longest xattr name and value, as Linux allows.
+const XATTR_NAME_MAX: usize = 255;
+const XATTR_SIZE_MAX: usize = 64 << 10;
+
+pub fn getattr(s: &Service, r: &Request) -> Result<Reply> {
+    let q: GetAttrRequest = r.decode()?;
+    let mut object = s.meta.get(q.handle)?;
+    if object.kind() == ObjectKind::Datafile {
+        let (size, mtime) = s.data.size_of(&object)?;
+        object.size = size;
+        object.data_mtime_ns = mtime;
+    }
+    Ok(Reply::message(&GetAttrReply {
+        object: Some(object),
+    }))
+}
+
+pub fn setattr(s: &Service, r: &Request) -> Result<Reply> {
+    let q: SetAttrRequest = r.decode()?;
+    let has = |bit: SetAttrBits| q.mask & bit as u32 != 0;
+    let (object, syncs) = change(s, |txn| {
+        let mut rec = s.meta.get(q.handle)?;
+        let a = rec.attrs.get_or_insert_with(Default::default);
+        if has(SetAttrBits::SetMode) {
+            a.mode = q.mode & 0o7777;
+        }
+        if has(SetAttrBits::SetUid) {
+            a.uid = q.uid;
+        }
+        if has(SetAttrBits::SetGid) {
+            a.gid = q.gid;
+        }
+        if has(SetAttrBits::SetAtime) {
+            a.atime_ns = q.atime_ns;
+        }
+        if has(SetAttrBits::SetMtime) {
+            a.mtime_ns = q.mtime_ns;
+        }
+        a.ctime_ns = now_ns();
+        txn.put_object(&rec);
+        Ok(rec)
+    })?;
+    Ok(Reply::message(&SetAttrReply {
+        object: Some(object),
+    })
+    .with_syncs(syncs))
+}
+
+fn check_xattr_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > XATTR_NAME_MAX || name.contains('\0') {
+        return Err(ShoalError::new(
+            Errno::ERANGE,
+            format!("xattr name must be 1..={XATTR_NAME_MAX} bytes without NUL"),
+        ));
+    }
+    Ok(())
+}
+
+pub fn setxattr(s: &Service, r: &Request) -> Result<Reply> {
+    let q: SetXattrRequest = r.decode()?;
+    check_xattr_name(&q.name)?;
+    if q.value.len() > XATTR_SIZE_MAX {
+        return Err(ShoalError::new(Errno::E2BIG, "xattr value over 64 KiB"));
+    }
+    let key = keys::xattr(q.handle, &q.name);
+    let ((), syncs) = change(s, |txn| {
+        s.meta.get(q.handle)?;
+        let exists = s.meta.kv().get(&key)?.is_some();
+        if q.create_only && exists {
+            return Err(ShoalError::new(Errno::EEXIST, format!("xattr {} exists", q.name)));
+        }
+        if q.replace_only && !exists {
+            return Err(ShoalError::new(Errno::ENODATA, format!("no xattr {}", q.name)));
+        }
+        txn.batch.put(key, q.value.to_vec());
+        Ok(())
+    })?;
+    Ok(Reply::default().with_syncs(syncs))
+}
+
+pub fn getxattr(s: &Service, r: &Request) -> Result<Reply> {
+    let q: GetXattrRequest = r.decode()?;
+    check_xattr_name(&q.name)?;
+    s.meta.get(q.handle)?;
+    let value = s
+        .meta
+        .kv()
+        .get(&keys::xattr(q.handle, &q.name))?
+        .ok_or_else(|| ShoalError::new(Errno::ENODATA, format!("no xattr {}", q.name)))?;
+    Ok(Reply::message(&GetXattrReply {
+        value: value.into(),
+    }))
+}
+
+pub fn listxattr(s: &Service, r: &Request) -> Result<Reply> {
+    let q: ListXattrRequest = r.decode()?;
+    s.meta.get(q.handle)?;
+    let names = s
+        .meta
+        .kv()
+        .scan(&keys::xattrs(q.handle), None, usize::MAX)?
+        .into_iter()
+        .map(|(k, _)| keys::name_of(&k))
+        .collect();
+    Ok(Reply::message(&ListXattrReply { names }))
+}
+
+pub fn removexattr(s: &Service, r: &Request) -> Result<Reply> {
+    let q: RemoveXattrRequest = r.decode()?;
+    check_xattr_name(&q.name)?;
+    let key = keys::xattr(q.handle, &q.name);
+    let ((), syncs) = change(s, |txn| {
+        s.meta.get(q.handle)?;
+        if s.meta.kv().get(&key)?.is_none() {
+            return Err(ShoalError::new(Errno::ENODATA, format!("no xattr {}", q.name)));
+        }
+        txn.batch.delete(key);
+        Ok(())
+    })?;
+    Ok(Reply::default().with_syncs(syncs))
+}

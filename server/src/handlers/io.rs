@@ -1,0 +1,72 @@
+//! Datafile I/O: read, write, truncate, fsync and sizes. File data follows
+//! POSIX: a write is visible at once and durable after fsync.
+
+use shoal_proto::error::{Result, ShoalError};
+use shoal_proto::frame::MAX_PAYLOAD;
+use shoal_proto::msg::*;
+use shoal_proto::ObjectKind;
+
+use crate::data_store::datafile;
+use crate::service::{Reply, Request, Service};
+
+/// Most handles one GetSizes request may name.
+const MAX_SIZES_PER_REQUEST: usize = 65536;
+
+pub fn read(s: &Service, r: &Request) -> Result<Reply> {
+    let q: ReadRequest = r.decode()?;
+    if q.length > MAX_PAYLOAD as u64 {
+        return Err(ShoalError::invalid(format!(
+            "read of {} bytes is over the {MAX_PAYLOAD}-byte limit",
+            q.length
+        )));
+    }
+    let rec = datafile(&s.meta, q.handle)?;
+    let data = s.data.read(&s.meta, &rec, q.offset, q.length)?;
+    Ok(Reply {
+        payload: data,
+        ..Default::default()
+    })
+}
+
+pub fn write(s: &Service, r: &Request) -> Result<Reply> {
+    let q: WriteRequest = r.decode()?;
+    let written = s.data.write(&s.meta, q.handle, q.offset, r.payload)?;
+    Ok(Reply::message(&WriteReply { written }))
+}
+
+pub fn truncate(s: &Service, r: &Request) -> Result<Reply> {
+    let q: TruncateRequest = r.decode()?;
+    s.data.truncate(&s.meta, q.handle, q.size)?;
+    Ok(Reply::default())
+}
+
+pub fn fsync(s: &Service, r: &Request) -> Result<Reply> {
+    let q: FsyncRequest = r.decode()?;
+    let rec = s.meta.get(q.handle)?;
+    if rec.kind() == ObjectKind::Datafile {
+        s.data.fsync(&rec)?;
+    }
+    let syncs = s.commit.sync_now(&s.meta, &s.stats)?;
+    Ok(Reply::default().with_syncs(syncs))
+}
+
+pub fn get_sizes(s: &Service, r: &Request) -> Result<Reply> {
+    let q: GetSizesRequest = r.decode()?;
+    if q.handles.len() > MAX_SIZES_PER_REQUEST {
+        return Err(ShoalError::invalid("too many handles in one get_sizes"));
+    }
+    let sizes = q
+        .handles
+        .iter()
+        .map(|h| {
+            let rec = datafile(&s.meta, *h)?;
+            let (size, mtime_ns) = s.data.size_of(&rec)?;
+            Ok(DatafileSize {
+                handle: *h,
+                size,
+                mtime_ns,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Reply::message(&GetSizesReply { sizes }))
+}

@@ -1,0 +1,70 @@
+//! Request handlers, one module per family of operations. Each handler decodes
+//! its body, checks its arguments, changes the stores, and for a modifying
+//! request waits on the commit queue before it replies.
+
+mod admin;
+mod attrs;
+mod io;
+mod namespace;
+
+use shoal_proto::error::Result;
+use shoal_proto::Op;
+
+use crate::meta_store::Txn;
+use crate::service::{Reply, Request, Service};
+
+pub fn dispatch(s: &Service, r: &Request) -> Result<Reply> {
+    match r.header.op {
+        Op::Ping => admin::ping(s),
+        Op::Statfs => admin::statfs(s),
+        Op::Stats => admin::stats(s),
+        Op::Lookup => namespace::lookup(s, r),
+        Op::CreateObject => namespace::create_object(s, r),
+        Op::CreateDatafiles => namespace::create_datafiles(s, r),
+        Op::SetDist => namespace::set_dist(s, r),
+        Op::CrDirEnt => namespace::crdirent(s, r),
+        Op::RmDirEnt => namespace::rmdirent(s, r),
+        Op::RenameEntry => namespace::rename_entry(s, r),
+        Op::Readdir => namespace::readdir(s, r),
+        Op::Remove => namespace::remove(s, r),
+        Op::RmdirPrepare => namespace::rmdir_prepare(s, r),
+        Op::RmdirAbort => namespace::rmdir_abort(s, r),
+        Op::SetParent => namespace::set_parent(s, r),
+        Op::GetAttr => attrs::getattr(s, r),
+        Op::SetAttr => attrs::setattr(s, r),
+        Op::SetXattr => attrs::setxattr(s, r),
+        Op::GetXattr => attrs::getxattr(s, r),
+        Op::ListXattr => attrs::listxattr(s, r),
+        Op::RemoveXattr => attrs::removexattr(s, r),
+        Op::Read => io::read(s, r),
+        Op::Write => io::write(s, r),
+        Op::Truncate => io::truncate(s, r),
+        Op::Fsync => io::fsync(s, r),
+        Op::GetSizes => io::get_sizes(s, r),
+    }
+}
+
+/// Runs `build` under the store lock to read what it needs and fill a
+/// transaction, applies it, then (lock released) waits until it is durable.
+/// Returns what `build` returned and the syncs it took.
+pub(crate) fn change<T>(
+    s: &Service,
+    build: impl FnOnce(&mut Txn) -> Result<T>,
+) -> Result<(T, u64)> {
+    let guard = s.meta.lock();
+    let mut txn = Txn::default();
+    let out = build(&mut txn)?;
+    s.meta.apply(txn)?;
+    drop(guard);
+    let syncs = s.commit.make_durable(&s.meta, &s.stats)?;
+    Ok((out, syncs))
+}
+
+/// Checks that `h` can name an object somewhere in the cluster.
+pub(crate) fn check_handle(s: &Service, h: shoal_proto::Handle) -> Result<()> {
+    if shoal_proto::handle::is_valid(h, s.config.num_servers()) {
+        Ok(())
+    } else {
+        Err(shoal_proto::ShoalError::invalid(format!("invalid handle {h:#x}")))
+    }
+}

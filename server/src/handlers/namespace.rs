@@ -1,0 +1,298 @@
+//! Objects and directory entries: the baseline protocol's namespace steps, each
+//! local to one server (create an object, add an entry, remove an entry, ...).
+//! The client composes them; the ordering rules that keep a crash from leaving a
+//! dangling entry live on the client side (objects before entries on create,
+//! entries before objects on remove).
+
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::handle;
+use shoal_proto::msg::*;
+use shoal_proto::names::check_name;
+use shoal_proto::time::now_ns;
+use shoal_proto::ObjectKind;
+
+use super::{change, check_handle};
+use crate::meta_store::{new_attrs, Txn};
+use crate::service::{Reply, Request, Service};
+
+/// Most datafiles one CreateDatafiles request may ask for.
+const MAX_DATAFILES_PER_REQUEST: u32 = 4096;
+/// Most entries one readdir reply carries.
+const MAX_READDIR: u32 = 4096;
+
+pub fn lookup(s: &Service, r: &Request) -> Result<Reply> {
+    let q: LookupRequest = r.decode()?;
+    check_name(&q.name)?;
+    s.meta.get_dir(q.dir)?;
+    let (handle, kind) = s
+        .meta
+        .lookup(q.dir, &q.name)?
+        .ok_or_else(|| ShoalError::not_found(&q.name))?;
+    Ok(Reply::message(&LookupReply {
+        handle,
+        kind: kind as i32,
+    }))
+}
+
+pub fn create_object(s: &Service, r: &Request) -> Result<Reply> {
+    let q: CreateObjectRequest = r.decode()?;
+    let kind = q.kind();
+    let mode = q.attrs.as_ref().map(|a| a.mode).unwrap_or(0o644);
+    let mut rec = ObjectRecord {
+        kind: kind as i32,
+        attrs: Some(new_attrs(mode, r.header.uid, r.header.gid)),
+        ..Default::default()
+    };
+    match kind {
+        ObjectKind::Metafile => {}
+        ObjectKind::Directory => {
+            check_handle(s, q.parent)?;
+            rec.parent = q.parent;
+        }
+        ObjectKind::Symlink => {
+            if q.target.is_empty() || q.target.len() > shoal_proto::names::PATH_MAX {
+                return Err(ShoalError::invalid("symlink target must be 1..4096 bytes"));
+            }
+            rec.target = q.target;
+            if let Some(a) = rec.attrs.as_mut() {
+                a.mode = 0o777;
+            }
+        }
+        other => {
+            return Err(ShoalError::invalid(format!(
+                "create_object cannot create a {other:?}"
+            )))
+        }
+    }
+    let (handle, syncs) = change(s, |txn| {
+        rec.handle = s.meta.alloc(txn);
+        txn.insert_object(&rec);
+        Ok(rec.handle)
+    })?;
+    Ok(Reply::message(&CreateObjectReply { handle }).with_syncs(syncs))
+}
+
+pub fn create_datafiles(s: &Service, r: &Request) -> Result<Reply> {
+    let q: CreateDatafilesRequest = r.decode()?;
+    if q.count == 0 || q.count > MAX_DATAFILES_PER_REQUEST {
+        return Err(ShoalError::invalid(format!(
+            "datafile count {} must be 1..={MAX_DATAFILES_PER_REQUEST}",
+            q.count
+        )));
+    }
+    let now = now_ns();
+    let (handles, syncs) = change(s, |txn| {
+        Ok((0..q.count)
+            .map(|_| {
+                let h = s.meta.alloc(txn);
+                txn.insert_object(&ObjectRecord {
+                    handle: h,
+                    kind: ObjectKind::Datafile as i32,
+                    data_mtime_ns: now,
+                    ..Default::default()
+                });
+                h
+            })
+            .collect::<Vec<u64>>())
+    })?;
+    Ok(Reply::message(&CreateDatafilesReply { handles }).with_syncs(syncs))
+}
+
+pub fn set_dist(s: &Service, r: &Request) -> Result<Reply> {
+    let q: SetDistRequest = r.decode()?;
+    let dist = q
+        .dist
+        .ok_or_else(|| ShoalError::invalid("set_dist without a distribution"))?;
+    if dist.strip_size == 0
+        || dist.datafiles.is_empty()
+        || dist.datafiles.len() > s.config.servers.len() * 64
+    {
+        return Err(ShoalError::invalid("set_dist: invalid distribution"));
+    }
+    for h in &dist.datafiles {
+        check_handle(s, *h)?;
+    }
+    let ((), syncs) = change(s, |txn| {
+        let mut rec = s.meta.get(q.handle)?;
+        if rec.kind() != ObjectKind::Metafile {
+            return Err(ShoalError::invalid(format!("object {:#x} is not a file", q.handle)));
+        }
+        rec.dist = Some(dist);
+        txn.put_object(&rec);
+        Ok(())
+    })?;
+    Ok(Reply::default().with_syncs(syncs))
+}
+
+/// Directory mtime and ctime change when an entry is added or removed.
+fn touch_dir(txn: &mut Txn, mut dir: ObjectRecord) {
+    if let Some(a) = dir.attrs.as_mut() {
+        let now = now_ns();
+        a.mtime_ns = now;
+        a.ctime_ns = now;
+    }
+    txn.put_object(&dir);
+}
+
+/// POSIX rename rules for replacing an existing entry.
+fn check_replace(new: ObjectKind, old: ObjectKind, name: &str) -> Result<()> {
+    match (new == ObjectKind::Directory, old == ObjectKind::Directory) {
+        (true, false) => Err(ShoalError::new(Errno::ENOTDIR, format!("{name}: not a directory"))),
+        (false, true) => Err(ShoalError::new(Errno::EISDIR, format!("{name}: is a directory"))),
+        _ => Ok(()),
+    }
+}
+
+pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
+    let q: CrDirEntRequest = r.decode()?;
+    check_name(&q.name)?;
+    check_handle(s, q.handle)?;
+    let kind = q.kind();
+    if !matches!(kind, ObjectKind::Directory | ObjectKind::Metafile | ObjectKind::Symlink) {
+        return Err(ShoalError::invalid(
+            "a directory entry must name a directory, file or symlink",
+        ));
+    }
+    let (reply, syncs) = change(s, |txn| {
+        let dir = s.meta.get_dir(q.dir)?;
+        if dir.removing {
+            return Err(ShoalError::not_found(format!("directory {:#x} (being removed)", q.dir)));
+        }
+        let mut reply = CrDirEntReply::default();
+        if let Some((old, old_kind)) = s.meta.lookup(q.dir, &q.name)? {
+            if !q.replace {
+                return Err(ShoalError::new(Errno::EEXIST, format!("{}: file exists", q.name)));
+            }
+            check_replace(kind, old_kind, &q.name)?;
+            reply.replaced_handle = old;
+            reply.replaced_kind = old_kind as i32;
+        }
+        txn.put_entry(q.dir, &q.name, q.handle, kind);
+        touch_dir(txn, dir);
+        Ok(reply)
+    })?;
+    Ok(Reply::message(&reply).with_syncs(syncs))
+}
+
+pub fn rmdirent(s: &Service, r: &Request) -> Result<Reply> {
+    let q: RmDirEntRequest = r.decode()?;
+    check_name(&q.name)?;
+    let (reply, syncs) = change(s, |txn| {
+        let dir = s.meta.get_dir(q.dir)?;
+        let (handle, kind) = s
+            .meta
+            .lookup(q.dir, &q.name)?
+            .ok_or_else(|| ShoalError::not_found(&q.name))?;
+        if q.expect_handle != 0 && q.expect_handle != handle {
+            return Err(ShoalError::new(Errno::ESTALE, format!("{}: entry changed", q.name)));
+        }
+        txn.delete_entry(q.dir, &q.name);
+        touch_dir(txn, dir);
+        Ok(RmDirEntReply {
+            handle,
+            kind: kind as i32,
+        })
+    })?;
+    Ok(Reply::message(&reply).with_syncs(syncs))
+}
+
+pub fn rename_entry(s: &Service, r: &Request) -> Result<Reply> {
+    let q: RenameEntryRequest = r.decode()?;
+    check_name(&q.old_name)?;
+    check_name(&q.new_name)?;
+    let (reply, syncs) = change(s, |txn| {
+        let dir = s.meta.get_dir(q.dir)?;
+        let (h, kind) = s
+            .meta
+            .lookup(q.dir, &q.old_name)?
+            .ok_or_else(|| ShoalError::not_found(&q.old_name))?;
+        let mut reply = RenameEntryReply::default();
+        if q.old_name == q.new_name {
+            return Ok(reply);
+        }
+        if let Some((old, old_kind)) = s.meta.lookup(q.dir, &q.new_name)? {
+            if q.no_replace {
+                return Err(ShoalError::new(Errno::EEXIST, format!("{}: file exists", q.new_name)));
+            }
+            check_replace(kind, old_kind, &q.new_name)?;
+            reply.replaced_handle = old;
+            reply.replaced_kind = old_kind as i32;
+        }
+        txn.delete_entry(q.dir, &q.old_name);
+        txn.put_entry(q.dir, &q.new_name, h, kind);
+        touch_dir(txn, dir);
+        Ok(reply)
+    })?;
+    Ok(Reply::message(&reply).with_syncs(syncs))
+}
+
+pub fn readdir(s: &Service, r: &Request) -> Result<Reply> {
+    let q: ReaddirRequest = r.decode()?;
+    s.meta.get_dir(q.dir)?;
+    let max = q.max.clamp(1, MAX_READDIR) as usize;
+    let (entries, done) = s.meta.readdir(q.dir, &q.start_after, max)?;
+    Ok(Reply::message(&ReaddirReply { entries, done }))
+}
+
+pub fn remove(s: &Service, r: &Request) -> Result<Reply> {
+    let q: RemoveRequest = r.decode()?;
+    if q.handle == handle::ROOT {
+        return Err(ShoalError::new(Errno::EBUSY, "the root directory cannot be removed"));
+    }
+    let (rec, syncs) = change(s, |txn| {
+        let rec = s.meta.get(q.handle)?;
+        match rec.kind() {
+            ObjectKind::Directory if !s.meta.is_empty_dir(q.handle)? => {
+                return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty"));
+            }
+            ObjectKind::Datafile => txn.batch.delete(crate::keys::bytes(q.handle)),
+            _ => {}
+        }
+        for (k, _) in s.meta.kv().scan(&crate::keys::xattrs(q.handle), None, usize::MAX)? {
+            txn.batch.delete(k);
+        }
+        txn.delete_object(q.handle);
+        Ok(rec)
+    })?;
+    if rec.kind() == ObjectKind::Datafile {
+        s.data.remove_file(&rec)?;
+    }
+    Ok(Reply::message(&RemoveReply { dist: rec.dist }).with_syncs(syncs))
+}
+
+fn set_removing(s: &Service, r: &Request, removing: bool) -> Result<Reply> {
+    let q: RmdirRequest = r.decode()?;
+    if q.dir == handle::ROOT {
+        return Err(ShoalError::new(Errno::EBUSY, "the root directory cannot be removed"));
+    }
+    let ((), syncs) = change(s, |txn| {
+        let mut dir = s.meta.get_dir(q.dir)?;
+        if removing && !s.meta.is_empty_dir(q.dir)? {
+            return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty"));
+        }
+        dir.removing = removing;
+        txn.put_object(&dir);
+        Ok(())
+    })?;
+    Ok(Reply::default().with_syncs(syncs))
+}
+
+pub fn rmdir_prepare(s: &Service, r: &Request) -> Result<Reply> {
+    set_removing(s, r, true)
+}
+
+pub fn rmdir_abort(s: &Service, r: &Request) -> Result<Reply> {
+    set_removing(s, r, false)
+}
+
+pub fn set_parent(s: &Service, r: &Request) -> Result<Reply> {
+    let q: SetParentRequest = r.decode()?;
+    check_handle(s, q.parent)?;
+    let ((), syncs) = change(s, |txn| {
+        let mut dir = s.meta.get_dir(q.dir)?;
+        dir.parent = q.parent;
+        txn.put_object(&dir);
+        Ok(())
+    })?;
+    Ok(Reply::default().with_syncs(syncs))
+}

@@ -1,0 +1,112 @@
+//! Key layout of a server's KV store. One ordered keyspace; the first byte says
+//! what a key holds, handles are 8 bytes big-endian so keys sort by handle.
+//!
+//! | key                              | value                                  |
+//! |----------------------------------|----------------------------------------|
+//! | `O` handle                       | `ObjectRecord` (protobuf, shoal.proto) |
+//! | `E` dir-handle name-bytes        | entry: handle (8 bytes BE) + kind (1)  |
+//! | `B` handle                       | inline bytes of a small datafile       |
+//! | `X` handle xattr-name            | xattr value                            |
+//! | `Cnext_handle`                   | last handle counter allocated (8 BE)   |
+//! | `Cobjects`                       | number of objects stored (8 BE)        |
+//!
+//! Directory entries of one directory are contiguous and sorted by name, so a
+//! readdir is one prefix scan that resumes after the last name returned.
+
+use shoal_proto::{Handle, ObjectKind};
+
+pub const OBJECT: u8 = b'O';
+pub const ENTRY: u8 = b'E';
+pub const BYTES: u8 = b'B';
+pub const XATTR: u8 = b'X';
+
+pub const NEXT_HANDLE: &[u8] = b"Cnext_handle";
+pub const OBJECT_COUNT: &[u8] = b"Cobjects";
+
+fn tagged(tag: u8, handle: Handle) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.push(tag);
+    k.extend_from_slice(&handle.to_be_bytes());
+    k
+}
+
+fn tagged_name(tag: u8, handle: Handle, name: &str) -> Vec<u8> {
+    let mut k = tagged(tag, handle);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+pub fn object(handle: Handle) -> Vec<u8> {
+    tagged(OBJECT, handle)
+}
+
+pub fn bytes(handle: Handle) -> Vec<u8> {
+    tagged(BYTES, handle)
+}
+
+pub fn entry(dir: Handle, name: &str) -> Vec<u8> {
+    tagged_name(ENTRY, dir, name)
+}
+
+/// Prefix of all entries of `dir`.
+pub fn entries(dir: Handle) -> Vec<u8> {
+    tagged(ENTRY, dir)
+}
+
+pub fn xattr(handle: Handle, name: &str) -> Vec<u8> {
+    tagged_name(XATTR, handle, name)
+}
+
+/// Prefix of all xattrs of `handle`.
+pub fn xattrs(handle: Handle) -> Vec<u8> {
+    tagged(XATTR, handle)
+}
+
+/// The name part of an entry or xattr key.
+pub fn name_of(key: &[u8]) -> String {
+    String::from_utf8_lossy(&key[9..]).into_owned()
+}
+
+pub fn encode_entry(handle: Handle, kind: ObjectKind) -> Vec<u8> {
+    let mut v = handle.to_be_bytes().to_vec();
+    v.push(kind as i32 as u8);
+    v
+}
+
+pub fn decode_entry(value: &[u8]) -> Option<(Handle, ObjectKind)> {
+    if value.len() != 9 {
+        return None;
+    }
+    let handle = Handle::from_be_bytes(value[..8].try_into().ok()?);
+    let kind = ObjectKind::try_from(value[8] as i32).ok()?;
+    Some((handle, kind))
+}
+
+pub fn encode_u64(v: u64) -> Vec<u8> {
+    v.to_be_bytes().to_vec()
+}
+
+pub fn decode_u64(value: &[u8]) -> u64 {
+    value
+        .try_into()
+        .map(u64::from_be_bytes)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_of_a_directory_share_a_prefix_and_sort_by_name() {
+        let a = entry(7, "a");
+        let b = entry(7, "b");
+        assert!(a.starts_with(&entries(7)) && b.starts_with(&entries(7)));
+        assert!(a < b);
+        assert!(!entry(8, "a").starts_with(&entries(7)));
+        assert_eq!(name_of(&b), "b");
+        let v = encode_entry(42, ObjectKind::Metafile);
+        assert_eq!(decode_entry(&v), Some((42, ObjectKind::Metafile)));
+        assert_eq!(decode_entry(b"short"), None);
+    }
+}

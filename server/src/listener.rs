@@ -1,0 +1,85 @@
+//! Accepts connections and serves requests on them concurrently.
+//!
+//! Per connection: one task reads frames, each request runs on the blocking
+//! pool (handlers do disk I/O), replies go through a bounded channel to one
+//! writer task that batches flushes. At most `server_inflight` requests of one
+//! connection run at once. A malformed frame closes that connection only.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use shoal_proto::frame::{read_frame, write_frame, Frame, FrameError, Kind};
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::service::Service;
+
+const READ_BUFFER: usize = 256 << 10;
+const WRITE_BUFFER: usize = 256 << 10;
+
+pub async fn serve(listener: TcpListener, service: Arc<Service>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                tokio::spawn(serve_connection(stream, peer, service.clone()));
+            }
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, service: Arc<Service>) {
+    let _ = stream.set_nodelay(true);
+    let (read_half, write_half) = stream.into_split();
+    let mut reader = BufReader::with_capacity(READ_BUFFER, read_half);
+    let inflight = service.config.settings.server_inflight as usize;
+    let (tx, rx) = mpsc::channel::<Frame>(inflight);
+    let writer = tokio::spawn(write_replies(BufWriter::with_capacity(WRITE_BUFFER, write_half), rx));
+    let permits = Arc::new(Semaphore::new(inflight));
+    loop {
+        let frame = match read_frame(&mut reader).await {
+            Ok(f) => f,
+            Err(FrameError::Closed) => break,
+            Err(e) => {
+                tracing::warn!("closing connection from {peer}: {e}");
+                break;
+            }
+        };
+        if frame.header.kind != Kind::Request {
+            tracing::warn!("closing connection from {peer}: a reply frame arrived as a request");
+            break;
+        }
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
+        let service = service.clone();
+        let tx = tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let reply = service.handle(&frame);
+            let _ = tx.blocking_send(reply);
+            drop(permit);
+        });
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+async fn write_replies<W: tokio::io::AsyncWrite + Unpin>(mut w: BufWriter<W>, mut rx: mpsc::Receiver<Frame>) {
+    while let Some(frame) = rx.recv().await {
+        if write_frame(&mut w, &frame).await.is_err() {
+            return;
+        }
+        while let Ok(more) = rx.try_recv() {
+            if write_frame(&mut w, &more).await.is_err() {
+                return;
+            }
+        }
+        if w.flush().await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! Typed access to a server's metadata over its KV store: objects, directory
+//! entries, handle allocation and the object count.
+//!
+//! Changes that read before they write (create an entry unless it exists, ...)
+//! hold [`MetaStore::lock`] from the read to the `apply`, so they are atomic
+//! with respect to each other. Durability is the commit queue's business.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use prost::Message;
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::handle::{self, Handle};
+use shoal_proto::msg::{Attributes, DirEntry, ObjectRecord};
+use shoal_proto::time::now_ns;
+use shoal_proto::ObjectKind;
+
+use crate::keys;
+use crate::kv::{Batch, KvEngine};
+
+pub struct MetaStore {
+    kv: Arc<dyn KvEngine>,
+    server_id: u32,
+    write_lock: Mutex<()>,
+    /// Last handle counter handed out (persisted with each allocation).
+    last_counter: AtomicU64,
+    objects: AtomicU64,
+}
+
+/// A batch of changes plus the bookkeeping `apply` persists alongside it.
+#[derive(Default)]
+pub struct Txn {
+    pub batch: Batch,
+    objects_delta: i64,
+    allocated: bool,
+}
+
+impl Txn {
+    pub fn put_object(&mut self, rec: &ObjectRecord) {
+        self.batch.put(keys::object(rec.handle), rec.encode_to_vec());
+    }
+    /// Stores a new object (counts it).
+    pub fn insert_object(&mut self, rec: &ObjectRecord) {
+        self.put_object(rec);
+        self.objects_delta += 1;
+    }
+    /// Deletes an object record (uncounts it); other keys are the caller's.
+    pub fn delete_object(&mut self, handle: Handle) {
+        self.batch.delete(keys::object(handle));
+        self.objects_delta -= 1;
+    }
+    pub fn put_entry(&mut self, dir: Handle, name: &str, handle: Handle, kind: ObjectKind) {
+        self.batch
+            .put(keys::entry(dir, name), keys::encode_entry(handle, kind));
+    }
+    pub fn delete_entry(&mut self, dir: Handle, name: &str) {
+        self.batch.delete(keys::entry(dir, name));
+    }
+}
+
+impl MetaStore {
+    /// Opens the store of server `server_id`; server 0 creates the root
+    /// directory the first time.
+    pub fn open(kv: Arc<dyn KvEngine>, server_id: u32) -> Result<MetaStore> {
+        let last = kv
+            .get(keys::NEXT_HANDLE)?
+            .map(|v| keys::decode_u64(&v))
+            .unwrap_or(0);
+        let objects = kv
+            .get(keys::OBJECT_COUNT)?
+            .map(|v| keys::decode_u64(&v))
+            .unwrap_or(0);
+        let store = MetaStore {
+            kv,
+            server_id,
+            write_lock: Mutex::new(()),
+            last_counter: AtomicU64::new(last),
+            objects: AtomicU64::new(objects),
+        };
+        if server_id == 0 && store.try_get(handle::ROOT)?.is_none() {
+            let _guard = store.lock();
+            let mut txn = Txn::default();
+            let root = store.alloc(&mut txn);
+            assert_eq!(root, handle::ROOT, "the root must be server 0's first handle");
+            txn.insert_object(&ObjectRecord {
+                handle: root,
+                kind: ObjectKind::Directory as i32,
+                attrs: Some(new_attrs(0o755, 0, 0)),
+                parent: root,
+                ..Default::default()
+            });
+            store.apply(txn)?;
+            store.kv.sync()?;
+        }
+        Ok(store)
+    }
+
+    pub fn kv(&self) -> &dyn KvEngine {
+        &*self.kv
+    }
+
+    pub fn server_id(&self) -> u32 {
+        self.server_id
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, ()> {
+        self.write_lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn object_count(&self) -> u64 {
+        self.objects.load(Ordering::Relaxed)
+    }
+
+    /// Allocates a fresh handle in this server's range (caller holds the lock).
+    pub fn alloc(&self, txn: &mut Txn) -> Handle {
+        let counter = self.last_counter.fetch_add(1, Ordering::SeqCst) + 1;
+        txn.allocated = true;
+        handle::make(self.server_id, counter)
+    }
+
+    /// Checks that `h` is a handle this server owns.
+    pub fn check_owned(&self, h: Handle) -> Result<()> {
+        if h == 0 || handle::server_of(h) != self.server_id {
+            return Err(ShoalError::new(
+                Errno::EINVAL,
+                format!(
+                    "handle {h:#x} does not belong to server {} (it names server {})",
+                    self.server_id,
+                    handle::server_of(h)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn try_get(&self, h: Handle) -> Result<Option<ObjectRecord>> {
+        match self.kv.get(&keys::object(h))? {
+            None => Ok(None),
+            Some(v) => ObjectRecord::decode(v.as_slice())
+                .map(Some)
+                .map_err(|e| ShoalError::io(format!("object {h:#x} is corrupt: {e}"))),
+        }
+    }
+
+    pub fn get(&self, h: Handle) -> Result<ObjectRecord> {
+        self.check_owned(h)?;
+        self.try_get(h)?
+            .ok_or_else(|| ShoalError::not_found(format!("object {h:#x}")))
+    }
+
+    pub fn get_dir(&self, h: Handle) -> Result<ObjectRecord> {
+        let rec = self.get(h)?;
+        if rec.kind() != ObjectKind::Directory {
+            return Err(ShoalError::new(
+                Errno::ENOTDIR,
+                format!("object {h:#x} is not a directory"),
+            ));
+        }
+        Ok(rec)
+    }
+
+    pub fn lookup(&self, dir: Handle, name: &str) -> Result<Option<(Handle, ObjectKind)>> {
+        match self.kv.get(&keys::entry(dir, name))? {
+            None => Ok(None),
+            Some(v) => keys::decode_entry(&v)
+                .map(Some)
+                .ok_or_else(|| ShoalError::io(format!("entry {name:?} of {dir:#x} is corrupt"))),
+        }
+    }
+
+    /// Up to `max` entries of `dir` after `start_after`, and whether the listing ended.
+    pub fn readdir(&self, dir: Handle, start_after: &str, max: usize) -> Result<(Vec<DirEntry>, bool)> {
+        let after = (!start_after.is_empty()).then(|| keys::entry(dir, start_after));
+        let pairs = self.kv.scan(&keys::entries(dir), after.as_deref(), max + 1)?;
+        let done = pairs.len() <= max;
+        let entries = pairs
+            .into_iter()
+            .take(max)
+            .filter_map(|(k, v)| {
+                let (handle, kind) = keys::decode_entry(&v)?;
+                Some(DirEntry {
+                    name: keys::name_of(&k),
+                    handle,
+                    kind: kind as i32,
+                })
+            })
+            .collect();
+        Ok((entries, done))
+    }
+
+    pub fn is_empty_dir(&self, dir: Handle) -> Result<bool> {
+        Ok(self.kv.scan(&keys::entries(dir), None, 1)?.is_empty())
+    }
+
+    /// Applies a transaction (caller holds the lock), persisting the handle
+    /// counter and object count with it.
+    pub fn apply(&self, mut txn: Txn) -> Result<()> {
+        if txn.allocated {
+            txn.batch.put(
+                keys::NEXT_HANDLE.to_vec(),
+                keys::encode_u64(self.last_counter.load(Ordering::SeqCst)),
+            );
+        }
+        if txn.objects_delta != 0 {
+            let count = (self.objects.load(Ordering::SeqCst) as i64 + txn.objects_delta).max(0) as u64;
+            txn.batch.put(keys::OBJECT_COUNT.to_vec(), keys::encode_u64(count));
+            self.kv.apply(txn.batch)?;
+            self.objects.store(count, Ordering::SeqCst);
+            return Ok(());
+        }
+        if txn.batch.is_empty() {
+            return Ok(());
+        }
+        self.kv.apply(txn.batch)
+    }
+}
+
+/// Attributes of a new object, all times now.
+pub fn new_attrs(mode: u32, uid: u32, gid: u32) -> Attributes {
+    let now = now_ns();
+    Attributes {
+        mode: mode & 0o7777,
+        uid,
+        gid,
+        atime_ns: now,
+        mtime_ns: now,
+        ctime_ns: now,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::MemEngine;
+
+    #[test]
+    fn server_zero_creates_the_root_once_and_handles_survive_reopen() {
+        let kv: Arc<dyn KvEngine> = Arc::new(MemEngine::default());
+        let store = MetaStore::open(kv.clone(), 0).unwrap();
+        assert_eq!(store.get_dir(handle::ROOT).unwrap().parent, handle::ROOT);
+        let mut txn = Txn::default();
+        let h = store.alloc(&mut txn);
+        txn.insert_object(&ObjectRecord {
+            handle: h,
+            kind: ObjectKind::Metafile as i32,
+            ..Default::default()
+        });
+        store.apply(txn).unwrap();
+        assert_eq!(store.object_count(), 2);
+
+        let again = MetaStore::open(kv, 0).unwrap();
+        assert_eq!(again.object_count(), 2);
+        let mut txn = Txn::default();
+        assert!(again.alloc(&mut txn) > h, "handles are never reused after reopen");
+    }
+
+    #[test]
+    fn readdir_pages_through_entries_in_name_order() {
+        let store = MetaStore::open(Arc::new(MemEngine::default()), 0).unwrap();
+        let mut txn = Txn::default();
+        for i in 0..10 {
+            txn.put_entry(handle::ROOT, &format!("f{i:02}"), 100 + i, ObjectKind::Metafile);
+        }
+        store.apply(txn).unwrap();
+        let (first, done) = store.readdir(handle::ROOT, "", 4).unwrap();
+        assert_eq!(first.len(), 4);
+        assert!(!done);
+        let (rest, done) = store.readdir(handle::ROOT, &first[3].name, 100).unwrap();
+        assert_eq!(rest.len(), 6);
+        assert!(done);
+        assert_eq!(rest[0].name, "f04");
+        assert!(!store.is_empty_dir(handle::ROOT).unwrap());
+        assert!(store.get(handle::make(1, 5)).is_err(), "foreign handles are refused");
+    }
+}

@@ -1,0 +1,120 @@
+//! A server's state, and how one request frame becomes one reply frame.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use prost::Message;
+use shoal_proto::cluster::ClusterConfig;
+use shoal_proto::error::{Result, ShoalError};
+use shoal_proto::frame::{Frame, Header};
+use shoal_proto::msg::ErrorReply;
+
+use crate::commit::CommitQueue;
+use crate::data_store::DataStore;
+use crate::handlers;
+use crate::kv::{KvEngine, RedbEngine};
+use crate::meta_store::MetaStore;
+use crate::stats::{Sample, Stats};
+
+pub struct Service {
+    pub id: u32,
+    pub config: ClusterConfig,
+    pub data_dir: std::path::PathBuf,
+    pub meta: MetaStore,
+    pub data: DataStore,
+    pub commit: CommitQueue,
+    pub stats: Stats,
+    pub started: Instant,
+}
+
+/// One request as a handler sees it.
+pub struct Request<'a> {
+    pub header: &'a Header,
+    pub body: &'a Bytes,
+    pub payload: &'a Bytes,
+}
+
+/// What a handler returns: the encoded reply body, raw payload, syncs it took.
+#[derive(Default)]
+pub struct Reply {
+    pub body: Bytes,
+    pub payload: Bytes,
+    pub syncs: u64,
+}
+
+impl Reply {
+    pub fn message(m: &impl Message) -> Reply {
+        Reply {
+            body: Bytes::from(m.encode_to_vec()),
+            ..Default::default()
+        }
+    }
+    pub fn with_syncs(mut self, syncs: u64) -> Reply {
+        self.syncs = syncs;
+        self
+    }
+}
+
+impl Request<'_> {
+    pub fn decode<M: Message + Default>(&self) -> Result<M> {
+        M::decode(self.body.clone()).map_err(|e| {
+            ShoalError::protocol(format!("{} request body: {e}", self.header.op.name()))
+        })
+    }
+}
+
+impl Service {
+    /// Opens server `id` of `config` with its on-disk KV store.
+    pub fn open(config: ClusterConfig, id: u32) -> Result<Service> {
+        let entry = config.server(id)?.clone();
+        let kv: Arc<dyn KvEngine> = Arc::new(RedbEngine::open(&entry.data)?);
+        Service::with_engine(config, id, kv, &entry.data)
+    }
+
+    pub fn with_engine(config: ClusterConfig, id: u32, kv: Arc<dyn KvEngine>, data_dir: &Path) -> Result<Service> {
+        let meta = MetaStore::open(kv, id)?;
+        let data = DataStore::new(data_dir, config.settings.inline_max)?;
+        Ok(Service {
+            id,
+            commit: CommitQueue::new(config.settings.sync),
+            config,
+            data_dir: data_dir.to_path_buf(),
+            meta,
+            data,
+            stats: Stats::default(),
+            started: Instant::now(),
+        })
+    }
+
+    /// Handles one request frame and builds its reply; never panics on bad input.
+    pub fn handle(&self, frame: &Frame) -> Frame {
+        let started = Instant::now();
+        let req = Request {
+            header: &frame.header,
+            body: &frame.body,
+            payload: &frame.payload,
+        };
+        let result = handlers::dispatch(self, &req);
+        let (status, reply) = match result {
+            Ok(r) => (0, r),
+            Err(e) => {
+                tracing::debug!(op = frame.header.op.name(), errno = e.errno.0, "{}", e.message);
+                (e.errno.0, Reply::message(&ErrorReply { message: e.message }))
+            }
+        };
+        let out = Frame::reply_to(&frame.header, status, reply.body, reply.payload);
+        self.stats.record(
+            frame.header.op,
+            &Sample {
+                ok: status == 0,
+                bytes_in: frame.wire_len(),
+                bytes_out: out.wire_len(),
+                syncs: reply.syncs,
+                latency: started.elapsed(),
+            },
+        );
+        out
+    }
+}
