@@ -1,1 +1,155 @@
-fn main(){}
+//! `shoal`: run servers and mounts, start local clusters, and work with files
+//! and statistics from the command line.
+
+mod commands;
+mod local_cluster;
+mod mounts;
+mod target;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "shoal", version, about = "Shoal parallel file system")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where Shoal paths come from: a cluster file, or a path under a live mount.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ConfigArg {
+    /// Cluster file; paths are then Shoal paths such as /dir/file. Without it,
+    /// paths must lie under a live Shoal mount.
+    #[arg(long, short = 'c', global = true)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one server of a cluster in the foreground.
+    Server {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        id: u32,
+    },
+    /// Start a local cluster of N servers (and optionally mount it).
+    Up(commands::up::UpArgs),
+    /// Stop what `shoal up` started from DIR: unmount, then stop the servers.
+    Down {
+        #[arg(long)]
+        data: PathBuf,
+    },
+    /// Mount a cluster on a directory through FUSE.
+    Mount(commands::mount::MountArgs),
+    /// List a directory.
+    Ls {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        /// Long format: mode, owner, size, time.
+        #[arg(short = 'l')]
+        long: bool,
+        path: String,
+    },
+    /// Show attributes of a file or directory.
+    Stat {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        /// Show the distribution: strip size, datafiles and their servers.
+        #[arg(long)]
+        layout: bool,
+        #[arg(long)]
+        json: bool,
+        path: String,
+    },
+    /// Copy files in or out of Shoal (Shoal paths: shoal:/path or under a mount).
+    Cp {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        /// Do not show a progress bar.
+        #[arg(long, short = 'q')]
+        quiet: bool,
+        source: String,
+        dest: String,
+    },
+    /// Print files.
+    Cat {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Remove files (and with -r, directories and their contents).
+    Rm {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        #[arg(short = 'r')]
+        recursive: bool,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Create directories.
+    Mkdir {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        /// Create parents as needed; no error if it exists.
+        #[arg(short = 'p')]
+        parents: bool,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Create empty files or update their times.
+    Touch {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Per-server, per-operation statistics.
+    Stats {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        #[arg(long)]
+        json: bool,
+        /// Only this server.
+        #[arg(long)]
+        server: Option<u32>,
+        /// A path under a mount, when no --config is given.
+        path: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Server { config, id } => commands::server::run(&config, id),
+        Command::Up(args) => commands::up::run(args),
+        Command::Down { data } => commands::down::run(&data),
+        Command::Mount(args) => commands::mount::run(args),
+        Command::Ls { cfg, long, path } => commands::files::ls(&cfg, &path, long),
+        Command::Stat { cfg, layout, json, path } => commands::files::stat(&cfg, &path, layout, json),
+        Command::Cp { cfg, quiet, source, dest } => commands::copy::run(&cfg, &source, &dest, quiet),
+        Command::Cat { cfg, paths } => commands::files::cat(&cfg, &paths),
+        Command::Rm { cfg, recursive, paths } => commands::files::rm(&cfg, &paths, recursive),
+        Command::Mkdir { cfg, parents, paths } => commands::files::mkdir(&cfg, &paths, parents),
+        Command::Touch { cfg, paths } => commands::files::touch(&cfg, &paths),
+        Command::Stats { cfg, json, server, path } => commands::stats::run(&cfg, path.as_deref(), server, json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shoal: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,123 @@
+//! Shoal's native client library: the system interface every other front end
+//! (FUSE mount, `shoal` CLI, C ABI) is built on.
+//!
+//! A [`Client`] holds one multiplexed connection per server ([`pool`]), name and
+//! attribute caches with a short TTL ([`cache`]), and implements the namespace
+//! ([`namespace`]), attribute ([`attrs`]) and striped data ([`io`]) operations.
+//! Clones are cheap and share everything; [`Client::with_cred`] gives a view
+//! that acts as another user.
 
+pub mod attrs;
+pub mod cache;
+pub mod conn;
+pub mod io;
+pub mod namespace;
+pub mod pool;
+pub mod types;
+
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal_proto::cluster::ClusterConfig;
+use shoal_proto::error::Result;
+use shoal_proto::msg::{Distribution, PingReply};
+use shoal_proto::{Handle, Op};
+
+pub use shoal_proto::error::{Errno, ShoalError};
+pub use types::*;
+
+use cache::TtlCache;
+use pool::Pool;
+
+/// A connection to a Shoal cluster.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+    cred: Cred,
+}
+
+struct Inner {
+    pool: Pool,
+    names: TtlCache<(Handle, String), (Handle, FileKind)>,
+    attrs: TtlCache<Handle, Attr>,
+    /// Distributions never change once set, so they are kept without a TTL.
+    dists: TtlCache<Handle, Distribution>,
+    /// Round-robin cursor for placing new objects.
+    next_server: AtomicU32,
+}
+
+impl Client {
+    /// A client of the cluster described by `config`. Connections open lazily;
+    /// call [`Client::ping_all`] to check that every server answers.
+    pub fn new(config: ClusterConfig) -> Client {
+        let ttl = Duration::from_millis(config.settings.cache_ttl_ms);
+        let first = std::process::id() % config.num_servers();
+        Client {
+            inner: Arc::new(Inner {
+                names: TtlCache::new(ttl),
+                attrs: TtlCache::new(ttl),
+                dists: TtlCache::new(Duration::from_secs(u64::MAX / 4)),
+                next_server: AtomicU32::new(first),
+                pool: Pool::new(config),
+            }),
+            cred: Cred::current(),
+        }
+    }
+
+    /// The same client acting as `cred`.
+    pub fn with_cred(&self, cred: Cred) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            cred,
+        }
+    }
+
+    pub fn cred(&self) -> Cred {
+        self.cred
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        self.inner.pool.config()
+    }
+
+    pub fn num_servers(&self) -> u32 {
+        self.config().num_servers()
+    }
+
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// Checks that every server answers and owns the id the cluster file gives it.
+    pub async fn ping_all(&self) -> Result<()> {
+        let pings = (0..self.num_servers()).map(|s| async move {
+            let reply: PingReply = self
+                .pool()
+                .call(s, self.cred, Op::Ping, &shoal_proto::msg::Empty {})
+                .await?;
+            if reply.server_id != s {
+                return Err(ShoalError::invalid(format!(
+                    "server at the address of id {s} says it is server {}",
+                    reply.server_id
+                )));
+            }
+            Ok(())
+        });
+        futures::future::try_join_all(pings).await?;
+        Ok(())
+    }
+
+    /// Next server for a new object, round robin from a per-process start.
+    pub(crate) fn pick_server(&self) -> u32 {
+        self.inner
+            .next_server
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            % self.num_servers()
+    }
+
+    /// Drops everything cached about `handle`.
+    pub fn forget(&self, handle: Handle) {
+        self.inner.attrs.remove(&handle);
+    }
+}

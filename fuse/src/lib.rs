@@ -1,1 +1,117 @@
+//! Shoal's FUSE mount (`shoal mount`): VFS operations mapped onto the native
+//! client, answered from async tasks so the FUSE loop never blocks.
+//!
+//! - [`fs`]: the `fuser::Filesystem` implementation, one task per request.
+//! - [`attr`]: Shoal attributes as the kernel's `FileAttr`.
+//! - [`dirs`]: per-open-directory listing snapshots (stable readdir offsets).
+//! - [`xattr`]: the xattr size protocol.
+//! - [`errors`]: errno mapping and name checks.
+//! - [`readahead`]: raising the kernel readahead window after mounting.
+//!
+//! Limits a user may meet: names must be UTF-8 (others get EINVAL); hard
+//! links get EPERM; mknod makes regular files only (others EPERM);
+//! `rename` with RENAME_EXCHANGE gets EINVAL.
 
+pub mod attr;
+pub mod dirs;
+pub mod errors;
+pub mod fs;
+pub mod readahead;
+pub mod xattr;
+
+use std::path::Path;
+use std::time::Duration;
+
+use fuser::{Config, MountOption, Session, SessionACL};
+use shoal_proto::error::{Errno, Result, ShoalError};
+
+/// FUSE loop threads. Each only reads a request, copies what it needs and
+/// spawns a task, so two keep up with both cores.
+const LOOP_THREADS: usize = 2;
+
+pub struct MountOptions {
+    /// Shown as the mount's source in /proc/mounts (the cluster file's
+    /// absolute path); the fs type appears as `fuse.shoal`.
+    pub fsname: String,
+    /// Let users other than the one mounting use the mount.
+    pub allow_other: bool,
+    /// Kernel entry/attribute cache TTL (the cluster's cache_ttl_ms).
+    pub ttl: Duration,
+}
+
+/// Mounts `client`'s cluster on `mountpoint` and serves until it is
+/// unmounted (`fusermount3 -u`): blocking. Requests are answered from tasks
+/// spawned on `runtime`, so call this from a thread that is not one of the
+/// runtime's workers (e.g. the main thread, outside `block_on`).
+pub fn mount(
+    client: shoal_client::Client,
+    runtime: tokio::runtime::Handle,
+    mountpoint: &Path,
+    opts: &MountOptions,
+) -> Result<()> {
+    let meta = std::fs::metadata(mountpoint)
+        .map_err(|e| ShoalError::from(e).context(mountpoint.display()))?;
+    if !meta.is_dir() {
+        return Err(ShoalError::new(
+            Errno::ENOTDIR,
+            format!("{}: mount point is not a directory", mountpoint.display()),
+        ));
+    }
+    let mountpoint = mountpoint
+        .canonicalize()
+        .map_err(|e| ShoalError::from(e).context(mountpoint.display()))?;
+    let config = session_config(opts);
+    let fs = fs::ShoalFs::new(client, runtime, opts.ttl);
+    let session = Session::new(fs, &mountpoint, &config)
+        .map_err(|e| ShoalError::from(e).context(format!("mount {}", mountpoint.display())))?;
+    tracing::info!("mounted {} on {}", opts.fsname, mountpoint.display());
+    readahead::raise(&mountpoint, readahead::READ_AHEAD_KB);
+    session
+        .run()
+        .map_err(|e| ShoalError::from(e).context(format!("serving {}", mountpoint.display())))?;
+    tracing::info!("unmounted {}", mountpoint.display());
+    Ok(())
+}
+
+fn session_config(opts: &MountOptions) -> Config {
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(opts.fsname.clone()),
+        // For fusermount3 (unprivileged mounts), which turns it into the
+        // type "fuse.shoal" ...
+        MountOption::Subtype("shoal".into()),
+        // ... and for the kernel, which fuser mounts directly when we are
+        // root: it only forwards kernel options, and the kernel's own
+        // `subtype=` option is what makes the type read "fuse.shoal".
+        MountOption::CUSTOM("subtype=shoal".into()),
+        // The kernel checks permissions from our attributes: no ACCESS
+        // round trips, and the same rules as a local file system.
+        MountOption::DefaultPermissions,
+    ];
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(LOOP_THREADS);
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_name_the_mount() {
+        let c = session_config(&MountOptions {
+            fsname: "/etc/shoal.toml".into(),
+            allow_other: true,
+            ttl: Duration::from_millis(100),
+        });
+        assert!(c.mount_options.contains(&MountOption::FSName("/etc/shoal.toml".into())));
+        assert!(c.mount_options.contains(&MountOption::Subtype("shoal".into())));
+        assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
+        assert_eq!(c.acl, SessionACL::All);
+        assert_eq!(c.n_threads, Some(LOOP_THREADS));
+    }
+}

@@ -131,13 +131,19 @@ impl Settings {
             self.strip_size >= 4096 && self.strip_size <= 1 << 30,
             "strip_size must be between 4096 and 1 GiB",
         )?;
-        check(self.inline_max <= 1 << 20, "inline_max must be at most 1 MiB")?;
+        check(
+            self.inline_max <= 1 << 20,
+            "inline_max must be at most 1 MiB",
+        )?;
         check(
             (1..=4096).contains(&self.readdir_batch),
             "readdir_batch must be 1..=4096",
         )?;
         check(self.max_inflight >= 1, "max_inflight must be at least 1")?;
-        check(self.server_inflight >= 1, "server_inflight must be at least 1")?;
+        check(
+            self.server_inflight >= 1,
+            "server_inflight must be at least 1",
+        )?;
         check(
             (4096..=crate::frame::MAX_PAYLOAD as u32).contains(&self.max_transfer),
             "max_transfer must be between 4096 and 16 MiB",
@@ -147,12 +153,10 @@ impl Settings {
 
 impl ClusterConfig {
     pub fn load(path: &Path) -> Result<ClusterConfig> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ShoalError::from(e).context(format!("cluster file {}", path.display()))
-        })?;
-        let config: ClusterConfig = toml::from_str(&text).map_err(|e| {
-            ShoalError::invalid(format!("cluster file {}: {e}", path.display()))
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ShoalError::from(e).context(format!("cluster file {}", path.display())))?;
+        let config: ClusterConfig = toml::from_str(&text)
+            .map_err(|e| ShoalError::invalid(format!("cluster file {}: {e}", path.display())))?;
         config
             .validate()
             .map_err(|e| e.context(format!("cluster file {}", path.display())))?;
@@ -212,10 +216,9 @@ mod tests {
 
     #[test]
     fn parses_a_minimal_file_with_defaults() {
-        let c: ClusterConfig = toml::from_str(
-            "[[server]]\nid = 0\naddr = \"127.0.0.1:7000\"\ndata = \"/tmp/s0\"\n",
-        )
-        .unwrap();
+        let c: ClusterConfig =
+            toml::from_str("[[server]]\nid = 0\naddr = \"127.0.0.1:7000\"\ndata = \"/tmp/s0\"\n")
+                .unwrap();
         c.validate().unwrap();
         assert_eq!(c.settings, Settings::default());
         assert_eq!(c.dfiles_per_file(), 1);
@@ -228,16 +231,23 @@ mod tests {
         assert_eq!(s.strip_size, 65536);
         s.set("sync=none").unwrap();
         assert_eq!(s.sync, SyncMode::None);
-        assert!(s.set("strip_size=1").unwrap_err().message.contains("strip_size"));
-        assert!(s.set("no_such=1").unwrap_err().message.contains("unknown setting"));
+        assert!(s
+            .set("strip_size=1")
+            .unwrap_err()
+            .message
+            .contains("strip_size"));
+        assert!(s
+            .set("no_such=1")
+            .unwrap_err()
+            .message
+            .contains("unknown setting"));
         assert!(s.set("garbage").is_err());
     }
 
     #[test]
     fn ids_must_be_dense() {
-        let c: std::result::Result<ClusterConfig, _> = toml::from_str(
-            "[[server]]\nid = 1\naddr = \"127.0.0.1:7000\"\ndata = \"/tmp/s0\"\n",
-        );
+        let c: std::result::Result<ClusterConfig, _> =
+            toml::from_str("[[server]]\nid = 1\naddr = \"127.0.0.1:7000\"\ndata = \"/tmp/s0\"\n");
         assert!(c.unwrap().validate().is_err());
     }
 }

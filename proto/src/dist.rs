@@ -84,10 +84,30 @@ mod tests {
         assert_eq!(
             p,
             vec![
-                Piece { datafile: 0, local_offset: 2, buf_offset: 0, len: 2 },
-                Piece { datafile: 1, local_offset: 0, buf_offset: 2, len: 4 },
-                Piece { datafile: 2, local_offset: 0, buf_offset: 6, len: 4 },
-                Piece { datafile: 0, local_offset: 4, buf_offset: 10, len: 2 },
+                Piece {
+                    datafile: 0,
+                    local_offset: 2,
+                    buf_offset: 0,
+                    len: 2
+                },
+                Piece {
+                    datafile: 1,
+                    local_offset: 0,
+                    buf_offset: 2,
+                    len: 4
+                },
+                Piece {
+                    datafile: 2,
+                    local_offset: 0,
+                    buf_offset: 6,
+                    len: 4
+                },
+                Piece {
+                    datafile: 0,
+                    local_offset: 4,
+                    buf_offset: 10,
+                    len: 2
+                },
             ]
         );
         assert!(split(4, 3, 100, 0).is_empty());

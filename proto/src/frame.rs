@@ -139,7 +139,10 @@ impl Frame {
     pub fn decode(mut buf: Bytes) -> Result<Frame, FrameError> {
         let bad = |m: String| Err(FrameError::Malformed(m));
         if buf.len() < HEADER_LEN {
-            return bad(format!("frame of {} bytes is shorter than its header", buf.len()));
+            return bad(format!(
+                "frame of {} bytes is shorter than its header",
+                buf.len()
+            ));
         }
         let magic = buf.get_u16();
         if magic != MAGIC {
@@ -166,7 +169,9 @@ impl Frame {
         let body_len = buf.get_u32() as usize;
         let payload_len = buf.get_u32() as usize;
         if body_len > MAX_BODY || payload_len > MAX_PAYLOAD {
-            return bad(format!("body {body_len} or payload {payload_len} over the limit"));
+            return bad(format!(
+                "body {body_len} or payload {payload_len} over the limit"
+            ));
         }
         if body_len + payload_len != buf.len() {
             return bad(format!(
@@ -199,7 +204,9 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Frame, FrameE
         Err(e) => return Err(e.into()),
     };
     if !(HEADER_LEN..=HEADER_LEN + MAX_BODY + MAX_PAYLOAD).contains(&len) {
-        return Err(FrameError::Malformed(format!("frame length {len} out of range")));
+        return Err(FrameError::Malformed(format!(
+            "frame length {len} out of range"
+        )));
     }
     let mut buf = BytesMut::zeroed(len);
     r.read_exact(&mut buf).await?;

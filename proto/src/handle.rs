@@ -24,7 +24,10 @@ pub fn server_of(handle: Handle) -> u32 {
 
 /// The handle with counter value `counter` on server `server`.
 pub fn make(server: u32, counter: u64) -> Handle {
-    assert!(counter > 0 && counter <= COUNTER_MASK, "handle counter out of range");
+    assert!(
+        counter > 0 && counter <= COUNTER_MASK,
+        "handle counter out of range"
+    );
     ((server as u64) << SERVER_SHIFT) | counter
 }
 

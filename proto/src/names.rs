@@ -67,7 +67,10 @@ mod tests {
     #[test]
     fn names_are_checked() {
         assert!(check_name("a.txt").is_ok());
-        assert_eq!(check_name(&"x".repeat(256)).unwrap_err().errno, Errno::ENAMETOOLONG);
+        assert_eq!(
+            check_name(&"x".repeat(256)).unwrap_err().errno,
+            Errno::ENAMETOOLONG
+        );
         assert!(check_name(&"x".repeat(255)).is_ok());
         for bad in ["", ".", "..", "a/b", "a\0b"] {
             assert_eq!(check_name(bad).unwrap_err().errno, Errno::EINVAL, "{bad:?}");

@@ -36,8 +36,9 @@ pub struct DataStore {
 impl DataStore {
     pub fn new(data_dir: &Path, inline_max: u64) -> Result<DataStore> {
         let files_dir = data_dir.join("files");
-        std::fs::create_dir_all(&files_dir)
-            .map_err(|e| ShoalError::from(e).context(format!("creating {}", files_dir.display())))?;
+        std::fs::create_dir_all(&files_dir).map_err(|e| {
+            ShoalError::from(e).context(format!("creating {}", files_dir.display()))
+        })?;
         Ok(DataStore {
             files_dir,
             inline_max,
@@ -87,7 +88,13 @@ impl DataStore {
         Ok((md.len(), mtime))
     }
 
-    pub fn read(&self, meta: &MetaStore, rec: &ObjectRecord, offset: u64, len: u64) -> Result<Bytes> {
+    pub fn read(
+        &self,
+        meta: &MetaStore,
+        rec: &ObjectRecord,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
         let (size, _) = self.size_of(rec)?;
         if offset >= size || len == 0 {
             return Ok(Bytes::new());
@@ -123,7 +130,10 @@ impl DataStore {
             .checked_add(data.len() as u64)
             .filter(|e| *e <= MAX_DATAFILE_SIZE)
             .ok_or_else(|| {
-                ShoalError::new(Errno::EFBIG, format!("write past {MAX_DATAFILE_SIZE} bytes"))
+                ShoalError::new(
+                    Errno::EFBIG,
+                    format!("write past {MAX_DATAFILE_SIZE} bytes"),
+                )
             })?;
         let rec = datafile(meta, handle)?;
         if rec.in_file {
@@ -175,7 +185,10 @@ impl DataStore {
 
     pub fn truncate(&self, meta: &MetaStore, handle: Handle, size: u64) -> Result<()> {
         if size > MAX_DATAFILE_SIZE {
-            return Err(ShoalError::new(Errno::EFBIG, format!("size {size} too large")));
+            return Err(ShoalError::new(
+                Errno::EFBIG,
+                format!("size {size} too large"),
+            ));
         }
         let _guard = meta.lock();
         let mut rec = datafile(meta, handle)?;
@@ -227,7 +240,9 @@ impl DataStore {
 pub fn datafile(meta: &MetaStore, handle: Handle) -> Result<ObjectRecord> {
     let rec = meta.get(handle)?;
     if rec.kind() != ObjectKind::Datafile {
-        return Err(ShoalError::invalid(format!("object {handle:#x} is not a datafile")));
+        return Err(ShoalError::invalid(format!(
+            "object {handle:#x} is not a datafile"
+        )));
     }
     Ok(rec)
 }
@@ -269,7 +284,7 @@ mod tests {
         let rec = meta.get(h).unwrap();
         assert!(rec.in_file);
         assert_eq!(data.size_of(&rec).unwrap().0, 20);
-        assert_eq!(read_all(&meta, &data, h), b"\0\0\0\0abcd\0\00123456789");
+        assert_eq!(read_all(&meta, &data, h), b"\0\0\0\0abcd\0\x000123456789");
         assert_eq!(meta.kv().get(&keys::bytes(h)).unwrap(), None);
     }
 
@@ -293,6 +308,9 @@ mod tests {
         let (_d, meta, data, h) = setup(16);
         let err = data.write(&meta, h, MAX_DATAFILE_SIZE, b"x").unwrap_err();
         assert_eq!(err.errno, Errno::EFBIG);
-        assert_eq!(data.write(&meta, h, u64::MAX, b"x").unwrap_err().errno, Errno::EFBIG);
+        assert_eq!(
+            data.write(&meta, h, u64::MAX, b"x").unwrap_err().errno,
+            Errno::EFBIG
+        );
     }
 }

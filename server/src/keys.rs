@@ -87,10 +87,7 @@ pub fn encode_u64(v: u64) -> Vec<u8> {
 }
 
 pub fn decode_u64(value: &[u8]) -> u64 {
-    value
-        .try_into()
-        .map(u64::from_be_bytes)
-        .unwrap_or_default()
+    value.try_into().map(u64::from_be_bytes).unwrap_or_default()
 }
 
 #[cfg(test)]

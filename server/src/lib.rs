@@ -39,7 +39,11 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
                 .await
                 .map_err(|e| ShoalError::io(e.to_string()))??,
         );
-        tracing::info!("server {id} listening on {} with data in {}", entry.addr, entry.data.display());
+        tracing::info!(
+            "server {id} listening on {} with data in {}",
+            entry.addr,
+            entry.data.display()
+        );
         eprintln!("shoal server {id} listening on {}", entry.addr);
         let serving = tokio::spawn(listener::serve(listener, service.clone()));
         wait_for_shutdown().await;

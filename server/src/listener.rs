@@ -38,7 +38,10 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, service: Arc<Serv
     let mut reader = BufReader::with_capacity(READ_BUFFER, read_half);
     let inflight = service.config.settings.server_inflight as usize;
     let (tx, rx) = mpsc::channel::<Frame>(inflight);
-    let writer = tokio::spawn(write_replies(BufWriter::with_capacity(WRITE_BUFFER, write_half), rx));
+    let writer = tokio::spawn(write_replies(
+        BufWriter::with_capacity(WRITE_BUFFER, write_half),
+        rx,
+    ));
     let permits = Arc::new(Semaphore::new(inflight));
     loop {
         let frame = match read_frame(&mut reader).await {
@@ -68,7 +71,10 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, service: Arc<Serv
     let _ = writer.await;
 }
 
-async fn write_replies<W: tokio::io::AsyncWrite + Unpin>(mut w: BufWriter<W>, mut rx: mpsc::Receiver<Frame>) {
+async fn write_replies<W: tokio::io::AsyncWrite + Unpin>(
+    mut w: BufWriter<W>,
+    mut rx: mpsc::Receiver<Frame>,
+) {
     while let Some(frame) = rx.recv().await {
         if write_frame(&mut w, &frame).await.is_err() {
             return;

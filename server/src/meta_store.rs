@@ -37,7 +37,8 @@ pub struct Txn {
 
 impl Txn {
     pub fn put_object(&mut self, rec: &ObjectRecord) {
-        self.batch.put(keys::object(rec.handle), rec.encode_to_vec());
+        self.batch
+            .put(keys::object(rec.handle), rec.encode_to_vec());
     }
     /// Stores a new object (counts it).
     pub fn insert_object(&mut self, rec: &ObjectRecord) {
@@ -81,7 +82,11 @@ impl MetaStore {
             let _guard = store.lock();
             let mut txn = Txn::default();
             let root = store.alloc(&mut txn);
-            assert_eq!(root, handle::ROOT, "the root must be server 0's first handle");
+            assert_eq!(
+                root,
+                handle::ROOT,
+                "the root must be server 0's first handle"
+            );
             txn.insert_object(&ObjectRecord {
                 handle: root,
                 kind: ObjectKind::Directory as i32,
@@ -169,9 +174,16 @@ impl MetaStore {
     }
 
     /// Up to `max` entries of `dir` after `start_after`, and whether the listing ended.
-    pub fn readdir(&self, dir: Handle, start_after: &str, max: usize) -> Result<(Vec<DirEntry>, bool)> {
+    pub fn readdir(
+        &self,
+        dir: Handle,
+        start_after: &str,
+        max: usize,
+    ) -> Result<(Vec<DirEntry>, bool)> {
         let after = (!start_after.is_empty()).then(|| keys::entry(dir, start_after));
-        let pairs = self.kv.scan(&keys::entries(dir), after.as_deref(), max + 1)?;
+        let pairs = self
+            .kv
+            .scan(&keys::entries(dir), after.as_deref(), max + 1)?;
         let done = pairs.len() <= max;
         let entries = pairs
             .into_iter()
@@ -202,8 +214,10 @@ impl MetaStore {
             );
         }
         if txn.objects_delta != 0 {
-            let count = (self.objects.load(Ordering::SeqCst) as i64 + txn.objects_delta).max(0) as u64;
-            txn.batch.put(keys::OBJECT_COUNT.to_vec(), keys::encode_u64(count));
+            let count =
+                (self.objects.load(Ordering::SeqCst) as i64 + txn.objects_delta).max(0) as u64;
+            txn.batch
+                .put(keys::OBJECT_COUNT.to_vec(), keys::encode_u64(count));
             self.kv.apply(txn.batch)?;
             self.objects.store(count, Ordering::SeqCst);
             return Ok(());
@@ -251,7 +265,10 @@ mod tests {
         let again = MetaStore::open(kv, 0).unwrap();
         assert_eq!(again.object_count(), 2);
         let mut txn = Txn::default();
-        assert!(again.alloc(&mut txn) > h, "handles are never reused after reopen");
+        assert!(
+            again.alloc(&mut txn) > h,
+            "handles are never reused after reopen"
+        );
     }
 
     #[test]
@@ -259,7 +276,12 @@ mod tests {
         let store = MetaStore::open(Arc::new(MemEngine::default()), 0).unwrap();
         let mut txn = Txn::default();
         for i in 0..10 {
-            txn.put_entry(handle::ROOT, &format!("f{i:02}"), 100 + i, ObjectKind::Metafile);
+            txn.put_entry(
+                handle::ROOT,
+                &format!("f{i:02}"),
+                100 + i,
+                ObjectKind::Metafile,
+            );
         }
         store.apply(txn).unwrap();
         let (first, done) = store.readdir(handle::ROOT, "", 4).unwrap();
@@ -270,6 +292,9 @@ mod tests {
         assert!(done);
         assert_eq!(rest[0].name, "f04");
         assert!(!store.is_empty_dir(handle::ROOT).unwrap());
-        assert!(store.get(handle::make(1, 5)).is_err(), "foreign handles are refused");
+        assert!(
+            store.get(handle::make(1, 5)).is_err(),
+            "foreign handles are refused"
+        );
     }
 }

@@ -73,7 +73,12 @@ impl Service {
         Service::with_engine(config, id, kv, &entry.data)
     }
 
-    pub fn with_engine(config: ClusterConfig, id: u32, kv: Arc<dyn KvEngine>, data_dir: &Path) -> Result<Service> {
+    pub fn with_engine(
+        config: ClusterConfig,
+        id: u32,
+        kv: Arc<dyn KvEngine>,
+        data_dir: &Path,
+    ) -> Result<Service> {
         let meta = MetaStore::open(kv, id)?;
         let data = DataStore::new(data_dir, config.settings.inline_max)?;
         Ok(Service {
@@ -100,8 +105,16 @@ impl Service {
         let (status, reply) = match result {
             Ok(r) => (0, r),
             Err(e) => {
-                tracing::debug!(op = frame.header.op.name(), errno = e.errno.0, "{}", e.message);
-                (e.errno.0, Reply::message(&ErrorReply { message: e.message }))
+                tracing::debug!(
+                    op = frame.header.op.name(),
+                    errno = e.errno.0,
+                    "{}",
+                    e.message
+                );
+                (
+                    e.errno.0,
+                    Reply::message(&ErrorReply { message: e.message }),
+                )
             }
         };
         let out = Frame::reply_to(&frame.header, status, reply.body, reply.payload);

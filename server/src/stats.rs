@@ -80,7 +80,11 @@ impl Stats {
             .zip(&self.ops)
             .filter(|(_, c)| c.requests.load(Ordering::Relaxed) > 0)
             .map(|(op, c)| {
-                let hist: Vec<u64> = c.latency.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+                let hist: Vec<u64> = c
+                    .latency
+                    .iter()
+                    .map(|b| b.load(Ordering::Relaxed))
+                    .collect();
                 OpStats {
                     op: op.name().to_string(),
                     requests: c.requests.load(Ordering::Relaxed),
@@ -137,7 +141,10 @@ mod tests {
         let snap = s.snapshot();
         assert_eq!(snap.len(), 1);
         let l = &snap[0];
-        assert_eq!((l.op.as_str(), l.requests, l.errors, l.syncs), ("lookup", 4, 1, 4));
+        assert_eq!(
+            (l.op.as_str(), l.requests, l.errors, l.syncs),
+            ("lookup", 4, 1, 4)
+        );
         assert_eq!((l.bytes_in, l.bytes_out), (20, 28));
         assert_eq!(l.latency_p50_us, 16);
         assert_eq!(l.latency_max_us, 1024);

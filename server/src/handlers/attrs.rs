@@ -78,10 +78,16 @@ pub fn setxattr(s: &Service, r: &Request) -> Result<Reply> {
         s.meta.get(q.handle)?;
         let exists = s.meta.kv().get(&key)?.is_some();
         if q.create_only && exists {
-            return Err(ShoalError::new(Errno::EEXIST, format!("xattr {} exists", q.name)));
+            return Err(ShoalError::new(
+                Errno::EEXIST,
+                format!("xattr {} exists", q.name),
+            ));
         }
         if q.replace_only && !exists {
-            return Err(ShoalError::new(Errno::ENODATA, format!("no xattr {}", q.name)));
+            return Err(ShoalError::new(
+                Errno::ENODATA,
+                format!("no xattr {}", q.name),
+            ));
         }
         txn.batch.put(key, q.value.to_vec());
         Ok(())
@@ -123,7 +129,10 @@ pub fn removexattr(s: &Service, r: &Request) -> Result<Reply> {
     let ((), syncs) = change(s, |txn| {
         s.meta.get(q.handle)?;
         if s.meta.kv().get(&key)?.is_none() {
-            return Err(ShoalError::new(Errno::ENODATA, format!("no xattr {}", q.name)));
+            return Err(ShoalError::new(
+                Errno::ENODATA,
+                format!("no xattr {}", q.name),
+            ));
         }
         txn.batch.delete(key);
         Ok(())

@@ -65,6 +65,8 @@ pub(crate) fn check_handle(s: &Service, h: shoal_proto::Handle) -> Result<()> {
     if shoal_proto::handle::is_valid(h, s.config.num_servers()) {
         Ok(())
     } else {
-        Err(shoal_proto::ShoalError::invalid(format!("invalid handle {h:#x}")))
+        Err(shoal_proto::ShoalError::invalid(format!(
+            "invalid handle {h:#x}"
+        )))
     }
 }

@@ -80,7 +80,6 @@ pub fn create_datafiles(s: &Service, r: &Request) -> Result<Reply> {
             q.count
         )));
     }
-    let now = now_ns();
     let (handles, syncs) = change(s, |txn| {
         Ok((0..q.count)
             .map(|_| {
@@ -88,7 +87,7 @@ pub fn create_datafiles(s: &Service, r: &Request) -> Result<Reply> {
                 txn.insert_object(&ObjectRecord {
                     handle: h,
                     kind: ObjectKind::Datafile as i32,
-                    data_mtime_ns: now,
+                    // 0 = never written: does not count as a data change.
                     ..Default::default()
                 });
                 h
@@ -115,7 +114,10 @@ pub fn set_dist(s: &Service, r: &Request) -> Result<Reply> {
     let ((), syncs) = change(s, |txn| {
         let mut rec = s.meta.get(q.handle)?;
         if rec.kind() != ObjectKind::Metafile {
-            return Err(ShoalError::invalid(format!("object {:#x} is not a file", q.handle)));
+            return Err(ShoalError::invalid(format!(
+                "object {:#x} is not a file",
+                q.handle
+            )));
         }
         rec.dist = Some(dist);
         txn.put_object(&rec);
@@ -137,8 +139,14 @@ fn touch_dir(txn: &mut Txn, mut dir: ObjectRecord) {
 /// POSIX rename rules for replacing an existing entry.
 fn check_replace(new: ObjectKind, old: ObjectKind, name: &str) -> Result<()> {
     match (new == ObjectKind::Directory, old == ObjectKind::Directory) {
-        (true, false) => Err(ShoalError::new(Errno::ENOTDIR, format!("{name}: not a directory"))),
-        (false, true) => Err(ShoalError::new(Errno::EISDIR, format!("{name}: is a directory"))),
+        (true, false) => Err(ShoalError::new(
+            Errno::ENOTDIR,
+            format!("{name}: not a directory"),
+        )),
+        (false, true) => Err(ShoalError::new(
+            Errno::EISDIR,
+            format!("{name}: is a directory"),
+        )),
         _ => Ok(()),
     }
 }
@@ -148,7 +156,10 @@ pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
     check_name(&q.name)?;
     check_handle(s, q.handle)?;
     let kind = q.kind();
-    if !matches!(kind, ObjectKind::Directory | ObjectKind::Metafile | ObjectKind::Symlink) {
+    if !matches!(
+        kind,
+        ObjectKind::Directory | ObjectKind::Metafile | ObjectKind::Symlink
+    ) {
         return Err(ShoalError::invalid(
             "a directory entry must name a directory, file or symlink",
         ));
@@ -156,12 +167,18 @@ pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
     let (reply, syncs) = change(s, |txn| {
         let dir = s.meta.get_dir(q.dir)?;
         if dir.removing {
-            return Err(ShoalError::not_found(format!("directory {:#x} (being removed)", q.dir)));
+            return Err(ShoalError::not_found(format!(
+                "directory {:#x} (being removed)",
+                q.dir
+            )));
         }
         let mut reply = CrDirEntReply::default();
         if let Some((old, old_kind)) = s.meta.lookup(q.dir, &q.name)? {
             if !q.replace {
-                return Err(ShoalError::new(Errno::EEXIST, format!("{}: file exists", q.name)));
+                return Err(ShoalError::new(
+                    Errno::EEXIST,
+                    format!("{}: file exists", q.name),
+                ));
             }
             check_replace(kind, old_kind, &q.name)?;
             reply.replaced_handle = old;
@@ -184,7 +201,23 @@ pub fn rmdirent(s: &Service, r: &Request) -> Result<Reply> {
             .lookup(q.dir, &q.name)?
             .ok_or_else(|| ShoalError::not_found(&q.name))?;
         if q.expect_handle != 0 && q.expect_handle != handle {
-            return Err(ShoalError::new(Errno::ESTALE, format!("{}: entry changed", q.name)));
+            return Err(ShoalError::new(
+                Errno::ESTALE,
+                format!("{}: entry changed", q.name),
+            ));
+        }
+        let is_dir = kind == ObjectKind::Directory;
+        if q.must_be_dir && !is_dir {
+            return Err(ShoalError::new(
+                Errno::ENOTDIR,
+                format!("{}: not a directory", q.name),
+            ));
+        }
+        if q.must_not_be_dir && is_dir {
+            return Err(ShoalError::new(
+                Errno::EISDIR,
+                format!("{}: is a directory", q.name),
+            ));
         }
         txn.delete_entry(q.dir, &q.name);
         touch_dir(txn, dir);
@@ -212,7 +245,10 @@ pub fn rename_entry(s: &Service, r: &Request) -> Result<Reply> {
         }
         if let Some((old, old_kind)) = s.meta.lookup(q.dir, &q.new_name)? {
             if q.no_replace {
-                return Err(ShoalError::new(Errno::EEXIST, format!("{}: file exists", q.new_name)));
+                return Err(ShoalError::new(
+                    Errno::EEXIST,
+                    format!("{}: file exists", q.new_name),
+                ));
             }
             check_replace(kind, old_kind, &q.new_name)?;
             reply.replaced_handle = old;
@@ -237,7 +273,10 @@ pub fn readdir(s: &Service, r: &Request) -> Result<Reply> {
 pub fn remove(s: &Service, r: &Request) -> Result<Reply> {
     let q: RemoveRequest = r.decode()?;
     if q.handle == handle::ROOT {
-        return Err(ShoalError::new(Errno::EBUSY, "the root directory cannot be removed"));
+        return Err(ShoalError::new(
+            Errno::EBUSY,
+            "the root directory cannot be removed",
+        ));
     }
     let (rec, syncs) = change(s, |txn| {
         let rec = s.meta.get(q.handle)?;
@@ -248,7 +287,11 @@ pub fn remove(s: &Service, r: &Request) -> Result<Reply> {
             ObjectKind::Datafile => txn.batch.delete(crate::keys::bytes(q.handle)),
             _ => {}
         }
-        for (k, _) in s.meta.kv().scan(&crate::keys::xattrs(q.handle), None, usize::MAX)? {
+        for (k, _) in s
+            .meta
+            .kv()
+            .scan(&crate::keys::xattrs(q.handle), None, usize::MAX)?
+        {
             txn.batch.delete(k);
         }
         txn.delete_object(q.handle);
@@ -263,7 +306,10 @@ pub fn remove(s: &Service, r: &Request) -> Result<Reply> {
 fn set_removing(s: &Service, r: &Request, removing: bool) -> Result<Reply> {
     let q: RmdirRequest = r.decode()?;
     if q.dir == handle::ROOT {
-        return Err(ShoalError::new(Errno::EBUSY, "the root directory cannot be removed"));
+        return Err(ShoalError::new(
+            Errno::EBUSY,
+            "the root directory cannot be removed",
+        ));
     }
     let ((), syncs) = change(s, |txn| {
         let mut dir = s.meta.get_dir(q.dir)?;

@@ -83,7 +83,10 @@ mod tests {
 
         let all = kv.scan(b"E1/", None, 100).unwrap();
         let names: Vec<_> = all.iter().map(|(_, v)| v.clone()).collect();
-        assert_eq!(names, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]);
+        assert_eq!(
+            names,
+            vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]
+        );
         let page = kv.scan(b"E1/", Some(b"E1/b"), 2).unwrap();
         assert_eq!(page.len(), 2);
         assert_eq!(page[0].0, b"E1/c".to_vec());

@@ -1,0 +1,9 @@
+//! One module per subcommand (or family of small ones).
+
+pub mod copy;
+pub mod down;
+pub mod files;
+pub mod mount;
+pub mod server;
+pub mod stats;
+pub mod up;

@@ -1,0 +1,86 @@
+//! `shoal mount CLUSTER.toml DIR`: mounts through FUSE. By default it returns
+//! once the mount is live, leaving a background process serving it; with
+//! `--foreground` it serves until unmounted.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use shoal_client::Client;
+use shoal_proto::cluster::ClusterConfig;
+use shoal_proto::error::{Result, ShoalError};
+
+use crate::local_cluster;
+use crate::mounts;
+use crate::target::runtime;
+
+#[derive(clap::Args)]
+pub struct MountArgs {
+    /// The cluster file.
+    pub cluster: PathBuf,
+    /// Where to mount.
+    pub mountpoint: PathBuf,
+    /// Serve in this process until unmounted.
+    #[arg(long)]
+    pub foreground: bool,
+    /// Let other users than the one mounting use the mount.
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Log file of the background process (default: DIR's name under /tmp).
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+}
+
+pub fn run(args: MountArgs) -> Result<()> {
+    let cluster_file = std::fs::canonicalize(&args.cluster)
+        .map_err(|e| ShoalError::from(e).context(format!("cluster file {}", args.cluster.display())))?;
+    let config = ClusterConfig::load(&cluster_file)?;
+    let dir = std::fs::canonicalize(&args.mountpoint)
+        .map_err(|e| ShoalError::from(e).context(format!("mount point {}", args.mountpoint.display())))?;
+    if !dir.is_dir() {
+        return Err(ShoalError::invalid(format!("mount point {} is not a directory", dir.display())));
+    }
+    if mounts::is_mounted(&dir) {
+        return Err(ShoalError::invalid(format!("{} is already a Shoal mount", dir.display())));
+    }
+    if !args.foreground {
+        return mount_in_background(&args, &cluster_file, &dir);
+    }
+    let rt = runtime()?;
+    let client = Client::new(config.clone());
+    rt.block_on(client.ping_all())?;
+    let opts = shoal_fuse::MountOptions {
+        fsname: cluster_file.to_string_lossy().into_owned(),
+        allow_other: args.allow_other,
+        ttl: Duration::from_millis(config.settings.cache_ttl_ms),
+    };
+    shoal_fuse::mount(client, rt.handle().clone(), &dir, &opts)
+}
+
+fn mount_in_background(args: &MountArgs, cluster_file: &std::path::Path, dir: &std::path::Path) -> Result<()> {
+    let log = args.log.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!(
+            "shoal-mount-{}.log",
+            dir.to_string_lossy().trim_matches('/').replace('/', "_")
+        ))
+    });
+    let cluster = cluster_file.to_string_lossy().into_owned();
+    let mountpoint = dir.to_string_lossy().into_owned();
+    let mut argv = vec!["mount", "--foreground", &cluster, &mountpoint];
+    if args.allow_other {
+        argv.push("--allow-other");
+    }
+    let pid = local_cluster::spawn_shoal(&argv, &log)?;
+    let done = local_cluster::wait_until(Duration::from_secs(30), || {
+        mounts::is_mounted(dir) || !local_cluster::is_ours(pid, &cluster)
+    });
+    if !done || !mounts::is_mounted(dir) {
+        return Err(ShoalError::io(format!(
+            "mount on {} failed; {} ends with:\n{}",
+            dir.display(),
+            log.display(),
+            local_cluster::tail(&log, 10)
+        )));
+    }
+    println!("mounted on {} (process {pid}, log {}); unmount with: fusermount3 -u {}", dir.display(), log.display(), dir.display());
+    Ok(())
+}

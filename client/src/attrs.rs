@@ -1,0 +1,261 @@
+//! Attributes: getattr (a file's size is computed from its datafiles), setattr,
+//! extended attributes, capacity, layouts and server statistics.
+
+use std::collections::BTreeMap;
+
+use shoal_proto::dist;
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::handle::{server_of, Handle};
+use shoal_proto::msg::*;
+use shoal_proto::{ObjectKind, Op};
+
+use crate::{Attr, Client, FileKind, Layout, SetAttr, StatFs};
+
+impl Client {
+    /// Attributes of `h`. For a file: one request to its metafile's server and
+    /// one per server holding its datafiles (n+1 messages), unless cached.
+    pub async fn getattr(&self, h: Handle) -> Result<Attr> {
+        if let Some(a) = self.inner.attrs.get(&h) {
+            return Ok(a);
+        }
+        let rec = self.get_record(h).await?;
+        let kind = FileKind::from_object(rec.kind()).ok_or_else(|| {
+            ShoalError::invalid(format!("object {h:#x} is not a file, directory or symlink"))
+        })?;
+        let mut attr = Attr::from_record(&rec, kind);
+        if kind == FileKind::File {
+            let dist = rec.dist.clone().unwrap_or_default();
+            self.inner.dists.put(h, dist.clone());
+            let sizes = self.datafile_sizes(&dist).await?;
+            let locals: Vec<u64> = sizes.iter().map(|s| s.size).collect();
+            attr.size = dist::file_size(dist.strip_size.max(1), &locals);
+            // Data written after the last attribute change is the newer mtime;
+            // an explicit utimes after the write wins (it moves ctime past it).
+            let data_mtime = sizes.iter().map(|s| s.mtime_ns).max().unwrap_or(0);
+            if data_mtime > attr.ctime_ns {
+                attr.mtime_ns = data_mtime;
+                attr.ctime_ns = data_mtime;
+            }
+        }
+        self.inner.attrs.put(h, attr.clone());
+        Ok(attr)
+    }
+
+    pub(crate) async fn get_record(&self, h: Handle) -> Result<ObjectRecord> {
+        let reply: GetAttrReply = self
+            .pool()
+            .call(
+                server_of(h),
+                self.cred,
+                Op::GetAttr,
+                &GetAttrRequest { handle: h },
+            )
+            .await?;
+        reply
+            .object
+            .ok_or_else(|| ShoalError::protocol("getattr reply without an object"))
+    }
+
+    /// Sizes of a distribution's datafiles, in distribution order: one request
+    /// per server holding some of them, all in parallel.
+    pub(crate) async fn datafile_sizes(&self, dist: &Distribution) -> Result<Vec<DatafileSize>> {
+        let mut by_server: BTreeMap<u32, Vec<Handle>> = BTreeMap::new();
+        for h in &dist.datafiles {
+            by_server.entry(server_of(*h)).or_default().push(*h);
+        }
+        let replies = futures::future::try_join_all(by_server.into_iter().map(
+            |(server, handles)| async move {
+                let reply: GetSizesReply = self
+                    .pool()
+                    .call(
+                        server,
+                        self.cred,
+                        Op::GetSizes,
+                        &GetSizesRequest { handles },
+                    )
+                    .await?;
+                Ok::<_, ShoalError>(reply.sizes)
+            },
+        ))
+        .await?;
+        let found: BTreeMap<Handle, DatafileSize> = replies
+            .into_iter()
+            .flatten()
+            .map(|s| (s.handle, s))
+            .collect();
+        dist.datafiles
+            .iter()
+            .map(|h| {
+                found
+                    .get(h)
+                    .cloned()
+                    .ok_or_else(|| ShoalError::io(format!("no size for datafile {h:#x}")))
+            })
+            .collect()
+    }
+
+    /// The distribution of file `h` (cached: distributions do not change).
+    pub async fn distribution(&self, h: Handle) -> Result<Distribution> {
+        if let Some(d) = self.inner.dists.get(&h) {
+            return Ok(d);
+        }
+        let rec = self.get_record(h).await?;
+        if rec.kind() != ObjectKind::Metafile {
+            return Err(ShoalError::new(
+                if rec.kind() == ObjectKind::Directory {
+                    Errno::EISDIR
+                } else {
+                    Errno::EINVAL
+                },
+                format!("object {h:#x} is not a regular file"),
+            ));
+        }
+        let dist = rec.dist.unwrap_or_default();
+        if dist.datafiles.is_empty() {
+            return Err(ShoalError::io(format!("file {h:#x} has no distribution")));
+        }
+        self.inner.dists.put(h, dist.clone());
+        Ok(dist)
+    }
+
+    pub async fn layout(&self, h: Handle) -> Result<Layout> {
+        let dist = self.distribution(h).await?;
+        Ok(Layout {
+            strip_size: dist.strip_size,
+            datafiles: dist.datafiles.iter().map(|d| (*d, server_of(*d))).collect(),
+        })
+    }
+
+    /// Changes attributes; a size change truncates or extends the file.
+    pub async fn setattr(&self, h: Handle, set: &SetAttr) -> Result<Attr> {
+        if let Some(size) = set.size {
+            self.truncate(h, size).await?;
+        }
+        let mut req = SetAttrRequest {
+            handle: h,
+            ..Default::default()
+        };
+        let mut bit = |on: bool, b: SetAttrBits| {
+            if on {
+                req.mask |= b as u32;
+            }
+        };
+        bit(set.mode.is_some(), SetAttrBits::SetMode);
+        bit(set.uid.is_some(), SetAttrBits::SetUid);
+        bit(set.gid.is_some(), SetAttrBits::SetGid);
+        bit(set.atime_ns.is_some(), SetAttrBits::SetAtime);
+        bit(set.mtime_ns.is_some(), SetAttrBits::SetMtime);
+        req.mode = set.mode.unwrap_or(0);
+        req.uid = set.uid.unwrap_or(0);
+        req.gid = set.gid.unwrap_or(0);
+        req.atime_ns = set.atime_ns.unwrap_or(0);
+        req.mtime_ns = set.mtime_ns.unwrap_or(0);
+        if req.mask != 0 {
+            let _: SetAttrReply = self
+                .pool()
+                .call(server_of(h), self.cred, Op::SetAttr, &req)
+                .await?;
+        }
+        self.forget(h);
+        self.getattr(h).await
+    }
+
+    pub async fn setxattr(
+        &self,
+        h: Handle,
+        name: &str,
+        value: &[u8],
+        create_only: bool,
+        replace_only: bool,
+    ) -> Result<()> {
+        self.pool()
+            .call::<Empty>(
+                server_of(h),
+                self.cred,
+                Op::SetXattr,
+                &SetXattrRequest {
+                    handle: h,
+                    name: name.to_string(),
+                    value: value.to_vec().into(),
+                    create_only,
+                    replace_only,
+                },
+            )
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn getxattr(&self, h: Handle, name: &str) -> Result<Vec<u8>> {
+        let reply: GetXattrReply = self
+            .pool()
+            .call(
+                server_of(h),
+                self.cred,
+                Op::GetXattr,
+                &GetXattrRequest {
+                    handle: h,
+                    name: name.to_string(),
+                },
+            )
+            .await?;
+        Ok(reply.value.to_vec())
+    }
+
+    pub async fn listxattr(&self, h: Handle) -> Result<Vec<String>> {
+        let reply: ListXattrReply = self
+            .pool()
+            .call(
+                server_of(h),
+                self.cred,
+                Op::ListXattr,
+                &ListXattrRequest { handle: h },
+            )
+            .await?;
+        Ok(reply.names)
+    }
+
+    pub async fn removexattr(&self, h: Handle, name: &str) -> Result<()> {
+        self.pool()
+            .call::<Empty>(
+                server_of(h),
+                self.cred,
+                Op::RemoveXattr,
+                &RemoveXattrRequest {
+                    handle: h,
+                    name: name.to_string(),
+                },
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Capacity summed over every server.
+    pub async fn statfs(&self) -> Result<StatFs> {
+        let replies = futures::future::try_join_all((0..self.num_servers()).map(|s| async move {
+            self.pool()
+                .call::<StatfsReply>(s, self.cred, Op::Statfs, &Empty {})
+                .await
+        }))
+        .await?;
+        Ok(replies.iter().fold(
+            StatFs {
+                servers: self.num_servers(),
+                ..Default::default()
+            },
+            |mut t, r| {
+                t.total_bytes += r.total_bytes;
+                t.free_bytes += r.free_bytes;
+                t.avail_bytes += r.avail_bytes;
+                t.objects += r.objects;
+                t
+            },
+        ))
+    }
+
+    /// Per-operation counters of `server`.
+    pub async fn server_stats(&self, server: u32) -> Result<StatsReply> {
+        self.pool()
+            .call(server, self.cred, Op::Stats, &Empty {})
+            .await
+    }
+}

@@ -1,0 +1,76 @@
+//! Small TTL caches (name -> entry, handle -> attributes), as the seed's client
+//! keeps them: entries live `ttl` (default 100 ms) so another client's change is
+//! seen within that time, and this client drops what its own changes outdate.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Entries kept before the cache is emptied and starts again.
+const MAX_ENTRIES: usize = 200_000;
+
+pub struct TtlCache<K, V> {
+    ttl: Duration,
+    map: Mutex<HashMap<K, (V, Instant)>>,
+}
+
+impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
+    pub fn new(ttl: Duration) -> Self {
+        TtlCache {
+            ttl,
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn get(&self, key: &K) -> Option<V> {
+        if self.ttl.is_zero() {
+            return None;
+        }
+        let map = self.map.lock().unwrap();
+        map.get(key)
+            .filter(|(_, at)| at.elapsed() < self.ttl)
+            .map(|(v, _)| v.clone())
+    }
+
+    pub fn put(&self, key: K, value: V) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut map = self.map.lock().unwrap();
+        if map.len() >= MAX_ENTRIES {
+            map.clear();
+        }
+        map.insert(key, (value, Instant::now()));
+    }
+
+    /// Changes a cached value in place, if present (keeps its age).
+    pub fn update(&self, key: &K, f: impl FnOnce(&mut V)) {
+        if let Some((v, _)) = self.map.lock().unwrap().get_mut(key) {
+            f(v);
+        }
+    }
+
+    pub fn remove(&self, key: &K) {
+        self.map.lock().unwrap().remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_expire_and_zero_ttl_disables() {
+        let c = TtlCache::new(Duration::from_millis(30));
+        c.put(1, "a");
+        assert_eq!(c.get(&1), Some("a"));
+        c.update(&1, |v| *v = "b");
+        assert_eq!(c.get(&1), Some("b"));
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(c.get(&1), None);
+        let off = TtlCache::new(Duration::ZERO);
+        off.put(1, "a");
+        assert_eq!(off.get(&1), None);
+    }
+}

@@ -1,0 +1,178 @@
+//! One TCP connection to one server, shared by every request of the process and
+//! multiplexed by request id: callers send concurrently and each waits only for
+//! its own reply. A reader task routes replies; a writer task batches frames
+//! into as few syscalls as it can.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message;
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::frame::{read_frame, write_frame, Frame, Kind};
+use shoal_proto::msg::ErrorReply;
+use shoal_proto::Op;
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const BUFFER: usize = 256 << 10;
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Frame>>>>;
+
+pub struct Connection {
+    server: u32,
+    addr: SocketAddr,
+    tx: mpsc::Sender<Frame>,
+    pending: Pending,
+    next_id: AtomicU64,
+    permits: Semaphore,
+    alive: Arc<AtomicBool>,
+}
+
+impl Connection {
+    pub async fn connect(server: u32, addr: SocketAddr, max_inflight: usize) -> Result<Connection> {
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| {
+                ShoalError::new(
+                    Errno::ETIMEDOUT,
+                    format!("server {server} at {addr} does not answer"),
+                )
+            })?
+            .map_err(|e| {
+                ShoalError::new(
+                    Errno::EHOSTUNREACH,
+                    format!("server {server} at {addr} does not answer: {e}"),
+                )
+            })?;
+        stream.set_nodelay(true)?;
+        let (read_half, write_half) = stream.into_split();
+        let (tx, rx) = mpsc::channel::<Frame>(max_inflight);
+        let pending: Pending = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        tokio::spawn(write_frames(
+            BufWriter::with_capacity(BUFFER, write_half),
+            rx,
+            alive.clone(),
+        ));
+        tokio::spawn(route_replies(
+            BufReader::with_capacity(BUFFER, read_half),
+            pending.clone(),
+            alive.clone(),
+            addr,
+        ));
+        Ok(Connection {
+            server,
+            addr,
+            tx,
+            pending,
+            next_id: AtomicU64::new(1),
+            permits: Semaphore::new(max_inflight),
+            alive,
+        })
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+
+    /// Sends one request and waits for its reply; a failed reply becomes the error
+    /// it carries.
+    pub async fn call(
+        &self,
+        op: Op,
+        uid: u32,
+        gid: u32,
+        body: Bytes,
+        payload: Bytes,
+    ) -> Result<Frame> {
+        let _permit = self.permits.acquire().await.map_err(|_| self.lost())?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (reply_tx, reply_rx) = oneshot::channel();
+        self.pending.lock().unwrap().insert(id, reply_tx);
+        let frame = Frame::request(op, id, uid, gid, body, payload);
+        if self.tx.send(frame).await.is_err() {
+            self.pending.lock().unwrap().remove(&id);
+            return Err(self.lost());
+        }
+        let reply = reply_rx.await.map_err(|_| self.lost())?;
+        if reply.header.status != 0 {
+            let message = ErrorReply::decode(reply.body.clone())
+                .map(|e| e.message)
+                .unwrap_or_default();
+            let errno = Errno(reply.header.status);
+            let message = if message.is_empty() {
+                errno.describe()
+            } else {
+                message
+            };
+            return Err(ShoalError::new(errno, message));
+        }
+        Ok(reply)
+    }
+
+    fn lost(&self) -> ShoalError {
+        self.alive.store(false, Ordering::Relaxed);
+        ShoalError::new(
+            Errno::EIO,
+            format!(
+                "connection to server {} at {} was lost",
+                self.server, self.addr
+            ),
+        )
+    }
+}
+
+async fn write_frames<W: tokio::io::AsyncWrite + Unpin>(
+    mut w: BufWriter<W>,
+    mut rx: mpsc::Receiver<Frame>,
+    alive: Arc<AtomicBool>,
+) {
+    while let Some(frame) = rx.recv().await {
+        let mut ok = write_frame(&mut w, &frame).await.is_ok();
+        while ok {
+            match rx.try_recv() {
+                Ok(more) => ok = write_frame(&mut w, &more).await.is_ok(),
+                Err(_) => break,
+            }
+        }
+        if !ok || w.flush().await.is_err() {
+            break;
+        }
+    }
+    alive.store(false, Ordering::Relaxed);
+}
+
+async fn route_replies<R: tokio::io::AsyncRead + Unpin>(
+    mut r: R,
+    pending: Pending,
+    alive: Arc<AtomicBool>,
+    addr: SocketAddr,
+) {
+    loop {
+        match read_frame(&mut r).await {
+            Ok(frame) if frame.header.kind == Kind::Reply => {
+                let waiter = pending.lock().unwrap().remove(&frame.header.id);
+                if let Some(waiter) = waiter {
+                    let _ = waiter.send(frame);
+                }
+            }
+            Ok(_) => {
+                tracing::warn!("server at {addr} sent a request frame; closing");
+                break;
+            }
+            Err(e) => {
+                tracing::debug!("connection to {addr} ended: {e}");
+                break;
+            }
+        }
+    }
+    alive.store(false, Ordering::Relaxed);
+    // Dropping the senders wakes every waiter with an error.
+    pending.lock().unwrap().clear();
+}

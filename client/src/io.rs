@@ -1,0 +1,187 @@
+//! Striped file data: a request is split at strip boundaries and every piece
+//! goes straight to the server holding it, all in parallel; pieces larger than
+//! `max_transfer` are split again so large transfers are pipelined.
+
+use bytes::{Bytes, BytesMut};
+use shoal_proto::cluster::SyncMode;
+use shoal_proto::dist;
+use shoal_proto::error::{Result, ShoalError};
+use shoal_proto::handle::{server_of, Handle};
+use shoal_proto::msg::*;
+use shoal_proto::Op;
+
+use crate::Client;
+
+/// One transfer to one datafile.
+struct Chunk {
+    datafile: Handle,
+    local_offset: u64,
+    buf_offset: usize,
+    len: usize,
+}
+
+impl Client {
+    fn chunks(&self, dist: &Distribution, offset: u64, len: usize) -> Vec<Chunk> {
+        let max = self.config().settings.max_transfer as usize;
+        dist::split(dist.strip_size.max(1), dist.width(), offset, len)
+            .into_iter()
+            .flat_map(|p| {
+                (0..p.len).step_by(max).map(move |at| Chunk {
+                    datafile: dist.datafiles[p.datafile],
+                    local_offset: p.local_offset + at as u64,
+                    buf_offset: p.buf_offset + at,
+                    len: max.min(p.len - at),
+                })
+            })
+            .collect()
+    }
+
+    /// Writes `data` at `offset` of file `h`; returns the bytes written.
+    pub async fn write(&self, h: Handle, offset: u64, data: Bytes) -> Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let dist = self.distribution(h).await?;
+        let chunks = self.chunks(&dist, offset, data.len());
+        futures::future::try_join_all(chunks.iter().map(|c| {
+            let payload = data.slice(c.buf_offset..c.buf_offset + c.len);
+            async move {
+                let body = prost::Message::encode_to_vec(&WriteRequest {
+                    handle: c.datafile,
+                    offset: c.local_offset,
+                });
+                self.pool()
+                    .call_raw(
+                        server_of(c.datafile),
+                        self.cred,
+                        Op::Write,
+                        body.into(),
+                        payload,
+                    )
+                    .await
+            }
+        }))
+        .await?;
+        let end = offset + data.len() as u64;
+        let now = shoal_proto::time::now_ns();
+        self.inner.attrs.update(&h, |a| {
+            a.size = a.size.max(end);
+            a.mtime_ns = now;
+            a.ctime_ns = now;
+        });
+        Ok(data.len())
+    }
+
+    /// Reads up to `len` bytes at `offset` of file `h`; short only at the end
+    /// of the file. Holes read as zeros.
+    pub async fn read(&self, h: Handle, offset: u64, len: usize) -> Result<Bytes> {
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let dist = self.distribution(h).await?;
+        let chunks = self.chunks(&dist, offset, len);
+        let parts = futures::future::try_join_all(chunks.iter().map(|c| async move {
+            let body = prost::Message::encode_to_vec(&ReadRequest {
+                handle: c.datafile,
+                offset: c.local_offset,
+                length: c.len as u64,
+            });
+            let reply = self
+                .pool()
+                .call_raw(
+                    server_of(c.datafile),
+                    self.cred,
+                    Op::Read,
+                    body.into(),
+                    Bytes::new(),
+                )
+                .await?;
+            if reply.payload.len() > c.len {
+                return Err(ShoalError::protocol("read reply longer than asked"));
+            }
+            Ok(reply.payload)
+        }))
+        .await?;
+        let all_full = chunks.iter().zip(&parts).all(|(c, p)| p.len() == c.len);
+        if all_full && parts.len() == 1 {
+            return Ok(parts.into_iter().next().unwrap_or_default());
+        }
+        // Where a piece came back short, the file has a hole or ends: zeros up to
+        // the file size, nothing past it.
+        let mut end = offset + len as u64;
+        if !all_full {
+            let furthest = chunks
+                .iter()
+                .zip(&parts)
+                .filter(|(_, p)| !p.is_empty())
+                .map(|(c, p)| offset + (c.buf_offset + p.len()) as u64)
+                .max()
+                .unwrap_or(offset);
+            let size = self.getattr(h).await?.size.max(furthest);
+            end = end.min(size);
+            if end <= offset {
+                return Ok(Bytes::new());
+            }
+        }
+        let mut out = BytesMut::zeroed((end - offset) as usize);
+        for (c, p) in chunks.iter().zip(&parts) {
+            let room = out.len().saturating_sub(c.buf_offset);
+            let n = p.len().min(room);
+            out[c.buf_offset..c.buf_offset + n].copy_from_slice(&p[..n]);
+        }
+        Ok(out.freeze())
+    }
+
+    /// Sets the size of file `h`: every datafile gets the local size that
+    /// makes the file exactly `size` bytes (n messages).
+    pub async fn truncate(&self, h: Handle, size: u64) -> Result<()> {
+        let dist = self.distribution(h).await?;
+        let n = dist.width();
+        futures::future::try_join_all(dist.datafiles.iter().enumerate().map(|(i, d)| async move {
+            let local = dist::local_size(dist.strip_size.max(1), n, i, size);
+            self.pool()
+                .call::<Empty>(
+                    server_of(*d),
+                    self.cred,
+                    Op::Truncate,
+                    &TruncateRequest {
+                        handle: *d,
+                        size: local,
+                    },
+                )
+                .await
+        }))
+        .await?;
+        let now = shoal_proto::time::now_ns();
+        self.inner.attrs.update(&h, |a| {
+            a.size = size;
+            a.mtime_ns = now;
+            a.ctime_ns = now;
+        });
+        Ok(())
+    }
+
+    /// Makes the data of file `h` durable on every server holding it. In
+    /// scratch mode (`sync = "none"`) the metadata is synced too.
+    pub async fn fsync(&self, h: Handle) -> Result<()> {
+        let mut targets = match self.distribution(h).await {
+            Ok(d) => d.datafiles,
+            Err(_) => Vec::new(),
+        };
+        if targets.is_empty() || self.config().settings.sync == SyncMode::None {
+            targets.push(h);
+        }
+        futures::future::try_join_all(targets.iter().map(|t| async move {
+            self.pool()
+                .call::<Empty>(
+                    server_of(*t),
+                    self.cred,
+                    Op::Fsync,
+                    &FsyncRequest { handle: *t },
+                )
+                .await
+        }))
+        .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,676 @@
+//! Namespace operations, composed from the servers' one-object steps in the
+//! order that keeps the crash invariant: objects are created before the entry
+//! that names them, and an entry is removed before the objects it named. A
+//! crash in between leaves orphans for `shoal fsck`, never a dangling entry.
+
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::handle::{self, server_of, Handle};
+use shoal_proto::msg::*;
+use shoal_proto::names::{check_name, split_path};
+use shoal_proto::{ObjectKind, Op};
+
+use crate::{Attr, Client, DirEntry, FileKind};
+
+/// Symlinks followed while resolving one path.
+const MAX_SYMLINKS: usize = 40;
+
+fn kind_of(kind: i32) -> Result<FileKind> {
+    ObjectKind::try_from(kind)
+        .ok()
+        .and_then(FileKind::from_object)
+        .ok_or_else(|| ShoalError::protocol(format!("directory entry of unknown kind {kind}")))
+}
+
+impl Client {
+    pub fn root(&self) -> Handle {
+        handle::ROOT
+    }
+
+    /// Looks `name` up in directory `dir`.
+    pub async fn lookup(&self, dir: Handle, name: &str) -> Result<(Handle, FileKind)> {
+        check_name(name)?;
+        let key = (dir, name.to_string());
+        if let Some(hit) = self.inner.names.get(&key) {
+            return Ok(hit);
+        }
+        let reply: LookupReply = self
+            .pool()
+            .call(
+                server_of(dir),
+                self.cred,
+                Op::Lookup,
+                &LookupRequest {
+                    dir,
+                    name: name.to_string(),
+                },
+            )
+            .await?;
+        let found = (reply.handle, kind_of(reply.kind)?);
+        self.inner.names.put(key, found);
+        Ok(found)
+    }
+
+    /// Resolves an absolute Shoal path to a handle. Symlinks in the middle of
+    /// the path are followed; a symlink as the last component is returned as is.
+    pub async fn resolve(&self, path: &str) -> Result<(Handle, FileKind)> {
+        let mut followed = 0;
+        let mut pending: Vec<String> = split_path(path)?
+            .into_iter()
+            .rev()
+            .map(String::from)
+            .collect();
+        let mut stack: Vec<Handle> = vec![handle::ROOT];
+        let mut current = (handle::ROOT, FileKind::Directory);
+        while let Some(name) = pending.pop() {
+            if current.1 != FileKind::Directory {
+                return Err(ShoalError::new(
+                    Errno::ENOTDIR,
+                    format!("{path}: not a directory"),
+                ));
+            }
+            if name == ".." {
+                if stack.len() > 1 {
+                    stack.pop();
+                }
+                current = (*stack.last().unwrap(), FileKind::Directory);
+                continue;
+            }
+            let next = self
+                .lookup(current.0, &name)
+                .await
+                .map_err(|e| e.context(path))?;
+            if next.1 == FileKind::Symlink && !pending.is_empty() {
+                followed += 1;
+                if followed > MAX_SYMLINKS {
+                    return Err(ShoalError::new(
+                        Errno::ELOOP,
+                        format!("{path}: too many symlinks"),
+                    ));
+                }
+                let target = self.readlink(next.0).await?;
+                if target.starts_with('/') {
+                    stack.truncate(1);
+                    current = (handle::ROOT, FileKind::Directory);
+                }
+                for part in target
+                    .split('/')
+                    .filter(|p| !p.is_empty() && *p != ".")
+                    .rev()
+                {
+                    pending.push(part.to_string());
+                }
+                continue;
+            }
+            stack.push(next.0);
+            current = next;
+        }
+        Ok(current)
+    }
+
+    /// Resolves the parent directory of `path` and returns it with the last name.
+    pub async fn resolve_parent<'p>(&self, path: &'p str) -> Result<(Handle, &'p str)> {
+        let parts = split_path(path)?;
+        let Some((name, _)) = parts.split_last() else {
+            return Err(ShoalError::invalid(format!(
+                "{path}: the root has no parent"
+            )));
+        };
+        let parent = &path[..path.rfind(name).unwrap_or(0)];
+        let (dir, kind) = self
+            .resolve(if parent.is_empty() { "/" } else { parent })
+            .await?;
+        if kind != FileKind::Directory {
+            return Err(ShoalError::new(
+                Errno::ENOTDIR,
+                format!("{parent}: not a directory"),
+            ));
+        }
+        Ok((dir, name))
+    }
+
+    async fn create_object(&self, server: u32, req: CreateObjectRequest) -> Result<Handle> {
+        let reply: CreateObjectReply = self
+            .pool()
+            .call(server, self.cred, Op::CreateObject, &req)
+            .await?;
+        Ok(reply.handle)
+    }
+
+    async fn add_entry(
+        &self,
+        dir: Handle,
+        name: &str,
+        handle: Handle,
+        kind: FileKind,
+    ) -> Result<()> {
+        let _: CrDirEntReply = self
+            .pool()
+            .call(
+                server_of(dir),
+                self.cred,
+                Op::CrDirEnt,
+                &CrDirEntRequest {
+                    dir,
+                    name: name.to_string(),
+                    handle,
+                    kind: kind.object_kind() as i32,
+                    replace: false,
+                },
+            )
+            .await?;
+        self.inner
+            .names
+            .put((dir, name.to_string()), (handle, kind));
+        self.forget(dir);
+        Ok(())
+    }
+
+    /// Adds the entry for freshly created objects; if that fails (EEXIST, ...)
+    /// the objects are removed again so nothing is orphaned.
+    async fn link_new(
+        &self,
+        dir: Handle,
+        name: &str,
+        handle: Handle,
+        kind: FileKind,
+    ) -> Result<()> {
+        if let Err(e) = self.add_entry(dir, name, handle, kind).await {
+            if let Err(cleanup) = self.remove_objects(handle).await {
+                tracing::warn!("could not remove orphan {handle:#x}: {cleanup}");
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Creates a regular file: metafile, one datafile per server in the
+    /// distribution, the distribution, then the directory entry (n+3 messages).
+    pub async fn create(&self, dir: Handle, name: &str, mode: u32) -> Result<Attr> {
+        check_name(name)?;
+        let meta_server = self.pick_server();
+        let attrs = Attributes {
+            mode,
+            ..Default::default()
+        };
+        let meta = self
+            .create_object(
+                meta_server,
+                CreateObjectRequest {
+                    kind: ObjectKind::Metafile as i32,
+                    attrs: Some(attrs),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        let n = self.config().dfiles_per_file();
+        let servers: Vec<u32> = (0..n)
+            .map(|i| (meta_server + i) % self.num_servers())
+            .collect();
+        let created = futures::future::join_all(servers.iter().map(|s| async move {
+            let reply: CreateDatafilesReply = self
+                .pool()
+                .call(
+                    *s,
+                    self.cred,
+                    Op::CreateDatafiles,
+                    &CreateDatafilesRequest { count: 1 },
+                )
+                .await?;
+            reply
+                .handles
+                .first()
+                .copied()
+                .ok_or_else(|| ShoalError::protocol("create_datafiles returned no handle"))
+        }))
+        .await;
+        let dist = Distribution {
+            strip_size: self.config().settings.strip_size,
+            datafiles: created
+                .iter()
+                .filter_map(|r| r.as_ref().ok().copied())
+                .collect(),
+        };
+        let set = match created.into_iter().find_map(|r| r.err()) {
+            Some(e) => Err(e),
+            None => self
+                .pool()
+                .call::<Empty>(
+                    meta_server,
+                    self.cred,
+                    Op::SetDist,
+                    &SetDistRequest {
+                        handle: meta,
+                        dist: Some(dist.clone()),
+                    },
+                )
+                .await
+                .map(|_| ()),
+        };
+        if let Err(e) = set {
+            self.remove_unnamed(meta, &dist).await;
+            return Err(e);
+        }
+        self.inner.dists.put(meta, dist.clone());
+        if let Err(e) = self.add_entry(dir, name, meta, FileKind::File).await {
+            self.remove_unnamed(meta, &dist).await;
+            return Err(e);
+        }
+        let now = shoal_proto::time::now_ns();
+        let attr = Attr {
+            handle: meta,
+            kind: FileKind::File,
+            mode: mode & 0o7777,
+            uid: self.cred.uid,
+            gid: self.cred.gid,
+            size: 0,
+            atime_ns: now,
+            mtime_ns: now,
+            ctime_ns: now,
+            nlink: 1,
+        };
+        self.inner.attrs.put(meta, attr.clone());
+        Ok(attr)
+    }
+
+    /// Best-effort removal of a file's objects that no entry names yet.
+    async fn remove_unnamed(&self, meta: Handle, dist: &Distribution) {
+        for h in dist.datafiles.iter().copied().chain([meta]) {
+            if let Err(e) = self.remove_object(h).await {
+                tracing::warn!("could not remove orphan {h:#x}: {e}");
+            }
+        }
+    }
+
+    /// Creates a directory: the directory object, then its entry (2 messages).
+    pub async fn mkdir(&self, dir: Handle, name: &str, mode: u32) -> Result<Attr> {
+        check_name(name)?;
+        let h = self
+            .create_object(
+                self.pick_server(),
+                CreateObjectRequest {
+                    kind: ObjectKind::Directory as i32,
+                    attrs: Some(Attributes {
+                        mode,
+                        ..Default::default()
+                    }),
+                    parent: dir,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        self.link_new(dir, name, h, FileKind::Directory).await?;
+        self.getattr(h).await
+    }
+
+    /// Creates a symbolic link to `target` (2 messages).
+    pub async fn symlink(&self, dir: Handle, name: &str, target: &str) -> Result<Attr> {
+        check_name(name)?;
+        let h = self
+            .create_object(
+                server_of(dir),
+                CreateObjectRequest {
+                    kind: ObjectKind::Symlink as i32,
+                    target: target.to_string(),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        self.link_new(dir, name, h, FileKind::Symlink).await?;
+        self.getattr(h).await
+    }
+
+    pub async fn readlink(&self, h: Handle) -> Result<String> {
+        let reply: GetAttrReply = self
+            .pool()
+            .call(
+                server_of(h),
+                self.cred,
+                Op::GetAttr,
+                &GetAttrRequest { handle: h },
+            )
+            .await?;
+        let rec = reply.object.unwrap_or_default();
+        if rec.kind() != ObjectKind::Symlink {
+            return Err(ShoalError::invalid(format!(
+                "object {h:#x} is not a symlink"
+            )));
+        }
+        Ok(rec.target)
+    }
+
+    async fn remove_entry(
+        &self,
+        dir: Handle,
+        name: &str,
+        req: RmDirEntRequest,
+    ) -> Result<(Handle, FileKind)> {
+        let reply: RmDirEntReply = self
+            .pool()
+            .call(server_of(dir), self.cred, Op::RmDirEnt, &req)
+            .await?;
+        self.inner.names.remove(&(dir, name.to_string()));
+        self.forget(dir);
+        Ok((reply.handle, kind_of(reply.kind)?))
+    }
+
+    async fn remove_object(&self, h: Handle) -> Result<Option<Distribution>> {
+        let reply: RemoveReply = self
+            .pool()
+            .call(
+                server_of(h),
+                self.cred,
+                Op::Remove,
+                &RemoveRequest { handle: h },
+            )
+            .await?;
+        self.forget(h);
+        Ok(reply.dist)
+    }
+
+    /// Removes an object no entry names any more, and a file's datafiles.
+    async fn remove_objects(&self, h: Handle) -> Result<()> {
+        if let Some(dist) = self.remove_object(h).await? {
+            futures::future::try_join_all(dist.datafiles.iter().map(|d| self.remove_object(*d)))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Removes a file or symlink: the entry, then the metafile (whose reply
+    /// names the datafiles), then the datafiles (n+2 messages).
+    pub async fn unlink(&self, dir: Handle, name: &str) -> Result<()> {
+        check_name(name)?;
+        let (h, _) = self
+            .remove_entry(
+                dir,
+                name,
+                RmDirEntRequest {
+                    dir,
+                    name: name.to_string(),
+                    must_not_be_dir: true,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        self.remove_objects(h).await
+    }
+
+    /// Removes an empty directory: mark it so nothing can be added (fails if
+    /// not empty), remove its entry, remove the object.
+    pub async fn rmdir(&self, dir: Handle, name: &str) -> Result<()> {
+        check_name(name)?;
+        let (h, kind) = self.lookup(dir, name).await?;
+        if kind != FileKind::Directory {
+            return Err(ShoalError::new(
+                Errno::ENOTDIR,
+                format!("{name}: not a directory"),
+            ));
+        }
+        self.prepare_rmdir(h).await?;
+        let removed = self
+            .remove_entry(
+                dir,
+                name,
+                RmDirEntRequest {
+                    dir,
+                    name: name.to_string(),
+                    expect_handle: h,
+                    must_be_dir: true,
+                    ..Default::default()
+                },
+            )
+            .await;
+        if let Err(e) = removed {
+            self.abort_rmdir(h).await;
+            return Err(e);
+        }
+        self.remove_object(h).await.map(|_| ())
+    }
+
+    async fn prepare_rmdir(&self, h: Handle) -> Result<()> {
+        self.pool()
+            .call::<Empty>(
+                server_of(h),
+                self.cred,
+                Op::RmdirPrepare,
+                &RmdirRequest { dir: h },
+            )
+            .await
+            .map(|_| ())
+    }
+
+    async fn abort_rmdir(&self, h: Handle) {
+        if let Err(e) = self
+            .pool()
+            .call::<Empty>(
+                server_of(h),
+                self.cred,
+                Op::RmdirAbort,
+                &RmdirRequest { dir: h },
+            )
+            .await
+        {
+            tracing::warn!("could not clear the removal mark of {h:#x}: {e}");
+        }
+    }
+
+    /// Renames `dir/name` to `new_dir/new_name`, replacing a compatible target
+    /// as POSIX says. Within one directory it is one atomic request; across
+    /// directories the new entry is added before the old one is removed, so a
+    /// crash can leave the object named twice but never lost.
+    pub async fn rename(
+        &self,
+        dir: Handle,
+        name: &str,
+        new_dir: Handle,
+        new_name: &str,
+        no_replace: bool,
+    ) -> Result<()> {
+        check_name(name)?;
+        check_name(new_name)?;
+        let (h, kind) = self.lookup(dir, name).await?;
+        let target = match self.lookup(new_dir, new_name).await {
+            Ok(t) => Some(t),
+            Err(e) if e.errno == Errno::ENOENT => None,
+            Err(e) => return Err(e),
+        };
+        if let Some((t, tkind)) = target {
+            if t == h {
+                return Ok(());
+            }
+            if no_replace {
+                return Err(ShoalError::new(
+                    Errno::EEXIST,
+                    format!("{new_name}: file exists"),
+                ));
+            }
+            match (kind == FileKind::Directory, tkind == FileKind::Directory) {
+                (true, false) => {
+                    return Err(ShoalError::new(
+                        Errno::ENOTDIR,
+                        format!("{new_name}: not a directory"),
+                    ))
+                }
+                (false, true) => {
+                    return Err(ShoalError::new(
+                        Errno::EISDIR,
+                        format!("{new_name}: is a directory"),
+                    ))
+                }
+                (true, true) => self.prepare_rmdir(t).await?,
+                _ => {}
+            }
+        }
+        if kind == FileKind::Directory && dir != new_dir {
+            self.check_not_inside(h, new_dir).await?;
+        }
+        let result = self
+            .move_entry(dir, name, new_dir, new_name, h, kind, no_replace)
+            .await;
+        let replaced = match result {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some((t, FileKind::Directory)) = target {
+                    self.abort_rmdir(t).await;
+                }
+                return Err(e);
+            }
+        };
+        if replaced != 0 {
+            self.remove_objects(replaced).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves the entry; returns the handle of a replaced object (0 if none).
+    #[allow(clippy::too_many_arguments)]
+    async fn move_entry(
+        &self,
+        dir: Handle,
+        name: &str,
+        new_dir: Handle,
+        new_name: &str,
+        h: Handle,
+        kind: FileKind,
+        no_replace: bool,
+    ) -> Result<Handle> {
+        self.inner.names.remove(&(dir, name.to_string()));
+        self.inner.names.remove(&(new_dir, new_name.to_string()));
+        self.forget(dir);
+        self.forget(new_dir);
+        if dir == new_dir {
+            let reply: RenameEntryReply = self
+                .pool()
+                .call(
+                    server_of(dir),
+                    self.cred,
+                    Op::RenameEntry,
+                    &RenameEntryRequest {
+                        dir,
+                        old_name: name.to_string(),
+                        new_name: new_name.to_string(),
+                        no_replace,
+                    },
+                )
+                .await?;
+            return Ok(reply.replaced_handle);
+        }
+        let added: CrDirEntReply = self
+            .pool()
+            .call(
+                server_of(new_dir),
+                self.cred,
+                Op::CrDirEnt,
+                &CrDirEntRequest {
+                    dir: new_dir,
+                    name: new_name.to_string(),
+                    handle: h,
+                    kind: kind.object_kind() as i32,
+                    replace: !no_replace,
+                },
+            )
+            .await?;
+        self.remove_entry(
+            dir,
+            name,
+            RmDirEntRequest {
+                dir,
+                name: name.to_string(),
+                expect_handle: h,
+                ..Default::default()
+            },
+        )
+        .await?;
+        if kind == FileKind::Directory {
+            self.pool()
+                .call::<Empty>(
+                    server_of(h),
+                    self.cred,
+                    Op::SetParent,
+                    &SetParentRequest {
+                        dir: h,
+                        parent: new_dir,
+                    },
+                )
+                .await?;
+        }
+        Ok(added.replaced_handle)
+    }
+
+    /// EINVAL if `dir` is `ancestor` or lies below it (a directory cannot be
+    /// moved into itself).
+    async fn check_not_inside(&self, ancestor: Handle, mut dir: Handle) -> Result<()> {
+        for _ in 0..4096 {
+            if dir == ancestor {
+                return Err(ShoalError::invalid("cannot move a directory into itself"));
+            }
+            if dir == handle::ROOT {
+                return Ok(());
+            }
+            let reply: GetAttrReply = self
+                .pool()
+                .call(
+                    server_of(dir),
+                    self.cred,
+                    Op::GetAttr,
+                    &GetAttrRequest { handle: dir },
+                )
+                .await?;
+            dir = reply.object.unwrap_or_default().parent;
+        }
+        Err(ShoalError::new(Errno::ELOOP, "directory tree too deep"))
+    }
+
+    /// One batch of entries of `dir` after `start_after`, and whether the
+    /// listing is complete.
+    pub async fn readdir(
+        &self,
+        dir: Handle,
+        start_after: &str,
+        max: u32,
+    ) -> Result<(Vec<DirEntry>, bool)> {
+        let reply: ReaddirReply = self
+            .pool()
+            .call(
+                server_of(dir),
+                self.cred,
+                Op::Readdir,
+                &ReaddirRequest {
+                    dir,
+                    start_after: start_after.to_string(),
+                    max,
+                },
+            )
+            .await?;
+        let entries = reply
+            .entries
+            .into_iter()
+            .map(|e| {
+                let kind = kind_of(e.kind)?;
+                self.inner
+                    .names
+                    .put((dir, e.name.clone()), (e.handle, kind));
+                Ok(DirEntry {
+                    name: e.name,
+                    handle: e.handle,
+                    kind,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((entries, reply.done))
+    }
+
+    /// Every entry of `dir`, fetched in batches of the cluster's readdir size.
+    pub async fn readdir_all(&self, dir: Handle) -> Result<Vec<DirEntry>> {
+        let batch = self.config().settings.readdir_batch;
+        let mut all: Vec<DirEntry> = Vec::new();
+        loop {
+            let after = all.last().map(|e| e.name.clone()).unwrap_or_default();
+            let (entries, done) = self.readdir(dir, &after, batch).await?;
+            all.extend(entries);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+}

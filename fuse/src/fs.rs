@@ -1,0 +1,806 @@
+//! The `fuser::Filesystem` implementation.
+//!
+//! Every handler that needs a server spawns a task on the tokio runtime and
+//! replies from it (fuser replies are `Send`), so the FUSE loop only decodes
+//! and dispatches: no request ever waits behind an unrelated one. Handlers
+//! with nothing to ask a server (open, flush, release, access, opendir,
+//! releasedir, link) answer in place, which is just as non-blocking.
+//!
+//! Handles are inode numbers. Each request acts with the caller's uid/gid
+//! (`Client::with_cred`); the kernel checks permissions itself from our
+//! attributes because the mount uses `default_permissions`.
+
+use std::ffi::OsStr;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use fuser::{
+    AccessFlags, BsdFileFlags, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use shoal_client::{Attr, Client, Cred, FileKind, SetAttr};
+use shoal_proto::cluster::SyncMode;
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::time::{now_ns, to_ns};
+
+use crate::attr::{blksize_for, file_attr, file_type};
+use crate::dirs::{OpenDirs, Parents, FIRST_ENTRY};
+use crate::errors::{fail, name_str, ErrorReply};
+use crate::xattr::{name_list, reply_value, NoCapability, CAPABILITY};
+
+/// Largest write the kernel may send in one request: big writes mean few
+/// round trips, and 1 MiB is the default strip, so one request fills a strip.
+const MAX_WRITE: u32 = 1 << 20;
+/// Requested readahead; the kernel caps it at its own limit (see
+/// `crate::readahead` for raising that limit after mounting).
+const MAX_READAHEAD: u32 = 1 << 20;
+/// Background requests (readahead, async reads) the kernel keeps in flight.
+const MAX_BACKGROUND: u16 = 64;
+/// `statfs` unit.
+const STATFS_BSIZE: u64 = 4096;
+/// Entries taken from the listing per step while filling a readdir reply.
+const READDIR_STEP: usize = 256;
+/// Entries whose attributes are fetched concurrently per step of a
+/// readdirplus reply; about what fits in the kernel's one-page buffer, so
+/// little is fetched in vain (and what is lands in the client's cache).
+const READDIRPLUS_STEP: usize = 32;
+
+/// What every request task needs; shared by the loop thread and the tasks.
+struct Shared {
+    client: Client,
+    ttl: Duration,
+    blksize: u32,
+    scratch: bool,
+    dirs: OpenDirs,
+    parents: Parents,
+    nocap: NoCapability,
+}
+
+impl Shared {
+    fn attr(&self, a: &Attr) -> FileAttr {
+        file_attr(a, self.blksize)
+    }
+
+    fn entry(&self, reply: ReplyEntry, a: &Attr) {
+        reply.entry(&self.ttl, &self.attr(a), Generation(0));
+    }
+}
+
+pub struct ShoalFs {
+    shared: Arc<Shared>,
+    rt: tokio::runtime::Handle,
+}
+
+impl ShoalFs {
+    pub fn new(client: Client, rt: tokio::runtime::Handle, ttl: Duration) -> ShoalFs {
+        let settings = &client.config().settings;
+        let blksize = blksize_for(settings.strip_size);
+        let scratch = settings.sync == SyncMode::None;
+        ShoalFs {
+            shared: Arc::new(Shared {
+                client,
+                ttl,
+                blksize,
+                scratch,
+                dirs: OpenDirs::default(),
+                parents: Parents::default(),
+                nocap: NoCapability::new(ttl),
+            }),
+            rt,
+        }
+    }
+
+    /// The client acting as the process that made `req`.
+    fn caller(&self, req: &Request) -> Client {
+        self.shared.client.with_cred(Cred {
+            uid: req.uid(),
+            gid: req.gid(),
+        })
+    }
+
+    /// Runs `work` on the runtime and answers with `done` or with its error.
+    /// If the runtime is gone the task (and `reply`) is dropped, and fuser
+    /// answers EIO for a dropped reply: never a hang, never a panic.
+    fn run<R, T, W, D>(&self, op: &'static str, reply: R, work: W, done: D)
+    where
+        R: ErrorReply,
+        T: Send + 'static,
+        W: Future<Output = Result<T>> + Send + 'static,
+        D: FnOnce(R, T) + Send + 'static,
+    {
+        self.rt.spawn(async move {
+            match work.await {
+                Ok(v) => done(reply, v),
+                Err(e) => fail(op, reply, e),
+            }
+        });
+    }
+
+    /// A task that replies with an entry for the object `work` yields.
+    fn run_entry<W>(&self, op: &'static str, reply: ReplyEntry, work: W)
+    where
+        W: Future<Output = Result<Attr>> + Send + 'static,
+    {
+        let s = self.shared.clone();
+        self.run(op, reply, work, move |reply, a| s.entry(reply, &a));
+    }
+}
+
+/// The name as an owned `String`, or the error answered to `$reply` (the
+/// handler then returns).
+macro_rules! name_or_reply {
+    ($op:expr, $name:expr, $reply:ident) => {
+        match name_str($name) {
+            Ok(n) => n.to_owned(),
+            Err(e) => return fail($op, $reply, e),
+        }
+    };
+}
+
+fn time_ns(t: TimeOrNow) -> i64 {
+    match t {
+        TimeOrNow::SpecificTime(t) => to_ns(t),
+        TimeOrNow::Now => now_ns(),
+    }
+}
+
+fn is_gone(e: &ShoalError) -> bool {
+    e.errno == Errno::ENOENT || e.errno == Errno::ESTALE
+}
+
+impl Filesystem for ShoalFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let wanted = [
+            // Answer listings with attributes (seed 000's readdirplus); AUTO
+            // lets the kernel fall back to plain readdir when nobody stats the
+            // entries (find, rm -r), which saves a getattr per entry.
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            // Lookups and creates in one directory run concurrently.
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_ASYNC_READ,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_MAX_PAGES,
+            // A symlink's target never changes in place: let the kernel cache it.
+            InitFlags::FUSE_CACHE_SYMLINKS,
+        ];
+        for flag in wanted {
+            if let Err(missing) = config.add_capabilities(flag) {
+                tracing::debug!("the kernel does not offer {missing:?}");
+            }
+        }
+        if let Err(max) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(max);
+        }
+        if let Err(max) = config.set_max_readahead(MAX_READAHEAD) {
+            let _ = config.set_max_readahead(max);
+        }
+        let _ = config.set_max_background(MAX_BACKGROUND);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name_or_reply!("lookup", name, reply);
+        let c = self.caller(req);
+        let s = self.shared.clone();
+        self.run_entry("lookup", reply, async move {
+            let (h, kind) = c.lookup(parent.0, &name).await?;
+            if kind == FileKind::Directory {
+                s.parents.set(h, parent.0);
+            }
+            c.getattr(h).await
+        });
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let c = self.caller(req);
+        let s = self.shared.clone();
+        self.run(
+            "getattr",
+            reply,
+            async move { c.getattr(ino.0).await },
+            move |reply, a| reply.attr(&s.ttl, &s.attr(&a)),
+        );
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // ctime is not settable (the server stamps it); the BSD-only times
+        // and flags do not exist on Linux.
+        let set = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime_ns: atime.map(time_ns),
+            mtime_ns: mtime.map(time_ns),
+        };
+        let c = self.caller(req);
+        let s = self.shared.clone();
+        self.run(
+            "setattr",
+            reply,
+            async move { c.setattr(ino.0, &set).await },
+            move |reply, a| reply.attr(&s.ttl, &s.attr(&a)),
+        );
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let c = self.caller(req);
+        self.run(
+            "readlink",
+            reply,
+            async move { c.readlink(ino.0).await },
+            |reply, target| reply.data(target.as_bytes()),
+        );
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        // Shoal stores regular files, directories and symlinks only; devices,
+        // FIFOs and sockets are refused as on file systems that cannot hold them.
+        let kind = mode & libc::S_IFMT;
+        if kind != 0 && kind != libc::S_IFREG {
+            let e = ShoalError::new(
+                Errno::EPERM,
+                "only regular files can be created with mknod on Shoal",
+            );
+            return fail("mknod", reply, e);
+        }
+        let name = name_or_reply!("mknod", name, reply);
+        let c = self.caller(req);
+        self.run_entry("mknod", reply, async move {
+            c.create(parent.0, &name, mode & 0o7777).await
+        });
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        // The kernel has already applied the umask (FUSE_DONT_MASK is not set).
+        let name = name_or_reply!("mkdir", name, reply);
+        let c = self.caller(req);
+        let s = self.shared.clone();
+        self.run_entry("mkdir", reply, async move {
+            let a = c.mkdir(parent.0, &name, mode & 0o7777).await?;
+            s.parents.set(a.handle, parent.0);
+            Ok(a)
+        });
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name_or_reply!("unlink", name, reply);
+        let c = self.caller(req);
+        self.run(
+            "unlink",
+            reply,
+            async move { c.unlink(parent.0, &name).await },
+            |reply, ()| reply.ok(),
+        );
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name_or_reply!("rmdir", name, reply);
+        let c = self.caller(req);
+        self.run(
+            "rmdir",
+            reply,
+            async move { c.rmdir(parent.0, &name).await },
+            |reply, ()| reply.ok(),
+        );
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let name = name_or_reply!("symlink", link_name, reply);
+        let Some(target) = target.to_str().map(str::to_owned) else {
+            let e = ShoalError::invalid("symlink target is not UTF-8; Shoal stores UTF-8");
+            return fail("symlink", reply, e);
+        };
+        let c = self.caller(req);
+        self.run_entry("symlink", reply, async move {
+            c.symlink(parent.0, &name, &target).await
+        });
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        // RENAME_EXCHANGE and RENAME_WHITEOUT have no Shoal equivalent.
+        if !(flags - RenameFlags::RENAME_NOREPLACE).is_empty() {
+            let e = ShoalError::invalid(format!("rename flags {flags:?} are not supported"));
+            return fail("rename", reply, e);
+        }
+        let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        let name = name_or_reply!("rename", name, reply);
+        let newname = name_or_reply!("rename", newname, reply);
+        let c = self.caller(req);
+        let s = self.shared.clone();
+        self.run(
+            "rename",
+            reply,
+            async move {
+                // Usually answered from the client's name cache (the kernel has
+                // just looked the name up), and the rename needs it anyway.
+                let moved = c.lookup(parent.0, &name).await.ok();
+                c.rename(parent.0, &name, newparent.0, &newname, no_replace)
+                    .await?;
+                if let Some((h, FileKind::Directory)) = moved {
+                    s.parents.set(h, newparent.0);
+                }
+                Ok(())
+            },
+            |reply, ()| reply.ok(),
+        );
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        // A directory entry names its object's one and only parent; Shoal has
+        // no link counts, so hard links are refused as on FAT or most object stores.
+        let e = ShoalError::new(Errno::EPERM, "hard links are not supported by Shoal");
+        fail("link", reply, e);
+    }
+
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Stateless: reads and writes name the inode. O_TRUNC arrives as a
+        // setattr(size = 0) because FUSE_ATOMIC_O_TRUNC is not negotiated. No
+        // FOPEN_KEEP_CACHE: every open drops cached pages, so a file opened
+        // after another client closed it shows that client's data
+        // (close-to-open consistency, as NFS gives).
+        reply.opened(FileHandle(0), FopenFlags::empty());
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let c = self.caller(req);
+        self.run(
+            "read",
+            reply,
+            async move { c.read(ino.0, offset, size as usize).await },
+            |reply, data| reply.data(&data),
+        );
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // The buffer belongs to the loop thread: copy it before going async.
+        let data = Bytes::copy_from_slice(data);
+        let c = self.caller(req);
+        self.run(
+            "write",
+            reply,
+            async move { c.write(ino.0, offset, data).await },
+            |reply, n| reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
+        );
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Writes reach the servers before they are acknowledged (the client has
+        // no write-back buffer yet), so close has nothing left to send.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let c = self.caller(req);
+        self.run(
+            "fsync",
+            reply,
+            async move { c.fsync(ino.0).await },
+            |reply, ()| reply.ok(),
+        );
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let fh = self.shared.dirs.open(ino.0);
+        reply.opened(FileHandle(fh), FopenFlags::empty());
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let c = self.caller(req);
+        let s = self.shared.clone();
+        let listing = s.dirs.get(fh.0, ino.0);
+        self.rt.spawn(async move {
+            let dir = ino.0;
+            let mut l = listing.lock().await;
+            if offset == 0 {
+                l.rewind();
+            }
+            let mut at = offset;
+            while at < FIRST_ENTRY {
+                let (h, name) = if at == 0 {
+                    (dir, ".")
+                } else {
+                    (s.parents.get(dir), "..")
+                };
+                if reply.add(INodeNo(h), at + 1, FileType::Directory, name) {
+                    return reply.ok();
+                }
+                at += 1;
+            }
+            loop {
+                let i = (at - FIRST_ENTRY) as usize;
+                let step = match l.range(&c, i, READDIR_STEP).await {
+                    Ok(step) => step,
+                    // What was added is still good; the kernel asks again from there.
+                    Err(_) if at > offset => break,
+                    Err(e) => return fail("readdir", reply, e),
+                };
+                if step.is_empty() {
+                    break;
+                }
+                for e in step {
+                    if e.kind == FileKind::Directory {
+                        s.parents.set(e.handle, dir);
+                    }
+                    if reply.add(INodeNo(e.handle), at + 1, file_type(e.kind), &e.name) {
+                        return reply.ok();
+                    }
+                    at += 1;
+                }
+            }
+            reply.ok();
+        });
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let c = self.caller(req);
+        let s = self.shared.clone();
+        let listing = s.dirs.get(fh.0, ino.0);
+        self.rt.spawn(async move {
+            let dir = ino.0;
+            let mut l = listing.lock().await;
+            if offset == 0 {
+                l.rewind();
+            }
+            let mut at = offset;
+            if at < FIRST_ENTRY {
+                // The kernel does not instantiate "." and ".." from a
+                // readdirplus reply; their attributes only fill the format.
+                let here = match c.getattr(dir).await {
+                    Ok(a) => s.attr(&a),
+                    Err(e) => return fail("readdirplus", reply, e),
+                };
+                while at < FIRST_ENTRY {
+                    let (h, name) = if at == 0 {
+                        (dir, ".")
+                    } else {
+                        (s.parents.get(dir), "..")
+                    };
+                    let attr = FileAttr {
+                        ino: INodeNo(h),
+                        ..here
+                    };
+                    if reply.add(INodeNo(h), at + 1, name, &s.ttl, &attr, Generation(0)) {
+                        return reply.ok();
+                    }
+                    at += 1;
+                }
+            }
+            loop {
+                let i = (at - FIRST_ENTRY) as usize;
+                let step = match l.range(&c, i, READDIRPLUS_STEP).await {
+                    Ok(step) => step.to_vec(),
+                    Err(_) if at > offset => break,
+                    Err(e) => return fail("readdirplus", reply, e),
+                };
+                if step.is_empty() {
+                    break;
+                }
+                // One getattr per entry, all in flight at once; a batched
+                // listattr per server will replace this.
+                let attrs =
+                    futures::future::join_all(step.iter().map(|e| c.getattr(e.handle))).await;
+                for (e, a) in step.iter().zip(attrs) {
+                    match a {
+                        Ok(a) => {
+                            if e.kind == FileKind::Directory {
+                                s.parents.set(e.handle, dir);
+                            }
+                            let attr = s.attr(&a);
+                            if reply.add(INodeNo(e.handle), at + 1, &e.name, &s.ttl, &attr, Generation(0))
+                            {
+                                return reply.ok();
+                            }
+                        }
+                        // Removed since the listing was taken: leave it out.
+                        Err(err) if is_gone(&err) => {}
+                        Err(_) if at > offset => return reply.ok(),
+                        Err(err) => return fail("readdirplus", reply, err),
+                    }
+                    at += 1;
+                }
+            }
+            reply.ok();
+        });
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.shared.dirs.release(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // With sync = "full" every entry change was durable before it was
+        // acknowledged; in scratch mode ask the directory's server to sync.
+        if !self.shared.scratch {
+            return reply.ok();
+        }
+        let c = self.caller(req);
+        self.run(
+            "fsyncdir",
+            reply,
+            async move { c.fsync(ino.0).await },
+            |reply, ()| reply.ok(),
+        );
+    }
+
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let c = self.caller(req);
+        self.run(
+            "statfs",
+            reply,
+            async move { c.statfs().await },
+            |reply, st| {
+                let blocks = st.total_bytes / STATFS_BSIZE;
+                let bfree = st.free_bytes / STATFS_BSIZE;
+                let bavail = st.avail_bytes / STATFS_BSIZE;
+                // Objects have no fixed table: as many more fit as free blocks
+                // (a small file's bytes live next to its attributes).
+                let ffree = bavail;
+                let files = st.objects.saturating_add(ffree);
+                let bsize = STATFS_BSIZE as u32;
+                let namelen = shoal_proto::names::NAME_MAX as u32;
+                reply.statfs(blocks, bfree, bavail, files, ffree, bsize, namelen, bsize);
+            },
+        );
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let Some(name) = name.to_str().map(str::to_owned) else {
+            return fail("setxattr", reply, ShoalError::invalid("xattr name is not UTF-8"));
+        };
+        let create_only = flags & libc::XATTR_CREATE != 0;
+        let replace_only = flags & libc::XATTR_REPLACE != 0;
+        let value = value.to_vec();
+        let c = self.caller(req);
+        let s = self.shared.clone();
+        self.run(
+            "setxattr",
+            reply,
+            async move {
+                if name == CAPABILITY {
+                    s.nocap.changed(ino.0);
+                }
+                c.setxattr(ino.0, &name, &value, create_only, replace_only)
+                    .await
+            },
+            |reply, ()| reply.ok(),
+        );
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let Some(name) = name.to_str().map(str::to_owned) else {
+            return fail("getxattr", reply, ShoalError::invalid("xattr name is not UTF-8"));
+        };
+        let capability = name == CAPABILITY;
+        if capability && self.shared.nocap.known_absent(ino.0) {
+            return reply.error(fuser::Errno::NO_XATTR);
+        }
+        let c = self.caller(req);
+        let s = self.shared.clone();
+        self.run(
+            "getxattr",
+            reply,
+            async move {
+                let got = c.getxattr(ino.0, &name).await;
+                if capability && matches!(&got, Err(e) if e.errno == Errno::ENODATA) {
+                    s.nocap.absent(ino.0);
+                }
+                got
+            },
+            move |reply, value| reply_value(reply, size, &value),
+        );
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let c = self.caller(req);
+        self.run(
+            "listxattr",
+            reply,
+            async move { c.listxattr(ino.0).await },
+            move |reply, names| reply_value(reply, size, &name_list(&names)),
+        );
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = name.to_str().map(str::to_owned) else {
+            return fail("removexattr", reply, ShoalError::invalid("xattr name is not UTF-8"));
+        };
+        let c = self.caller(req);
+        let s = self.shared.clone();
+        self.run(
+            "removexattr",
+            reply,
+            async move {
+                if name == CAPABILITY {
+                    s.nocap.changed(ino.0);
+                }
+                c.removexattr(ino.0, &name).await
+            },
+            |reply, ()| reply.ok(),
+        );
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel has checked already; this is
+        // only reached on kernels that still send ACCESS.
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let name = name_or_reply!("create", name, reply);
+        let c = self.caller(req);
+        let s = self.shared.clone();
+        self.run(
+            "create",
+            reply,
+            async move { c.create(parent.0, &name, mode & 0o7777).await },
+            move |reply, a| {
+                reply.created(
+                    &s.ttl,
+                    &s.attr(&a),
+                    Generation(0),
+                    FileHandle(0),
+                    FopenFlags::empty(),
+                )
+            },
+        );
+    }
+}

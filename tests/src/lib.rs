@@ -1,0 +1,269 @@
+//! The test kit: `Cluster::builder().servers(4).set("k=v").start()` starts real
+//! `shoal server` processes on free loopback ports in a temporary directory,
+//! mounts the file system when asked, and stops and removes everything on drop.
+//!
+//! It runs the `shoal` binary of this workspace's target directory (built by
+//! `cargo build -p shoal-cli` before the tests; `scripts/test` does that), or
+//! the one named by `SHOAL_BIN`.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use shoal_client::Client;
+use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings};
+
+/// How long a server or mount gets to come up.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The `shoal` binary under test.
+pub fn shoal_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("SHOAL_BIN") {
+        return PathBuf::from(p);
+    }
+    // Test executables live in target/<profile>/deps/.
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = profile_dir.join("shoal");
+    assert!(
+        bin.exists(),
+        "{} not found: build it first (cargo build -p shoal-cli) or set SHOAL_BIN",
+        bin.display()
+    );
+    bin
+}
+
+pub struct Builder {
+    servers: u32,
+    sets: Vec<String>,
+}
+
+impl Builder {
+    pub fn servers(mut self, n: u32) -> Self {
+        self.servers = n;
+        self
+    }
+
+    /// A cluster setting, as `shoal up --set` takes it.
+    pub fn set(mut self, kv: &str) -> Self {
+        self.sets.push(kv.to_string());
+        self
+    }
+
+    pub fn start(self) -> Cluster {
+        let dir = tempfile::Builder::new().prefix("shoal-test-").tempdir().expect("tempdir");
+        let mut settings = Settings::default();
+        for s in &self.sets {
+            settings.set(s).expect("valid setting");
+        }
+        let config = ClusterConfig {
+            settings,
+            servers: (0..self.servers)
+                .map(|id| ServerEntry {
+                    id,
+                    addr: TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap(),
+                    data: dir.path().join(format!("server-{id}")),
+                })
+                .collect(),
+        };
+        let config_path = dir.path().join("cluster.toml");
+        config.save(&config_path).expect("write cluster file");
+        let mut cluster = Cluster {
+            dir,
+            config_path,
+            config,
+            servers: BTreeMap::new(),
+            mount: None,
+        };
+        for id in 0..self.servers {
+            cluster.start_server(id);
+        }
+        cluster
+    }
+}
+
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    config_path: PathBuf,
+    config: ClusterConfig,
+    servers: BTreeMap<u32, Child>,
+    mount: Option<(PathBuf, Child)>,
+}
+
+impl Cluster {
+    pub fn builder() -> Builder {
+        Builder {
+            servers: 4,
+            sets: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A new client process-equivalent (own connections and caches).
+    pub fn client(&self) -> Client {
+        Client::new(self.config.clone())
+    }
+
+    /// A client whose name and attribute caches are off, so every operation
+    /// shows its full message cost.
+    pub fn uncached_client(&self) -> Client {
+        let mut config = self.config.clone();
+        config.settings.cache_ttl_ms = 0;
+        Client::new(config)
+    }
+
+    fn log(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}.log"))
+    }
+
+    /// Starts server `id` and waits until it accepts connections.
+    pub fn start_server(&mut self, id: u32) {
+        let log = std::fs::File::create(self.log(&format!("server-{id}"))).unwrap();
+        let child = Command::new(shoal_bin())
+            .args(["server", "--config"])
+            .arg(&self.config_path)
+            .args(["--id", &id.to_string()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn shoal server");
+        self.servers.insert(id, child);
+        let addr = self.config.servers[id as usize].addr;
+        let deadline = Instant::now() + START_TIMEOUT;
+        while std::net::TcpStream::connect(addr).is_err() {
+            let child = self.servers.get_mut(&id).unwrap();
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("server {id} exited with {status}: {}", self.read_log(&format!("server-{id}")));
+            }
+            assert!(Instant::now() < deadline, "server {id} did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn read_log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.log(name)).unwrap_or_default()
+    }
+
+    fn signal(&mut self, id: u32, sig: i32) {
+        if let Some(mut child) = self.servers.remove(&id) {
+            // SAFETY: a PID of a child this kit started and has not reaped.
+            unsafe { libc::kill(child.id() as i32, sig) };
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops server `id` with SIGTERM (clean shutdown).
+    pub fn terminate(&mut self, id: u32) {
+        self.signal(id, libc::SIGTERM);
+    }
+
+    /// Kills server `id` with SIGKILL (a crash).
+    pub fn kill(&mut self, id: u32) {
+        self.signal(id, libc::SIGKILL);
+    }
+
+    pub fn server_ids(&self) -> Vec<u32> {
+        (0..self.config.num_servers()).collect()
+    }
+
+    /// Mounts the cluster through FUSE and returns the mount point.
+    pub fn mount(&mut self) -> PathBuf {
+        if let Some((dir, _)) = &self.mount {
+            return dir.clone();
+        }
+        let dir = self.dir.path().join("mnt");
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = std::fs::File::create(self.log("mount")).unwrap();
+        let child = Command::new(shoal_bin())
+            .args(["mount", "--foreground"])
+            .arg(&self.config_path)
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn shoal mount");
+        self.mount = Some((dir.clone(), child));
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !is_mounted(&dir) {
+            assert!(Instant::now() < deadline, "mount did not come up: {}", self.read_log("mount"));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        dir
+    }
+
+    /// Unmounts (if mounted) and waits for the mount process to end.
+    pub fn unmount(&mut self) {
+        if let Some((dir, mut child)) = self.mount.take() {
+            let _ = Command::new("fusermount3").arg("-u").arg(&dir).status();
+            if is_mounted(&dir) {
+                let _ = Command::new("fusermount3").arg("-uz").arg(&dir).status();
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Requests each server has received, per operation, not counting the
+    /// `stats` requests that read them.
+    pub async fn requests(&self, client: &Client) -> BTreeMap<(u32, String), u64> {
+        let mut out = BTreeMap::new();
+        for s in self.server_ids() {
+            let stats = client.server_stats(s).await.expect("stats");
+            for op in stats.ops.into_iter().filter(|o| o.op != "stats") {
+                out.insert((s, op.op), op.requests);
+            }
+        }
+        out
+    }
+
+    /// Total requests the servers received while `f` ran.
+    pub async fn messages_during<F, T>(&self, client: &Client, f: F) -> (T, u64)
+    where
+        F: std::future::Future<Output = T>,
+    {
+        let before: u64 = self.requests(client).await.values().sum();
+        let out = f.await;
+        let after: u64 = self.requests(client).await.values().sum();
+        (out, after - before)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.unmount();
+        for id in self.server_ids() {
+            self.kill(id);
+        }
+    }
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            let mut f = l.split(' ');
+            let _ = f.next();
+            f.next() == Some(&*dir.to_string_lossy()) && f.next() == Some("fuse.shoal")
+        })
+}
