@@ -146,7 +146,11 @@ pub fn is_ours(pid: u32, marker: &str) -> bool {
 
 fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
         .unwrap_or(true)
 }
 
@@ -204,7 +208,10 @@ pub fn unmount(dir: &Path) -> Result<()> {
     if run(&["-u"]) || run(&["-uz"]) {
         Ok(())
     } else {
-        Err(ShoalError::io(format!("could not unmount {}", dir.display())))
+        Err(ShoalError::io(format!(
+            "could not unmount {}",
+            dir.display()
+        )))
     }
 }
 

@@ -108,6 +108,8 @@ enum Command {
         #[arg(required = true)]
         paths: Vec<String>,
     },
+    /// Run a benchmark.
+    Bench(commands::bench::BenchArgs),
     /// Per-server, per-operation statistics.
     Stats {
         #[command(flatten)]
@@ -124,6 +126,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(
+        cli.command,
+        Command::Server { .. } | Command::Mount(_) | Command::Up(_)
+    ) {
+        // Tools print to pipes (`shoal cat f | head`): end quietly on a closed
+        // pipe as cat does. Servers and mounts keep SIGPIPE ignored so a closed
+        // socket is an error on that connection, not the end of the process.
+        // SAFETY: setting a signal disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
@@ -137,13 +149,37 @@ fn main() -> ExitCode {
         Command::Down { data } => commands::down::run(&data),
         Command::Mount(args) => commands::mount::run(args),
         Command::Ls { cfg, long, path } => commands::files::ls(&cfg, &path, long),
-        Command::Stat { cfg, layout, json, path } => commands::files::stat(&cfg, &path, layout, json),
-        Command::Cp { cfg, quiet, source, dest } => commands::copy::run(&cfg, &source, &dest, quiet),
+        Command::Stat {
+            cfg,
+            layout,
+            json,
+            path,
+        } => commands::files::stat(&cfg, &path, layout, json),
+        Command::Cp {
+            cfg,
+            quiet,
+            source,
+            dest,
+        } => commands::copy::run(&cfg, &source, &dest, quiet),
         Command::Cat { cfg, paths } => commands::files::cat(&cfg, &paths),
-        Command::Rm { cfg, recursive, paths } => commands::files::rm(&cfg, &paths, recursive),
-        Command::Mkdir { cfg, parents, paths } => commands::files::mkdir(&cfg, &paths, parents),
+        Command::Rm {
+            cfg,
+            recursive,
+            paths,
+        } => commands::files::rm(&cfg, &paths, recursive),
+        Command::Mkdir {
+            cfg,
+            parents,
+            paths,
+        } => commands::files::mkdir(&cfg, &paths, parents),
         Command::Touch { cfg, paths } => commands::files::touch(&cfg, &paths),
-        Command::Stats { cfg, json, server, path } => commands::stats::run(&cfg, path.as_deref(), server, json),
+        Command::Bench(args) => commands::bench::run(args),
+        Command::Stats {
+            cfg,
+            json,
+            server,
+            path,
+        } => commands::stats::run(&cfg, path.as_deref(), server, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

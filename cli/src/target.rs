@@ -34,7 +34,9 @@ pub fn locate(cfg: &ConfigArg, path: &str) -> Result<(PathBuf, String)> {
         return Ok((config.clone(), shoal.to_string()));
     }
     if path.starts_with(SHOAL_PREFIX) {
-        return Err(ShoalError::invalid(format!("{path}: a shoal: path needs --config CLUSTER.toml")));
+        return Err(ShoalError::invalid(format!(
+            "{path}: a shoal: path needs --config CLUSTER.toml"
+        )));
     }
     let (mount, shoal) = mounts::containing(Path::new(path)).ok_or_else(|| {
         ShoalError::invalid(format!(
@@ -66,10 +68,9 @@ pub async fn open(cfg: &ConfigArg, paths: &[String]) -> Result<(Client, Vec<Stri
     }
     let config = match config {
         Some(c) => c,
-        None => cfg
-            .config
-            .clone()
-            .ok_or_else(|| ShoalError::invalid("give --config CLUSTER.toml or a path under a mount"))?,
+        None => cfg.config.clone().ok_or_else(|| {
+            ShoalError::invalid("give --config CLUSTER.toml or a path under a mount")
+        })?,
     };
     Ok((connect(&config).await?, shoal_paths))
 }

@@ -127,7 +127,9 @@ impl Client {
         for (c, p) in chunks.iter().zip(&parts) {
             let room = out.len().saturating_sub(c.buf_offset);
             let n = p.len().min(room);
-            out[c.buf_offset..c.buf_offset + n].copy_from_slice(&p[..n]);
+            if n > 0 {
+                out[c.buf_offset..c.buf_offset + n].copy_from_slice(&p[..n]);
+            }
         }
         Ok(out.freeze())
     }

@@ -75,10 +75,13 @@ impl Client {
                 current = (*stack.last().unwrap(), FileKind::Directory);
                 continue;
             }
-            let next = self
-                .lookup(current.0, &name)
-                .await
-                .map_err(|e| e.context(path))?;
+            let next = self.lookup(current.0, &name).await.map_err(|e| {
+                if e.errno == Errno::ENOENT {
+                    ShoalError::not_found(path)
+                } else {
+                    e.context(path)
+                }
+            })?;
             if next.1 == FileKind::Symlink && !pending.is_empty() {
                 followed += 1;
                 if followed > MAX_SYMLINKS {

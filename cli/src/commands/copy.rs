@@ -43,8 +43,10 @@ fn progress(len: u64, quiet: bool) -> ProgressBar {
     }
     let bar = ProgressBar::new(len);
     bar.set_style(
-        ProgressStyle::with_template("{bytes}/{total_bytes} [{bar:40}] {binary_bytes_per_sec} eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "{bytes}/{total_bytes} [{bar:40}] {binary_bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar
 }
@@ -59,9 +61,13 @@ pub fn run(cfg: &ConfigArg, source: &str, dest: &str, quiet: bool) -> Result<()>
             )),
             (Side::Local(s), Side::Shoal(c, d)) => {
                 let client = connect(&c).await?;
-                let mut file = std::fs::File::open(&s).map_err(|e| ShoalError::from(e).context(&s))?;
+                let mut file =
+                    std::fs::File::open(&s).map_err(|e| ShoalError::from(e).context(&s))?;
                 let len = file.metadata()?.len();
-                let basename = Path::new(&s).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let basename = Path::new(&s)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 let h = create_dest(&client, &d, &basename).await?;
                 let bar = progress(len, quiet);
                 let mut jobs = JoinSet::new();
@@ -74,7 +80,11 @@ pub fn run(cfg: &ConfigArg, source: &str, dest: &str, quiet: bool) -> Result<()>
                     }
                     buf.truncate(n);
                     if jobs.len() >= IN_FLIGHT {
-                        jobs.join_next().await.transpose().map_err(join_err)?.transpose()?;
+                        jobs.join_next()
+                            .await
+                            .transpose()
+                            .map_err(join_err)?
+                            .transpose()?;
                     }
                     let c = client.clone();
                     let at = offset;
@@ -107,12 +117,17 @@ pub fn run(cfg: &ConfigArg, source: &str, dest: &str, quiet: bool) -> Result<()>
             }
             (Side::Shoal(c1, s), Side::Shoal(c2, d)) => {
                 if c1 != c2 {
-                    return Err(ShoalError::invalid("copies between two clusters are not supported"));
+                    return Err(ShoalError::invalid(
+                        "copies between two clusters are not supported",
+                    ));
                 }
                 let client = connect(&c1).await?;
                 let h = source_file(&client, &s).await?;
                 let len = client.getattr(h).await?.size;
-                let basename = Path::new(&s).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let basename = Path::new(&s)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 let out = create_dest(&client, &d, &basename).await?;
                 let bar = progress(len, quiet);
                 let mut offset = 0u64;
@@ -152,7 +167,10 @@ fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> Result<usize> {
 async fn source_file(client: &Client, path: &str) -> Result<Handle> {
     let (h, kind) = client.resolve(path).await?;
     if kind != FileKind::File {
-        return Err(ShoalError::new(Errno::EISDIR, format!("{path}: not a regular file")));
+        return Err(ShoalError::new(
+            Errno::EISDIR,
+            format!("{path}: not a regular file"),
+        ));
     }
     Ok(h)
 }
@@ -172,7 +190,10 @@ async fn create_dest(client: &Client, path: &str, basename: &str) -> Result<Hand
             client.truncate(h, 0).await?;
             Ok(h)
         }
-        Ok(_) => Err(ShoalError::new(Errno::EISDIR, format!("{path}: not a regular file"))),
+        Ok(_) => Err(ShoalError::new(
+            Errno::EISDIR,
+            format!("{path}: not a regular file"),
+        )),
         Err(e) if e.errno == Errno::ENOENT => Ok(client.create(dir, &name, 0o644).await?.handle),
         Err(e) => Err(e.context(path)),
     }

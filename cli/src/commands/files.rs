@@ -58,7 +58,11 @@ fn format_time(secs: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", rem / 3600, rem % 3600 / 60)
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60
+    )
 }
 
 pub fn ls(cfg: &ConfigArg, path: &str, long: bool) -> Result<()> {
@@ -67,7 +71,11 @@ pub fn ls(cfg: &ConfigArg, path: &str, long: bool) -> Result<()> {
         let (h, kind) = client.resolve(&paths[0]).await?;
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         if kind != FileKind::Directory {
-            let line = if long { long_line(&client.getattr(h).await?, path) } else { path.to_string() };
+            let line = if long {
+                long_line(&client.getattr(h).await?, path)
+            } else {
+                path.to_string()
+            };
             writeln!(out, "{line}")?;
             return Ok(());
         }
@@ -128,14 +136,24 @@ pub fn stat(cfg: &ConfigArg, path: &str, layout: bool, json: bool) -> Result<()>
             return Ok(());
         }
         println!("  path: {}", paths[0]);
-        println!("handle: {h:#x} (server {})", shoal_proto::handle::server_of(h));
+        println!(
+            "handle: {h:#x} (server {})",
+            shoal_proto::handle::server_of(h)
+        );
         println!("  kind: {:?}", a.kind);
         println!("  mode: {} ({:o})", mode_string(a.kind, a.mode), a.mode);
         println!(" owner: uid {} gid {}", a.uid, a.gid);
         println!("  size: {}", a.size);
-        println!(" mtime: {}", format_time(a.mtime_ns.div_euclid(1_000_000_000)));
+        println!(
+            " mtime: {}",
+            format_time(a.mtime_ns.div_euclid(1_000_000_000))
+        );
         if let Some(l) = layout {
-            println!(" strip: {} bytes over {} datafiles", l.strip_size, l.datafiles.len());
+            println!(
+                " strip: {} bytes over {} datafiles",
+                l.strip_size,
+                l.datafiles.len()
+            );
             for (i, (d, s)) in l.datafiles.iter().enumerate() {
                 println!("  dfile {i}: {d:#x} on server {s}");
             }
@@ -154,7 +172,10 @@ pub fn cat(cfg: &ConfigArg, paths: &[String]) -> Result<()> {
         for p in &shoal_paths {
             let (h, kind) = client.resolve(p).await?;
             if kind == FileKind::Directory {
-                return Err(ShoalError::new(Errno::EISDIR, format!("{p}: is a directory")));
+                return Err(ShoalError::new(
+                    Errno::EISDIR,
+                    format!("{p}: is a directory"),
+                ));
             }
             let mut offset = 0u64;
             loop {
@@ -179,7 +200,10 @@ pub fn rm(cfg: &ConfigArg, paths: &[String], recursive: bool) -> Result<()> {
             let (h, kind) = client.lookup(dir, name).await.map_err(|e| e.context(p))?;
             if kind == FileKind::Directory {
                 if !recursive {
-                    return Err(ShoalError::new(Errno::EISDIR, format!("{p}: is a directory (use -r)")));
+                    return Err(ShoalError::new(
+                        Errno::EISDIR,
+                        format!("{p}: is a directory (use -r)"),
+                    ));
                 }
                 remove_tree(&client, h).await.map_err(|e| e.context(p))?;
                 client.rmdir(dir, name).await.map_err(|e| e.context(p))?;
@@ -214,7 +238,10 @@ pub fn mkdir(cfg: &ConfigArg, paths: &[String], parents: bool) -> Result<()> {
         for p in &shoal_paths {
             if !parents {
                 let (dir, name) = client.resolve_parent(p).await?;
-                client.mkdir(dir, name, 0o755).await.map_err(|e| e.context(p))?;
+                client
+                    .mkdir(dir, name, 0o755)
+                    .await
+                    .map_err(|e| e.context(p))?;
                 continue;
             }
             let mut dir = client.root();
@@ -224,7 +251,10 @@ pub fn mkdir(cfg: &ConfigArg, paths: &[String], parents: bool) -> Result<()> {
                     Err(e) if e.errno == Errno::EEXIST => {
                         let (h, kind) = client.lookup(dir, name).await?;
                         if kind != FileKind::Directory {
-                            return Err(ShoalError::new(Errno::ENOTDIR, format!("{p}: {name} is not a directory")));
+                            return Err(ShoalError::new(
+                                Errno::ENOTDIR,
+                                format!("{p}: {name} is not a directory"),
+                            ));
                         }
                         h
                     }
@@ -245,11 +275,21 @@ pub fn touch(cfg: &ConfigArg, paths: &[String]) -> Result<()> {
                 Ok((h, _)) => {
                     let now = now_ns();
                     client
-                        .setattr(h, &SetAttr { atime_ns: Some(now), mtime_ns: Some(now), ..Default::default() })
+                        .setattr(
+                            h,
+                            &SetAttr {
+                                atime_ns: Some(now),
+                                mtime_ns: Some(now),
+                                ..Default::default()
+                            },
+                        )
                         .await?;
                 }
                 Err(e) if e.errno == Errno::ENOENT => {
-                    client.create(dir, name, 0o644).await.map_err(|e| e.context(p))?;
+                    client
+                        .create(dir, name, 0o644)
+                        .await
+                        .map_err(|e| e.context(p))?;
                 }
                 Err(e) => return Err(e.context(p)),
             }

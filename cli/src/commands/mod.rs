@@ -1,5 +1,6 @@
 //! One module per subcommand (or family of small ones).
 
+pub mod bench;
 pub mod copy;
 pub mod down;
 pub mod files;

@@ -31,16 +31,24 @@ pub struct MountArgs {
 }
 
 pub fn run(args: MountArgs) -> Result<()> {
-    let cluster_file = std::fs::canonicalize(&args.cluster)
-        .map_err(|e| ShoalError::from(e).context(format!("cluster file {}", args.cluster.display())))?;
+    let cluster_file = std::fs::canonicalize(&args.cluster).map_err(|e| {
+        ShoalError::from(e).context(format!("cluster file {}", args.cluster.display()))
+    })?;
     let config = ClusterConfig::load(&cluster_file)?;
-    let dir = std::fs::canonicalize(&args.mountpoint)
-        .map_err(|e| ShoalError::from(e).context(format!("mount point {}", args.mountpoint.display())))?;
+    let dir = std::fs::canonicalize(&args.mountpoint).map_err(|e| {
+        ShoalError::from(e).context(format!("mount point {}", args.mountpoint.display()))
+    })?;
     if !dir.is_dir() {
-        return Err(ShoalError::invalid(format!("mount point {} is not a directory", dir.display())));
+        return Err(ShoalError::invalid(format!(
+            "mount point {} is not a directory",
+            dir.display()
+        )));
     }
     if mounts::is_mounted(&dir) {
-        return Err(ShoalError::invalid(format!("{} is already a Shoal mount", dir.display())));
+        return Err(ShoalError::invalid(format!(
+            "{} is already a Shoal mount",
+            dir.display()
+        )));
     }
     if !args.foreground {
         return mount_in_background(&args, &cluster_file, &dir);
@@ -56,7 +64,11 @@ pub fn run(args: MountArgs) -> Result<()> {
     shoal_fuse::mount(client, rt.handle().clone(), &dir, &opts)
 }
 
-fn mount_in_background(args: &MountArgs, cluster_file: &std::path::Path, dir: &std::path::Path) -> Result<()> {
+fn mount_in_background(
+    args: &MountArgs,
+    cluster_file: &std::path::Path,
+    dir: &std::path::Path,
+) -> Result<()> {
     let log = args.log.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!(
             "shoal-mount-{}.log",
@@ -81,6 +93,11 @@ fn mount_in_background(args: &MountArgs, cluster_file: &std::path::Path, dir: &s
             local_cluster::tail(&log, 10)
         )));
     }
-    println!("mounted on {} (process {pid}, log {}); unmount with: fusermount3 -u {}", dir.display(), log.display(), dir.display());
+    println!(
+        "mounted on {} (process {pid}, log {}); unmount with: fusermount3 -u {}",
+        dir.display(),
+        log.display(),
+        dir.display()
+    );
     Ok(())
 }

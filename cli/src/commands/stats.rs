@@ -38,24 +38,49 @@ pub fn run(cfg: &ConfigArg, path: Option<&str>, server: Option<u32>, json: bool)
             Some(s) => vec![s],
             None => (0..client.num_servers()).collect(),
         };
-        let replies = futures::future::try_join_all(servers.iter().map(|s| client.server_stats(*s))).await?;
+        let replies =
+            futures::future::try_join_all(servers.iter().map(|s| client.server_stats(*s))).await?;
         if json {
-            println!("{}", serde_json::to_string_pretty(&to_json(&replies)).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&to_json(&replies)).unwrap_or_default()
+            );
             return Ok(());
         }
         println!(
             "{:>6} {:<16} {:>10} {:>7} {:>12} {:>12} {:>8} {:>8} {:>8}",
-            "server", "op", "requests", "errors", "bytes_in", "bytes_out", "syncs", "p50_us", "p99_us"
+            "server",
+            "op",
+            "requests",
+            "errors",
+            "bytes_in",
+            "bytes_out",
+            "syncs",
+            "p50_us",
+            "p99_us"
         );
         for r in &replies {
             for o in &r.ops {
                 println!(
                     "{:>6} {:<16} {:>10} {:>7} {:>12} {:>12} {:>8} {:>8} {:>8}",
-                    r.server_id, o.op, o.requests, o.errors, o.bytes_in, o.bytes_out, o.syncs,
-                    o.latency_p50_us, o.latency_p99_us
+                    r.server_id,
+                    o.op,
+                    o.requests,
+                    o.errors,
+                    o.bytes_in,
+                    o.bytes_out,
+                    o.syncs,
+                    o.latency_p50_us,
+                    o.latency_p99_us
                 );
             }
-            println!("{:>6} {:<16} {:>10}   (uptime {} s)", r.server_id, "kv_syncs", r.kv_syncs, r.uptime_ms / 1000);
+            println!(
+                "{:>6} {:<16} {:>10}   (uptime {} s)",
+                r.server_id,
+                "kv_syncs",
+                r.kv_syncs,
+                r.uptime_ms / 1000
+            );
         }
         Ok(())
     })

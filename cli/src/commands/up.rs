@@ -38,7 +38,11 @@ pub fn run(args: UpArgs) -> Result<()> {
     let state = cluster.load_state();
     let file = cluster.cluster_file();
     let marker = file.to_string_lossy().into_owned();
-    if state.servers.iter().any(|(_, pid)| local_cluster::is_ours(*pid, &marker)) {
+    if state
+        .servers
+        .iter()
+        .any(|(_, pid)| local_cluster::is_ours(*pid, &marker))
+    {
         return Err(ShoalError::invalid(format!(
             "a cluster is already running from {}; stop it with: shoal down --data {}",
             cluster.dir.display(),
@@ -94,7 +98,11 @@ pub fn run(args: UpArgs) -> Result<()> {
     Ok(())
 }
 
-fn wait_for_servers(cluster: &LocalCluster, file: &std::path::Path, state: &local_cluster::State) -> Result<()> {
+fn wait_for_servers(
+    cluster: &LocalCluster,
+    file: &std::path::Path,
+    state: &local_cluster::State,
+) -> Result<()> {
     let rt = runtime()?;
     let deadline = std::time::Instant::now() + START_TIMEOUT;
     loop {
@@ -119,16 +127,27 @@ fn wait_for_servers(cluster: &LocalCluster, file: &std::path::Path, state: &loca
     }
 }
 
-fn mount(cluster: &LocalCluster, marker: &str, dir: &std::path::Path, state: &mut local_cluster::State) -> Result<()> {
+fn mount(
+    cluster: &LocalCluster,
+    marker: &str,
+    dir: &std::path::Path,
+    state: &mut local_cluster::State,
+) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let dir = std::fs::canonicalize(dir)?;
     if mounts::is_mounted(&dir) {
-        return Err(ShoalError::invalid(format!("{} is already a Shoal mount", dir.display())));
+        return Err(ShoalError::invalid(format!(
+            "{} is already a Shoal mount",
+            dir.display()
+        )));
     }
     let mount_dir = dir.to_string_lossy().into_owned();
     let log = cluster.log_file("mount");
     let pid = local_cluster::spawn_shoal(&["mount", "--foreground", marker, &mount_dir], &log)?;
-    state.mount = Some(MountState { dir: dir.clone(), pid });
+    state.mount = Some(MountState {
+        dir: dir.clone(),
+        pid,
+    });
     cluster.save_state(state)?;
     let live = local_cluster::wait_until(START_TIMEOUT, || {
         mounts::is_mounted(&dir) || !local_cluster::is_ours(pid, marker)

@@ -1,0 +1,156 @@
+//! `shoal bench`: the benchmarks of BENCHMARKS.md, runnable on any POSIX
+//! directory (a Shoal mount, tmpfs, a local disk) so Shoal can be compared
+//! with its peers by the same code.
+
+pub mod fsops;
+pub mod pattern;
+pub mod report;
+pub mod smallfile;
+pub mod streaming;
+pub mod workers;
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use shoal_proto::error::Result;
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub workload: Workload,
+}
+
+#[derive(Subcommand)]
+pub enum Workload {
+    /// The 9-phase small-file microbenchmark (seed 000): mkdir, create,
+    /// readdir+stat, write, read (verified), readdir+stat, close, unlink, rmdir.
+    Smallfile(SmallfileArgs),
+    /// Write then read (verified) SIZE per process in BLOCK transfers, a file
+    /// per process or one shared file.
+    Streaming(StreamingArgs),
+}
+
+#[derive(clap::Args)]
+pub struct SmallfileArgs {
+    /// Directory to run in (each run uses a fresh subdirectory of it).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Processes.
+    #[arg(short = 'p', long = "procs", default_value_t = 4)]
+    pub procs: usize,
+    /// Files per process.
+    #[arg(short = 'n', long = "files", default_value_t = 2000)]
+    pub files: usize,
+    /// Bytes written to and read from each file.
+    #[arg(long, default_value_t = 8192)]
+    pub size: usize,
+    /// Runs; the median of each phase is reported.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Also write the results as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also write the results as CSV here.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Internal: run as worker K of a parent `shoal bench smallfile`, in the
+    /// run directory given as --dir.
+    #[arg(long, hide = true, value_name = "K")]
+    pub worker: Option<usize>,
+}
+
+#[derive(clap::Args)]
+pub struct StreamingArgs {
+    /// Directory to run in (each run uses a fresh subdirectory of it).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Processes.
+    #[arg(short = 'p', long = "procs", default_value_t = 4)]
+    pub procs: usize,
+    /// Data written and read by each process, MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub size_mib: u64,
+    /// Transfer size, KiB.
+    #[arg(long, default_value_t = 1024)]
+    pub block_kib: u64,
+    /// One shared file, each process writing its own contiguous region,
+    /// instead of a file per process.
+    #[arg(long)]
+    pub shared: bool,
+    /// Runs; the median of each phase is reported.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Also write the results as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also write the results as CSV here.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Internal: run as worker K of a parent `shoal bench streaming`, in the
+    /// run directory given as --dir.
+    #[arg(long, hide = true, value_name = "K")]
+    pub worker: Option<usize>,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    match args.workload {
+        Workload::Smallfile(a) => match a.worker {
+            Some(k) => as_worker(smallfile::worker(&a.dir, k, a.files, a.size)),
+            None => with_sigpipe_ignored(|| {
+                smallfile::smallfile(&smallfile::SmallfileOptions {
+                    dir: a.dir,
+                    procs: a.procs,
+                    files: a.files,
+                    size: a.size,
+                    runs: a.runs,
+                })
+            })?
+            .emit(a.json.as_deref(), a.csv.as_deref()),
+        },
+        Workload::Streaming(a) => match a.worker {
+            Some(k) => as_worker(streaming::worker(
+                &a.dir,
+                k,
+                a.size_mib,
+                a.block_kib,
+                a.shared,
+            )),
+            None => with_sigpipe_ignored(|| {
+                streaming::streaming(&streaming::StreamingOptions {
+                    dir: a.dir,
+                    procs: a.procs,
+                    size_mib: a.size_mib,
+                    block_kib: a.block_kib,
+                    shared: a.shared,
+                    runs: a.runs,
+                })
+            })?
+            .emit(a.json.as_deref(), a.csv.as_deref()),
+        },
+    }
+}
+
+/// Runs the parent's side of a benchmark with SIGPIPE ignored: a worker that
+/// died must show up as an error on its pipe, not silently kill the parent.
+/// The previous disposition is restored for printing the results.
+fn with_sigpipe_ignored<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    // SAFETY: changes only this process's SIGPIPE disposition; the benchmark
+    // parent runs no other threads that could depend on it.
+    let previous = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let result = f();
+    if previous != libc::SIG_ERR {
+        // SAFETY: as above, restoring what was there.
+        unsafe { libc::signal(libc::SIGPIPE, previous) };
+    }
+    result
+}
+
+/// A worker's errors go to its parent over the barrier pipe, which names the
+/// worker and phase; printing them here as well would say everything twice.
+fn as_worker(result: Result<()>) -> Result<()> {
+    if let Err(e) = result {
+        workers::report_error(&e);
+        std::process::exit(1);
+    }
+    Ok(())
+}

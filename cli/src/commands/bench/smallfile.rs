@@ -1,0 +1,274 @@
+//! The small-file microbenchmark of seed 000: P processes, each in its own
+//! subdirectory, run nine phases separated by barriers: (1) mkdir, (2) create
+//! N files (kept open), (3) readdir + stat each, (4) write M bytes to each,
+//! (5) read and verify them, (6) readdir + stat again, (7) close, (8) unlink,
+//! (9) rmdir. Works on any POSIX directory: a Shoal mount, tmpfs, a disk.
+
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use shoal_proto::error::{Result, ShoalError};
+
+use super::fsops::{self, at};
+use super::pattern;
+use super::report::{self, Phase, Report, Unit};
+use super::workers::{Barrier, Workers};
+
+/// The phases, in order, and whether each counts one operation per process
+/// (mkdir, rmdir) rather than one per file.
+pub const PHASES: [(&str, bool); 9] = [
+    ("mkdir", true),
+    ("create", false),
+    ("readdir+stat", false),
+    ("write", false),
+    ("read", false),
+    ("readdir+stat-2", false),
+    ("close", false),
+    ("unlink", false),
+    ("rmdir", true),
+];
+
+/// Most worker processes a run may start: far beyond what one machine gains
+/// from, low enough that a typo does not fork-bomb it.
+pub const MAX_PROCS: usize = 1024;
+
+#[derive(Clone, Debug)]
+pub struct SmallfileOptions {
+    /// Directory to run in; each run works in a fresh subdirectory of it.
+    pub dir: PathBuf,
+    /// Processes (P).
+    pub procs: usize,
+    /// Files per process (N).
+    pub files: usize,
+    /// Bytes written to and read from each file (M).
+    pub size: usize,
+    pub runs: usize,
+}
+
+impl SmallfileOptions {
+    pub fn validate(&self) -> Result<()> {
+        if self.procs == 0 || self.procs > MAX_PROCS {
+            return Err(ShoalError::invalid(format!(
+                "-p must be between 1 and {MAX_PROCS}"
+            )));
+        }
+        if self.files == 0 {
+            return Err(ShoalError::invalid("-n must be at least 1"));
+        }
+        if self.size == 0 {
+            return Err(ShoalError::invalid(
+                "--size must be at least 1 (the write and read phases need bytes to move)",
+            ));
+        }
+        if self.runs == 0 {
+            return Err(ShoalError::invalid("--runs must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// Runs the benchmark `opts.runs` times and reports the median per phase.
+pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
+    opts.validate()?;
+    let dir = canonical_dir(&opts.dir)?;
+    // Fail here, with a clear message, rather than in every worker; workers
+    // inherit the raised limit.
+    fsops::raise_nofile_limit(opts.files)?;
+    let per_files = (opts.procs * opts.files) as u64;
+    let mut phases: Vec<Phase> = PHASES
+        .iter()
+        .map(|&(name, per_process)| {
+            let ops = if per_process {
+                opts.procs as u64
+            } else {
+                per_files
+            };
+            Phase::new(name, ops)
+        })
+        .collect();
+    let context = report::environment(&dir);
+    for run in 0..opts.runs {
+        eprintln!("smallfile: run {} of {}", run + 1, opts.runs);
+        // A fresh directory per run, named so that concurrent invocations and
+        // leftovers of an interrupted one never collide.
+        let run_dir = dir.join(format!("shoal-smallfile.{}.{run}", std::process::id()));
+        fs::create_dir(&run_dir).map_err(|e| at(&run_dir, e))?;
+        let result = one_run(opts, &run_dir, &mut phases);
+        if result.is_err() {
+            // The error names what went wrong; don't leave thousands of files behind.
+            let _ = fs::remove_dir_all(&run_dir);
+        }
+        result?;
+        fs::remove_dir(&run_dir).map_err(|e| at(&run_dir, e))?;
+    }
+    let mut context = context;
+    context.insert("procs".into(), json!(opts.procs));
+    context.insert("files_per_proc".into(), json!(opts.files));
+    context.insert("size".into(), json!(opts.size));
+    context.insert("runs".into(), json!(opts.runs));
+    let title = format!(
+        "smallfile on {} ({}): {} processes x {} files x {} bytes, median of {} run{}",
+        dir.display(),
+        report::fs_type_of(&context),
+        opts.procs,
+        opts.files,
+        opts.size,
+        opts.runs,
+        if opts.runs == 1 { "" } else { "s" }
+    );
+    Ok(Report {
+        benchmark: "smallfile".into(),
+        title,
+        unit: Unit::Ops,
+        context,
+        phases,
+        notes: vec![
+            "phase time = slowest process; rate = all processes' operations / that time".into(),
+            "read uses the descriptors that wrote, so on a mount with a page cache (local \
+             file systems, FUSE with caching) it may be answered from memory"
+                .into(),
+        ],
+    })
+}
+
+fn one_run(opts: &SmallfileOptions, run_dir: &Path, phases: &mut [Phase]) -> Result<()> {
+    let mut workers = Workers::spawn(opts.procs, |k| {
+        let mut args: Vec<OsString> = ["bench", "smallfile", "--worker"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        args.push(k.to_string().into());
+        args.push("--dir".into());
+        args.push(run_dir.into());
+        args.push("-n".into());
+        args.push(opts.files.to_string().into());
+        args.push("--size".into());
+        args.push(opts.size.to_string().into());
+        args
+    })?;
+    for phase in phases.iter_mut() {
+        let times = workers.phase(&phase.name)?;
+        phase.worker_seconds.push(times);
+    }
+    workers.finish()
+}
+
+pub fn canonical_dir(dir: &Path) -> Result<PathBuf> {
+    let canonical = fs::canonicalize(dir).map_err(|e| at(dir, e))?;
+    if !canonical.is_dir() {
+        return Err(ShoalError::invalid(format!(
+            "{}: not a directory",
+            dir.display()
+        )));
+    }
+    Ok(canonical)
+}
+
+/// One worker process: runs the nine phases in `run_dir/p<id>`.
+pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()> {
+    fsops::raise_nofile_limit(files)?;
+    let dir = run_dir.join(format!("p{id}"));
+    // Paths and buffers are prepared before the barrier so that the phases
+    // time file system calls, not allocation.
+    let names: Vec<PathBuf> = (0..files).map(|i| dir.join(format!("f{i}"))).collect();
+    let mut want = pattern::base(size, id);
+    let mut got = vec![0u8; size];
+    let mut b = Barrier::new();
+
+    b.phase(PHASES[0].0, || {
+        fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&dir)
+            .map_err(|e| at(&dir, e))
+    })?;
+    let fds = b.phase(PHASES[1].0, || create_all(&names))?;
+    b.phase(PHASES[2].0, || readdir_stat(&dir, files, 0))?;
+    b.phase(PHASES[3].0, || {
+        for (i, (f, name)) in fds.iter().zip(&names).enumerate() {
+            pattern::stamp(&mut want, pattern::tag(id, i as u64), 0);
+            f.write_all_at(&want, 0).map_err(|e| at(name, e))?;
+        }
+        Ok(())
+    })?;
+    b.phase(PHASES[4].0, || {
+        for (i, (f, name)) in fds.iter().zip(&names).enumerate() {
+            fsops::read_full_at(f, &mut got, 0, name)?;
+            pattern::stamp(&mut want, pattern::tag(id, i as u64), 0);
+            if let Some(pos) = pattern::first_mismatch(&got, &want, true) {
+                return Err(ShoalError::io(format!(
+                    "{}: content differs from what was written, {}",
+                    name.display(),
+                    pattern::describe_mismatch(&got, &want, pos)
+                )));
+            }
+        }
+        Ok(())
+    })?;
+    b.phase(PHASES[5].0, || readdir_stat(&dir, files, size as u64))?;
+    b.phase(PHASES[6].0, || {
+        for (f, name) in fds.into_iter().zip(&names) {
+            fsops::close(f, name)?;
+        }
+        Ok(())
+    })?;
+    b.phase(PHASES[7].0, || {
+        for name in &names {
+            fs::remove_file(name).map_err(|e| at(name, e))?;
+        }
+        Ok(())
+    })?;
+    b.phase(PHASES[8].0, || {
+        fs::remove_dir(&dir).map_err(|e| at(&dir, e))
+    })?;
+    Ok(())
+}
+
+fn create_all(names: &[PathBuf]) -> Result<Vec<File>> {
+    let mut fds = Vec::with_capacity(names.len());
+    for name in names {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .open(name)
+            .map_err(|e| at(name, e))?;
+        fds.push(f);
+    }
+    Ok(fds)
+}
+
+/// Lists `dir` and stats every entry (as `ls -l` does), checking that there
+/// are `files` regular files of `size` bytes: a wrong listing or size is a
+/// file system bug the benchmark must not time as success.
+fn readdir_stat(dir: &Path, files: usize, size: u64) -> Result<()> {
+    let mut seen = 0;
+    for entry in fs::read_dir(dir).map_err(|e| at(dir, e))? {
+        let path = entry.map_err(|e| at(dir, e))?.path();
+        let meta = fs::symlink_metadata(&path).map_err(|e| at(&path, e))?;
+        if !meta.is_file() || meta.len() != size {
+            return Err(ShoalError::io(format!(
+                "{}: stat says {} of {} bytes, expected a regular file of {size} bytes",
+                path.display(),
+                if meta.is_file() {
+                    "a file"
+                } else {
+                    "not a file"
+                },
+                meta.len()
+            )));
+        }
+        seen += 1;
+    }
+    if seen != files {
+        return Err(ShoalError::io(format!(
+            "{}: readdir listed {seen} entries, expected {files}",
+            dir.display()
+        )));
+    }
+    Ok(())
+}

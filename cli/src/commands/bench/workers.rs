@@ -1,0 +1,239 @@
+//! Worker processes and the barrier before each phase, after the seed's
+//! microbenchmark method (its Algorithm 1): every worker waits at a barrier,
+//! times its own phase, and the phase time is the maximum over workers.
+//!
+//! Workers are copies of this executable started with a hidden `--worker K`
+//! flag. Processes, not threads, so each has its own file table and its own
+//! kernel and FUSE context, as the MPI ranks of the seed had. The barrier runs
+//! over each child's stdin and stdout, one line per message:
+//!
+//! ```text
+//! worker -> parent   ready <phase>             waiting at the barrier
+//! parent -> worker   go                        sent once every worker is ready
+//! worker -> parent   done <seconds>            its own time for the phase
+//! worker -> parent   error <errno> <message>   instead of either; it then exits
+//! ```
+//!
+//! A worker must therefore never print anything else on stdout; stderr is the
+//! parent's, for diagnostics.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, StdinLock, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
+
+use shoal_proto::error::{Errno, Result, ShoalError};
+
+/// The parent's side: the running workers of one run.
+pub struct Workers {
+    children: Vec<Worker>,
+}
+
+struct Worker {
+    id: usize,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Workers {
+    /// Starts `count` copies of this executable, worker K with `args(K)`.
+    pub fn spawn(count: usize, args: impl Fn(usize) -> Vec<OsString>) -> Result<Workers> {
+        let exe = std::env::current_exe()
+            .map_err(|e| ShoalError::from(e).context("finding the shoal executable"))?;
+        let mut workers = Workers {
+            children: Vec::with_capacity(count),
+        };
+        for id in 0..count {
+            let mut child = Command::new(&exe)
+                .args(args(id))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(|e| {
+                    ShoalError::from(e).context(format!("starting worker {id} ({})", exe.display()))
+                })?;
+            let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+                // Cannot happen with piped stdio; still no panic.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(ShoalError::io(format!("worker {id}: no pipes")));
+            };
+            workers.children.push(Worker {
+                id,
+                child,
+                stdin: Some(stdin),
+                stdout: BufReader::new(stdout),
+            });
+        }
+        Ok(workers)
+    }
+
+    /// Runs one phase: waits until every worker is at the barrier for
+    /// `phase`, releases them all, and returns each worker's own time (s).
+    pub fn phase(&mut self, phase: &str) -> Result<Vec<f64>> {
+        for w in &mut self.children {
+            let line = w.read_line(phase)?;
+            if line != format!("ready {phase}") {
+                return Err(w.unexpected(phase, &line));
+            }
+        }
+        // Release them back to back: the go lines cost microseconds, and each
+        // worker starts its own clock when it reads its go.
+        for w in &mut self.children {
+            let sent = match w.stdin.as_mut() {
+                Some(stdin) => stdin.write_all(b"go\n"),
+                None => Err(std::io::ErrorKind::BrokenPipe.into()),
+            };
+            sent.map_err(|e| {
+                ShoalError::from(e).context(format!("worker {}: releasing it for {phase}", w.id))
+            })?;
+        }
+        let mut times = Vec::with_capacity(self.children.len());
+        for w in &mut self.children {
+            let line = w.read_line(phase)?;
+            match line.strip_prefix("done ").map(str::parse::<f64>) {
+                Some(Ok(secs)) if secs.is_finite() && secs >= 0.0 => times.push(secs),
+                _ => return Err(w.unexpected(phase, &line)),
+            }
+        }
+        Ok(times)
+    }
+
+    /// Lets the workers exit (they have run their last phase) and checks that
+    /// each one did so cleanly.
+    pub fn finish(mut self) -> Result<()> {
+        for mut w in std::mem::take(&mut self.children) {
+            w.stdin = None;
+            let status = w.child.wait()?;
+            if !status.success() {
+                return Err(ShoalError::io(format!(
+                    "worker {} ended with {status} after its last phase",
+                    w.id
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Workers {
+    /// On an error the remaining workers are ours to stop: kill and reap them
+    /// so none is left running against the directory.
+    fn drop(&mut self) {
+        for w in &mut self.children {
+            let _ = w.child.kill();
+            let _ = w.child.wait();
+        }
+    }
+}
+
+impl Worker {
+    /// The next protocol line, turning a reported error or an early exit into
+    /// an error naming this worker.
+    fn read_line(&mut self, phase: &str) -> Result<String> {
+        let mut line = String::new();
+        let n = self.stdout.read_line(&mut line).map_err(|e| {
+            ShoalError::from(e).context(format!("worker {}: reading its report", self.id))
+        })?;
+        if n == 0 {
+            let status = match self.child.wait() {
+                Ok(s) => s.to_string(),
+                Err(e) => e.to_string(),
+            };
+            return Err(ShoalError::io(format!(
+                "worker {} exited during phase {phase} ({status})",
+                self.id
+            )));
+        }
+        let line = line.trim_end().to_string();
+        if let Some(rest) = line.strip_prefix("error ") {
+            return Err(parse_error(rest).context(format!("worker {}, phase {phase}", self.id)));
+        }
+        Ok(line)
+    }
+
+    fn unexpected(&self, phase: &str, line: &str) -> ShoalError {
+        ShoalError::protocol(format!(
+            "worker {}: expected its report for phase {phase}, got {line:?} \
+             (was the shoal binary replaced during the run?)",
+            self.id
+        ))
+    }
+}
+
+/// Decodes `<errno> <message>` as sent by [`report_error`].
+fn parse_error(rest: &str) -> ShoalError {
+    let (code, message) = rest.split_once(' ').unwrap_or((rest, ""));
+    match code.parse::<i32>() {
+        Ok(errno) => ShoalError::new(Errno(errno), message),
+        Err(_) => ShoalError::io(rest),
+    }
+}
+
+/// The worker's side: waits at the barrier and reports times.
+pub struct Barrier {
+    input: StdinLock<'static>,
+}
+
+impl Barrier {
+    pub fn new() -> Barrier {
+        // If the parent dies (a timeout killed it), stop rather than run on
+        // against the directory unobserved.
+        // SAFETY: prctl with PR_SET_PDEATHSIG only sets a flag on this process.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        }
+        Barrier {
+            input: std::io::stdin().lock(),
+        }
+    }
+
+    /// Waits at the barrier for `phase`, runs `work`, and reports its
+    /// duration. An error is returned (not reported): the worker's entry point
+    /// reports every error once, with [`report_error`].
+    pub fn phase<T>(&mut self, phase: &str, work: impl FnOnce() -> Result<T>) -> Result<T> {
+        send(&format!("ready {phase}"))?;
+        let mut line = String::new();
+        self.input.read_line(&mut line)?;
+        if line.trim_end() != "go" {
+            return Err(ShoalError::protocol(format!(
+                "expected go for phase {phase}, got {:?} (is this run by shoal bench?)",
+                line.trim_end()
+            )));
+        }
+        let start = Instant::now();
+        let out = work()?;
+        let secs = start.elapsed().as_secs_f64();
+        send(&format!("done {secs:.9}"))?;
+        Ok(out)
+    }
+}
+
+fn send(line: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Reports a worker's error to the parent, on one line.
+pub fn report_error(e: &ShoalError) {
+    let message = e.message.replace('\n', " ");
+    let _ = send(&format!("error {} {message}", e.errno.0));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_lines_keep_errno_and_message() {
+        let e = parse_error("2 /x/p0/f1: No such file or directory");
+        assert_eq!(e.errno, Errno::ENOENT);
+        assert_eq!(e.message, "/x/p0/f1: No such file or directory");
+        let e = parse_error("garbage");
+        assert_eq!(e.errno, Errno::EIO);
+    }
+}
