@@ -477,6 +477,10 @@ impl Client {
             Err(e) if e.errno == Errno::ENOENT => None,
             Err(e) => return Err(e),
         };
+        // Before the target is marked for removal, so an EINVAL leaves no mark.
+        if kind == FileKind::Directory && dir != new_dir {
+            self.check_not_inside(h, new_dir).await?;
+        }
         if let Some((t, tkind)) = target {
             if t == h {
                 return Ok(());
@@ -503,9 +507,6 @@ impl Client {
                 (true, true) => self.prepare_rmdir(t).await?,
                 _ => {}
             }
-        }
-        if kind == FileKind::Directory && dir != new_dir {
-            self.check_not_inside(h, new_dir).await?;
         }
         let result = self
             .move_entry(dir, name, new_dir, new_name, h, kind, no_replace)

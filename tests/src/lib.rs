@@ -53,7 +53,10 @@ impl Builder {
     }
 
     pub fn start(self) -> Cluster {
-        let dir = tempfile::Builder::new().prefix("shoal-test-").tempdir().expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("shoal-test-")
+            .tempdir()
+            .expect("tempdir");
         let mut settings = Settings::default();
         for s in &self.sets {
             settings.set(s).expect("valid setting");
@@ -63,7 +66,10 @@ impl Builder {
             servers: (0..self.servers)
                 .map(|id| ServerEntry {
                     id,
-                    addr: TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap(),
+                    addr: TcpListener::bind("127.0.0.1:0")
+                        .unwrap()
+                        .local_addr()
+                        .unwrap(),
                     data: dir.path().join(format!("server-{id}")),
                 })
                 .collect(),
@@ -147,7 +153,10 @@ impl Cluster {
         while std::net::TcpStream::connect(addr).is_err() {
             let child = self.servers.get_mut(&id).unwrap();
             if let Ok(Some(status)) = child.try_wait() {
-                panic!("server {id} exited with {status}: {}", self.read_log(&format!("server-{id}")));
+                panic!(
+                    "server {id} exited with {status}: {}",
+                    self.read_log(&format!("server-{id}"))
+                );
             }
             assert!(Instant::now() < deadline, "server {id} did not start");
             std::thread::sleep(Duration::from_millis(20));
@@ -200,7 +209,11 @@ impl Cluster {
         self.mount = Some((dir.clone(), child));
         let deadline = Instant::now() + START_TIMEOUT;
         while !is_mounted(&dir) {
-            assert!(Instant::now() < deadline, "mount did not come up: {}", self.read_log("mount"));
+            assert!(
+                Instant::now() < deadline,
+                "mount did not come up: {}",
+                self.read_log("mount")
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         dir

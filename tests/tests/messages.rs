@@ -22,13 +22,20 @@ async fn baseline_create_stat_remove_cost_n_plus_3_1_2() {
     assert_eq!(got.unwrap().size, 0);
     assert_eq!(stat, n + 1, "stat");
 
-    let (removed, remove) = cluster.messages_during(&client, client.unlink(ROOT, "f")).await;
+    let (removed, remove) = cluster
+        .messages_during(&client, client.unlink(ROOT, "f"))
+        .await;
     removed.unwrap();
     assert_eq!(remove, n + 2, "remove");
 
-    let (made, mkdir) = cluster.messages_during(&client, client.mkdir(ROOT, "d", 0o755)).await;
+    let (made, mkdir) = cluster
+        .messages_during(&client, client.mkdir(ROOT, "d", 0o755))
+        .await;
     made.unwrap();
-    assert!(mkdir <= 3, "mkdir costs the object, the entry and (uncached) one getattr: {mkdir}");
+    assert!(
+        mkdir <= 3,
+        "mkdir costs the object, the entry and (uncached) one getattr: {mkdir}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -41,20 +48,32 @@ async fn every_server_counts_syncs_for_modifying_requests() {
         let stats = client.server_stats(s).await.unwrap();
         syncs += stats.kv_syncs;
         for op in &stats.ops {
-            if ["create_object", "create_datafiles", "set_dist", "crdirent"].contains(&op.op.as_str()) {
-                assert_eq!(op.syncs, op.requests, "baseline: one sync per modifying request ({})", op.op);
+            if ["create_object", "create_datafiles", "set_dist", "crdirent"]
+                .contains(&op.op.as_str())
+            {
+                assert_eq!(
+                    op.syncs, op.requests,
+                    "baseline: one sync per modifying request ({})",
+                    op.op
+                );
             }
             if ["lookup", "getattr", "stats", "ping"].contains(&op.op.as_str()) {
                 assert_eq!(op.syncs, 0, "{} must not sync", op.op);
             }
         }
     }
-    assert!(syncs >= 5, "create on 2 servers syncs at least 5 times, saw {syncs}");
+    assert!(
+        syncs >= 5,
+        "create on 2 servers syncs at least 5 times, saw {syncs}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readdir_fetches_entries_in_batches() {
-    let cluster = Cluster::builder().servers(2).set("readdir_batch=100").start();
+    let cluster = Cluster::builder()
+        .servers(2)
+        .set("readdir_batch=100")
+        .start();
     let client = cluster.client();
     let dir = client.mkdir(ROOT, "many", 0o755).await.unwrap().handle;
     futures::future::try_join_all((0..450).map(|i| {
@@ -63,9 +82,14 @@ async fn readdir_fetches_entries_in_batches() {
     }))
     .await
     .unwrap();
-    let (entries, messages) = cluster.messages_during(&client, client.readdir_all(dir)).await;
+    let (entries, messages) = cluster
+        .messages_during(&client, client.readdir_all(dir))
+        .await;
     let entries = entries.unwrap();
     assert_eq!(entries.len(), 450);
-    assert!(entries.windows(2).all(|w| w[0].name < w[1].name), "name order");
+    assert!(
+        entries.windows(2).all(|w| w[0].name < w[1].name),
+        "name order"
+    );
     assert_eq!(messages, 5, "450 entries in batches of 100");
 }

@@ -7,7 +7,9 @@ use shoal_proto::handle::ROOT;
 use shoal_tests::Cluster;
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 /// Creates a tree with small (inline) and striped (file-backed) data, fsync'ed.
@@ -15,8 +17,15 @@ async fn populate(client: &Client) {
     let d = client.mkdir(ROOT, "dir", 0o750).await.unwrap().handle;
     let sub = client.mkdir(d, "sub", 0o755).await.unwrap().handle;
     for (i, len) in [0usize, 100, 8192, 70_000, 3 << 20].iter().enumerate() {
-        let f = client.create(sub, &format!("f{i}"), 0o640).await.unwrap().handle;
-        client.write(f, 0, Bytes::from(pattern(i as u8, *len))).await.unwrap();
+        let f = client
+            .create(sub, &format!("f{i}"), 0o640)
+            .await
+            .unwrap()
+            .handle;
+        client
+            .write(f, 0, Bytes::from(pattern(i as u8, *len)))
+            .await
+            .unwrap();
         client.fsync(f).await.unwrap();
     }
     client.symlink(d, "link", "sub/f1").await.unwrap();
@@ -26,7 +35,13 @@ async fn verify(client: &Client) {
     let (d, kind) = client.resolve("/dir").await.unwrap();
     assert_eq!(kind, FileKind::Directory);
     assert_eq!(client.getattr(d).await.unwrap().mode, 0o750);
-    let names: Vec<String> = client.readdir_all(d).await.unwrap().into_iter().map(|e| e.name).collect();
+    let names: Vec<String> = client
+        .readdir_all(d)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
     assert_eq!(names, vec!["link", "sub"]);
     for (i, len) in [0usize, 100, 8192, 70_000, 3 << 20].iter().enumerate() {
         let (f, _) = client.resolve(&format!("/dir/sub/f{i}")).await.unwrap();
@@ -42,7 +57,10 @@ async fn verify(client: &Client) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn everything_acknowledged_survives_sigterm_and_sigkill() {
-    let mut cluster = Cluster::builder().servers(4).set("strip_size=65536").start();
+    let mut cluster = Cluster::builder()
+        .servers(4)
+        .set("strip_size=65536")
+        .start();
     populate(&cluster.client()).await;
     verify(&cluster.client()).await;
 
@@ -57,7 +75,10 @@ async fn everything_acknowledged_survives_sigterm_and_sigkill() {
     // Work done after the restart must survive a crash too.
     let client = cluster.client();
     let f = client.create(ROOT, "after", 0o644).await.unwrap().handle;
-    client.write(f, 0, Bytes::from_static(b"durable")).await.unwrap();
+    client
+        .write(f, 0, Bytes::from_static(b"durable"))
+        .await
+        .unwrap();
     client.fsync(f).await.unwrap();
     for id in cluster.server_ids() {
         cluster.kill(id);
@@ -78,6 +99,9 @@ async fn a_client_reconnects_after_a_server_restarts() {
     let f = client.create(ROOT, "x", 0o644).await.unwrap().handle;
     cluster.terminate(1);
     cluster.start_server(1);
-    client.write(f, 0, Bytes::from_static(b"hello")).await.unwrap();
+    client
+        .write(f, 0, Bytes::from_static(b"hello"))
+        .await
+        .unwrap();
     assert_eq!(&client.read(f, 0, 5).await.unwrap()[..], b"hello");
 }
