@@ -81,7 +81,10 @@ mod tests {
         assert_eq!(f.atime, from_ns(1_500_000_000_123_456_789));
         assert_eq!(f.mtime, from_ns(-5));
         assert_eq!(f.blksize, 1 << 20);
-        assert_eq!(file_attr(&attr(FileKind::Symlink, 0), 4096).kind, FileType::Symlink);
+        assert_eq!(
+            file_attr(&attr(FileKind::Symlink, 0), 4096).kind,
+            FileType::Symlink
+        );
         assert_eq!(file_attr(&attr(FileKind::Directory, 0), 4096).blocks, 0);
     }
 

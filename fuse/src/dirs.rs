@@ -89,7 +89,8 @@ impl OpenDirs {
         lock(&self.open).remove(&fh);
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub fn count(&self) -> usize {
         lock(&self.open).len()
     }
 }
@@ -138,14 +139,14 @@ mod tests {
         let a = dirs.open(1);
         let b = dirs.open(7);
         assert!(a != 0 && b != 0 && a != b);
-        assert_eq!(dirs.len(), 2);
+        assert_eq!(dirs.count(), 2);
         assert_eq!(dirs.get(b, 7).try_lock().unwrap().dir, 7);
         // An unknown or mismatched handle gets a private listing of the directory asked.
         assert_eq!(dirs.get(999, 3).try_lock().unwrap().dir, 3);
         assert_eq!(dirs.get(a, 3).try_lock().unwrap().dir, 3);
         dirs.release(a);
         dirs.release(b);
-        assert_eq!(dirs.len(), 0);
+        assert_eq!(dirs.count(), 0);
     }
 
     #[test]

@@ -80,7 +80,10 @@ mod tests {
     fn names_are_checked() {
         assert_eq!(name_str(OsStr::new("a b")).unwrap(), "a b");
         let long = "x".repeat(NAME_MAX + 1);
-        assert_eq!(name_str(OsStr::new(&long)).unwrap_err().errno, Errno::ENAMETOOLONG);
+        assert_eq!(
+            name_str(OsStr::new(&long)).unwrap_err().errno,
+            Errno::ENAMETOOLONG
+        );
         let bad = OsStr::from_bytes(b"caf\xe9");
         assert_eq!(name_str(bad).unwrap_err().errno, Errno::EINVAL);
     }

@@ -4,7 +4,8 @@
 //! replies from it (fuser replies are `Send`), so the FUSE loop only decodes
 //! and dispatches: no request ever waits behind an unrelated one. Handlers
 //! with nothing to ask a server (open, flush, release, access, opendir,
-//! releasedir, link) answer in place, which is just as non-blocking.
+//! releasedir, link, ioctl, fallocate) answer in place, which is just as
+//! non-blocking.
 //!
 //! Handles are inode numbers. Each request acts with the caller's uid/gid
 //! (`Client::with_cred`); the kernel checks permissions itself from our
@@ -18,20 +19,21 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use fuser::{
-    AccessFlags, BsdFileFlags, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use shoal_client::{Attr, Client, Cred, FileKind, SetAttr};
 use shoal_proto::cluster::SyncMode;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::time::{now_ns, to_ns};
 
-use crate::attr::{blksize_for, file_attr, file_type};
-use crate::dirs::{OpenDirs, Parents, FIRST_ENTRY};
+use crate::attr::{blksize_for, file_attr};
+use crate::dirs::{OpenDirs, Parents};
 use crate::errors::{fail, name_str, ErrorReply};
-use crate::xattr::{name_list, reply_value, NoCapability, CAPABILITY};
+use crate::readdir;
+use crate::xattr::{name_list, reply_value, xattr_name, NoCapability, CAPABILITY};
 
 /// Largest write the kernel may send in one request: big writes mean few
 /// round trips, and 1 MiB is the default strip, so one request fills a strip.
@@ -43,26 +45,20 @@ const MAX_READAHEAD: u32 = 1 << 20;
 const MAX_BACKGROUND: u16 = 64;
 /// `statfs` unit.
 const STATFS_BSIZE: u64 = 4096;
-/// Entries taken from the listing per step while filling a readdir reply.
-const READDIR_STEP: usize = 256;
-/// Entries whose attributes are fetched concurrently per step of a
-/// readdirplus reply; about what fits in the kernel's one-page buffer, so
-/// little is fetched in vain (and what is lands in the client's cache).
-const READDIRPLUS_STEP: usize = 32;
 
 /// What every request task needs; shared by the loop thread and the tasks.
-struct Shared {
+pub struct Shared {
     client: Client,
-    ttl: Duration,
+    pub ttl: Duration,
     blksize: u32,
     scratch: bool,
     dirs: OpenDirs,
-    parents: Parents,
+    pub parents: Parents,
     nocap: NoCapability,
 }
 
 impl Shared {
-    fn attr(&self, a: &Attr) -> FileAttr {
+    pub fn attr(&self, a: &Attr) -> FileAttr {
         file_attr(a, self.blksize)
     }
 
@@ -121,6 +117,16 @@ impl ShoalFs {
         });
     }
 
+    fn dir_read(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64) -> readdir::Read {
+        readdir::Read {
+            shared: self.shared.clone(),
+            client: self.caller(req),
+            listing: self.shared.dirs.get(fh.0, ino.0),
+            dir: ino.0,
+            offset,
+        }
+    }
+
     /// A task that replies with an entry for the object `work` yields.
     fn run_entry<W>(&self, op: &'static str, reply: ReplyEntry, work: W)
     where
@@ -131,34 +137,38 @@ impl ShoalFs {
     }
 }
 
-/// The name as an owned `String`, or the error answered to `$reply` (the
-/// handler then returns).
-macro_rules! name_or_reply {
-    ($op:expr, $name:expr, $reply:ident) => {
-        match name_str($name) {
-            Ok(n) => n.to_owned(),
+/// The value of `$checked`, or (its error answered to `$reply`) the handler returns.
+macro_rules! or_reply {
+    ($op:expr, $checked:expr, $reply:ident) => {
+        match $checked {
+            Ok(v) => v,
             Err(e) => return fail($op, $reply, e),
         }
     };
 }
 
-fn time_ns(t: TimeOrNow) -> i64 {
-    match t {
-        TimeOrNow::SpecificTime(t) => to_ns(t),
-        TimeOrNow::Now => now_ns(),
-    }
+/// An entry name as an owned `String`, or the handler returns its error.
+macro_rules! name_or_reply {
+    ($op:expr, $name:expr, $reply:ident) => {
+        or_reply!($op, name_str($name).map(str::to_owned), $reply)
+    };
 }
 
-fn is_gone(e: &ShoalError) -> bool {
-    e.errno == Errno::ENOENT || e.errno == Errno::ESTALE
+/// `now` is read once per request so that `touch` sets atime == mtime.
+fn time_ns(t: TimeOrNow, now: i64) -> i64 {
+    match t {
+        TimeOrNow::SpecificTime(t) => to_ns(t),
+        TimeOrNow::Now => now,
+    }
 }
 
 impl Filesystem for ShoalFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let wanted = [
-            // Answer listings with attributes (seed 000's readdirplus); AUTO
-            // lets the kernel fall back to plain readdir when nobody stats the
-            // entries (find, rm -r), which saves a getattr per entry.
+            // Answer listings with attributes (seed 000's readdirplus). With
+            // AUTO the kernel asks for attributes on a directory's first read
+            // and afterwards only if its entries were looked up in between,
+            // so a reader that never stats (find, rm -r) stops paying for them.
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             // Lookups and creates in one directory run concurrently.
@@ -228,13 +238,14 @@ impl Filesystem for ShoalFs {
     ) {
         // ctime is not settable (the server stamps it); the BSD-only times
         // and flags do not exist on Linux.
+        let now = now_ns();
         let set = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
             gid,
             size,
-            atime_ns: atime.map(time_ns),
-            mtime_ns: mtime.map(time_ns),
+            atime_ns: atime.map(|t| time_ns(t, now)),
+            mtime_ns: mtime.map(|t| time_ns(t, now)),
         };
         let c = self.caller(req);
         let s = self.shared.clone();
@@ -502,52 +513,10 @@ impl Filesystem for ShoalFs {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let c = self.caller(req);
-        let s = self.shared.clone();
-        let listing = s.dirs.get(fh.0, ino.0);
-        self.rt.spawn(async move {
-            let dir = ino.0;
-            let mut l = listing.lock().await;
-            if offset == 0 {
-                l.rewind();
-            }
-            let mut at = offset;
-            while at < FIRST_ENTRY {
-                let (h, name) = if at == 0 {
-                    (dir, ".")
-                } else {
-                    (s.parents.get(dir), "..")
-                };
-                if reply.add(INodeNo(h), at + 1, FileType::Directory, name) {
-                    return reply.ok();
-                }
-                at += 1;
-            }
-            loop {
-                let i = (at - FIRST_ENTRY) as usize;
-                let step = match l.range(&c, i, READDIR_STEP).await {
-                    Ok(step) => step,
-                    // What was added is still good; the kernel asks again from there.
-                    Err(_) if at > offset => break,
-                    Err(e) => return fail("readdir", reply, e),
-                };
-                if step.is_empty() {
-                    break;
-                }
-                for e in step {
-                    if e.kind == FileKind::Directory {
-                        s.parents.set(e.handle, dir);
-                    }
-                    if reply.add(INodeNo(e.handle), at + 1, file_type(e.kind), &e.name) {
-                        return reply.ok();
-                    }
-                    at += 1;
-                }
-            }
-            reply.ok();
-        });
+        let read = self.dir_read(req, ino, fh, offset);
+        self.rt.spawn(readdir::readdir(read, reply));
     }
 
     fn readdirplus(
@@ -556,77 +525,10 @@ impl Filesystem for ShoalFs {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
-        let c = self.caller(req);
-        let s = self.shared.clone();
-        let listing = s.dirs.get(fh.0, ino.0);
-        self.rt.spawn(async move {
-            let dir = ino.0;
-            let mut l = listing.lock().await;
-            if offset == 0 {
-                l.rewind();
-            }
-            let mut at = offset;
-            if at < FIRST_ENTRY {
-                // The kernel does not instantiate "." and ".." from a
-                // readdirplus reply; their attributes only fill the format.
-                let here = match c.getattr(dir).await {
-                    Ok(a) => s.attr(&a),
-                    Err(e) => return fail("readdirplus", reply, e),
-                };
-                while at < FIRST_ENTRY {
-                    let (h, name) = if at == 0 {
-                        (dir, ".")
-                    } else {
-                        (s.parents.get(dir), "..")
-                    };
-                    let attr = FileAttr {
-                        ino: INodeNo(h),
-                        ..here
-                    };
-                    if reply.add(INodeNo(h), at + 1, name, &s.ttl, &attr, Generation(0)) {
-                        return reply.ok();
-                    }
-                    at += 1;
-                }
-            }
-            loop {
-                let i = (at - FIRST_ENTRY) as usize;
-                let step = match l.range(&c, i, READDIRPLUS_STEP).await {
-                    Ok(step) => step.to_vec(),
-                    Err(_) if at > offset => break,
-                    Err(e) => return fail("readdirplus", reply, e),
-                };
-                if step.is_empty() {
-                    break;
-                }
-                // One getattr per entry, all in flight at once; a batched
-                // listattr per server will replace this.
-                let attrs =
-                    futures::future::join_all(step.iter().map(|e| c.getattr(e.handle))).await;
-                for (e, a) in step.iter().zip(attrs) {
-                    match a {
-                        Ok(a) => {
-                            if e.kind == FileKind::Directory {
-                                s.parents.set(e.handle, dir);
-                            }
-                            let attr = s.attr(&a);
-                            if reply.add(INodeNo(e.handle), at + 1, &e.name, &s.ttl, &attr, Generation(0))
-                            {
-                                return reply.ok();
-                            }
-                        }
-                        // Removed since the listing was taken: leave it out.
-                        Err(err) if is_gone(&err) => {}
-                        Err(_) if at > offset => return reply.ok(),
-                        Err(err) => return fail("readdirplus", reply, err),
-                    }
-                    at += 1;
-                }
-            }
-            reply.ok();
-        });
+        let read = self.dir_read(req, ino, fh, offset);
+        self.rt.spawn(readdir::readdirplus(read, reply));
     }
 
     fn releasedir(
@@ -694,9 +596,7 @@ impl Filesystem for ShoalFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let Some(name) = name.to_str().map(str::to_owned) else {
-            return fail("setxattr", reply, ShoalError::invalid("xattr name is not UTF-8"));
-        };
+        let name = or_reply!("setxattr", xattr_name(name), reply);
         let create_only = flags & libc::XATTR_CREATE != 0;
         let replace_only = flags & libc::XATTR_REPLACE != 0;
         let value = value.to_vec();
@@ -717,9 +617,7 @@ impl Filesystem for ShoalFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let Some(name) = name.to_str().map(str::to_owned) else {
-            return fail("getxattr", reply, ShoalError::invalid("xattr name is not UTF-8"));
-        };
+        let name = or_reply!("getxattr", xattr_name(name), reply);
         let capability = name == CAPABILITY;
         if capability && self.shared.nocap.known_absent(ino.0) {
             return reply.error(fuser::Errno::NO_XATTR);
@@ -751,9 +649,7 @@ impl Filesystem for ShoalFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let Some(name) = name.to_str().map(str::to_owned) else {
-            return fail("removexattr", reply, ShoalError::invalid("xattr name is not UTF-8"));
-        };
+        let name = or_reply!("removexattr", xattr_name(name), reply);
         let c = self.caller(req);
         let s = self.shared.clone();
         self.run(
@@ -767,6 +663,38 @@ impl Filesystem for ShoalFs {
             },
             |reply, ()| reply.ok(),
         );
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // Shoal files have no ioctls. The common caller is isatty() (TCGETS,
+        // e.g. on every Python open()); ENOTTY is its expected answer, given
+        // here without a log line per call.
+        reply.error(fuser::Errno::ENOTTY);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _length: u64,
+        _mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // Servers allocate as data arrives and cannot reserve space ahead;
+        // with EOPNOTSUPP, posix_fallocate() falls back to writing zeros.
+        reply.error(fuser::Errno::from_i32(libc::EOPNOTSUPP));
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {

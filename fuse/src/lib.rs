@@ -1,23 +1,26 @@
 //! Shoal's FUSE mount (`shoal mount`): VFS operations mapped onto the native
 //! client, answered from async tasks so the FUSE loop never blocks.
 //!
-//! - [`fs`]: the `fuser::Filesystem` implementation, one task per request.
-//! - [`attr`]: Shoal attributes as the kernel's `FileAttr`.
-//! - [`dirs`]: per-open-directory listing snapshots (stable readdir offsets).
-//! - [`xattr`]: the xattr size protocol.
-//! - [`errors`]: errno mapping and name checks.
-//! - [`readahead`]: raising the kernel readahead window after mounting.
+//! - `fs`: the `fuser::Filesystem` implementation, one task per request.
+//! - `attr`: Shoal attributes as the kernel's `FileAttr`.
+//! - `dirs`: per-open-directory listing snapshots (stable readdir offsets).
+//! - `readdir`: READDIR / READDIRPLUS replies filled from those snapshots.
+//! - `xattr`: the xattr size protocol and the refused namespaces.
+//! - `errors`: errno mapping and name checks.
+//! - `readahead`: raising the kernel readahead window after mounting.
 //!
-//! Limits a user may meet: names must be UTF-8 (others get EINVAL); hard
-//! links get EPERM; mknod makes regular files only (others EPERM);
-//! `rename` with RENAME_EXCHANGE gets EINVAL.
+//! Limits a user may meet: names and symlink targets must be UTF-8 (others
+//! get EINVAL); hard links get EPERM; mknod makes regular files only (others
+//! EPERM); `rename` with RENAME_EXCHANGE gets EINVAL; POSIX ACLs and SELinux
+//! labels (`system.*`, `security.selinux` xattrs) get EOPNOTSUPP.
 
-pub mod attr;
-pub mod dirs;
-pub mod errors;
-pub mod fs;
-pub mod readahead;
-pub mod xattr;
+mod attr;
+mod dirs;
+mod errors;
+mod fs;
+mod readahead;
+mod readdir;
+mod xattr;
 
 use std::path::Path;
 use std::time::Duration;
@@ -60,6 +63,7 @@ pub fn mount(
     let mountpoint = mountpoint
         .canonicalize()
         .map_err(|e| ShoalError::from(e).context(mountpoint.display()))?;
+    reserve_standard_fds();
     let config = session_config(opts);
     let fs = fs::ShoalFs::new(client, runtime, opts.ttl);
     let session = Session::new(fs, &mountpoint, &config)
@@ -71,6 +75,21 @@ pub fn mount(
         .map_err(|e| ShoalError::from(e).context(format!("serving {}", mountpoint.display())))?;
     tracing::info!("unmounted {}", mountpoint.display());
     Ok(())
+}
+
+/// Makes sure descriptors 0, 1 and 2 are open (on /dev/null if they were
+/// closed, as a detached daemon may have them). Otherwise /dev/fuse could be
+/// opened as one of them, which fuser refuses with a panic, and a stray
+/// print would write into the FUSE channel.
+fn reserve_standard_fds() {
+    for fd in 0..3 {
+        // SAFETY: fcntl(F_GETFD) only queries the descriptor table.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            // SAFETY: a valid NUL-terminated path; the descriptor is kept
+            // open on purpose for the life of the process.
+            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        }
+    }
 }
 
 fn session_config(opts: &MountOptions) -> Config {
@@ -108,8 +127,12 @@ mod tests {
             allow_other: true,
             ttl: Duration::from_millis(100),
         });
-        assert!(c.mount_options.contains(&MountOption::FSName("/etc/shoal.toml".into())));
-        assert!(c.mount_options.contains(&MountOption::Subtype("shoal".into())));
+        assert!(c
+            .mount_options
+            .contains(&MountOption::FSName("/etc/shoal.toml".into())));
+        assert!(c
+            .mount_options
+            .contains(&MountOption::Subtype("shoal".into())));
         assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
         assert_eq!(c.acl, SessionACL::All);
         assert_eq!(c.n_threads, Some(LOOP_THREADS));

@@ -42,7 +42,7 @@ fn device_of(mountinfo: &str, mountpoint: &Path) -> Option<String> {
             let fstype = line.split(" - ").nth(1)?.split(' ').next()?;
             (unescape(point) == want && fstype.starts_with("fuse")).then(|| dev.to_string())
         })
-        .last()
+        .next_back()
 }
 
 /// mountinfo escapes space, tab, newline and backslash as `\ooo`.
@@ -51,7 +51,9 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let octal = b.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
         match (b[i], octal) {
             (b'\\', Some(d)) => {
                 out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
@@ -76,7 +78,10 @@ mod tests {
                     50 22 0:45 / /mnt/a\\040b rw,nosuid - fuse.shoal /c.toml rw\n\
                     51 22 0:46 / /mnt/c rw - tmpfs tmpfs rw\n\
                     52 50 0:47 / /mnt/a\\040b rw - fuse.shoal /d.toml rw\n";
-        assert_eq!(device_of(info, Path::new("/mnt/a b")).as_deref(), Some("0:47"));
+        assert_eq!(
+            device_of(info, Path::new("/mnt/a b")).as_deref(),
+            Some("0:47")
+        );
         assert_eq!(device_of(info, Path::new("/mnt/c")), None);
         assert_eq!(device_of(info, Path::new("/nope")), None);
     }

@@ -61,7 +61,10 @@ pub fn run(args: MountArgs) -> Result<()> {
         allow_other: args.allow_other,
         ttl: Duration::from_millis(config.settings.cache_ttl_ms),
     };
-    shoal_fuse::mount(client, rt.handle().clone(), &dir, &opts)
+    let served = shoal_fuse::mount(client, rt.handle().clone(), &dir, &opts);
+    // Idle connection tasks would otherwise hold the exit for seconds.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    served
 }
 
 fn mount_in_background(

@@ -1,0 +1,166 @@
+//! READDIR and READDIRPLUS replies, filled from an open directory's listing
+//! snapshot (see `dirs` for the cookie scheme).
+//!
+//! A reply holds what fits in the kernel's buffer. If fetching fails after
+//! some entries were added, those are sent: the kernel asks again from the
+//! last cookie and then gets the error.
+
+use std::sync::Arc;
+
+use fuser::{FileAttr, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
+use shoal_client::{Client, FileKind};
+use shoal_proto::error::{Errno, Result};
+use shoal_proto::Handle;
+
+use crate::attr::file_type;
+use crate::dirs::{Listing, FIRST_ENTRY};
+use crate::errors::fail;
+use crate::fs::Shared;
+
+/// Entries taken from the listing per step while filling a readdir reply.
+const READDIR_STEP: usize = 256;
+/// Entries whose attributes are fetched concurrently in the first step of a
+/// readdirplus reply, and the most in any step. The kernel's buffer may hold
+/// a page (~25 entries) or, when the reader asks for much (glibc asks for
+/// st_blksize), up to max_pages (thousands): starting small wastes little on
+/// a small buffer, doubling reaches full concurrency quickly on a large one.
+const READDIRPLUS_FIRST_STEP: usize = 32;
+const READDIRPLUS_MAX_STEP: usize = 512;
+
+/// What one request asks: where, from which cookie, with which credentials.
+pub struct Read {
+    pub shared: Arc<Shared>,
+    pub client: Client,
+    pub listing: Arc<tokio::sync::Mutex<Listing>>,
+    pub dir: Handle,
+    pub offset: u64,
+}
+
+/// "." or "..", the entries before index FIRST_ENTRY.
+fn dot(s: &Shared, dir: Handle, at: u64) -> (Handle, &'static str) {
+    if at == 0 {
+        (dir, ".")
+    } else {
+        (s.parents.get(dir), "..")
+    }
+}
+
+pub async fn readdir(r: Read, mut reply: ReplyDirectory) {
+    let mut listing = r.listing.lock().await;
+    if r.offset == 0 {
+        listing.rewind();
+    }
+    let mut at = r.offset;
+    let filled = fill(&r, &mut listing, &mut reply, &mut at).await;
+    finish("readdir", &r, at, filled, reply, ReplyDirectory::ok);
+}
+
+async fn fill(r: &Read, l: &mut Listing, reply: &mut ReplyDirectory, at: &mut u64) -> Result<()> {
+    while *at < FIRST_ENTRY {
+        let (h, name) = dot(&r.shared, r.dir, *at);
+        if reply.add(INodeNo(h), *at + 1, FileType::Directory, name) {
+            return Ok(());
+        }
+        *at += 1;
+    }
+    loop {
+        let i = (*at - FIRST_ENTRY) as usize;
+        let step = l.range(&r.client, i, READDIR_STEP).await?;
+        if step.is_empty() {
+            return Ok(());
+        }
+        for e in step {
+            if e.kind == FileKind::Directory {
+                r.shared.parents.set(e.handle, r.dir);
+            }
+            if reply.add(INodeNo(e.handle), *at + 1, file_type(e.kind), &e.name) {
+                return Ok(());
+            }
+            *at += 1;
+        }
+    }
+}
+
+pub async fn readdirplus(r: Read, mut reply: ReplyDirectoryPlus) {
+    let mut listing = r.listing.lock().await;
+    if r.offset == 0 {
+        listing.rewind();
+    }
+    let mut at = r.offset;
+    let filled = fill_plus(&r, &mut listing, &mut reply, &mut at).await;
+    finish("readdirplus", &r, at, filled, reply, ReplyDirectoryPlus::ok);
+}
+
+async fn fill_plus(
+    r: &Read,
+    l: &mut Listing,
+    reply: &mut ReplyDirectoryPlus,
+    at: &mut u64,
+) -> Result<()> {
+    let s = &r.shared;
+    if *at < FIRST_ENTRY {
+        // The kernel does not instantiate "." and ".." from a readdirplus
+        // reply; their attributes only fill the format.
+        let here = s.attr(&r.client.getattr(r.dir).await?);
+        while *at < FIRST_ENTRY {
+            let (h, name) = dot(s, r.dir, *at);
+            let attr = FileAttr {
+                ino: INodeNo(h),
+                ..here
+            };
+            if reply.add(INodeNo(h), *at + 1, name, &s.ttl, &attr, Generation(0)) {
+                return Ok(());
+            }
+            *at += 1;
+        }
+    }
+    let mut n = READDIRPLUS_FIRST_STEP;
+    loop {
+        let i = (*at - FIRST_ENTRY) as usize;
+        let step = l.range(&r.client, i, n).await?.to_vec();
+        n = (n * 2).min(READDIRPLUS_MAX_STEP);
+        if step.is_empty() {
+            return Ok(());
+        }
+        // One getattr per entry, all in flight at once; a batched listattr
+        // per server will replace this.
+        let attrs =
+            futures::future::join_all(step.iter().map(|e| r.client.getattr(e.handle))).await;
+        for (e, a) in step.iter().zip(attrs) {
+            match a {
+                Ok(a) => {
+                    if e.kind == FileKind::Directory {
+                        s.parents.set(e.handle, r.dir);
+                    }
+                    let attr = s.attr(&a);
+                    let (ino, next) = (INodeNo(e.handle), *at + 1);
+                    if reply.add(ino, next, &e.name, &s.ttl, &attr, Generation(0)) {
+                        return Ok(());
+                    }
+                }
+                // Removed since the listing was taken: leave it out.
+                Err(err) if err.errno == Errno::ENOENT || err.errno == Errno::ESTALE => {}
+                Err(err) => return Err(err),
+            }
+            *at += 1;
+        }
+    }
+}
+
+/// Sends the filled reply, or the error if nothing could be added.
+fn finish<R: crate::errors::ErrorReply>(
+    op: &'static str,
+    r: &Read,
+    at: u64,
+    filled: Result<()>,
+    reply: R,
+    ok: fn(R),
+) {
+    match filled {
+        Err(e) if at == r.offset => fail(op, reply, e),
+        _ => {
+            tracing::debug!(op, dir = r.dir, offset = r.offset, next = at, "listed");
+            ok(reply)
+        }
+    }
+}
