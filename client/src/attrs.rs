@@ -29,13 +29,13 @@ impl Client {
             let sizes = self.datafile_sizes(&dist).await?;
             let locals: Vec<u64> = sizes.iter().map(|s| s.size).collect();
             attr.size = dist::file_size(dist.strip_size.max(1), &locals);
-            // Data written after the last attribute change is the newer mtime;
-            // an explicit utimes after the write wins (it moves ctime past it).
+            // Data written after mtime was last set explicitly (create or
+            // utimes) is the newer mtime; a utimes after the write wins.
             let data_mtime = sizes.iter().map(|s| s.mtime_ns).max().unwrap_or(0);
-            if data_mtime > attr.ctime_ns {
+            if data_mtime > rec.mtime_set_ns {
                 attr.mtime_ns = data_mtime;
-                attr.ctime_ns = data_mtime;
             }
+            attr.ctime_ns = attr.ctime_ns.max(data_mtime);
         }
         self.inner.attrs.put(h, attr.clone());
         Ok(attr)

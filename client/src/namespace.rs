@@ -382,6 +382,14 @@ impl Client {
     /// Removes a file or symlink: the entry, then the metafile (whose reply
     /// names the datafiles), then the datafiles (n+2 messages).
     pub async fn unlink(&self, dir: Handle, name: &str) -> Result<()> {
+        let h = self.unlink_detached(dir, name).await?;
+        self.reclaim(h).await
+    }
+
+    /// Removes only the entry of a file or symlink and returns its handle; the
+    /// objects stay until [`Client::reclaim`] (POSIX: an open file stays
+    /// readable after unlink until it is closed).
+    pub async fn unlink_detached(&self, dir: Handle, name: &str) -> Result<Handle> {
         check_name(name)?;
         let (h, _) = self
             .remove_entry(
@@ -395,6 +403,11 @@ impl Client {
                 },
             )
             .await?;
+        Ok(h)
+    }
+
+    /// Removes an object that no entry names any more, and a file's datafiles.
+    pub async fn reclaim(&self, h: Handle) -> Result<()> {
         self.remove_objects(h).await
     }
 
@@ -469,6 +482,25 @@ impl Client {
         new_name: &str,
         no_replace: bool,
     ) -> Result<()> {
+        match self
+            .rename_detached(dir, name, new_dir, new_name, no_replace)
+            .await?
+        {
+            Some(replaced) => self.reclaim(replaced).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Like [`Client::rename`], but a replaced file's objects are left for the
+    /// caller to [`Client::reclaim`]; returns the replaced handle, if any.
+    pub async fn rename_detached(
+        &self,
+        dir: Handle,
+        name: &str,
+        new_dir: Handle,
+        new_name: &str,
+        no_replace: bool,
+    ) -> Result<Option<Handle>> {
         check_name(name)?;
         check_name(new_name)?;
         let (h, kind) = self.lookup(dir, name).await?;
@@ -483,7 +515,7 @@ impl Client {
         }
         if let Some((t, tkind)) = target {
             if t == h {
-                return Ok(());
+                return Ok(None);
             }
             if no_replace {
                 return Err(ShoalError::new(
@@ -520,10 +552,12 @@ impl Client {
                 return Err(e);
             }
         };
-        if replaced != 0 {
-            self.remove_objects(replaced).await?;
+        match (replaced, target) {
+            (0, _) => Ok(None),
+            // A replaced directory is empty and marked: remove it now.
+            (d, Some((_, FileKind::Directory))) => self.reclaim(d).await.map(|_| None),
+            (f, _) => Ok(Some(f)),
         }
-        Ok(())
     }
 
     /// Moves the entry; returns the handle of a replaced object (0 if none).

@@ -32,6 +32,7 @@ use shoal_proto::time::{now_ns, to_ns};
 use crate::attr::{blksize_for, file_attr};
 use crate::dirs::{OpenDirs, Parents};
 use crate::errors::{fail, name_str, ErrorReply};
+use crate::open_files::OpenFiles;
 use crate::readdir;
 use crate::xattr::{name_list, reply_value, xattr_name, NoCapability, CAPABILITY};
 
@@ -55,6 +56,7 @@ pub struct Shared {
     dirs: OpenDirs,
     pub parents: Parents,
     nocap: NoCapability,
+    open: OpenFiles,
 }
 
 impl Shared {
@@ -86,6 +88,7 @@ impl ShoalFs {
                 dirs: OpenDirs::default(),
                 parents: Parents::default(),
                 nocap: NoCapability::new(ttl),
+                open: OpenFiles::default(),
             }),
             rt,
         }
@@ -97,6 +100,38 @@ impl ShoalFs {
             uid: req.uid(),
             gid: req.gid(),
         })
+    }
+
+    /// The client that creates objects in `parent` for the caller of `req`,
+    /// and the mode bits a new directory inherits: in a setgid directory new
+    /// objects take the directory's group and new directories stay setgid,
+    /// as on Linux file systems.
+    async fn creator(c: Client, parent: u64) -> Result<(Client, u32)> {
+        let p = c.getattr(parent).await?;
+        if p.mode & libc::S_ISGID == 0 {
+            return Ok((c, 0));
+        }
+        let cred = Cred {
+            uid: c.cred().uid,
+            gid: p.gid,
+        };
+        Ok((c.with_cred(cred), libc::S_ISGID))
+    }
+
+    /// Reclaims a file no entry names any more, now or at its last close.
+    fn reclaim_when_closed(
+        s: &Arc<Shared>,
+        c: &Client,
+        h: u64,
+    ) -> impl Future<Output = Result<()>> + use<> {
+        let now = !s.open.doom(h);
+        let c = c.clone();
+        async move {
+            if now {
+                c.reclaim(h).await?;
+            }
+            Ok(())
+        }
     }
 
     /// Runs `work` on the runtime and answers with `done` or with its error.
@@ -163,6 +198,16 @@ fn time_ns(t: TimeOrNow, now: i64) -> i64 {
 }
 
 impl Filesystem for ShoalFs {
+    fn destroy(&mut self) {
+        // Files unlinked while open and still open when the mount ends.
+        let c = self.shared.client.clone();
+        for h in self.shared.open.take_doomed() {
+            if let Err(e) = self.rt.block_on(c.reclaim(h)) {
+                tracing::warn!("could not reclaim unlinked file {h:#x}: {e}");
+            }
+        }
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let wanted = [
             // Answer listings with attributes (seed 000's readdirplus). With
@@ -290,6 +335,7 @@ impl Filesystem for ShoalFs {
         let name = name_or_reply!("mknod", name, reply);
         let c = self.caller(req);
         self.run_entry("mknod", reply, async move {
+            let (c, _) = Self::creator(c, parent.0).await?;
             c.create(parent.0, &name, mode & 0o7777).await
         });
     }
@@ -308,7 +354,10 @@ impl Filesystem for ShoalFs {
         let c = self.caller(req);
         let s = self.shared.clone();
         self.run_entry("mkdir", reply, async move {
-            let a = c.mkdir(parent.0, &name, mode & 0o7777).await?;
+            let (c, inherited) = Self::creator(c, parent.0).await?;
+            let a = c
+                .mkdir(parent.0, &name, (mode & 0o7777) | inherited)
+                .await?;
             s.parents.set(a.handle, parent.0);
             Ok(a)
         });
@@ -317,10 +366,14 @@ impl Filesystem for ShoalFs {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!("unlink", name, reply);
         let c = self.caller(req);
+        let s = self.shared.clone();
         self.run(
             "unlink",
             reply,
-            async move { c.unlink(parent.0, &name).await },
+            async move {
+                let h = c.unlink_detached(parent.0, &name).await?;
+                Self::reclaim_when_closed(&s, &c, h).await
+            },
             |reply, ()| reply.ok(),
         );
     }
@@ -351,6 +404,7 @@ impl Filesystem for ShoalFs {
         };
         let c = self.caller(req);
         self.run_entry("symlink", reply, async move {
+            let (c, _) = Self::creator(c, parent.0).await?;
             c.symlink(parent.0, &name, &target).await
         });
     }
@@ -382,8 +436,12 @@ impl Filesystem for ShoalFs {
                 // Usually answered from the client's name cache (the kernel has
                 // just looked the name up), and the rename needs it anyway.
                 let moved = c.lookup(parent.0, &name).await.ok();
-                c.rename(parent.0, &name, newparent.0, &newname, no_replace)
+                let replaced = c
+                    .rename_detached(parent.0, &name, newparent.0, &newname, no_replace)
                     .await?;
+                if let Some(f) = replaced {
+                    Self::reclaim_when_closed(&s, &c, f).await?;
+                }
                 if let Some((h, FileKind::Directory)) = moved {
                     s.parents.set(h, newparent.0);
                 }
@@ -407,7 +465,8 @@ impl Filesystem for ShoalFs {
         fail("link", reply, e);
     }
 
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.shared.open.opened(ino.0);
         // Stateless: reads and writes name the inode. O_TRUNC arrives as a
         // setattr(size = 0) because FUSE_ATOMIC_O_TRUNC is not negotiated. No
         // FOPEN_KEEP_CACHE: every open drops cached pages, so a file opened
@@ -474,15 +533,24 @@ impl Filesystem for ShoalFs {
 
     fn release(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        if !self.shared.open.closed(ino.0) {
+            return reply.ok();
+        }
+        let c = self.caller(req);
+        self.run(
+            "release",
+            reply,
+            async move { c.reclaim(ino.0).await },
+            |reply, ()| reply.ok(),
+        );
     }
 
     fn fsync(
@@ -719,8 +787,12 @@ impl Filesystem for ShoalFs {
         self.run(
             "create",
             reply,
-            async move { c.create(parent.0, &name, mode & 0o7777).await },
+            async move {
+                let (c, _) = Self::creator(c, parent.0).await?;
+                c.create(parent.0, &name, mode & 0o7777).await
+            },
             move |reply, a| {
+                s.open.opened(a.handle);
                 reply.created(
                     &s.ttl,
                     &s.attr(&a),

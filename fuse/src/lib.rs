@@ -18,6 +18,7 @@ mod attr;
 mod dirs;
 mod errors;
 mod fs;
+mod open_files;
 mod readahead;
 mod readdir;
 mod xattr;

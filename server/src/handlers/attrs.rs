@@ -31,7 +31,7 @@ pub fn setattr(s: &Service, r: &Request) -> Result<Reply> {
     let has = |bit: SetAttrBits| q.mask & bit as u32 != 0;
     let (object, syncs) = change(s, |txn| {
         let mut rec = s.meta.get(q.handle)?;
-        let a = rec.attrs.get_or_insert_with(Default::default);
+        let mut a = rec.attrs.unwrap_or_default();
         if has(SetAttrBits::SetMode) {
             a.mode = q.mode & 0o7777;
         }
@@ -44,10 +44,13 @@ pub fn setattr(s: &Service, r: &Request) -> Result<Reply> {
         if has(SetAttrBits::SetAtime) {
             a.atime_ns = q.atime_ns;
         }
+        let now = now_ns();
         if has(SetAttrBits::SetMtime) {
             a.mtime_ns = q.mtime_ns;
+            rec.mtime_set_ns = now;
         }
-        a.ctime_ns = now_ns();
+        a.ctime_ns = now;
+        rec.attrs = Some(a);
         txn.put_object(&rec);
         Ok(rec)
     })?;

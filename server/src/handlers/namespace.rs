@@ -38,9 +38,11 @@ pub fn create_object(s: &Service, r: &Request) -> Result<Reply> {
     let q: CreateObjectRequest = r.decode()?;
     let kind = q.kind();
     let mode = q.attrs.as_ref().map(|a| a.mode).unwrap_or(0o644);
+    let attrs = new_attrs(mode, r.header.uid, r.header.gid);
     let mut rec = ObjectRecord {
         kind: kind as i32,
-        attrs: Some(new_attrs(mode, r.header.uid, r.header.gid)),
+        mtime_set_ns: attrs.mtime_ns,
+        attrs: Some(attrs),
         ..Default::default()
     };
     match kind {

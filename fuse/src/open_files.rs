@@ -1,0 +1,87 @@
+//! Files the kernel holds open. POSIX keeps an unlinked (or renamed-over) file
+//! readable until its last close, so such a file loses only its directory
+//! entry at once; its objects are reclaimed when the last descriptor closes.
+//! If the mount dies first they are orphans, which `shoal fsck` reclaims.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use shoal_proto::Handle;
+
+#[derive(Default)]
+pub struct OpenFiles {
+    map: Mutex<HashMap<Handle, Entry>>,
+}
+
+#[derive(Default)]
+struct Entry {
+    opens: u32,
+    /// No entry names the file any more: reclaim it at the last close.
+    doomed: bool,
+}
+
+impl OpenFiles {
+    pub fn opened(&self, h: Handle) {
+        self.map.lock().unwrap().entry(h).or_default().opens += 1;
+    }
+
+    /// Records a close; true if it was the last one of a doomed file, which
+    /// the caller must now reclaim.
+    pub fn closed(&self, h: Handle) -> bool {
+        let mut map = self.map.lock().unwrap();
+        let Some(e) = map.get_mut(&h) else {
+            return false;
+        };
+        e.opens = e.opens.saturating_sub(1);
+        if e.opens > 0 {
+            return false;
+        }
+        map.remove(&h).is_some_and(|e| e.doomed)
+    }
+
+    /// Marks `h` for reclaiming at its last close; false if it is not open, in
+    /// which case the caller reclaims it now.
+    pub fn doom(&self, h: Handle) -> bool {
+        match self.map.lock().unwrap().get_mut(&h) {
+            Some(e) => {
+                e.doomed = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Every doomed file still open (to reclaim when the mount ends).
+    pub fn take_doomed(&self) -> Vec<Handle> {
+        let mut map = self.map.lock().unwrap();
+        let doomed: Vec<Handle> = map
+            .iter()
+            .filter(|(_, e)| e.doomed)
+            .map(|(h, _)| *h)
+            .collect();
+        map.retain(|_, e| !e.doomed);
+        doomed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_doomed_file_is_reclaimed_at_its_last_close_only() {
+        let f = OpenFiles::default();
+        assert!(!f.doom(7), "not open: reclaim now");
+        f.opened(7);
+        f.opened(7);
+        assert!(f.doom(7));
+        assert!(!f.closed(7));
+        assert!(f.closed(7));
+        assert!(!f.closed(7), "already gone");
+        f.opened(8);
+        assert!(!f.closed(8), "closed without being doomed");
+        f.opened(9);
+        f.doom(9);
+        assert_eq!(f.take_doomed(), vec![9]);
+    }
+}
