@@ -323,16 +323,7 @@ impl Client {
     }
 
     pub async fn readlink(&self, h: Handle) -> Result<String> {
-        let reply: GetAttrReply = self
-            .pool()
-            .call(
-                server_of(h),
-                self.cred,
-                Op::GetAttr,
-                &GetAttrRequest { handle: h },
-            )
-            .await?;
-        let rec = reply.object.unwrap_or_default();
+        let rec = self.get_record(h).await?;
         if rec.kind() != ObjectKind::Symlink {
             return Err(ShoalError::invalid(format!(
                 "object {h:#x} is not a symlink"
@@ -341,17 +332,13 @@ impl Client {
         Ok(rec.target)
     }
 
-    async fn remove_entry(
-        &self,
-        dir: Handle,
-        name: &str,
-        req: RmDirEntRequest,
-    ) -> Result<(Handle, FileKind)> {
+    async fn remove_entry(&self, req: RmDirEntRequest) -> Result<(Handle, FileKind)> {
+        let (dir, name) = (req.dir, req.name.clone());
         let reply: RmDirEntReply = self
             .pool()
             .call(server_of(dir), self.cred, Op::RmDirEnt, &req)
             .await?;
-        self.inner.names.remove(&(dir, name.to_string()));
+        self.inner.names.remove(&(dir, name));
         self.forget(dir);
         Ok((reply.handle, kind_of(reply.kind)?))
     }
@@ -392,16 +379,12 @@ impl Client {
     pub async fn unlink_detached(&self, dir: Handle, name: &str) -> Result<Handle> {
         check_name(name)?;
         let (h, _) = self
-            .remove_entry(
+            .remove_entry(RmDirEntRequest {
                 dir,
-                name,
-                RmDirEntRequest {
-                    dir,
-                    name: name.to_string(),
-                    must_not_be_dir: true,
-                    ..Default::default()
-                },
-            )
+                name: name.to_string(),
+                must_not_be_dir: true,
+                ..Default::default()
+            })
             .await?;
         Ok(h)
     }
@@ -424,17 +407,13 @@ impl Client {
         }
         self.prepare_rmdir(h).await?;
         let removed = self
-            .remove_entry(
+            .remove_entry(RmDirEntRequest {
                 dir,
-                name,
-                RmDirEntRequest {
-                    dir,
-                    name: name.to_string(),
-                    expect_handle: h,
-                    must_be_dir: true,
-                    ..Default::default()
-                },
-            )
+                name: name.to_string(),
+                expect_handle: h,
+                must_be_dir: true,
+                ..Default::default()
+            })
             .await;
         if let Err(e) = removed {
             self.abort_rmdir(h).await;
@@ -608,16 +587,12 @@ impl Client {
                 },
             )
             .await?;
-        self.remove_entry(
+        self.remove_entry(RmDirEntRequest {
             dir,
-            name,
-            RmDirEntRequest {
-                dir,
-                name: name.to_string(),
-                expect_handle: h,
-                ..Default::default()
-            },
-        )
+            name: name.to_string(),
+            expect_handle: h,
+            ..Default::default()
+        })
         .await?;
         if kind == FileKind::Directory {
             self.pool()
@@ -645,16 +620,7 @@ impl Client {
             if dir == handle::ROOT {
                 return Ok(());
             }
-            let reply: GetAttrReply = self
-                .pool()
-                .call(
-                    server_of(dir),
-                    self.cred,
-                    Op::GetAttr,
-                    &GetAttrRequest { handle: dir },
-                )
-                .await?;
-            dir = reply.object.unwrap_or_default().parent;
+            dir = self.get_record(dir).await?.parent;
         }
         Err(ShoalError::new(Errno::ELOOP, "directory tree too deep"))
     }
