@@ -83,19 +83,24 @@ pub fn read_full_at(file: &File, buf: &mut [u8], offset: u64, path: &Path) -> Re
 }
 
 /// Asks the kernel to drop its cached pages of a byte range. Only a hint: it
-/// works for clean pages of local file systems, is meaningless on tmpfs, and a
-/// FUSE mount may keep or refetch data on its own.
+/// works for clean pages of local file systems and FUSE mounts, and is
+/// meaningless on tmpfs.
 pub fn drop_cached_range(path: &Path, offset: u64, len: u64) {
     if let Ok(f) = File::open(path) {
-        // SAFETY: plain system call on an fd we hold; errors are ignored on purpose.
-        unsafe {
-            libc::posix_fadvise(
-                f.as_raw_fd(),
-                offset as libc::off_t,
-                len as libc::off_t,
-                libc::POSIX_FADV_DONTNEED,
-            );
-        }
+        drop_cached(&f, offset, len);
+    }
+}
+
+/// `drop_cached_range` on an open file.
+pub fn drop_cached(f: &File, offset: u64, len: u64) {
+    // SAFETY: plain system call on an fd we hold; errors are ignored on purpose.
+    unsafe {
+        libc::posix_fadvise(
+            f.as_raw_fd(),
+            offset as libc::off_t,
+            len as libc::off_t,
+            libc::POSIX_FADV_DONTNEED,
+        );
     }
 }
 

@@ -127,8 +127,8 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
         phases,
         notes: vec![
             "phase time = slowest process; rate = all processes' operations / that time".into(),
-            "read uses the descriptors that wrote, so on a mount with a page cache (local \
-             file systems, FUSE with caching) it may be answered from memory"
+            "before the read phase each file's cached pages are dropped (posix_fadvise \
+             DONTNEED, untimed); tmpfs keeps them, so its reads are from memory"
                 .into(),
         ],
     })
@@ -193,6 +193,11 @@ pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()
         }
         Ok(())
     })?;
+    // Untimed, before the barrier: so that reads reach the file system
+    // rather than the pages the writes left in the kernel's cache.
+    for f in &fds {
+        fsops::drop_cached(f, 0, size as u64);
+    }
     b.phase(PHASES[4].0, || {
         for (i, (f, name)) in fds.iter().zip(&names).enumerate() {
             fsops::read_full_at(f, &mut got, 0, name)?;
