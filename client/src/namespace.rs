@@ -232,6 +232,7 @@ impl Client {
                 .iter()
                 .filter_map(|r| r.as_ref().ok().copied())
                 .collect(),
+            ..Default::default()
         };
         let set = match created.into_iter().find_map(|r| r.err()) {
             Some(e) => Err(e),

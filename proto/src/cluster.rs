@@ -73,6 +73,33 @@ pub struct Settings {
     /// Largest data payload of one request, in bytes; larger transfers are split
     /// into pipelined requests. Default 1 MiB.
     pub max_transfer: u32,
+
+    // The small-file techniques of seed 000, each a switch (all on by default;
+    // `shoal up --baseline` turns all five off).
+    /// Precreate: servers keep pools of datafile handles created ahead on every
+    /// other server, so a create is one augmented request plus the entry.
+    pub precreate: bool,
+    /// Datafiles requested from a server in one batch when a pool is refilled.
+    pub precreate_batch: u32,
+    /// A pool under this many handles is refilled in the background.
+    pub precreate_low_mark: u32,
+    /// Stuffing: a new file has one datafile, on its metafile's server, until it
+    /// grows past the first strip.
+    pub stuffing: bool,
+    /// Commit coalescing: modifying requests that arrive together share a sync.
+    pub coalescing: bool,
+    /// Sync at once while fewer than this many modifying requests are queued.
+    pub low_watermark: u32,
+    /// Sync once this many completions are waiting.
+    pub high_watermark: u32,
+    /// Eager I/O: data up to `eager_limit` travels inside the request (write)
+    /// or the reply (read); above it, or with `eager` off, a rendezvous first.
+    pub eager: bool,
+    /// Bytes carried eagerly. Default 16 KiB.
+    pub eager_limit: u32,
+    /// Readdirplus: directory listings with attributes fetched in batches
+    /// (one listattr per server) instead of one getattr per entry.
+    pub readdirplus: bool,
 }
 
 impl Default for Settings {
@@ -87,11 +114,42 @@ impl Default for Settings {
             max_inflight: 256,
             server_inflight: 256,
             max_transfer: 1 << 20,
+            precreate: true,
+            precreate_batch: 512,
+            precreate_low_mark: 128,
+            stuffing: true,
+            coalescing: true,
+            low_watermark: 1,
+            high_watermark: 8,
+            eager: true,
+            eager_limit: 16 << 10,
+            readdirplus: true,
         }
     }
 }
 
 impl Settings {
+    /// The names of the five technique switches.
+    pub const TECHNIQUES: [&'static str; 5] = [
+        "precreate",
+        "stuffing",
+        "coalescing",
+        "eager",
+        "readdirplus",
+    ];
+
+    /// All five techniques off: the baseline protocol of seed 000.
+    pub fn baseline() -> Settings {
+        Settings {
+            precreate: false,
+            stuffing: false,
+            coalescing: false,
+            eager: false,
+            readdirplus: false,
+            ..Settings::default()
+        }
+    }
+
     /// Applies `key=value` (as given to `shoal up --set`).
     pub fn set(&mut self, assignment: &str) -> Result<()> {
         let (key, value) = assignment.split_once('=').ok_or_else(|| {
@@ -147,6 +205,22 @@ impl Settings {
         check(
             (4096..=crate::frame::MAX_PAYLOAD as u32).contains(&self.max_transfer),
             "max_transfer must be between 4096 and 16 MiB",
+        )?;
+        check(
+            (1..=4096).contains(&self.precreate_batch),
+            "precreate_batch must be 1..=4096",
+        )?;
+        check(
+            self.precreate_low_mark < self.precreate_batch,
+            "precreate_low_mark must be below precreate_batch",
+        )?;
+        check(
+            self.low_watermark >= 1 && self.high_watermark >= self.low_watermark,
+            "watermarks need 1 <= low_watermark <= high_watermark",
+        )?;
+        check(
+            self.eager_limit <= self.max_transfer,
+            "eager_limit must be at most max_transfer",
         )
     }
 }
@@ -242,6 +316,19 @@ mod tests {
             .message
             .contains("unknown setting"));
         assert!(s.set("garbage").is_err());
+    }
+
+    #[test]
+    fn baseline_turns_every_technique_off() {
+        let b = Settings::baseline();
+        assert!(!b.precreate && !b.stuffing && !b.coalescing && !b.eager && !b.readdirplus);
+        let d = Settings::default();
+        assert!(d.precreate && d.stuffing && d.coalescing && d.eager && d.readdirplus);
+        for t in Settings::TECHNIQUES {
+            let mut s = Settings::baseline();
+            s.set(&format!("{t}=true")).unwrap();
+            assert_ne!(s, Settings::baseline(), "{t} is a setting");
+        }
     }
 
     #[test]

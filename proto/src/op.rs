@@ -30,10 +30,14 @@ pub enum Op {
     RemoveXattr = 24,
     Statfs = 25,
     Stats = 26,
+    CreateFile = 27,
+    Unstuff = 28,
+    ListAttr = 29,
+    Rendezvous = 30,
 }
 
 impl Op {
-    pub const ALL: [Op; 26] = [
+    pub const ALL: [Op; 30] = [
         Op::Ping,
         Op::Lookup,
         Op::GetAttr,
@@ -60,6 +64,10 @@ impl Op {
         Op::RemoveXattr,
         Op::Statfs,
         Op::Stats,
+        Op::CreateFile,
+        Op::Unstuff,
+        Op::ListAttr,
+        Op::Rendezvous,
     ];
 
     pub fn from_code(code: u16) -> Option<Op> {
@@ -100,6 +108,10 @@ impl Op {
             Op::RemoveXattr => "removexattr",
             Op::Statfs => "statfs",
             Op::Stats => "stats",
+            Op::CreateFile => "create_file",
+            Op::Unstuff => "unstuff",
+            Op::ListAttr => "listattr",
+            Op::Rendezvous => "rendezvous",
         }
     }
 
@@ -121,6 +133,8 @@ impl Op {
                 | Op::Truncate
                 | Op::SetXattr
                 | Op::RemoveXattr
+                | Op::CreateFile
+                | Op::Unstuff
         )
     }
 }

@@ -46,6 +46,14 @@ impl Builder {
         self
     }
 
+    /// All five small-file techniques off (seed 000's baseline protocol).
+    pub fn baseline(mut self) -> Self {
+        for t in Settings::TECHNIQUES {
+            self.sets.push(format!("{t}=false"));
+        }
+        self
+    }
+
     /// A cluster setting, as `shoal up --set` takes it.
     pub fn set(mut self, kv: &str) -> Self {
         self.sets.push(kv.to_string());

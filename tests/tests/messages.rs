@@ -7,7 +7,7 @@ use shoal_tests::Cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn baseline_create_stat_remove_cost_n_plus_3_1_2() {
-    let cluster = Cluster::builder().servers(4).start();
+    let cluster = Cluster::builder().servers(4).baseline().start();
     let client = cluster.uncached_client();
     client.ping_all().await.unwrap();
     let n = 4;
@@ -40,7 +40,7 @@ async fn baseline_create_stat_remove_cost_n_plus_3_1_2() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_server_counts_syncs_for_modifying_requests() {
-    let cluster = Cluster::builder().servers(2).start();
+    let cluster = Cluster::builder().servers(2).baseline().start();
     let client = cluster.client();
     client.create(ROOT, "a", 0o644).await.unwrap();
     let mut syncs = 0;
@@ -72,6 +72,7 @@ async fn every_server_counts_syncs_for_modifying_requests() {
 async fn readdir_fetches_entries_in_batches() {
     let cluster = Cluster::builder()
         .servers(2)
+        .baseline()
         .set("readdir_batch=100")
         .start();
     let client = cluster.client();

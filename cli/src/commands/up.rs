@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use shoal_proto::cluster::Settings;
 use shoal_proto::error::{Result, ShoalError};
 
 use crate::local_cluster::{self, LocalCluster, MountState};
@@ -31,6 +32,10 @@ pub struct UpArgs {
     /// Change a cluster setting, e.g. --set strip_size=65536 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    /// Turn all five small-file techniques off (the seed's baseline protocol);
+    /// `--set` still applies after it.
+    #[arg(long)]
+    pub baseline: bool,
 }
 
 pub fn run(args: UpArgs) -> Result<()> {
@@ -49,7 +54,12 @@ pub fn run(args: UpArgs) -> Result<()> {
             cluster.dir.display()
         )));
     }
-    let config = cluster.cluster_config(args.servers, &args.set)?;
+    let mut sets: Vec<String> = Vec::new();
+    if args.baseline {
+        sets.extend(Settings::TECHNIQUES.iter().map(|t| format!("{t}=false")));
+    }
+    sets.extend(args.set.iter().cloned());
+    let config = cluster.cluster_config(args.servers, &sets)?;
     let mut state = local_cluster::State::default();
     for s in &config.servers {
         let id = s.id.to_string();

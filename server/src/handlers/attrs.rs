@@ -23,6 +23,7 @@ pub fn getattr(s: &Service, r: &Request) -> Result<Reply> {
     }
     Ok(Reply::message(&GetAttrReply {
         object: Some(object),
+        sizes: Vec::new(),
     }))
 }
 

@@ -70,3 +70,19 @@ pub fn get_sizes(s: &Service, r: &Request) -> Result<Reply> {
         .collect::<Result<Vec<_>>>()?;
     Ok(Reply::message(&GetSizesReply { sizes }))
 }
+
+/// Rendezvous: the first half of a transfer that is not eager. The server
+/// checks the datafile and tells how many bytes it is ready to move; the data
+/// follows in `Read`/`Write` requests. This is the extra round trip that eager
+/// I/O saves for small transfers.
+pub fn rendezvous(s: &Service, r: &Request) -> Result<Reply> {
+    let q: RendezvousRequest = r.decode()?;
+    let rec = datafile(&s.meta, q.handle)?;
+    let ready = if q.write {
+        q.length
+    } else {
+        let (size, _) = s.data.size_of(&rec)?;
+        size.saturating_sub(q.offset).min(q.length)
+    };
+    Ok(Reply::message(&RendezvousReply { ready }))
+}

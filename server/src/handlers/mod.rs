@@ -5,7 +5,9 @@
 mod admin;
 mod attrs;
 mod io;
+mod listattr;
 mod namespace;
+mod precreate;
 
 use shoal_proto::error::Result;
 use shoal_proto::Op;
@@ -41,6 +43,10 @@ pub fn dispatch(s: &Service, r: &Request) -> Result<Reply> {
         Op::Truncate => io::truncate(s, r),
         Op::Fsync => io::fsync(s, r),
         Op::GetSizes => io::get_sizes(s, r),
+        Op::Rendezvous => io::rendezvous(s, r),
+        Op::CreateFile => precreate::create_file(s, r),
+        Op::Unstuff => precreate::unstuff(s, r),
+        Op::ListAttr => listattr::listattr(s, r),
     }
 }
 
@@ -58,6 +64,18 @@ pub(crate) fn change<T>(
     drop(guard);
     let syncs = s.commit.make_durable(&s.meta, &s.stats)?;
     Ok((out, syncs))
+}
+
+/// ENOTSUP unless the technique `name` is switched on in this cluster.
+pub(crate) fn require(on: bool, name: &str) -> Result<()> {
+    if on {
+        Ok(())
+    } else {
+        Err(shoal_proto::ShoalError::new(
+            shoal_proto::Errno::ENOTSUP,
+            format!("{name} is switched off in this cluster"),
+        ))
+    }
 }
 
 /// Checks that `h` can name an object somewhere in the cluster.
