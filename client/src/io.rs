@@ -1,6 +1,11 @@
 //! Striped file data: a request is split at strip boundaries and every piece
 //! goes straight to the server holding it, all in parallel; pieces larger than
 //! `max_transfer` are split again so large transfers are pipelined.
+//!
+//! Eager I/O (seed 000): a transfer of at most `eager_limit` bytes carries its
+//! data inside the write request or the read reply, one round trip. Larger
+//! ones, and every one with `eager` off, first make a rendezvous (the server
+//! checks the datafile and says it is ready), then move the data.
 
 use bytes::{Bytes, BytesMut};
 use shoal_proto::cluster::SyncMode;
@@ -36,6 +41,32 @@ impl Client {
             .collect()
     }
 
+    /// Whether a transfer of `len` bytes travels eagerly.
+    fn is_eager(&self, len: usize) -> bool {
+        let s = &self.config().settings;
+        s.eager && len <= s.eager_limit as usize
+    }
+
+    /// The rendezvous before a non-eager transfer; returns the bytes the
+    /// server is ready to move.
+    async fn rendezvous(&self, c: &Chunk, write: bool) -> Result<u64> {
+        let reply: RendezvousReply = self
+            .pool()
+            .call(
+                server_of(c.datafile),
+                self.cred,
+                Op::Rendezvous,
+                &RendezvousRequest {
+                    handle: c.datafile,
+                    offset: c.local_offset,
+                    length: c.len as u64,
+                    write,
+                },
+            )
+            .await?;
+        Ok(reply.ready)
+    }
+
     /// Writes `data` at `offset` of file `h`; returns the bytes written.
     pub async fn write(&self, h: Handle, offset: u64, data: Bytes) -> Result<usize> {
         if data.is_empty() {
@@ -46,6 +77,9 @@ impl Client {
         futures::future::try_join_all(chunks.iter().map(|c| {
             let payload = data.slice(c.buf_offset..c.buf_offset + c.len);
             async move {
+                if !self.is_eager(c.len) {
+                    self.rendezvous(c, true).await?;
+                }
                 let body = prost::Message::encode_to_vec(&WriteRequest {
                     handle: c.datafile,
                     offset: c.local_offset,
@@ -81,6 +115,9 @@ impl Client {
         let dist = self.distribution(h).await?;
         let chunks = self.chunks(&dist, offset, len);
         let parts = futures::future::try_join_all(chunks.iter().map(|c| async move {
+            if !self.is_eager(c.len) && self.rendezvous(c, false).await? == 0 {
+                return Ok(Bytes::new());
+            }
             let body = prost::Message::encode_to_vec(&ReadRequest {
                 handle: c.datafile,
                 offset: c.local_offset,
