@@ -2,6 +2,7 @@
 //! directory (a Shoal mount, tmpfs, a local disk) so Shoal can be compared
 //! with its peers by the same code.
 
+pub mod ablation;
 pub mod fsops;
 pub mod pattern;
 pub mod report;
@@ -28,6 +29,30 @@ pub enum Workload {
     /// Write then read (verified) SIZE per process in BLOCK transfers, a file
     /// per process or one shared file.
     Streaming(StreamingArgs),
+    /// Seed 000's comparison: smallfile on fresh local clusters, adding one
+    /// technique at a time; writes ablation.{csv,md,png}.
+    Ablation(AblationArgs),
+}
+
+#[derive(clap::Args)]
+pub struct AblationArgs {
+    /// Where ablation.{csv,md,png} go.
+    #[arg(long, default_value = "bench/results")]
+    pub out: PathBuf,
+    /// Scratch directory for the clusters' data and mounts.
+    #[arg(long, default_value = "/tmp/shoal-ablation")]
+    pub work: PathBuf,
+    #[arg(long, default_value_t = 4)]
+    pub servers: u32,
+    #[arg(short = 'p', long = "procs", default_value_t = 4)]
+    pub procs: usize,
+    #[arg(short = 'n', long = "files", default_value_t = 2000)]
+    pub files: usize,
+    #[arg(long, default_value_t = 8192)]
+    pub size: usize,
+    /// Rounds; each runs every configuration once, and medians are reported.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
 }
 
 #[derive(clap::Args)]
@@ -94,6 +119,17 @@ pub struct StreamingArgs {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.workload {
+        Workload::Ablation(a) => with_sigpipe_ignored(|| {
+            ablation::ablation(&ablation::AblationOptions {
+                out: a.out,
+                work: a.work,
+                servers: a.servers,
+                procs: a.procs,
+                files: a.files,
+                size: a.size,
+                rounds: a.rounds,
+            })
+        }),
         Workload::Smallfile(a) => match a.worker {
             Some(k) => as_worker(smallfile::worker(&a.dir, k, a.files, a.size)),
             None => with_sigpipe_ignored(|| {
