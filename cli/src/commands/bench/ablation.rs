@@ -114,6 +114,7 @@ fn one(opts: &AblationOptions, name: &str, count: usize, round: usize) -> Result
         files: opts.files,
         size: opts.size,
         runs: 1,
+        native: false,
     });
     let down = shoal(&["down".into(), "--data".into(), data.display().to_string()]);
     let _ = std::fs::remove_dir_all(&base);

@@ -7,6 +7,7 @@ pub mod fsops;
 pub mod pattern;
 pub mod report;
 pub mod smallfile;
+pub mod smallfile_native;
 pub mod streaming;
 pub mod workers;
 
@@ -78,6 +79,10 @@ pub struct SmallfileArgs {
     /// Also write the results as CSV here.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    /// Time the native client instead of POSIX calls (bypassing FUSE); --dir
+    /// must lie under a live Shoal mount, which names the cluster.
+    #[arg(long)]
+    pub native: bool,
     /// Internal: run as worker K of a parent `shoal bench smallfile`, in the
     /// run directory given as --dir.
     #[arg(long, hide = true, value_name = "K")]
@@ -131,6 +136,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             })
         }),
         Workload::Smallfile(a) => match a.worker {
+            Some(k) if a.native => as_worker(smallfile_native::worker(&a.dir, k, a.files, a.size)),
             Some(k) => as_worker(smallfile::worker(&a.dir, k, a.files, a.size)),
             None => with_sigpipe_ignored(|| {
                 smallfile::smallfile(&smallfile::SmallfileOptions {
@@ -139,6 +145,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     files: a.files,
                     size: a.size,
                     runs: a.runs,
+                    native: a.native,
                 })
             })?
             .emit(a.json.as_deref(), a.csv.as_deref()),

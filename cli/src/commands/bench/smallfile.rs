@@ -46,6 +46,9 @@ pub struct SmallfileOptions {
     /// Bytes written to and read from each file (M).
     pub size: usize,
     pub runs: usize,
+    /// Time the native client instead of POSIX calls (the directory must lie
+    /// under a live Shoal mount).
+    pub native: bool,
 }
 
 impl SmallfileOptions {
@@ -109,8 +112,14 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
     context.insert("files_per_proc".into(), json!(opts.files));
     context.insert("size".into(), json!(opts.size));
     context.insert("runs".into(), json!(opts.runs));
+    let interface = if opts.native {
+        "native client"
+    } else {
+        "POSIX"
+    };
+    context.insert("interface".into(), json!(interface));
     let title = format!(
-        "smallfile on {} ({}): {} processes x {} files x {} bytes, median of {} run{}",
+        "smallfile on {} ({}, {interface}): {} processes x {} files x {} bytes, median of {} run{}",
         dir.display(),
         report::fs_type_of(&context),
         opts.procs,
@@ -147,6 +156,9 @@ fn one_run(opts: &SmallfileOptions, run_dir: &Path, phases: &mut [Phase]) -> Res
         args.push(opts.files.to_string().into());
         args.push("--size".into());
         args.push(opts.size.to_string().into());
+        if opts.native {
+            args.push("--native".into());
+        }
         args
     })?;
     for phase in phases.iter_mut() {

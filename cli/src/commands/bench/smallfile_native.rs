@@ -1,0 +1,103 @@
+//! The smallfile worker over the native client instead of POSIX calls: the
+//! same nine phases, timed the same way, bypassing FUSE. The run directory
+//! lies under a live Shoal mount, which names the cluster; every timed
+//! operation goes straight to the servers.
+
+use std::path::Path;
+
+use bytes::Bytes;
+use shoal_client::{Client, FileKind};
+use shoal_proto::error::{Result, ShoalError};
+use shoal_proto::Handle;
+
+use super::pattern;
+use super::smallfile::PHASES;
+use super::workers::Barrier;
+use crate::mounts;
+use crate::target::{connect, runtime};
+
+/// One worker process: the nine phases in `run_dir/p<id>` through the native client.
+pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()> {
+    let (mount, shoal_dir) = mounts::containing(run_dir).ok_or_else(|| {
+        ShoalError::invalid(format!(
+            "{}: --native needs a directory under a live Shoal mount",
+            run_dir.display()
+        ))
+    })?;
+    let rt = runtime()?;
+    let client = rt.block_on(connect(&mount.cluster_file))?;
+    let (parent, _) = rt.block_on(client.resolve(&shoal_dir))?;
+    let name = format!("p{id}");
+    let names: Vec<String> = (0..files).map(|i| format!("f{i}")).collect();
+    let mut want = pattern::base(size, id);
+    let mut b = Barrier::new();
+
+    let dir = b.phase(PHASES[0].0, || {
+        rt.block_on(client.mkdir(parent, &name, 0o755))
+            .map(|a| a.handle)
+    })?;
+    let handles = b.phase(PHASES[1].0, || {
+        names
+            .iter()
+            .map(|n| rt.block_on(client.create(dir, n, 0o644)).map(|a| a.handle))
+            .collect::<Result<Vec<Handle>>>()
+    })?;
+    b.phase(PHASES[2].0, || {
+        rt.block_on(list_and_stat(&client, dir, files, 0))
+    })?;
+    b.phase(PHASES[3].0, || {
+        for (i, h) in handles.iter().enumerate() {
+            pattern::stamp(&mut want, pattern::tag(id, i as u64), 0);
+            rt.block_on(client.write(*h, 0, Bytes::copy_from_slice(&want)))?;
+        }
+        Ok(())
+    })?;
+    b.phase(PHASES[4].0, || {
+        for (i, h) in handles.iter().enumerate() {
+            let got = rt.block_on(client.read(*h, 0, size))?;
+            pattern::stamp(&mut want, pattern::tag(id, i as u64), 0);
+            if let Some(pos) = pattern::first_mismatch(&got, &want, true) {
+                return Err(ShoalError::io(format!(
+                    "{shoal_dir}/{name}/{}: content differs from what was written, {}",
+                    names[i],
+                    pattern::describe_mismatch(&got, &want, pos)
+                )));
+            }
+        }
+        Ok(())
+    })?;
+    b.phase(PHASES[5].0, || {
+        rt.block_on(list_and_stat(&client, dir, files, size as u64))
+    })?;
+    // The native client keeps no per-file open state: nothing to close.
+    b.phase(PHASES[6].0, || Ok(()))?;
+    b.phase(PHASES[7].0, || {
+        for n in &names {
+            rt.block_on(client.unlink(dir, n))?;
+        }
+        Ok(())
+    })?;
+    b.phase(PHASES[8].0, || rt.block_on(client.rmdir(parent, &name)))?;
+    Ok(())
+}
+
+/// Lists `dir` with attributes and checks `files` regular files of `size` bytes.
+async fn list_and_stat(client: &Client, dir: Handle, files: usize, size: u64) -> Result<()> {
+    let entries = client.readdir_all(dir).await?;
+    for e in &entries {
+        let a = client.getattr(e.handle).await?;
+        if a.kind != FileKind::File || a.size != size {
+            return Err(ShoalError::io(format!(
+                "{}: stat says {:?} of {} bytes, expected a file of {size} bytes",
+                e.name, a.kind, a.size
+            )));
+        }
+    }
+    if entries.len() != files {
+        return Err(ShoalError::io(format!(
+            "readdir listed {} entries, expected {files}",
+            entries.len()
+        )));
+    }
+    Ok(())
+}
