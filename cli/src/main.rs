@@ -54,6 +54,16 @@ enum Command {
         long: bool,
         path: String,
     },
+    /// List a directory through readdirplus: entries and their attributes in
+    /// a few messages per batch (same output as `ls`).
+    Lsplus {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        /// Long format: mode, owner, size, time.
+        #[arg(short = 'l')]
+        long: bool,
+        path: String,
+    },
     /// Show attributes of a file or directory.
     Stat {
         #[command(flatten)]
@@ -110,6 +120,21 @@ enum Command {
     },
     /// Run a benchmark.
     Bench(commands::bench::BenchArgs),
+    /// Find what crashes left behind (orphan objects, stale marks, orphan
+    /// local files); with --repair, reclaim it. Run --repair on a quiet cluster.
+    Fsck {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        #[arg(long)]
+        repair: bool,
+        /// Leave objects younger than this alone (a create may be in flight).
+        #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+        grace: u64,
+        #[arg(long)]
+        json: bool,
+        /// A path under a mount, when no --config is given.
+        path: Option<String>,
+    },
     /// Per-server, per-operation statistics.
     Stats {
         #[command(flatten)]
@@ -151,6 +176,7 @@ fn main() -> ExitCode {
         Command::Down { data } => commands::down::run(&data),
         Command::Mount(args) => commands::mount::run(args),
         Command::Ls { cfg, long, path } => commands::files::ls(&cfg, &path, long),
+        Command::Lsplus { cfg, long, path } => commands::lsplus::run(&cfg, &path, long),
         Command::Stat {
             cfg,
             layout,
@@ -176,6 +202,13 @@ fn main() -> ExitCode {
         } => commands::files::mkdir(&cfg, &paths, parents),
         Command::Touch { cfg, paths } => commands::files::touch(&cfg, &paths),
         Command::Bench(args) => commands::bench::run(args),
+        Command::Fsck {
+            cfg,
+            repair,
+            grace,
+            json,
+            path,
+        } => commands::fsck::run(&cfg, path.as_deref(), repair, grace, json),
         Command::Stats {
             cfg,
             json,

@@ -11,6 +11,22 @@ use shoal_proto::{ObjectKind, Op};
 
 use crate::{Attr, Client, FileKind, Layout, SetAttr, StatFs};
 
+/// Fills a file's size and data times from its datafiles' sizes (`sizes` in
+/// the order of `rec`'s distribution). Shared by getattr and readdirplus so
+/// both report exactly the same attributes.
+pub(crate) fn apply_sizes(attr: &mut Attr, rec: &ObjectRecord, sizes: &[DatafileSize]) {
+    let strip_size = rec.dist.as_ref().map_or(0, |d| d.strip_size);
+    let locals: Vec<u64> = sizes.iter().map(|s| s.size).collect();
+    attr.size = dist::file_size(strip_size.max(1), &locals);
+    // Data written after mtime was last set explicitly (create or utimes) is
+    // the newer mtime; a utimes after the write wins.
+    let data_mtime = sizes.iter().map(|s| s.mtime_ns).max().unwrap_or(0);
+    if data_mtime > rec.mtime_set_ns {
+        attr.mtime_ns = data_mtime;
+    }
+    attr.ctime_ns = attr.ctime_ns.max(data_mtime);
+}
+
 impl Client {
     /// Attributes of `h`. For a file: one request to its metafile's server and
     /// one per server holding its datafiles (n+1 messages), unless cached.
@@ -18,7 +34,18 @@ impl Client {
         if let Some(a) = self.inner.attrs.get(&h) {
             return Ok(a);
         }
-        let rec = self.get_record(h).await?;
+        let reply: GetAttrReply = self
+            .pool()
+            .call(
+                server_of(h),
+                self.cred,
+                Op::GetAttr,
+                &GetAttrRequest { handle: h },
+            )
+            .await?;
+        let rec = reply
+            .object
+            .ok_or_else(|| ShoalError::protocol("getattr reply without an object"))?;
         let kind = FileKind::from_object(rec.kind()).ok_or_else(|| {
             ShoalError::invalid(format!("object {h:#x} is not a file, directory or symlink"))
         })?;
@@ -26,16 +53,19 @@ impl Client {
         if kind == FileKind::File {
             let dist = rec.dist.clone().unwrap_or_default();
             self.inner.dists.put(h, dist.clone());
-            let sizes = self.datafile_sizes(&dist).await?;
-            let locals: Vec<u64> = sizes.iter().map(|s| s.size).collect();
-            attr.size = dist::file_size(dist.strip_size.max(1), &locals);
-            // Data written after mtime was last set explicitly (create or
-            // utimes) is the newer mtime; a utimes after the write wins.
-            let data_mtime = sizes.iter().map(|s| s.mtime_ns).max().unwrap_or(0);
-            if data_mtime > rec.mtime_set_ns {
-                attr.mtime_ns = data_mtime;
-            }
-            attr.ctime_ns = attr.ctime_ns.max(data_mtime);
+            // Stuffing: the reply carries the sizes of the datafiles on the
+            // metafile's server; if that is all of them (a stuffed file), the
+            // stat took one message.
+            let local: Option<Vec<DatafileSize>> = dist
+                .datafiles
+                .iter()
+                .map(|d| reply.sizes.iter().find(|s| s.handle == *d).cloned())
+                .collect();
+            let sizes = match local {
+                Some(sizes) if !sizes.is_empty() => sizes,
+                _ => self.datafile_sizes(&dist).await?,
+            };
+            apply_sizes(&mut attr, &rec, &sizes);
         }
         self.inner.attrs.put(h, attr.clone());
         Ok(attr)

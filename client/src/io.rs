@@ -6,14 +6,21 @@
 //! data inside the write request or the read reply, one round trip. Larger
 //! ones, and every one with `eager` off, first make a rendezvous (the server
 //! checks the datafile and says it is ready), then move the data.
+//!
+//! Stuffing (seed 000): a stuffed file has only datafile 0, which holds its
+//! first strip. A write past the first strip, or a truncate beyond it, first
+//! sends `unstuff` (idempotent) and uses the distribution it returns; a read
+//! past it re-reads the layout (another client may have unstuffed the file)
+//! and, if the file is still stuffed, stops at the first strip, where a
+//! stuffed file always ends.
 
 use bytes::{Bytes, BytesMut};
 use shoal_proto::cluster::SyncMode;
 use shoal_proto::dist;
-use shoal_proto::error::{Result, ShoalError};
+use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
-use shoal_proto::Op;
+use shoal_proto::{ObjectKind, Op};
 
 use crate::Client;
 
@@ -67,12 +74,77 @@ impl Client {
         Ok(reply.ready)
     }
 
+    /// Stuffing: gives file `h` all its datafiles (nothing to do if another
+    /// client did already) and returns its distribution from now on.
+    pub async fn unstuff(&self, h: Handle) -> Result<Distribution> {
+        let reply: UnstuffReply = self
+            .pool()
+            .call(
+                server_of(h),
+                self.cred,
+                Op::Unstuff,
+                &UnstuffRequest { handle: h },
+            )
+            .await?;
+        let dist = reply
+            .dist
+            .filter(|d| !d.datafiles.is_empty() && !d.stuffed)
+            .ok_or_else(|| ShoalError::protocol("unstuff reply without a distribution"))?;
+        self.inner.dists.put(h, dist.clone());
+        Ok(dist)
+    }
+
+    /// The distribution of file `h` as its metafile's server has it now.
+    async fn fresh_distribution(&self, h: Handle) -> Result<Distribution> {
+        let rec = self.get_record(h).await?;
+        if rec.kind() != ObjectKind::Metafile {
+            return Err(ShoalError::new(
+                if rec.kind() == ObjectKind::Directory {
+                    Errno::EISDIR
+                } else {
+                    Errno::EINVAL
+                },
+                format!("object {h:#x} is not a regular file"),
+            ));
+        }
+        let dist = rec.dist.unwrap_or_default();
+        if dist.datafiles.is_empty() {
+            return Err(ShoalError::io(format!("file {h:#x} has no distribution")));
+        }
+        self.inner.dists.put(h, dist.clone());
+        Ok(dist)
+    }
+
+    /// The distribution for reading or writing file `h` up to byte `end`.
+    /// Within the first strip any stuffed layout this client saw will do.
+    async fn dist_upto(&self, h: Handle, end: u64) -> Result<Distribution> {
+        match self.inner.dists.stuffed_layout(&h) {
+            Some(d) if end <= d.strip_size => Ok(d),
+            _ => self.distribution(h).await,
+        }
+    }
+
     /// Writes `data` at `offset` of file `h`; returns the bytes written.
     pub async fn write(&self, h: Handle, offset: u64, data: Bytes) -> Result<usize> {
         if data.is_empty() {
             return Ok(0);
         }
-        let dist = self.distribution(h).await?;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|e| *e <= dist::MAX_FILE_SIZE)
+            .ok_or_else(|| {
+                ShoalError::new(
+                    Errno::EFBIG,
+                    format!(
+                        "write at offset {offset} goes past the largest file size ({} bytes)",
+                        dist::MAX_FILE_SIZE
+                    ),
+                )
+            })?;
+        let mut dist = self.dist_upto(h, end).await?;
+        if dist.stuffed && end > dist.strip_size {
+            dist = self.unstuff(h).await?;
+        }
         let chunks = self.chunks(&dist, offset, data.len());
         futures::future::try_join_all(chunks.iter().map(|c| {
             let payload = data.slice(c.buf_offset..c.buf_offset + c.len);
@@ -96,7 +168,6 @@ impl Client {
             }
         }))
         .await?;
-        let end = offset + data.len() as u64;
         let now = shoal_proto::time::now_ns();
         self.inner.attrs.update(&h, |a| {
             a.size = a.size.max(end);
@@ -108,11 +179,24 @@ impl Client {
 
     /// Reads up to `len` bytes at `offset` of file `h`; short only at the end
     /// of the file. Holes read as zeros.
-    pub async fn read(&self, h: Handle, offset: u64, len: usize) -> Result<Bytes> {
-        if len == 0 {
+    pub async fn read(&self, h: Handle, offset: u64, mut len: usize) -> Result<Bytes> {
+        // Nothing lies past the largest file size: that is end of file.
+        if len == 0 || offset >= dist::MAX_FILE_SIZE {
             return Ok(Bytes::new());
         }
-        let dist = self.distribution(h).await?;
+        len = len.min((dist::MAX_FILE_SIZE - offset) as usize);
+        let end = offset + len as u64;
+        let mut dist = self.dist_upto(h, end).await?;
+        if dist.stuffed && end > dist.strip_size {
+            // Past the first strip of a layout seen stuffed: look again.
+            dist = self.fresh_distribution(h).await?;
+            if dist.stuffed {
+                if offset >= dist.strip_size {
+                    return Ok(Bytes::new());
+                }
+                len = len.min((dist.strip_size - offset) as usize);
+            }
+        }
         let chunks = self.chunks(&dist, offset, len);
         let parts = futures::future::try_join_all(chunks.iter().map(|c| async move {
             if !self.is_eager(c.len) && self.rendezvous(c, false).await? == 0 {
@@ -172,9 +256,27 @@ impl Client {
     }
 
     /// Sets the size of file `h`: every datafile gets the local size that
-    /// makes the file exactly `size` bytes (n messages).
+    /// makes the file exactly `size` bytes (n messages). A file seen stuffed
+    /// is looked at again first (truncate sets every datafile, so a layout
+    /// another client has just unstuffed must not be missed), and unstuffed
+    /// if `size` goes past its first strip.
     pub async fn truncate(&self, h: Handle, size: u64) -> Result<()> {
-        let dist = self.distribution(h).await?;
+        if size > dist::MAX_FILE_SIZE {
+            return Err(ShoalError::new(
+                Errno::EFBIG,
+                format!(
+                    "size {size} is over the largest file size ({} bytes)",
+                    dist::MAX_FILE_SIZE
+                ),
+            ));
+        }
+        let mut dist = match self.inner.dists.get(&h) {
+            Some(d) if !d.stuffed => d,
+            _ => self.fresh_distribution(h).await?,
+        };
+        if dist.stuffed && size > dist.strip_size {
+            dist = self.unstuff(h).await?;
+        }
         let n = dist.width();
         futures::future::try_join_all(dist.datafiles.iter().enumerate().map(|(i, d)| async move {
             let local = dist::local_size(dist.strip_size.max(1), n, i, size);

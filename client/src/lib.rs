@@ -10,14 +10,16 @@
 pub mod attrs;
 pub mod cache;
 pub mod conn;
+pub mod fsck;
 pub mod io;
 pub mod namespace;
 pub mod pool;
+pub mod readdirplus;
 pub mod types;
 
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::Result;
@@ -41,8 +43,8 @@ struct Inner {
     pool: Pool,
     names: TtlCache<(Handle, String), (Handle, FileKind)>,
     attrs: TtlCache<Handle, Attr>,
-    /// Distributions never change once set, so they are kept without a TTL.
-    dists: TtlCache<Handle, Distribution>,
+    /// Distributions: kept without a TTL, except stuffed ones (see [`DistCache`]).
+    dists: DistCache,
     /// Round-robin cursor for placing new objects.
     next_server: AtomicU32,
 }
@@ -57,7 +59,7 @@ impl Client {
             inner: Arc::new(Inner {
                 names: TtlCache::new(ttl),
                 attrs: TtlCache::new(ttl),
-                dists: TtlCache::new(Duration::from_secs(u64::MAX / 4)),
+                dists: DistCache::new(ttl),
                 next_server: AtomicU32::new(first),
                 pool: Pool::new(config),
             }),
@@ -108,6 +110,17 @@ impl Client {
         Ok(())
     }
 
+    /// Sends one raw protocol request to `server` (administration tools and
+    /// tests that must take single steps, e.g. to leave what a crash leaves).
+    pub async fn call<R: prost::Message + Default>(
+        &self,
+        server: u32,
+        op: Op,
+        request: &impl prost::Message,
+    ) -> Result<R> {
+        self.pool().call(server, self.cred, op, request).await
+    }
+
     /// Next server for a new object, round robin from a per-process start.
     pub(crate) fn pick_server(&self) -> u32 {
         self.inner
@@ -119,5 +132,54 @@ impl Client {
     /// Drops everything cached about `handle`.
     pub fn forget(&self, handle: Handle) {
         self.inner.attrs.remove(&handle);
+    }
+}
+
+/// Cached distributions. A distribution never changes once set, except that a
+/// stuffed one (stuffing) is replaced once by its unstuffed form, by whichever
+/// client first goes past the first strip. So unstuffed distributions are kept
+/// without a TTL, and stuffed ones count as current only for the attribute
+/// TTL: another client sees the new layout as soon as it sees the new size.
+/// Past the TTL a stuffed layout is still kept for accesses within the first
+/// strip, where it is right whatever happened since: datafile 0 never changes.
+pub(crate) struct DistCache {
+    ttl: Duration,
+    fixed: TtlCache<Handle, Distribution>,
+    stuffed: TtlCache<Handle, (Distribution, Instant)>,
+}
+
+impl DistCache {
+    fn new(stuffed_ttl: Duration) -> DistCache {
+        let forever = Duration::from_secs(u64::MAX / 4);
+        DistCache {
+            ttl: stuffed_ttl,
+            fixed: TtlCache::new(forever),
+            stuffed: TtlCache::new(forever),
+        }
+    }
+
+    /// The current distribution of `h`, if known.
+    pub(crate) fn get(&self, h: &Handle) -> Option<Distribution> {
+        self.fixed.get(h).or_else(|| {
+            self.stuffed
+                .get(h)
+                .filter(|(_, at)| at.elapsed() < self.ttl)
+                .map(|(d, _)| d)
+        })
+    }
+
+    /// A stuffed layout of `h` seen at any time: good for its first strip only.
+    pub(crate) fn stuffed_layout(&self, h: &Handle) -> Option<Distribution> {
+        self.stuffed.get(h).map(|(d, _)| d)
+    }
+
+    pub(crate) fn put(&self, h: Handle, dist: Distribution) {
+        if dist.stuffed {
+            self.fixed.remove(&h);
+            self.stuffed.put(h, (dist, Instant::now()));
+        } else {
+            self.stuffed.remove(&h);
+            self.fixed.put(h, dist);
+        }
     }
 }

@@ -209,13 +209,23 @@ impl Filesystem for ShoalFs {
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Answer listings with attributes (seed 000's readdirplus), only when
+        // the cluster has the technique on: with it off the kernel lists with
+        // READDIR and then looks up and stats each entry (the baseline). With
+        // AUTO the kernel asks for attributes on a directory's first read
+        // and afterwards only if its entries were looked up in between, so a
+        // reader that never stats (find, rm -r) stops paying for them.
+        if self.shared.client.config().settings.readdirplus {
+            for flag in [
+                InitFlags::FUSE_DO_READDIRPLUS,
+                InitFlags::FUSE_READDIRPLUS_AUTO,
+            ] {
+                if let Err(missing) = config.add_capabilities(flag) {
+                    tracing::debug!("the kernel does not offer {missing:?}");
+                }
+            }
+        }
         let wanted = [
-            // Answer listings with attributes (seed 000's readdirplus). With
-            // AUTO the kernel asks for attributes on a directory's first read
-            // and afterwards only if its entries were looked up in between,
-            // so a reader that never stats (find, rm -r) stops paying for them.
-            InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
             // Lookups and creates in one directory run concurrently.
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_ASYNC_READ,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use fuser::{FileAttr, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 use shoal_client::{Client, FileKind};
-use shoal_proto::error::{Errno, Result};
+use shoal_proto::error::Result;
 use shoal_proto::Handle;
 
 use crate::attr::file_type;
@@ -19,13 +19,17 @@ use crate::fs::Shared;
 
 /// Entries taken from the listing per step while filling a readdir reply.
 const READDIR_STEP: usize = 256;
-/// Entries whose attributes are fetched concurrently in the first step of a
-/// readdirplus reply, and the most in any step. The kernel's buffer may hold
-/// a page (~25 entries) or, when the reader asks for much (glibc asks for
-/// st_blksize), up to max_pages (thousands): starting small wastes little on
-/// a small buffer, doubling reaches full concurrency quickly on a large one.
+/// Entries whose attributes are fetched together (one listattr per server,
+/// see `Client::listattr`) in the first step of a readdirplus reply; each
+/// further step doubles, up to the cluster's readdir batch. The kernel's
+/// buffer may hold a page (~25 entries) or, when the reader asks for much
+/// (glibc asks for st_blksize), up to max_pages (thousands): starting small
+/// wastes little on a small buffer, doubling reaches whole batches quickly on
+/// a large one. Attributes fetched but not sent are in the client's
+/// attribute cache for the kernel's next request.
 const READDIRPLUS_FIRST_STEP: usize = 32;
-const READDIRPLUS_MAX_STEP: usize = 512;
+/// Largest step whatever the readdir batch (the servers' readdir limit).
+const READDIRPLUS_MAX_STEP: usize = 4096;
 
 /// What one request asks: where, from which cookie, with which credentials.
 pub struct Read {
@@ -114,33 +118,32 @@ async fn fill_plus(
             *at += 1;
         }
     }
+    let max_step = (r.client.config().settings.readdir_batch as usize)
+        .clamp(READDIRPLUS_FIRST_STEP, READDIRPLUS_MAX_STEP);
     let mut n = READDIRPLUS_FIRST_STEP;
     loop {
         let i = (*at - FIRST_ENTRY) as usize;
         let step = l.range(&r.client, i, n).await?.to_vec();
-        n = (n * 2).min(READDIRPLUS_MAX_STEP);
+        n = (n * 2).min(max_step);
         if step.is_empty() {
             return Ok(());
         }
-        // One getattr per entry, all in flight at once; a batched listattr
-        // per server will replace this.
-        let attrs =
-            futures::future::join_all(step.iter().map(|e| r.client.getattr(e.handle))).await;
+        // Readdirplus: the step's attributes in one listattr per server (and
+        // one get_sizes per server for striped files), or one getattr per
+        // entry when the cluster has readdirplus off.
+        let handles: Vec<Handle> = step.iter().map(|e| e.handle).collect();
+        let attrs = r.client.listattr(&handles).await?;
         for (e, a) in step.iter().zip(attrs) {
-            match a {
-                Ok(a) => {
-                    if e.kind == FileKind::Directory {
-                        s.parents.set(e.handle, r.dir);
-                    }
-                    let attr = s.attr(&a);
-                    let (ino, next) = (INodeNo(e.handle), *at + 1);
-                    if reply.add(ino, next, &e.name, &s.ttl, &attr, Generation(0)) {
-                        return Ok(());
-                    }
+            // None: removed since the listing was taken, left out.
+            if let Some(a) = a {
+                if e.kind == FileKind::Directory {
+                    s.parents.set(e.handle, r.dir);
                 }
-                // Removed since the listing was taken: leave it out.
-                Err(err) if err.errno == Errno::ENOENT || err.errno == Errno::ESTALE => {}
-                Err(err) => return Err(err),
+                let attr = s.attr(&a);
+                let (ino, next) = (INodeNo(e.handle), *at + 1);
+                if reply.add(ino, next, &e.name, &s.ttl, &attr, Generation(0)) {
+                    return Ok(());
+                }
             }
             *at += 1;
         }

@@ -4,6 +4,10 @@
 
 use crate::msg::Distribution;
 
+/// Largest file size Shoal supports (1 PiB): every offset + length a client
+/// sends stays below it, so no striping arithmetic can overflow.
+pub const MAX_FILE_SIZE: u64 = 1 << 50;
+
 /// One piece of a logical byte range that falls on a single datafile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Piece {

@@ -137,63 +137,77 @@ impl Frame {
 
     /// Decodes everything after the length field.
     pub fn decode(mut buf: Bytes) -> Result<Frame, FrameError> {
-        let bad = |m: String| Err(FrameError::Malformed(m));
         if buf.len() < HEADER_LEN {
-            return bad(format!(
+            return Err(FrameError::Malformed(format!(
                 "frame of {} bytes is shorter than its header",
                 buf.len()
-            ));
+            )));
         }
-        let magic = buf.get_u16();
-        if magic != MAGIC {
-            return bad(format!("bad magic {magic:#06x}"));
-        }
-        let version = buf.get_u8();
-        if version != VERSION {
-            return bad(format!("unsupported protocol version {version}"));
-        }
-        let kind = match buf.get_u8() {
-            0 => Kind::Request,
-            1 => Kind::Reply,
-            k => return bad(format!("unknown frame kind {k}")),
-        };
-        let code = buf.get_u16();
-        let Some(op) = Op::from_code(code) else {
-            return bad(format!("unknown operation {code}"));
-        };
-        let flags = buf.get_u16();
-        let id = buf.get_u64();
-        let uid = buf.get_u32();
-        let gid = buf.get_u32();
-        let status = buf.get_i32();
-        let body_len = buf.get_u32() as usize;
-        let payload_len = buf.get_u32() as usize;
-        if body_len > MAX_BODY || payload_len > MAX_PAYLOAD {
-            return bad(format!(
-                "body {body_len} or payload {payload_len} over the limit"
-            ));
-        }
-        if body_len + payload_len != buf.len() {
-            return bad(format!(
-                "lengths {body_len}+{payload_len} do not match the {} bytes that follow",
-                buf.len()
-            ));
-        }
+        let (header, body_len) = parse_header(&buf[..HEADER_LEN], buf.len())?;
+        buf.advance(HEADER_LEN);
         let body = buf.split_to(body_len);
         Ok(Frame {
-            header: Header {
-                kind,
-                op,
-                flags,
-                id,
-                uid,
-                gid,
-                status,
-            },
+            header,
             body,
             payload: buf,
         })
     }
+}
+
+/// Checks the fixed header `h` (the [`HEADER_LEN`] bytes after the length
+/// field) of a frame whose length field says `len`; returns the header and
+/// the body length. Everything a header can get wrong is found here, so
+/// [`read_frame`] refuses a bad frame before reading (or allocating) its rest.
+fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, usize), FrameError> {
+    let bad = |m: String| Err(FrameError::Malformed(m));
+    debug_assert_eq!(h.len(), HEADER_LEN);
+    let magic = h.get_u16();
+    if magic != MAGIC {
+        return bad(format!("bad magic {magic:#06x}"));
+    }
+    let version = h.get_u8();
+    if version != VERSION {
+        return bad(format!("unsupported protocol version {version}"));
+    }
+    let kind = match h.get_u8() {
+        0 => Kind::Request,
+        1 => Kind::Reply,
+        k => return bad(format!("unknown frame kind {k}")),
+    };
+    let code = h.get_u16();
+    let Some(op) = Op::from_code(code) else {
+        return bad(format!("unknown operation {code}"));
+    };
+    let flags = h.get_u16();
+    let id = h.get_u64();
+    let uid = h.get_u32();
+    let gid = h.get_u32();
+    let status = h.get_i32();
+    let body_len = h.get_u32() as usize;
+    let payload_len = h.get_u32() as usize;
+    if body_len > MAX_BODY || payload_len > MAX_PAYLOAD {
+        return bad(format!(
+            "body {body_len} or payload {payload_len} over the limit"
+        ));
+    }
+    if body_len + payload_len != len - HEADER_LEN {
+        return bad(format!(
+            "lengths {body_len}+{payload_len} do not match the {} bytes that follow",
+            len - HEADER_LEN
+        ));
+    }
+    Ok((
+        Header {
+            kind,
+            op,
+            flags,
+            id,
+            uid,
+            gid,
+            status,
+        },
+        body_len,
+    ))
 }
 
 /// Reads one frame. `Closed` means the peer closed cleanly between frames.
@@ -208,8 +222,15 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Frame, FrameE
             "frame length {len} out of range"
         )));
     }
-    let mut buf = BytesMut::zeroed(len);
-    r.read_exact(&mut buf).await?;
+    // The header first: a bad one ends the connection at once, without
+    // waiting for (or allocating) the rest of a frame that will be refused.
+    let mut head = [0u8; HEADER_LEN];
+    r.read_exact(&mut head).await?;
+    parse_header(&head, len)?;
+    let mut buf = BytesMut::with_capacity(len);
+    buf.extend_from_slice(&head);
+    buf.resize(len, 0);
+    r.read_exact(&mut buf[HEADER_LEN..]).await?;
     Frame::decode(buf.freeze())
 }
 
@@ -247,6 +268,28 @@ mod tests {
         assert_eq!(g.header, f.header);
         assert_eq!(g.body, f.body);
         assert_eq!(g.payload, f.payload);
+    }
+
+    #[tokio::test]
+    async fn a_bad_header_is_refused_before_the_rest_arrives() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, &sample()).await.unwrap();
+        // Each corruption of the header, sent without the rest of the frame
+        // on a stream that stays open: refused at once, not waited on.
+        let corruptions: [(usize, u8); 5] =
+            [(4, 0xff), (6, 0x07), (7, 0x09), (9, 0xee), (36, 0x40)];
+        for (at, x) in corruptions {
+            let mut w = wire.clone();
+            w[at] ^= x;
+            let (mut tx, mut rx) = tokio::io::duplex(1024);
+            tx.write_all(&w[..4 + HEADER_LEN]).await.unwrap();
+            let read = tokio::time::timeout(std::time::Duration::from_secs(5), read_frame(&mut rx));
+            assert!(
+                matches!(read.await, Ok(Err(FrameError::Malformed(_)))),
+                "corruption at byte {at} was not refused from the header alone"
+            );
+            drop(tx);
+        }
     }
 
     #[tokio::test]

@@ -34,10 +34,11 @@ pub enum Op {
     Unstuff = 28,
     ListAttr = 29,
     Rendezvous = 30,
+    Scan = 31,
 }
 
 impl Op {
-    pub const ALL: [Op; 30] = [
+    pub const ALL: [Op; 31] = [
         Op::Ping,
         Op::Lookup,
         Op::GetAttr,
@@ -68,6 +69,7 @@ impl Op {
         Op::Unstuff,
         Op::ListAttr,
         Op::Rendezvous,
+        Op::Scan,
     ];
 
     pub fn from_code(code: u16) -> Option<Op> {
@@ -112,6 +114,7 @@ impl Op {
             Op::Unstuff => "unstuff",
             Op::ListAttr => "listattr",
             Op::Rendezvous => "rendezvous",
+            Op::Scan => "scan",
         }
     }
 

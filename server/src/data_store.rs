@@ -5,11 +5,19 @@
 //!
 //! For a file-backed datafile the local file's length and mtime are the
 //! datafile's size and data mtime, so large writes touch no metadata.
+//!
+//! A full disk: data writes stop short of filling the data directory's file
+//! system. They fail with ENOSPC once less than [`reserve_for`] bytes would
+//! be left, so that the KV store, which shares that file system, always has
+//! room to commit: creates, stats and the deletes that free space keep
+//! working. (A KV commit that itself hits ENOSPC fails the store until the
+//! server restarts, so data must never be what fills the disk.)
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -22,15 +30,56 @@ use shoal_proto::ObjectKind;
 use crate::keys;
 use crate::meta_store::{MetaStore, Txn};
 
-/// Largest offset + length a datafile accepts.
-pub const MAX_DATAFILE_SIZE: u64 = 1 << 50;
+/// Largest offset + length a datafile accepts (a datafile never outgrows the
+/// file it belongs to).
+pub const MAX_DATAFILE_SIZE: u64 = shoal_proto::dist::MAX_FILE_SIZE;
 /// Open local files kept for reuse.
 const OPEN_FILES_MAX: usize = 512;
+/// Bounds of the free space data writes leave for the KV store.
+const RESERVE_MIN: u64 = 1 << 20;
+const RESERVE_MAX: u64 = 256 << 20;
+
+/// Free bytes data writes leave on a file system of `total` bytes: 1/64 of
+/// it, at least 1 MiB and at most 256 MiB, and never over 1/8 of it.
+pub fn reserve_for(total: u64) -> u64 {
+    (total / 64).clamp(RESERVE_MIN, RESERVE_MAX).min(total / 8)
+}
 
 pub struct DataStore {
     files_dir: PathBuf,
     inline_max: u64,
     open: Mutex<HashMap<Handle, Arc<File>>>,
+    /// Bytes of data writes under way (admitted by `room_for`, not done).
+    writing: AtomicU64,
+}
+
+/// Bytes admitted by [`DataStore::room_for`]; given back on drop.
+struct Admitted<'a> {
+    writing: &'a AtomicU64,
+    bytes: u64,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.writing.fetch_sub(self.bytes, Ordering::SeqCst);
+    }
+}
+
+/// Total and available bytes of the file system holding `path`.
+fn fs_space(path: &Path) -> std::io::Result<(u64, u64)> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: all-zero is a valid statvfs; `c` is a valid C string and `st`
+    // a valid out-pointer for the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let frsize = st.f_frsize as u64;
+    Ok((
+        (st.f_blocks as u64).saturating_mul(frsize),
+        (st.f_bavail as u64).saturating_mul(frsize),
+    ))
 }
 
 impl DataStore {
@@ -43,7 +92,35 @@ impl DataStore {
             files_dir,
             inline_max,
             open: Mutex::new(HashMap::new()),
+            writing: AtomicU64::new(0),
         })
+    }
+
+    /// Admits a data write of `len` bytes, or ENOSPC if it (with the writes
+    /// already under way) would leave less than the reserve free. If the free
+    /// space cannot be read the write is admitted: it fails by itself if the
+    /// file system is broken.
+    fn room_for(&self, len: u64) -> Result<Admitted<'_>> {
+        let writing = self.writing.fetch_add(len, Ordering::SeqCst) + len;
+        let admitted = Admitted {
+            writing: &self.writing,
+            bytes: len,
+        };
+        let Ok((total, avail)) = fs_space(&self.files_dir) else {
+            return Ok(admitted);
+        };
+        let reserve = reserve_for(total);
+        if avail < writing.saturating_add(reserve) {
+            return Err(ShoalError::new(
+                Errno::ENOSPC,
+                format!(
+                    "no space left for data in {}: {avail} bytes free, {reserve} kept for \
+                     metadata, {writing} being written",
+                    self.files_dir.display()
+                ),
+            ));
+        }
+        Ok(admitted)
     }
 
     fn shard_dir(&self, h: Handle) -> PathBuf {
@@ -136,6 +213,14 @@ impl DataStore {
                 )
             })?;
         let rec = datafile(meta, handle)?;
+        // Inline bytes are rewritten whole in the KV store, and a promotion
+        // moves them to a file: count them too.
+        let moved = if rec.in_file {
+            0
+        } else {
+            rec.size.min(self.inline_max)
+        };
+        let _room = self.room_for(data.len() as u64 + moved)?;
         if rec.in_file {
             self.file(handle, false)?.write_all_at(data, offset)?;
             return Ok(data.len() as u64);
@@ -301,6 +386,27 @@ mod tests {
         let all = read_all(&meta, &data, h);
         assert_eq!(all.len(), 100);
         assert_eq!(&all[..5], b"hello");
+    }
+
+    #[test]
+    fn data_writes_leave_a_reserve_for_metadata() {
+        assert_eq!(reserve_for(16 << 20), 1 << 20);
+        assert_eq!(reserve_for(4 << 20), 512 << 10);
+        assert_eq!(reserve_for(1 << 40), 256 << 20);
+        assert_eq!(reserve_for(0), 0);
+        let (_d, _meta, data, _h) = setup(16);
+        let err = data.room_for(u64::MAX / 2).err().unwrap();
+        assert_eq!(err.errno, Errno::ENOSPC);
+        assert_eq!(
+            data.writing.load(Ordering::SeqCst),
+            0,
+            "refused bytes given back"
+        );
+        {
+            let _a = data.room_for(4096).unwrap();
+            assert_eq!(data.writing.load(Ordering::SeqCst), 4096);
+        }
+        assert_eq!(data.writing.load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -7,6 +7,9 @@
 //! | `E` dir-handle name-bytes        | entry: handle (8 bytes BE) + kind (1)  |
 //! | `B` handle                       | inline bytes of a small datafile       |
 //! | `X` handle xattr-name            | xattr value                            |
+//! | `P` server-id (4 BE) handle      | empty: a datafile precreated on that   |
+//! |                                  | server, in this server's pool for it   |
+//! |                                  | (pools.rs encodes these keys)          |
 //! | `Cnext_handle`                   | last handle counter allocated (8 BE)   |
 //! | `Cobjects`                       | number of objects stored (8 BE)        |
 //!
@@ -19,6 +22,7 @@ pub const OBJECT: u8 = b'O';
 pub const ENTRY: u8 = b'E';
 pub const BYTES: u8 = b'B';
 pub const XATTR: u8 = b'X';
+pub const POOL: u8 = b'P';
 
 pub const NEXT_HANDLE: &[u8] = b"Cnext_handle";
 pub const OBJECT_COUNT: &[u8] = b"Cobjects";
@@ -60,6 +64,11 @@ pub fn xattr(handle: Handle, name: &str) -> Vec<u8> {
 /// Prefix of all xattrs of `handle`.
 pub fn xattrs(handle: Handle) -> Vec<u8> {
     tagged(XATTR, handle)
+}
+
+/// The handle part of a tagged key.
+pub fn handle_of(key: &[u8]) -> Option<Handle> {
+    key.get(1..9)?.try_into().ok().map(Handle::from_be_bytes)
 }
 
 /// The name part of an entry or xattr key.

@@ -12,6 +12,8 @@ pub mod keys;
 pub mod kv;
 pub mod listener;
 pub mod meta_store;
+pub mod peers;
+pub mod pools;
 pub mod service;
 pub mod stats;
 
@@ -46,6 +48,7 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
         );
         eprintln!("shoal server {id} listening on {}", entry.addr);
         let serving = tokio::spawn(listener::serve(listener, service.clone()));
+        pools::Pools::start(&service);
         wait_for_shutdown().await;
         serving.abort();
         tracing::info!("server {id} stopping");

@@ -59,10 +59,17 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, service: Arc<Serv
         let Ok(permit) = permits.clone().acquire_owned().await else {
             break;
         };
+        // A modifying request enters the commit queue's scheduling queue
+        // here, once it has a slot to run: from now until its changes are
+        // applied it counts as load, and requests applied meanwhile defer
+        // their sync to share it with this one (commit coalescing). Counting
+        // before the permit would be wrong: a frame waiting for a slot held
+        // by deferred requests would keep them waiting for it.
+        let ticket = service.commit.schedule(frame.header.op);
         let service = service.clone();
         let tx = tx.clone();
         tokio::task::spawn_blocking(move || {
-            let reply = service.handle(&frame);
+            let reply = service.handle_scheduled(&frame, ticket);
             let _ = tx.blocking_send(reply);
             drop(permit);
         });

@@ -11,11 +11,12 @@ use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::frame::{Frame, Header};
 use shoal_proto::msg::ErrorReply;
 
-use crate::commit::CommitQueue;
+use crate::commit::{CommitQueue, Ticket, TicketScope};
 use crate::data_store::DataStore;
 use crate::handlers;
 use crate::kv::{KvEngine, RedbEngine};
 use crate::meta_store::MetaStore;
+use crate::pools::Pools;
 use crate::stats::{Sample, Stats};
 
 pub struct Service {
@@ -25,6 +26,8 @@ pub struct Service {
     pub meta: MetaStore,
     pub data: DataStore,
     pub commit: CommitQueue,
+    /// Precreate pools and the connections to the other servers.
+    pub pools: Pools,
     pub stats: Stats,
     pub started: Instant,
 }
@@ -81,9 +84,11 @@ impl Service {
     ) -> Result<Service> {
         let meta = MetaStore::open(kv, id)?;
         let data = DataStore::new(data_dir, config.settings.inline_max)?;
+        let pools = Pools::open(&config, id, &meta)?;
         Ok(Service {
+            pools,
             id,
-            commit: CommitQueue::new(config.settings.sync),
+            commit: CommitQueue::from_settings(&config.settings),
             config,
             data_dir: data_dir.to_path_buf(),
             meta,
@@ -91,6 +96,18 @@ impl Service {
             stats: Stats::default(),
             started: Instant::now(),
         })
+    }
+
+    /// Handles a request that holds `ticket`, its place in the commit
+    /// queue's scheduling queue (taken by the listener when the frame
+    /// arrived). The ticket is available to the commit queue while the
+    /// handler runs, which gives it back once the request's changes are
+    /// applied; if the handler never gets there, the ticket is given back
+    /// when this returns, so that the queue never counts a request that is
+    /// gone.
+    pub fn handle_scheduled(&self, frame: &Frame, ticket: Option<Ticket>) -> Frame {
+        let _scope = TicketScope::enter(ticket);
+        self.handle(frame)
     }
 
     /// Handles one request frame and builds its reply; never panics on bad input.

@@ -38,6 +38,7 @@ pub fn shoal_bin() -> PathBuf {
 pub struct Builder {
     servers: u32,
     sets: Vec<String>,
+    data_dirs: BTreeMap<u32, PathBuf>,
 }
 
 impl Builder {
@@ -51,6 +52,14 @@ impl Builder {
         for t in Settings::TECHNIQUES {
             self.sets.push(format!("{t}=false"));
         }
+        self
+    }
+
+    /// Puts server `id`'s data directory at `path` instead of under the
+    /// cluster's temporary directory (e.g. on a small tmpfs). The caller
+    /// owns `path` and removes it.
+    pub fn data_dir(mut self, id: u32, path: impl Into<PathBuf>) -> Self {
+        self.data_dirs.insert(id, path.into());
         self
     }
 
@@ -78,7 +87,11 @@ impl Builder {
                         .unwrap()
                         .local_addr()
                         .unwrap(),
-                    data: dir.path().join(format!("server-{id}")),
+                    data: self
+                        .data_dirs
+                        .get(&id)
+                        .cloned()
+                        .unwrap_or_else(|| dir.path().join(format!("server-{id}"))),
                 })
                 .collect(),
         };
@@ -111,6 +124,7 @@ impl Cluster {
         Builder {
             servers: 4,
             sets: Vec::new(),
+            data_dirs: BTreeMap::new(),
         }
     }
 
@@ -191,6 +205,14 @@ impl Cluster {
     /// Kills server `id` with SIGKILL (a crash).
     pub fn kill(&mut self, id: u32) {
         self.signal(id, libc::SIGKILL);
+    }
+
+    /// Whether server `id` was started by this kit and its process has not
+    /// exited (a crash shows here as false).
+    pub fn is_running(&mut self, id: u32) -> bool {
+        self.servers
+            .get_mut(&id)
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
     }
 
     pub fn server_ids(&self) -> Vec<u32> {

@@ -4,6 +4,8 @@ pub mod bench;
 pub mod copy;
 pub mod down;
 pub mod files;
+pub mod fsck;
+pub mod lsplus;
 pub mod mount;
 pub mod server;
 pub mod stats;

@@ -1,12 +1,105 @@
-//! Readdirplus listattr: being written (issue 3); until then ENOTSUP and
-//! clients list with one getattr per entry.
+//! Readdirplus listattr (seed 000, section III-E): the records of many objects
+//! held by this server in one request, plus the sizes of those objects'
+//! datafiles that live here, so a client lists a directory with one request
+//! per server instead of one getattr per entry.
+//!
+//! Objects that no longer exist (removed since the client read the entries)
+//! are left out, and so are datafiles that disappear while the reply is
+//! built: the client then asks for those sizes separately and treats a file
+//! whose datafile is gone as removed.
 
-use shoal_proto::error::Result;
+use prost::Message;
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::frame::MAX_BODY;
+use shoal_proto::handle::server_of;
+use shoal_proto::msg::*;
+use shoal_proto::ObjectKind;
 
-use super::require;
+use super::{check_handle, require};
 use crate::service::{Reply, Request, Service};
 
-pub fn listattr(_s: &Service, _r: &Request) -> Result<Reply> {
-    require(false, "readdirplus")?;
-    Ok(Reply::default())
+/// Most handles one listattr request may name (a readdir batch is at most 4096).
+pub const MAX_LISTATTR_HANDLES: usize = 16384;
+/// A reply larger than this is refused with E2BIG (long symlink targets or
+/// wide distributions); the client then asks for the handles in halves.
+const MAX_REPLY_BYTES: usize = MAX_BODY - (64 << 10);
+
+pub fn listattr(s: &Service, r: &Request) -> Result<Reply> {
+    require(s.config.settings.readdirplus, "readdirplus")?;
+    let q: ListAttrRequest = r.decode()?;
+    if q.handles.len() > MAX_LISTATTR_HANDLES {
+        return Err(ShoalError::invalid(format!(
+            "listattr of {} handles is over the limit of {MAX_LISTATTR_HANDLES}",
+            q.handles.len()
+        )));
+    }
+    for &h in &q.handles {
+        check_handle(s, h)?;
+        s.meta.check_owned(h)?;
+    }
+    let mut reply = ListAttrReply::default();
+    let mut bytes = 0usize;
+    for &h in &q.handles {
+        let Some(mut object) = s.meta.try_get(h)? else {
+            continue;
+        };
+        match object.kind() {
+            // A datafile named directly (a no_metafile entry): its size is
+            // its own, filled in as getattr does.
+            ObjectKind::Datafile => match s.data.size_of(&object) {
+                Ok((size, mtime)) => {
+                    object.size = size;
+                    object.data_mtime_ns = mtime;
+                }
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(e),
+            },
+            ObjectKind::Metafile => {
+                let dist = object.dist.clone().unwrap_or_default();
+                for d in dist.datafiles.into_iter().filter(|d| server_of(*d) == s.id) {
+                    if let Some(size) = local_size(s, d)? {
+                        bytes += size.encoded_len() + 2;
+                        reply.sizes.push(size);
+                    }
+                }
+            }
+            _ => {}
+        }
+        bytes += object.encoded_len() + 3;
+        if bytes > MAX_REPLY_BYTES {
+            return Err(ShoalError::new(
+                Errno::E2BIG,
+                format!(
+                    "listattr reply of {} handles is over {MAX_REPLY_BYTES} bytes; ask for fewer",
+                    q.handles.len()
+                ),
+            ));
+        }
+        reply.objects.push(object);
+    }
+    Ok(Reply::message(&reply))
+}
+
+/// Size of a local datafile, or None if it no longer exists.
+fn local_size(s: &Service, h: u64) -> Result<Option<DatafileSize>> {
+    let Some(rec) = s.meta.try_get(h)? else {
+        return Ok(None);
+    };
+    if rec.kind() != ObjectKind::Datafile {
+        return Ok(None);
+    }
+    match s.data.size_of(&rec) {
+        Ok((size, mtime_ns)) => Ok(Some(DatafileSize {
+            handle: h,
+            size,
+            mtime_ns,
+        })),
+        Err(e) if gone(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A datafile removed between reading its record and its local file.
+fn gone(e: &ShoalError) -> bool {
+    e.errno == Errno::ENOENT
 }

@@ -8,6 +8,7 @@ mod io;
 mod listattr;
 mod namespace;
 mod precreate;
+mod scan;
 
 use shoal_proto::error::Result;
 use shoal_proto::Op;
@@ -47,12 +48,19 @@ pub fn dispatch(s: &Service, r: &Request) -> Result<Reply> {
         Op::CreateFile => precreate::create_file(s, r),
         Op::Unstuff => precreate::unstuff(s, r),
         Op::ListAttr => listattr::listattr(s, r),
+        Op::Scan => scan::scan(s, r),
     }
 }
 
 /// Runs `build` under the store lock to read what it needs and fill a
 /// transaction, applies it, then (lock released) waits until it is durable.
-/// Returns what `build` returned and the syncs it took.
+/// Returns what `build` returned and the syncs it took (with commit
+/// coalescing, 0 when another request's sync covered this change).
+///
+/// `make_durable` is where the request leaves the commit queue's scheduling
+/// queue (its changes are applied) and decides to sync now or defer; it must
+/// run after `apply` and without the store lock, so that requests applying
+/// behind this one can join the same sync.
 pub(crate) fn change<T>(
     s: &Service,
     build: impl FnOnce(&mut Txn) -> Result<T>,

@@ -89,7 +89,10 @@ pub fn create_datafiles(s: &Service, r: &Request) -> Result<Reply> {
                 txn.insert_object(&ObjectRecord {
                     handle: h,
                     kind: ObjectKind::Datafile as i32,
-                    // 0 = never written: does not count as a data change.
+                    // Creation time, so fsck can tell a datafile of a create
+                    // still in flight from an orphan. data_mtime_ns stays 0:
+                    // never written, no data change.
+                    attrs: Some(new_attrs(0, 0, 0)),
                     ..Default::default()
                 });
                 h
@@ -280,29 +283,54 @@ pub fn remove(s: &Service, r: &Request) -> Result<Reply> {
             "the root directory cannot be removed",
         ));
     }
-    let (rec, syncs) = change(s, |txn| {
+    let ((rec, local), syncs) = change(s, |txn| {
         let rec = s.meta.get(q.handle)?;
-        match rec.kind() {
-            ObjectKind::Directory if !s.meta.is_empty_dir(q.handle)? => {
-                return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty"));
+        if rec.kind() == ObjectKind::Directory && !s.meta.is_empty_dir(q.handle)? {
+            return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty"));
+        }
+        // A stuffed file's one datafile lives here: it goes in the same
+        // step, so removing a stuffed file needs no other server.
+        let mut local = None;
+        if let Some(d) = rec.dist.as_ref().filter(|d| d.stuffed) {
+            if let Some(df) = d
+                .datafiles
+                .first()
+                .and_then(|h| s.meta.try_get(*h).ok().flatten())
+            {
+                delete_keys(s, txn, &df)?;
+                local = Some(df);
             }
-            ObjectKind::Datafile => txn.batch.delete(crate::keys::bytes(q.handle)),
-            _ => {}
         }
-        for (k, _) in s
-            .meta
-            .kv()
-            .scan(&crate::keys::xattrs(q.handle), None, usize::MAX)?
-        {
-            txn.batch.delete(k);
-        }
-        txn.delete_object(q.handle);
-        Ok(rec)
+        delete_keys(s, txn, &rec)?;
+        Ok((rec, local))
     })?;
-    if rec.kind() == ObjectKind::Datafile {
-        s.data.remove_file(&rec)?;
+    for gone in [Some(&rec), local.as_ref()].into_iter().flatten() {
+        if gone.kind() == ObjectKind::Datafile {
+            s.data.remove_file(gone)?;
+        }
     }
-    Ok(Reply::message(&RemoveReply { dist: rec.dist }).with_syncs(syncs))
+    // The reply names the datafiles the client still has to remove.
+    let mut dist = rec.dist;
+    if let (Some(d), Some(df)) = (dist.as_mut(), local.as_ref()) {
+        d.datafiles.retain(|h| *h != df.handle);
+    }
+    Ok(Reply::message(&RemoveReply { dist }).with_syncs(syncs))
+}
+
+/// Deletes an object's keys: its record, inline bytes and xattrs.
+fn delete_keys(s: &Service, txn: &mut Txn, rec: &ObjectRecord) -> Result<()> {
+    if rec.kind() == ObjectKind::Datafile {
+        txn.batch.delete(crate::keys::bytes(rec.handle));
+    }
+    for (k, _) in s
+        .meta
+        .kv()
+        .scan(&crate::keys::xattrs(rec.handle), None, usize::MAX)?
+    {
+        txn.batch.delete(k);
+    }
+    txn.delete_object(rec.handle);
+    Ok(())
 }
 
 fn set_removing(s: &Service, r: &Request, removing: bool) -> Result<Reply> {

@@ -1,17 +1,228 @@
-//! Precreate pools and stuffing: being written (issue 3); until then the
-//! operations answer ENOTSUP and clients use the baseline create.
+//! The augmented create and unstuff (seed 000, sections III.A and III.B).
+//!
+//! `CreateFile` does, on the server that will hold the metafile, the first
+//! three steps of the baseline create in ONE transaction and ONE durable
+//! commit: allocate the metafile, take the remote datafiles from the precreate
+//! pools (its own datafile is created locally), set the distribution. The
+//! client then adds the directory entry: 2 messages instead of n+3.
+//!
+//! With stuffing, a new file gets only its first datafile, local, and the
+//! distribution says `stuffed` with the `width` it will have. `Unstuff` gives
+//! it the remaining datafiles (from the pools, or created on the peers when
+//! precreate is off); datafile 0 stays, so the first strip's bytes do not
+//! move. It runs under the store lock and is idempotent, so concurrent
+//! unstuffs of one file agree on one distribution.
 
-use shoal_proto::error::Result;
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::handle::server_of;
+use shoal_proto::msg::*;
+use shoal_proto::{Handle, ObjectKind};
+use std::time::Instant;
 
-use super::require;
+use super::{change, require};
+use crate::meta_store::{new_attrs, Txn};
+use crate::pools::FILL_WAIT;
 use crate::service::{Reply, Request, Service};
 
-pub fn create_file(_s: &Service, _r: &Request) -> Result<Reply> {
-    require(false, "precreate")?;
-    Ok(Reply::default())
+/// Whether a request whose pools were emptied by others (between its refill
+/// and its transaction) may refill and try again.
+fn may_retry(started: Instant) -> bool {
+    started.elapsed() < FILL_WAIT
 }
 
-pub fn unstuff(_s: &Service, _r: &Request) -> Result<Reply> {
-    require(false, "stuffing")?;
-    Ok(Reply::default())
+/// The servers holding datafiles 1.. of a file of `width` whose metafile (and
+/// datafile 0) live on this server: the next ones round the ring, as the
+/// baseline create places them.
+fn remote_servers(s: &Service, width: u32) -> Vec<u32> {
+    let n = s.config.num_servers();
+    (1..width).map(|i| (s.id + i) % n).collect()
+}
+
+fn new_datafile(s: &Service, txn: &mut Txn) -> Handle {
+    let h = s.meta.alloc(txn);
+    txn.insert_object(&ObjectRecord {
+        handle: h,
+        kind: ObjectKind::Datafile as i32,
+        ..Default::default()
+    });
+    h
+}
+
+fn pools_empty_error(what: &str) -> ShoalError {
+    ShoalError::new(
+        Errno(libc::EAGAIN),
+        format!("{what}: the precreate pools were emptied faster than they refill; try again"),
+    )
+}
+
+pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
+    let q: CreateFileRequest = r.decode()?;
+    let settings = &s.config.settings;
+    if !(settings.stuffing && q.stuffed) {
+        require(settings.precreate, "precreate")?;
+    }
+    let n = s.config.num_servers();
+    let width = match q.num_dfiles {
+        0 => s.config.dfiles_per_file(),
+        w => w.min(n),
+    };
+    let strip_size = match q.strip_size {
+        0 => settings.strip_size,
+        x => x,
+    };
+    if !(4096..=1 << 30).contains(&strip_size) {
+        return Err(ShoalError::invalid(format!(
+            "strip size {strip_size} must be between 4096 and 1 GiB"
+        )));
+    }
+    // A one-datafile file is the same stuffed or not: make it plain.
+    let stuffed = q.stuffed && width > 1;
+    let remote = if stuffed {
+        Vec::new()
+    } else {
+        remote_servers(s, width)
+    };
+    let mode = q.attrs.as_ref().map(|a| a.mode).unwrap_or(0o644);
+    let attrs = new_attrs(mode, r.header.uid, r.header.gid);
+    let started = Instant::now();
+    while may_retry(started) {
+        s.pools.ensure(&s.meta, &remote)?;
+        let (made, syncs) = change(s, |txn| {
+            let Some(taken) = s.pools.take(&s.meta, txn, &remote)? else {
+                return Ok(None);
+            };
+            let meta = s.meta.alloc(txn);
+            let mut datafiles = vec![new_datafile(s, txn)];
+            datafiles.extend_from_slice(&taken);
+            let rec = ObjectRecord {
+                handle: meta,
+                kind: ObjectKind::Metafile as i32,
+                attrs: Some(attrs),
+                mtime_set_ns: attrs.mtime_ns,
+                dist: Some(Distribution {
+                    strip_size,
+                    datafiles,
+                    stuffed,
+                    width,
+                }),
+                ..Default::default()
+            };
+            txn.insert_object(&rec);
+            Ok(Some((rec, taken)))
+        })?;
+        if let Some((object, taken)) = made {
+            s.pools.taken(&taken);
+            return Ok(Reply::message(&CreateFileReply {
+                object: Some(object),
+            })
+            .with_syncs(syncs));
+        }
+    }
+    Err(pools_empty_error("create"))
+}
+
+pub fn unstuff(s: &Service, r: &Request) -> Result<Reply> {
+    let q: UnstuffRequest = r.decode()?;
+    let dist = file_dist(s, q.handle)?;
+    if !dist.stuffed {
+        return Ok(Reply::message(&UnstuffReply { dist: Some(dist) }));
+    }
+    let n = s.config.num_servers();
+    let width = match dist.width {
+        0 => s.config.dfiles_per_file(),
+        w => w.min(n),
+    };
+    let remote = remote_servers(s, width);
+    if s.config.settings.precreate {
+        let started = Instant::now();
+        while may_retry(started) {
+            s.pools.ensure(&s.meta, &remote)?;
+            let (done, syncs) = change(s, |txn| {
+                let mut rec = s.meta.get(q.handle)?;
+                let mut dist = rec.dist.clone().unwrap_or_default();
+                if !dist.stuffed {
+                    return Ok(Some((dist, Vec::new())));
+                }
+                let Some(taken) = s.pools.take(&s.meta, txn, &remote)? else {
+                    return Ok(None);
+                };
+                dist.datafiles.truncate(1);
+                dist.datafiles.extend_from_slice(&taken);
+                dist.stuffed = false;
+                dist.width = width;
+                rec.dist = Some(dist.clone());
+                txn.put_object(&rec);
+                Ok(Some((dist, taken)))
+            })?;
+            if let Some((dist, taken)) = done {
+                s.pools.taken(&taken);
+                return Ok(Reply::message(&UnstuffReply { dist: Some(dist) }).with_syncs(syncs));
+            }
+        }
+        return Err(pools_empty_error("unstuff"));
+    }
+    // Without precreate: create the remote datafiles now, then set them
+    // unless another unstuff got there first (then they are not needed).
+    let created = s.pools.create_remote(&remote)?;
+    let ((dist, used), syncs) = change(s, |txn| {
+        let mut rec = s.meta.get(q.handle)?;
+        let mut dist = rec.dist.clone().unwrap_or_default();
+        if !dist.stuffed {
+            return Ok((dist, false));
+        }
+        dist.datafiles.truncate(1);
+        dist.datafiles.extend_from_slice(&created);
+        dist.stuffed = false;
+        dist.width = width;
+        rec.dist = Some(dist.clone());
+        txn.put_object(&rec);
+        Ok((dist, true))
+    })?;
+    if !used {
+        s.pools.discard(created);
+    }
+    Ok(Reply::message(&UnstuffReply { dist: Some(dist) }).with_syncs(syncs))
+}
+
+/// The distribution of file `h` (which this server holds).
+fn file_dist(s: &Service, h: Handle) -> Result<Distribution> {
+    let rec = s.meta.get(h)?;
+    if rec.kind() != ObjectKind::Metafile {
+        return Err(ShoalError::new(
+            if rec.kind() == ObjectKind::Directory {
+                Errno::EISDIR
+            } else {
+                Errno::EINVAL
+            },
+            format!("object {h:#x} is not a regular file"),
+        ));
+    }
+    rec.dist
+        .filter(|d| !d.datafiles.is_empty())
+        .ok_or_else(|| ShoalError::io(format!("file {h:#x} has no distribution")))
+}
+
+/// With stuffing on, the sizes of a file's datafiles that live on this server,
+/// for its getattr reply: a stuffed file's stat is then one message.
+pub(crate) fn local_sizes(s: &Service, object: &ObjectRecord) -> Result<Vec<DatafileSize>> {
+    if !s.config.settings.stuffing || object.kind() != ObjectKind::Metafile {
+        return Ok(Vec::new());
+    }
+    let Some(dist) = &object.dist else {
+        return Ok(Vec::new());
+    };
+    let mut sizes = Vec::new();
+    for h in dist.datafiles.iter().filter(|h| server_of(**h) == s.id) {
+        if let Some(rec) = s.meta.try_get(*h)? {
+            if rec.kind() == ObjectKind::Datafile {
+                let (size, mtime_ns) = s.data.size_of(&rec)?;
+                sizes.push(DatafileSize {
+                    handle: *h,
+                    size,
+                    mtime_ns,
+                });
+            }
+        }
+    }
+    Ok(sizes)
 }

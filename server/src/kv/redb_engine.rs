@@ -30,15 +30,33 @@ impl RedbEngine {
         std::fs::create_dir_all(dir)
             .map_err(|e| ShoalError::from(e).context(format!("creating {}", dir.display())))?;
         let path = dir.join("meta.redb");
+        if !path.exists() {
+            create_atomically(dir, &path)?;
+        }
         let db = Database::builder()
             .set_cache_size(256 << 20)
             .create(&path)
             .map_err(|e| kv_err(format!("{}: {e}", path.display())))?;
+        Ok(RedbEngine { db })
+    }
+}
+
+/// Creates a new store under a temporary name and renames it into place once
+/// it is complete and on disk, so a crash while creating it leaves either no
+/// store or a whole one — never a half-written file that will not open.
+fn create_atomically(dir: &Path, path: &Path) -> Result<()> {
+    let tmp = dir.join("meta.redb.creating");
+    let _ = std::fs::remove_file(&tmp);
+    {
+        let db = Database::create(&tmp).map_err(|e| kv_err(format!("{}: {e}", tmp.display())))?;
         let txn = db.begin_write().map_err(kv_err)?;
         txn.open_table(TABLE).map_err(kv_err)?;
         txn.commit().map_err(kv_err)?;
-        Ok(RedbEngine { db })
     }
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
 }
 
 impl KvEngine for RedbEngine {

@@ -4,6 +4,7 @@
 
 pub mod ablation;
 pub mod fsops;
+pub mod ls;
 pub mod pattern;
 pub mod report;
 pub mod smallfile;
@@ -33,6 +34,31 @@ pub enum Workload {
     /// Seed 000's comparison: smallfile on fresh local clusters, adding one
     /// technique at a time; writes ablation.{csv,md,png}.
     Ablation(AblationArgs),
+    /// Seed 000's Table I: `ls -al` on the mount, `shoal ls -l` and `shoal
+    /// lsplus -l` on a directory of 12,000 files, on a baseline and an all-on
+    /// local cluster; writes ls.md.
+    Ls(LsArgs),
+}
+
+#[derive(clap::Args)]
+pub struct LsArgs {
+    /// Where ls.md goes.
+    #[arg(long, default_value = "bench/results")]
+    pub out: PathBuf,
+    /// Scratch directory for the clusters' data and mounts.
+    #[arg(long, default_value = "/tmp/shoal-bench-ls")]
+    pub work: PathBuf,
+    #[arg(long, default_value_t = 4)]
+    pub servers: u32,
+    /// Files in the listed directory.
+    #[arg(short = 'n', long = "files", default_value_t = 12000)]
+    pub files: usize,
+    /// Bytes in each file.
+    #[arg(long, default_value_t = 8192)]
+    pub size: usize,
+    /// Timed runs of each tool; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
 }
 
 #[derive(clap::Args)]
@@ -124,6 +150,14 @@ pub struct StreamingArgs {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.workload {
+        Workload::Ls(a) => ls::ls(&ls::LsOptions {
+            out: a.out,
+            work: a.work,
+            servers: a.servers,
+            files: a.files,
+            size: a.size,
+            runs: a.runs,
+        }),
         Workload::Ablation(a) => with_sigpipe_ignored(|| {
             ablation::ablation(&ablation::AblationOptions {
                 out: a.out,

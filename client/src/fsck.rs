@@ -1,0 +1,263 @@
+//! fsck: finds what a crash can leave behind and, when asked, reclaims it.
+//!
+//! Every server's objects and directory entries are scanned; reachability is
+//! computed from the root over the entries (and from files to their
+//! datafiles). Creates add objects before the entry that names them and
+//! removes drop the entry first, so a crash leaves only orphans (unreachable
+//! objects), a directory left marked for removal, or local files no record
+//! owns — never an entry naming nothing; such an entry is still reported.
+//! Objects younger than `grace` are left alone: they may belong to a create
+//! still in flight. Run `--repair` on a quiet cluster.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use shoal_proto::error::{Errno, Result};
+use shoal_proto::handle::{self, server_of, Handle};
+use shoal_proto::msg::*;
+use shoal_proto::time::now_ns;
+use shoal_proto::{ObjectKind, Op};
+
+use crate::Client;
+
+/// Items per scan page.
+const PAGE: u32 = 4096;
+
+#[derive(Clone, Debug, Default)]
+pub struct FsckReport {
+    pub objects: u64,
+    pub entries: u64,
+    /// Objects no path reaches.
+    pub orphans: Vec<(Handle, ObjectKind)>,
+    /// Entries naming an object that does not exist: (dir, name, handle).
+    pub dangling: Vec<(Handle, String, Handle)>,
+    /// Reachable directories left marked for removal by an interrupted rmdir.
+    pub stale_marks: Vec<Handle>,
+    /// Local datafile files no record owns: (server, handle).
+    pub orphan_files: Vec<(u32, Handle)>,
+    /// Whether the problems found were reclaimed.
+    pub repaired: bool,
+}
+
+impl FsckReport {
+    pub fn problems(&self) -> usize {
+        self.orphans.len() + self.dangling.len() + self.stale_marks.len() + self.orphan_files.len()
+    }
+}
+
+/// Everything one server stores, as fsck needs it.
+#[derive(Default)]
+struct Inventory {
+    objects: Vec<ObjectRecord>,
+    entries: Vec<ScannedEntry>,
+    /// Datafiles precreated on other servers and held in this one's pools.
+    pooled: Vec<Handle>,
+}
+
+impl Client {
+    async fn scan_all(&self, server: u32, what: ScanWhat) -> Result<ScanReply> {
+        let mut all = ScanReply::default();
+        let mut after = Bytes::new();
+        loop {
+            let page: ScanReply = self
+                .pool()
+                .call(
+                    server,
+                    self.cred,
+                    Op::Scan,
+                    &ScanRequest {
+                        what: what as i32,
+                        after: after.clone(),
+                        max: PAGE,
+                        repair: false,
+                    },
+                )
+                .await?;
+            all.objects.extend(page.objects);
+            all.entries.extend(page.entries);
+            all.handles.extend(page.handles);
+            if page.done {
+                return Ok(all);
+            }
+            after = page.next;
+        }
+    }
+
+    async fn inventory(&self, server: u32) -> Result<Inventory> {
+        Ok(Inventory {
+            objects: self.scan_all(server, ScanWhat::ScanObjects).await?.objects,
+            entries: self.scan_all(server, ScanWhat::ScanEntries).await?.entries,
+            pooled: self.scan_all(server, ScanWhat::ScanPools).await?.handles,
+        })
+    }
+
+    /// Checks the whole cluster; with `repair`, reclaims what it finds.
+    pub async fn fsck(&self, repair: bool, grace: Duration) -> Result<FsckReport> {
+        let servers: Vec<u32> = (0..self.num_servers()).collect();
+        let inventories =
+            futures::future::try_join_all(servers.iter().map(|s| self.inventory(*s))).await?;
+        let objects: HashMap<Handle, ObjectRecord> = inventories
+            .iter()
+            .flat_map(|i| i.objects.iter().map(|o| (o.handle, o.clone())))
+            .collect();
+        let mut children: HashMap<Handle, Vec<&ScannedEntry>> = HashMap::new();
+        for e in inventories.iter().flat_map(|i| &i.entries) {
+            children.entry(e.dir).or_default().push(e);
+        }
+        let mut report = FsckReport {
+            objects: objects.len() as u64,
+            entries: children.values().map(|c| c.len() as u64).sum(),
+            ..Default::default()
+        };
+
+        // Reachability from the root, over entries and distributions; a
+        // pooled datafile is held by its pool.
+        let mut reachable: HashSet<Handle> = inventories
+            .iter()
+            .flat_map(|i| i.pooled.iter().copied())
+            .chain([handle::ROOT])
+            .collect();
+        let mut queue = VecDeque::from([handle::ROOT]);
+        while let Some(dir) = queue.pop_front() {
+            for e in children.get(&dir).into_iter().flatten() {
+                let Some(obj) = objects.get(&e.handle) else {
+                    report.dangling.push((dir, e.name.clone(), e.handle));
+                    continue;
+                };
+                if !reachable.insert(e.handle) {
+                    continue;
+                }
+                match obj.kind() {
+                    ObjectKind::Directory => {
+                        if obj.removing {
+                            report.stale_marks.push(e.handle);
+                        }
+                        queue.push_back(e.handle);
+                    }
+                    ObjectKind::Metafile => {
+                        for d in obj.dist.iter().flat_map(|d| &d.datafiles) {
+                            reachable.insert(*d);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let young = now_ns() - grace.as_nanos() as i64;
+        let mut orphans: Vec<&ObjectRecord> = objects
+            .values()
+            .filter(|o| !reachable.contains(&o.handle))
+            .filter(|o| o.attrs.map(|a| a.ctime_ns).unwrap_or(0) < young)
+            .collect();
+        orphans.sort_by_key(|o| o.handle);
+        report.orphans = orphans.iter().map(|o| (o.handle, o.kind())).collect();
+        // An orphan's datafiles are orphans too, whatever their age.
+        for o in &orphans {
+            for d in o.dist.iter().flat_map(|d| &d.datafiles) {
+                if !reachable.contains(d) && !report.orphans.iter().any(|(h, _)| h == d) {
+                    if let Some(rec) = objects.get(d) {
+                        report.orphans.push((*d, rec.kind()));
+                    }
+                }
+            }
+        }
+
+        for s in &servers {
+            let files: ScanReply = self
+                .pool()
+                .call(
+                    *s,
+                    self.cred,
+                    Op::Scan,
+                    &ScanRequest {
+                        what: ScanWhat::ScanOrphanFiles as i32,
+                        repair,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            report
+                .orphan_files
+                .extend(files.handles.iter().map(|h| (*s, *h)));
+        }
+
+        if repair {
+            self.repair(&report, &children).await?;
+            report.repaired = true;
+        }
+        Ok(report)
+    }
+
+    async fn repair(
+        &self,
+        report: &FsckReport,
+        children: &HashMap<Handle, Vec<&ScannedEntry>>,
+    ) -> Result<()> {
+        for (dir, name, h) in &report.dangling {
+            self.drop_entry(*dir, name, *h).await?;
+        }
+        for d in &report.stale_marks {
+            ignore_missing(
+                self.pool()
+                    .call::<Empty>(
+                        server_of(*d),
+                        self.cred,
+                        Op::RmdirAbort,
+                        &RmdirRequest { dir: *d },
+                    )
+                    .await,
+            )?;
+        }
+        // Orphan directories are emptied first (their children are orphans
+        // too and are reclaimed below), then everything is removed.
+        for (h, kind) in &report.orphans {
+            if *kind == ObjectKind::Directory {
+                for e in children.get(h).into_iter().flatten() {
+                    self.drop_entry(*h, &e.name, e.handle).await?;
+                }
+            }
+        }
+        for (h, _) in &report.orphans {
+            let removed = self
+                .pool()
+                .call::<RemoveReply>(
+                    server_of(*h),
+                    self.cred,
+                    Op::Remove,
+                    &RemoveRequest { handle: *h },
+                )
+                .await;
+            ignore_missing(removed)?;
+            self.forget(*h);
+        }
+        Ok(())
+    }
+
+    async fn drop_entry(&self, dir: Handle, name: &str, h: Handle) -> Result<()> {
+        let removed = self
+            .pool()
+            .call::<RmDirEntReply>(
+                server_of(dir),
+                self.cred,
+                Op::RmDirEnt,
+                &RmDirEntRequest {
+                    dir,
+                    name: name.to_string(),
+                    expect_handle: h,
+                    ..Default::default()
+                },
+            )
+            .await;
+        ignore_missing(removed)
+    }
+}
+
+/// Something already gone is what repair wanted.
+fn ignore_missing<T>(r: Result<T>) -> Result<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if e.errno == Errno::ENOENT => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,154 @@
+//! Server-to-server requests: the small client a server uses to ask its peers
+//! for datafiles (precreate pool refills, and unstuffing when precreate is
+//! off). One connection per peer, opened on first use and dropped on any error;
+//! one request at a time per peer (these are rare, batched requests), and every
+//! call is bounded by a timeout so a dead peer never hangs a caller.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message;
+use shoal_proto::cluster::ClusterConfig;
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::frame::{read_frame, write_frame, Frame, Kind};
+use shoal_proto::msg::ErrorReply;
+use shoal_proto::Op;
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+
+/// How long connecting to a peer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const BUFFER: usize = 64 << 10;
+
+struct PeerConn {
+    reader: BufReader<OwnedReadHalf>,
+    writer: BufWriter<OwnedWriteHalf>,
+}
+
+pub struct Peers {
+    id: u32,
+    addrs: Vec<SocketAddr>,
+    conns: Vec<Mutex<Option<PeerConn>>>,
+    next_id: AtomicU64,
+}
+
+impl Peers {
+    /// The peers of server `id` in `config` (no connection is opened yet).
+    pub fn new(config: &ClusterConfig, id: u32) -> Peers {
+        Peers {
+            id,
+            addrs: config.servers.iter().map(|s| s.addr).collect(),
+            conns: config.servers.iter().map(|_| Mutex::new(None)).collect(),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Sends `request` to server `peer` and decodes its reply; fails with
+    /// ETIMEDOUT if the whole exchange (connecting included) takes longer
+    /// than `timeout`, and with the peer's errno if it answers with an error.
+    pub async fn call<R: Message + Default>(
+        &self,
+        peer: u32,
+        op: Op,
+        request: &impl Message,
+        timeout: Duration,
+    ) -> Result<R> {
+        if peer == self.id {
+            return Err(ShoalError::invalid("a server does not call itself"));
+        }
+        let (slot, addr) = match (self.conns.get(peer as usize), self.addrs.get(peer as usize)) {
+            (Some(slot), Some(addr)) => (slot, *addr),
+            _ => return Err(ShoalError::invalid(format!("no server {peer}"))),
+        };
+        let body = Bytes::from(request.encode_to_vec());
+        let exchange = async {
+            let mut slot = slot.lock().await;
+            // Taken out while in use: if this future is cancelled (timeout)
+            // half way, the connection is dropped rather than reused mid-frame.
+            let mut conn = match slot.take() {
+                Some(c) => c,
+                None => connect(peer, addr).await?,
+            };
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let frame = Frame::request(op, id, 0, 0, body, Bytes::new());
+            let reply = exchange(&mut conn, &frame).await.map_err(|e| {
+                ShoalError::new(
+                    Errno::EHOSTUNREACH,
+                    format!("server {peer} at {addr}: {} failed: {e}", op.name()),
+                )
+            })?;
+            *slot = Some(conn);
+            Ok::<Frame, ShoalError>(reply)
+        };
+        let reply = tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| {
+                ShoalError::new(
+                    Errno::ETIMEDOUT,
+                    format!(
+                        "server {peer} at {addr} did not answer {} within {timeout:?}",
+                        op.name()
+                    ),
+                )
+            })??;
+        if reply.header.status != 0 {
+            let errno = Errno(reply.header.status);
+            let message = ErrorReply::decode(reply.body.clone())
+                .map(|e| e.message)
+                .unwrap_or_else(|_| errno.describe());
+            return Err(ShoalError::new(
+                errno,
+                format!("server {peer}: {} failed: {message}", op.name()),
+            ));
+        }
+        R::decode(reply.body).map_err(|e| {
+            ShoalError::protocol(format!("{} reply from server {peer}: {e}", op.name()))
+        })
+    }
+}
+
+async fn connect(peer: u32, addr: SocketAddr) -> Result<PeerConn> {
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| {
+            ShoalError::new(
+                Errno::ETIMEDOUT,
+                format!("server {peer} at {addr} does not answer"),
+            )
+        })?
+        .map_err(|e| {
+            ShoalError::new(
+                Errno::EHOSTUNREACH,
+                format!("server {peer} at {addr} does not answer: {e}"),
+            )
+        })?;
+    stream.set_nodelay(true)?;
+    let (r, w) = stream.into_split();
+    Ok(PeerConn {
+        reader: BufReader::with_capacity(BUFFER, r),
+        writer: BufWriter::with_capacity(BUFFER, w),
+    })
+}
+
+/// Writes one request and reads frames until its reply arrives.
+async fn exchange(conn: &mut PeerConn, frame: &Frame) -> std::result::Result<Frame, String> {
+    write_frame(&mut conn.writer, frame)
+        .await
+        .map_err(|e| e.to_string())?;
+    conn.writer.flush().await.map_err(|e| e.to_string())?;
+    loop {
+        let reply = read_frame(&mut conn.reader)
+            .await
+            .map_err(|e| e.to_string())?;
+        if reply.header.kind != Kind::Reply {
+            return Err("peer sent a request frame".into());
+        }
+        if reply.header.id == frame.header.id {
+            return Ok(reply);
+        }
+    }
+}
