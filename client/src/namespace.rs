@@ -161,10 +161,12 @@ impl Client {
                 },
             )
             .await?;
+        // The directory's cached attributes (mtime) may lag by up to the
+        // cache TTL, as any cached attribute may; dropping them here would
+        // cost a getattr per create in a create storm.
         self.inner
             .names
             .put((dir, name.to_string()), (handle, kind));
-        self.forget(dir);
         Ok(())
     }
 
@@ -286,12 +288,21 @@ impl Client {
     /// metafile, its datafiles (from its precreate pools, or one stuffed
     /// local datafile) and the distribution in one durable step; then the
     /// entry. If the entry cannot be added (EEXIST, ...) the objects go again.
+    /// The augmented create (precreate / stuffing): one request makes the
+    /// file, then the entry is added — or, with colocate, the file is made on
+    /// the directory's server and the entry goes in the same request.
     async fn create_augmented(&self, dir: Handle, name: &str, mode: u32) -> Result<Attr> {
         let settings = &self.config().settings;
+        let colocate = settings.colocate;
+        let server = if colocate {
+            server_of(dir)
+        } else {
+            self.pick_server()
+        };
         let reply: CreateFileReply = self
             .pool()
             .call(
-                self.pick_server(),
+                server,
                 self.cred,
                 Op::CreateFile,
                 &CreateFileRequest {
@@ -302,6 +313,12 @@ impl Client {
                     num_dfiles: self.config().dfiles_per_file(),
                     strip_size: settings.strip_size,
                     stuffed: settings.stuffing,
+                    dir: if colocate { dir } else { 0 },
+                    name: if colocate {
+                        name.to_string()
+                    } else {
+                        String::new()
+                    },
                 },
             )
             .await?;
@@ -312,7 +329,13 @@ impl Client {
         if let Some(dist) = rec.dist.clone() {
             self.inner.dists.put(meta, dist);
         }
-        self.link_new(dir, name, meta, FileKind::File).await?;
+        if colocate {
+            self.inner
+                .names
+                .put((dir, name.to_string()), (meta, FileKind::File));
+        } else {
+            self.link_new(dir, name, meta, FileKind::File).await?;
+        }
         let attr = Attr::from_record(&rec, FileKind::File);
         self.inner.attrs.put(meta, attr.clone());
         Ok(attr)
@@ -376,6 +399,11 @@ impl Client {
     }
 
     async fn remove_entry(&self, req: RmDirEntRequest) -> Result<(Handle, FileKind)> {
+        let (reply, kind) = self.remove_entry_reply(req).await?;
+        Ok((reply.handle, kind))
+    }
+
+    async fn remove_entry_reply(&self, req: RmDirEntRequest) -> Result<(RmDirEntReply, FileKind)> {
         let (dir, name) = (req.dir, req.name.clone());
         let reply: RmDirEntReply = self
             .pool()
@@ -383,7 +411,8 @@ impl Client {
             .await?;
         self.inner.names.remove(&(dir, name));
         self.forget(dir);
-        Ok((reply.handle, kind_of(reply.kind)?))
+        let kind = kind_of(reply.kind)?;
+        Ok((reply, kind))
     }
 
     async fn remove_object(&self, h: Handle) -> Result<Option<Distribution>> {
@@ -415,9 +444,30 @@ impl Client {
 
     /// Removes a file or symlink: the entry, then the metafile (whose reply
     /// names the datafiles), then the datafiles (n+2 messages).
+    /// With colocate, a file whose metafile lives on the directory's server
+    /// goes with its entry in one request (a stuffed file entirely).
     pub async fn unlink(&self, dir: Handle, name: &str) -> Result<()> {
-        let h = self.unlink_detached(dir, name).await?;
-        self.reclaim(h).await
+        if !self.config().settings.colocate {
+            let h = self.unlink_detached(dir, name).await?;
+            return self.reclaim(h).await;
+        }
+        check_name(name)?;
+        let (reply, _) = self
+            .remove_entry_reply(RmDirEntRequest {
+                dir,
+                name: name.to_string(),
+                must_not_be_dir: true,
+                remove_local_object: true,
+                ..Default::default()
+            })
+            .await?;
+        if !reply.removed {
+            return self.reclaim(reply.handle).await;
+        }
+        self.forget(reply.handle);
+        let rest = reply.dist.map(|d| d.datafiles).unwrap_or_default();
+        futures::future::try_join_all(rest.iter().map(|d| self.remove_object(*d))).await?;
+        Ok(())
     }
 
     /// Removes only the entry of a file or symlink and returns its handle; the

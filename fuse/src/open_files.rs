@@ -25,6 +25,10 @@ impl OpenFiles {
         self.map.lock().unwrap().entry(h).or_default().opens += 1;
     }
 
+    pub fn is_open(&self, h: Handle) -> bool {
+        self.map.lock().unwrap().contains_key(&h)
+    }
+
     /// Records a close; true if it was the last one of a doomed file, which
     /// the caller must now reclaim.
     pub fn closed(&self, h: Handle) -> bool {

@@ -100,6 +100,10 @@ pub struct Settings {
     /// Readdirplus: directory listings with attributes fetched in batches
     /// (one listattr per server) instead of one getattr per entry.
     pub readdirplus: bool,
+    /// Beyond the seed: a new file's metafile lives on its parent directory's
+    /// server, so a create (with precreate or stuffing) is one message that
+    /// also adds the entry, and removing a stuffed file is one message.
+    pub colocate: bool,
 }
 
 impl Default for Settings {
@@ -124,12 +128,13 @@ impl Default for Settings {
             eager: true,
             eager_limit: 16 << 10,
             readdirplus: true,
+            colocate: true,
         }
     }
 }
 
 impl Settings {
-    /// The names of the five technique switches.
+    /// The names of the five technique switches of seed 000.
     pub const TECHNIQUES: [&'static str; 5] = [
         "precreate",
         "stuffing",
@@ -138,7 +143,10 @@ impl Settings {
         "readdirplus",
     ];
 
-    /// All five techniques off: the baseline protocol of seed 000.
+    /// Switches for what Shoal adds beyond the seed, on by default too.
+    pub const BEYOND_SEED: [&'static str; 1] = ["colocate"];
+
+    /// Every switch off: the baseline protocol of seed 000.
     pub fn baseline() -> Settings {
         Settings {
             precreate: false,
@@ -146,8 +154,14 @@ impl Settings {
             coalescing: false,
             eager: false,
             readdirplus: false,
+            colocate: false,
             ..Settings::default()
         }
+    }
+
+    /// Every switch name, the seed's five first.
+    pub fn switches() -> impl Iterator<Item = &'static str> {
+        Self::TECHNIQUES.into_iter().chain(Self::BEYOND_SEED)
     }
 
     /// Applies `key=value` (as given to `shoal up --set`).
@@ -322,9 +336,10 @@ mod tests {
     fn baseline_turns_every_technique_off() {
         let b = Settings::baseline();
         assert!(!b.precreate && !b.stuffing && !b.coalescing && !b.eager && !b.readdirplus);
+        assert!(!b.colocate);
         let d = Settings::default();
         assert!(d.precreate && d.stuffing && d.coalescing && d.eager && d.readdirplus);
-        for t in Settings::TECHNIQUES {
+        for t in Settings::switches() {
             let mut s = Settings::baseline();
             s.set(&format!("{t}=true")).unwrap();
             assert_ne!(s, Settings::baseline(), "{t} is a setting");

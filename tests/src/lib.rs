@@ -49,7 +49,7 @@ impl Builder {
 
     /// All five small-file techniques off (seed 000's baseline protocol).
     pub fn baseline(mut self) -> Self {
-        for t in Settings::TECHNIQUES {
+        for t in Settings::switches() {
             self.sets.push(format!("{t}=false"));
         }
         self

@@ -113,8 +113,8 @@ async fn concurrent_creates_share_syncs() {
     assert!(cluster.config().settings.coalescing, "on by default");
     let (_, c) = concurrent_creates(&cluster).await;
     assert!(
-        c.modifying >= (CLIENTS * FILES * 2) as u64,
-        "a create modifies at least two objects: {c:?}"
+        c.modifying >= (CLIENTS * FILES) as u64,
+        "a create is at least one modifying request (one with colocate): {c:?}"
     );
     let ratio = c.kv_syncs as f64 / c.modifying as f64;
     assert!(
@@ -143,7 +143,7 @@ async fn a_sequential_client_syncs_once_per_modifying_request() {
             .unwrap();
     }
     let c = delta(before, counts(&cluster, &client).await);
-    assert!(c.modifying >= 120, "{c:?}");
+    assert!(c.modifying >= 60, "{c:?}");
     assert_eq!(
         c.kv_syncs, c.modifying,
         "low-latency mode: one sync per modifying request (ratio 1.0) {c:?}"
@@ -161,7 +161,7 @@ async fn without_coalescing_every_modifying_request_syncs() {
         .set("coalescing=false")
         .start();
     let (_, c) = concurrent_creates(&cluster).await;
-    assert!(c.modifying >= (CLIENTS * FILES * 2) as u64, "{c:?}");
+    assert!(c.modifying >= (CLIENTS * FILES) as u64, "{c:?}");
     assert_eq!(
         c.modifying_syncs, c.modifying,
         "coalescing off: one sync per modifying request (ratio 1.0) {c:?}"

@@ -97,6 +97,21 @@ async fn create_on(client: &Client, dir: Handle, name: &str, server: u32) -> Han
     panic!("no file of 16 landed on server {server}");
 }
 
+/// Makes directory `/name` on `server` (trying `name.1`, ... until one
+/// lands there, then renaming it).
+async fn mkdir_on(client: &Client, name: &str, server: u32) -> Handle {
+    for i in 0..16 {
+        let n = format!("{name}.{i}");
+        let h = client.mkdir(ROOT, &n, 0o755).await.unwrap().handle;
+        if server_of(h) == server {
+            client.rename(ROOT, &n, ROOT, name, false).await.unwrap();
+            return h;
+        }
+        client.rmdir(ROOT, &n).await.unwrap();
+    }
+    panic!("no directory of 16 landed on server {server}");
+}
+
 struct Stored {
     name: String,
     seed: u64,
@@ -144,7 +159,9 @@ async fn a_full_data_directory_is_enospc_for_the_writer_and_loses_nothing() {
         .data_dir(1, tmpfs.path().join("server-1"))
         .start();
     let client = cluster.client();
-    let d = client.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
+    // The directory on the small server too: with `colocate` its files are
+    // made there.
+    let d = mkdir_on(&client, "d", 1).await;
 
     // Small (inline in the KV store) and large (local files) data on the
     // small server, fsync'ed.

@@ -6,6 +6,10 @@
 //! kind of input through the native client: long names, '/' and NUL in
 //! names, `..` tricks and offsets near u64::MAX get clear errors.
 
+// Message literals end in `..Default::default()` so that fields added to the
+// schema later do not break this test.
+#![allow(clippy::needless_update)]
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -226,13 +230,22 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
     // just be slow) but must not block anyone else.
     let valid = [
         frame(Op::Ping, 1, &[], &[]),
-        msg_frame(Op::GetAttr, 2, &GetAttrRequest { handle: ROOT }, &[]),
+        msg_frame(
+            Op::GetAttr,
+            2,
+            &GetAttrRequest {
+                handle: ROOT,
+                ..Default::default()
+            },
+            &[],
+        ),
         msg_frame(
             Op::Lookup,
             3,
             &LookupRequest {
                 dir: ROOT,
                 name: "ok0".into(),
+                ..Default::default()
             },
             &[],
         ),
@@ -242,6 +255,7 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
             &WriteRequest {
                 handle: handle::make(0, 1 << 30),
                 offset: 0,
+                ..Default::default()
             },
             &pattern(300),
         ),
@@ -443,7 +457,15 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
         expect_errno(
             addr,
             &format!("getattr {what}"),
-            msg_frame(Op::GetAttr, 1, &GetAttrRequest { handle: h }, &[]),
+            msg_frame(
+                Op::GetAttr,
+                1,
+                &GetAttrRequest {
+                    handle: h,
+                    ..Default::default()
+                },
+                &[],
+            ),
             want,
         )
         .await;
@@ -451,6 +473,7 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
             handle: h,
             offset: 0,
             length: 10,
+            ..Default::default()
         };
         expect_errno(
             addr,
@@ -462,6 +485,7 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
         let write = WriteRequest {
             handle: h,
             offset: 0,
+            ..Default::default()
         };
         expect_errno(
             addr,
@@ -473,13 +497,22 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
         expect_errno(
             addr,
             &format!("remove {what}"),
-            msg_frame(Op::Remove, 1, &RemoveRequest { handle: h }, &[]),
+            msg_frame(
+                Op::Remove,
+                1,
+                &RemoveRequest {
+                    handle: h,
+                    ..Default::default()
+                },
+                &[],
+            ),
             want,
         )
         .await;
         let lookup = LookupRequest {
             dir: h,
             name: "x".into(),
+            ..Default::default()
         };
         expect_errno(
             addr,
@@ -493,7 +526,15 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
     expect_errno(
         addr1,
         "getattr of server 0's root on server 1",
-        msg_frame(Op::GetAttr, 1, &GetAttrRequest { handle: ROOT }, &[]),
+        msg_frame(
+            Op::GetAttr,
+            1,
+            &GetAttrRequest {
+                handle: ROOT,
+                ..Default::default()
+            },
+            &[],
+        ),
         Errno::EINVAL,
     )
     .await;
@@ -503,6 +544,7 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
         handle: nowhere,
         kind: ObjectKind::Metafile as i32,
         replace: false,
+        ..Default::default()
     };
     expect_errno(
         addr,
@@ -519,6 +561,7 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
             stuffed: false,
             width: 1,
         }),
+        ..Default::default()
     };
     expect_errno(
         addr,
@@ -535,6 +578,7 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
             1,
             &GetSizesRequest {
                 handles: vec![other],
+                ..Default::default()
             },
             &[],
         ),
@@ -548,7 +592,10 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
         msg_frame(
             Op::CreateDatafiles,
             1,
-            &CreateDatafilesRequest { count: 1 },
+            &CreateDatafilesRequest {
+                count: 1,
+                ..Default::default()
+            },
             &[],
         ),
     )
@@ -561,6 +608,7 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
         &WriteRequest {
             handle: d,
             offset: 0,
+            ..Default::default()
         },
         b"hello",
     );
@@ -573,6 +621,7 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
                 handle: d,
                 offset,
                 length,
+                ..Default::default()
             },
             &[],
         )
@@ -581,7 +630,11 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
         msg_frame(
             Op::Write,
             1,
-            &WriteRequest { handle: d, offset },
+            &WriteRequest {
+                handle: d,
+                offset,
+                ..Default::default()
+            },
             &pattern(len),
         )
     };
@@ -631,6 +684,7 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
             &TruncateRequest {
                 handle: d,
                 size: u64::MAX,
+                ..Default::default()
             },
             &[],
         ),
@@ -647,6 +701,7 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
                 offset: u64::MAX,
                 length: u64::MAX,
                 write: false,
+                ..Default::default()
             },
             &[],
         ),

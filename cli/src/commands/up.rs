@@ -32,8 +32,8 @@ pub struct UpArgs {
     /// Change a cluster setting, e.g. --set strip_size=65536 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Turn all five small-file techniques off (the seed's baseline protocol);
-    /// `--set` still applies after it.
+    /// Turn every switch off (the five small-file techniques and colocate):
+    /// the seed's baseline protocol; `--set` still applies after it.
     #[arg(long)]
     pub baseline: bool,
 }
@@ -56,7 +56,7 @@ pub fn run(args: UpArgs) -> Result<()> {
     }
     let mut sets: Vec<String> = Vec::new();
     if args.baseline {
-        sets.extend(Settings::TECHNIQUES.iter().map(|t| format!("{t}=false")));
+        sets.extend(Settings::switches().map(|t| format!("{t}=false")));
     }
     sets.extend(args.set.iter().cloned());
     let config = cluster.cluster_config(args.servers, &sets)?;

@@ -132,7 +132,7 @@ pub fn set_dist(s: &Service, r: &Request) -> Result<Reply> {
 }
 
 /// Directory mtime and ctime change when an entry is added or removed.
-fn touch_dir(txn: &mut Txn, mut dir: ObjectRecord) {
+pub(crate) fn touch_dir(txn: &mut Txn, mut dir: ObjectRecord) {
     if let Some(a) = dir.attrs.as_mut() {
         let now = now_ns();
         a.mtime_ns = now;
@@ -226,11 +226,24 @@ pub fn rmdirent(s: &Service, r: &Request) -> Result<Reply> {
         }
         txn.delete_entry(q.dir, &q.name);
         touch_dir(txn, dir);
-        Ok(RmDirEntReply {
+        let mut reply = RmDirEntReply {
             handle,
             kind: kind as i32,
-        })
+            ..Default::default()
+        };
+        let mut gone = Vec::new();
+        if q.remove_local_object && !is_dir && handle::server_of(handle) == s.id {
+            if let Some(rec) = s.meta.try_get(handle)? {
+                let (dist, deleted) = delete_object(s, txn, rec)?;
+                reply.removed = true;
+                reply.dist = dist;
+                gone = deleted;
+            }
+        }
+        Ok((reply, gone))
     })?;
+    let (reply, gone) = reply;
+    remove_local_files(s, &gone)?;
     Ok(Reply::message(&reply).with_syncs(syncs))
 }
 
@@ -283,38 +296,45 @@ pub fn remove(s: &Service, r: &Request) -> Result<Reply> {
             "the root directory cannot be removed",
         ));
     }
-    let ((rec, local), syncs) = change(s, |txn| {
+    let ((dist, gone), syncs) = change(s, |txn| {
         let rec = s.meta.get(q.handle)?;
         if rec.kind() == ObjectKind::Directory && !s.meta.is_empty_dir(q.handle)? {
             return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty"));
         }
-        // A stuffed file's one datafile lives here: it goes in the same
-        // step, so removing a stuffed file needs no other server.
-        let mut local = None;
-        if let Some(d) = rec.dist.as_ref().filter(|d| d.stuffed) {
-            if let Some(df) = d
-                .datafiles
-                .first()
-                .and_then(|h| s.meta.try_get(*h).ok().flatten())
-            {
-                delete_keys(s, txn, &df)?;
-                local = Some(df);
-            }
-        }
-        delete_keys(s, txn, &rec)?;
-        Ok((rec, local))
+        delete_object(s, txn, rec)
     })?;
-    for gone in [Some(&rec), local.as_ref()].into_iter().flatten() {
-        if gone.kind() == ObjectKind::Datafile {
-            s.data.remove_file(gone)?;
+    remove_local_files(s, &gone)?;
+    Ok(Reply::message(&RemoveReply { dist }).with_syncs(syncs))
+}
+
+/// Deletes an object in `txn`: its keys and, for a stuffed file, its one
+/// datafile, which lives here too, so removing a stuffed file needs no other
+/// server. Returns the distribution listing the datafiles still to remove
+/// elsewhere, and the deleted datafiles whose local files must go once the
+/// transaction is applied.
+fn delete_object(
+    s: &Service,
+    txn: &mut Txn,
+    rec: ObjectRecord,
+) -> Result<(Option<Distribution>, Vec<ObjectRecord>)> {
+    let mut gone = Vec::new();
+    let mut dist = rec.dist.clone();
+    if let Some(d) = dist.as_mut().filter(|d| d.stuffed) {
+        if let Some(df) = d
+            .datafiles
+            .first()
+            .and_then(|h| s.meta.try_get(*h).ok().flatten())
+        {
+            delete_keys(s, txn, &df)?;
+            d.datafiles.retain(|h| *h != df.handle);
+            gone.push(df);
         }
     }
-    // The reply names the datafiles the client still has to remove.
-    let mut dist = rec.dist;
-    if let (Some(d), Some(df)) = (dist.as_mut(), local.as_ref()) {
-        d.datafiles.retain(|h| *h != df.handle);
+    delete_keys(s, txn, &rec)?;
+    if rec.kind() == ObjectKind::Datafile {
+        gone.push(rec);
     }
-    Ok(Reply::message(&RemoveReply { dist }).with_syncs(syncs))
+    Ok((dist, gone))
 }
 
 /// Deletes an object's keys: its record, inline bytes and xattrs.
@@ -330,6 +350,13 @@ fn delete_keys(s: &Service, txn: &mut Txn, rec: &ObjectRecord) -> Result<()> {
         txn.batch.delete(k);
     }
     txn.delete_object(rec.handle);
+    Ok(())
+}
+
+fn remove_local_files(s: &Service, gone: &[ObjectRecord]) -> Result<()> {
+    for df in gone {
+        s.data.remove_file(df)?;
+    }
     Ok(())
 }
 

@@ -19,6 +19,7 @@ use shoal_proto::msg::*;
 use shoal_proto::{Handle, ObjectKind};
 use std::time::Instant;
 
+use super::namespace::touch_dir;
 use super::{change, require};
 use crate::meta_store::{new_attrs, Txn};
 use crate::pools::FILL_WAIT;
@@ -82,12 +83,21 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
     } else {
         remote_servers(s, width)
     };
+    if q.dir != 0 {
+        shoal_proto::names::check_name(&q.name)?;
+    }
     let mode = q.attrs.as_ref().map(|a| a.mode).unwrap_or(0o644);
     let attrs = new_attrs(mode, r.header.uid, r.header.gid);
     let started = Instant::now();
     while may_retry(started) {
         s.pools.ensure(&s.meta, &remote)?;
         let (made, syncs) = change(s, |txn| {
+            // Colocate: the entry goes in the same step; check it first so a
+            // refused name takes nothing from the pools.
+            let dir = match q.dir {
+                0 => None,
+                d => Some(entry_dir(s, d, &q.name)?),
+            };
             let Some(taken) = s.pools.take(&s.meta, txn, &remote)? else {
                 return Ok(None);
             };
@@ -108,6 +118,10 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
                 ..Default::default()
             };
             txn.insert_object(&rec);
+            if let Some(dir) = dir {
+                txn.put_entry(q.dir, &q.name, meta, ObjectKind::Metafile);
+                touch_dir(txn, dir);
+            }
             Ok(Some((rec, taken)))
         })?;
         if let Some((object, taken)) = made {
@@ -119,6 +133,24 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
         }
     }
     Err(pools_empty_error("create"))
+}
+
+/// The directory `dir` (owned here) that a new entry `name` may go into:
+/// not being removed, and no entry of that name yet.
+fn entry_dir(s: &Service, dir: u64, name: &str) -> Result<ObjectRecord> {
+    let rec = s.meta.get_dir(dir)?;
+    if rec.removing {
+        return Err(ShoalError::not_found(format!(
+            "directory {dir:#x} (being removed)"
+        )));
+    }
+    if s.meta.lookup(dir, name)?.is_some() {
+        return Err(ShoalError::new(
+            shoal_proto::Errno::EEXIST,
+            format!("{name}: file exists"),
+        ));
+    }
+    Ok(rec)
 }
 
 pub fn unstuff(s: &Service, r: &Request) -> Result<Reply> {
