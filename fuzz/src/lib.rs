@@ -538,11 +538,7 @@ fn learn(op: Op, reply: &Frame, known: &mut Vec<Handle>) {
 
 /// EIO replies to bad requests already found and reported (README.md),
 /// tolerated so that fuzzing goes on past them. Remove each once fixed.
-const KNOWN_EIO: &[&str] = &[
-    // Unstuff of a metafile that has no distribution yet (CreateObject
-    // without SetDist): handlers/precreate.rs answers EIO, should be EINVAL.
-    "has no distribution",
-];
+const KNOWN_EIO: &[&str] = &[];
 
 /// Checks that `reply` is a well-formed reply to `req`.
 fn check_reply(req: &Frame, reply: &Frame) {

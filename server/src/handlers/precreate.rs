@@ -231,7 +231,9 @@ fn file_dist(s: &Service, h: Handle) -> Result<Distribution> {
     }
     rec.dist
         .filter(|d| !d.datafiles.is_empty())
-        .ok_or_else(|| ShoalError::io(format!("file {h:#x} has no distribution")))
+        // A metafile made without its distribution (a create that died
+        // half way) is the caller's mistake to name, not an I/O failure.
+        .ok_or_else(|| ShoalError::invalid(format!("file {h:#x} has no distribution")))
 }
 
 /// With stuffing on, the sizes of a file's datafiles that live on this server,

@@ -1,7 +1,8 @@
 //! `shoal bench ablation`: seed 000's comparison. The smallfile workload runs
 //! on a fresh local cluster per configuration, each configuration adding one
 //! technique to the one before: baseline, +precreate, +stuffing, +coalescing,
-//! +eager, +readdirplus (= all on). Configurations alternate within each round
+//! +eager, +readdirplus (the seed's five), then +colocate (Shoal's default,
+//! beyond the seed). Configurations alternate within each round
 //! (the machine is shared and noisy: ratios from one invocation hold).
 //! Writes `ablation.csv`, `ablation.md` and, with matplotlib, `ablation.png`.
 
@@ -15,14 +16,16 @@ use shoal_proto::error::{Result, ShoalError};
 use super::report::{fmt_rate, median, Report};
 use super::smallfile::{smallfile, SmallfileOptions};
 
-/// (name, techniques switched on), cumulative as in the seed's Figure 3.
-const CONFIGS: [(&str, usize); 6] = [
+/// (name, switches on, in `Settings::switches()` order), cumulative as in
+/// the seed's Figure 3.
+const CONFIGS: [(&str, usize); 7] = [
     ("baseline", 0),
     ("+precreate", 1),
     ("+stuffing", 2),
     ("+coalescing", 3),
     ("+eager", 4),
-    ("all on", 5),
+    ("+readdirplus", 5),
+    ("+colocate", 6),
 ];
 
 pub struct AblationOptions {
@@ -66,8 +69,7 @@ impl Results {
 }
 
 fn techniques_on(count: usize) -> Vec<String> {
-    Settings::TECHNIQUES
-        .iter()
+    Settings::switches()
         .enumerate()
         .map(|(i, t)| format!("{t}={}", i < count))
         .collect()
@@ -262,11 +264,11 @@ mod tests {
             0
         );
         assert_eq!(
-            techniques_on(5)
+            techniques_on(6)
                 .iter()
                 .filter(|s| s.ends_with("=true"))
                 .count(),
-            5
+            6
         );
         assert_eq!(techniques_on(2)[1], "stuffing=true");
         assert_eq!(techniques_on(2)[2], "coalescing=false");
