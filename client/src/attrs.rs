@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 
 use shoal_proto::dist;
-use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
-use shoal_proto::{ObjectKind, Op};
+use shoal_proto::Op;
 
 use crate::{Attr, Client, FileKind, Layout, SetAttr, StatFs};
 
@@ -124,28 +124,12 @@ impl Client {
             .collect()
     }
 
-    /// The distribution of file `h` (cached: distributions do not change).
+    /// The distribution of file `h` (cached: see `DistCache` for how long).
     pub async fn distribution(&self, h: Handle) -> Result<Distribution> {
-        if let Some(d) = self.inner.dists.get(&h) {
-            return Ok(d);
+        match self.inner.dists.get(&h) {
+            Some(d) => Ok(d),
+            None => self.fresh_distribution(h).await,
         }
-        let rec = self.get_record(h).await?;
-        if rec.kind() != ObjectKind::Metafile {
-            return Err(ShoalError::new(
-                if rec.kind() == ObjectKind::Directory {
-                    Errno::EISDIR
-                } else {
-                    Errno::EINVAL
-                },
-                format!("object {h:#x} is not a regular file"),
-            ));
-        }
-        let dist = rec.dist.unwrap_or_default();
-        if dist.datafiles.is_empty() {
-            return Err(ShoalError::io(format!("file {h:#x} has no distribution")));
-        }
-        self.inner.dists.put(h, dist.clone());
-        Ok(dist)
     }
 
     pub async fn layout(&self, h: Handle) -> Result<Layout> {

@@ -95,7 +95,7 @@ impl Client {
     }
 
     /// The distribution of file `h` as its metafile's server has it now.
-    async fn fresh_distribution(&self, h: Handle) -> Result<Distribution> {
+    pub(crate) async fn fresh_distribution(&self, h: Handle) -> Result<Distribution> {
         let rec = self.get_record(h).await?;
         if rec.kind() != ObjectKind::Metafile {
             return Err(ShoalError::new(

@@ -278,6 +278,30 @@ impl Cluster {
         out
     }
 
+    /// Waits until every server has asked each other server for one batch of
+    /// precreated datafiles (the pools fill at start), so that no refill runs
+    /// while a test counts messages.
+    pub async fn wait_for_pools(&self, client: &Client) {
+        let n = self.config.num_servers() as u64;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let batches: u64 = self
+                .requests(client)
+                .await
+                .iter()
+                .filter(|((_, op), _)| op == "create_datafiles")
+                .map(|(_, c)| *c)
+                .sum();
+            if batches >= n * (n - 1) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "pools did not fill: {batches}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Let the last replies be recorded (a create would wait for them anyway).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     /// Total requests the servers received while `f` ran.
     pub async fn messages_during<F, T>(&self, client: &Client, f: F) -> (T, u64)
     where
@@ -297,6 +321,13 @@ impl Drop for Cluster {
             self.kill(id);
         }
     }
+}
+
+/// Deterministic test bytes: `len` bytes that differ for each `seed`.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| (i.wrapping_mul(131).wrapping_add(seed * 7) % 251) as u8)
+        .collect()
 }
 
 fn is_mounted(dir: &Path) -> bool {

@@ -11,36 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use shoal_client::{Client, Errno};
 use shoal_proto::handle::ROOT;
-use shoal_tests::Cluster;
-
-/// Waits until every server has asked each other server for one batch (the
-/// pools fill at start), so that no refill runs while messages are counted.
-async fn wait_for_pools(cluster: &Cluster, client: &Client) {
-    let n = cluster.config().num_servers() as u64;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let batches: u64 = cluster
-            .requests(client)
-            .await
-            .iter()
-            .filter(|((_, op), _)| op == "create_datafiles")
-            .map(|(_, c)| *c)
-            .sum();
-        if batches >= n * (n - 1) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "pools did not fill: {batches}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Let the last replies be recorded (a create would wait for them anyway).
-    tokio::time::sleep(Duration::from_millis(100)).await;
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| (i.wrapping_mul(131).wrapping_add(seed * 7) % 251) as u8)
-        .collect()
-}
+use shoal_tests::{pattern, Cluster};
 
 /// Every datafile handle of every file in `files`, asserting none repeats.
 async fn all_datafiles(client: &Client, files: &[u64]) -> BTreeSet<u64> {
@@ -62,7 +33,7 @@ async fn precreate_only_create_is_2_messages_stat_n_plus_1() {
         .start();
     let client = cluster.uncached_client();
     client.ping_all().await.unwrap();
-    wait_for_pools(&cluster, &client).await;
+    cluster.wait_for_pools(&client).await;
     let n = 4;
 
     let (attr, create) = cluster
@@ -152,7 +123,7 @@ async fn pools_persist_across_a_clean_restart() {
         .start();
     let client = cluster.client();
     client.ping_all().await.unwrap();
-    wait_for_pools(&cluster, &client).await;
+    cluster.wait_for_pools(&client).await;
     let mut files = Vec::new();
     for i in 0..20 {
         files.push(
@@ -214,7 +185,7 @@ const STRIP: u64 = 65536;
 async fn kill_9_during_creates(mut cluster: Cluster) {
     let client = cluster.client();
     client.ping_all().await.unwrap();
-    wait_for_pools(&cluster, &client).await;
+    cluster.wait_for_pools(&client).await;
     let dir = client.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
     let tail = |h: u64| Bytes::from(pattern(h, 100));
 

@@ -5,42 +5,14 @@
 //! other server.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use shoal_client::Client;
 use shoal_proto::handle::{server_of, ROOT};
-use shoal_tests::Cluster;
+use shoal_tests::{pattern, Cluster};
 
 const STRIP: u64 = 65536;
-
-/// Waits until every server has asked each other server for one batch (the
-/// pools fill at start), so that no refill runs while messages are counted.
-async fn wait_for_pools(cluster: &Cluster, client: &Client) {
-    let n = cluster.config().num_servers() as u64;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let batches: u64 = cluster
-            .requests(client)
-            .await
-            .iter()
-            .filter(|((_, op), _)| op == "create_datafiles")
-            .map(|(_, c)| *c)
-            .sum();
-        if batches >= n * (n - 1) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "pools did not fill: {batches}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| (i.wrapping_mul(131).wrapping_add(seed * 7) % 251) as u8)
-        .collect()
-}
 
 /// Writes `data` at `offset` of the model `file`, growing it with zeros.
 fn model_write(file: &mut Vec<u8>, offset: usize, data: &[u8]) {
@@ -59,7 +31,7 @@ async fn small_file_costs(colocate: bool) -> [u64; 4] {
         .start();
     let client = cluster.uncached_client();
     client.ping_all().await.unwrap();
-    wait_for_pools(&cluster, &client).await;
+    cluster.wait_for_pools(&client).await;
 
     let objects = client.statfs().await.unwrap().objects;
     let (attr, create) = cluster
