@@ -66,7 +66,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use shoal_proto::cluster::{Settings, SyncMode};
-use shoal_proto::error::{Result, ShoalError};
+use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::Op;
 
 use crate::kv::KvEngine;
@@ -189,6 +189,17 @@ fn take_ticket(inner: &Arc<Inner>) -> Option<Ticket> {
             _ => None,
         }
     })
+}
+
+/// What a request whose sync failed is told: a full disk stays ENOSPC (the
+/// writer can free space and retry); any other failure is EIO.
+fn commit_failed(e: ShoalError) -> ShoalError {
+    let errno = if e.errno == Errno::ENOSPC {
+        Errno::ENOSPC
+    } else {
+        Errno::EIO
+    };
+    ShoalError::new(errno, format!("metadata commit failed: {}", e.message))
 }
 
 /// Completes a sync even if it unwinds: the group gets its result (EIO if the
@@ -350,10 +361,7 @@ impl CommitQueue {
         }
         loop {
             if let Some(result) = group.result.get() {
-                return result
-                    .clone()
-                    .map(|()| 0)
-                    .map_err(|e| ShoalError::io(format!("metadata commit failed: {}", e.message)));
+                return result.clone().map(|()| 0).map_err(commit_failed);
             }
             // Not done, so `group` is still the open queue (a sealed group is
             // being synced, and gets its result before `syncing` clears).
@@ -384,9 +392,7 @@ impl CommitQueue {
                 let result = sync_counted(kv, stats);
                 running.result = Some(result.clone());
                 drop(running);
-                return result
-                    .map(|()| 1)
-                    .map_err(|e| ShoalError::io(format!("metadata commit failed: {}", e.message)));
+                return result.map(|()| 1).map_err(commit_failed);
             }
             st = match (st.syncing, st.open_since) {
                 // Nothing but a sync's end, a ticket leaving or the stall

@@ -6,7 +6,6 @@
 //! earlier non-durable commit durable with one fsync. After a crash redb opens at
 //! the last durable commit.
 
-use std::fmt::Display;
 use std::path::Path;
 
 use redb::{Database, Durability, ReadableDatabase, TableDefinition};
@@ -20,8 +19,13 @@ pub struct RedbEngine {
     db: Database,
 }
 
-fn kv_err(e: impl Display) -> ShoalError {
-    ShoalError::io(format!("metadata store: {e}"))
+/// A redb error as a Shoal error: an I/O error keeps its errno (a full disk is
+/// ENOSPC to the caller, not EIO); anything else is EIO.
+fn kv_err(e: impl Into<redb::Error>) -> ShoalError {
+    match e.into() {
+        redb::Error::Io(io) => ShoalError::from(io).context("metadata store"),
+        other => ShoalError::io(format!("metadata store: {other}")),
+    }
 }
 
 impl RedbEngine {
@@ -36,7 +40,7 @@ impl RedbEngine {
         let db = Database::builder()
             .set_cache_size(256 << 20)
             .create(&path)
-            .map_err(|e| kv_err(format!("{}: {e}", path.display())))?;
+            .map_err(|e| kv_err(e).context(path.display()))?;
         Ok(RedbEngine { db })
     }
 }
@@ -48,7 +52,7 @@ fn create_atomically(dir: &Path, path: &Path) -> Result<()> {
     let tmp = dir.join("meta.redb.creating");
     let _ = std::fs::remove_file(&tmp);
     {
-        let db = Database::create(&tmp).map_err(|e| kv_err(format!("{}: {e}", tmp.display())))?;
+        let db = Database::create(&tmp).map_err(|e| kv_err(e).context(tmp.display()))?;
         let txn = db.begin_write().map_err(kv_err)?;
         txn.open_table(TABLE).map_err(kv_err)?;
         txn.commit().map_err(kv_err)?;
