@@ -1,5 +1,6 @@
 //! A local cluster as `shoal up` leaves it in its data directory:
-//! `cluster.toml` (the cluster file), `server-N/` (each server's data),
+//! `cluster.toml` (the cluster file), `secret` (the cluster secret, mode
+//! 0600, named by the cluster file), `server-N/` (each server's data),
 //! `logs/` (each process's output) and `state.json` (the PIDs `up` started and
 //! the mount point), which is all `shoal down` needs to stop exactly those.
 
@@ -10,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use shoal_proto::auth::Secret;
 use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings};
 use shoal_proto::error::{Result, ShoalError};
 
@@ -85,7 +87,12 @@ impl LocalCluster {
             if n == 0 {
                 return Err(ShoalError::invalid("--servers must be at least 1"));
             }
+            let secret_file = self.dir.join("secret");
+            if !secret_file.exists() {
+                Secret::create_file(&secret_file)?;
+            }
             ClusterConfig {
+                secret_file: Some(secret_file),
                 settings: Settings::default(),
                 servers: (0..n)
                     .map(|id| ServerEntry {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
+use shoal_proto::auth::{client_handshake, Secret};
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{read_frame, write_frame, Frame, Kind};
 use shoal_proto::msg::ErrorReply;
@@ -35,8 +36,15 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub async fn connect(server: u32, addr: SocketAddr, max_inflight: usize) -> Result<Connection> {
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+    /// Connects to `server` at `addr` and, with a `secret`, proves it before
+    /// any request (a refusal is EACCES).
+    pub async fn connect(
+        server: u32,
+        addr: SocketAddr,
+        max_inflight: usize,
+        secret: Option<&Secret>,
+    ) -> Result<Connection> {
+        let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
             .await
             .map_err(|_| {
                 ShoalError::new(
@@ -51,6 +59,9 @@ impl Connection {
                 )
             })?;
         stream.set_nodelay(true)?;
+        if let Some(secret) = secret {
+            client_handshake(&mut stream, secret, &format!("server {server} at {addr}")).await?;
+        }
         let (read_half, write_half) = stream.into_split();
         let (tx, rx) = mpsc::channel::<Frame>(max_inflight);
         let pending: Pending = Arc::default();

@@ -46,6 +46,7 @@ impl Pool {
                 server,
                 entry.addr,
                 self.config.settings.max_inflight as usize,
+                self.config.secret()?.as_ref(),
             )
             .await?,
         );

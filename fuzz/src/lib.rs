@@ -616,6 +616,7 @@ fn config(u: &mut Unstructured) -> ArbResult<ClusterConfig> {
         }
     }
     Ok(ClusterConfig {
+        secret_file: None,
         settings,
         servers: (0..servers)
             .map(|id| ServerEntry {

@@ -1,6 +1,8 @@
 //! The cluster file: which servers exist and the settings they all share.
 //!
 //! ```toml
+//! secret_file = "secret"  # optional; relative to this file's directory
+//!
 //! [settings]            # every key optional; defaults below
 //! sync = "full"
 //!
@@ -17,12 +19,18 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::auth::Secret;
 use crate::error::{Result, ShoalError};
 use crate::handle::MAX_SERVERS;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
+    /// The cluster secret every connection proves (see `auth`); a relative
+    /// path is resolved against the cluster file's directory when loaded.
+    /// Without it connections are not authenticated: scratch clusters only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<PathBuf>,
     #[serde(default)]
     pub settings: Settings,
     #[serde(rename = "server")]
@@ -243,8 +251,12 @@ impl ClusterConfig {
     pub fn load(path: &Path) -> Result<ClusterConfig> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ShoalError::from(e).context(format!("cluster file {}", path.display())))?;
-        let config: ClusterConfig = toml::from_str(&text)
+        let mut config: ClusterConfig = toml::from_str(&text)
             .map_err(|e| ShoalError::invalid(format!("cluster file {}: {e}", path.display())))?;
+        if let Some(secret) = config.secret_file.as_mut().filter(|p| p.is_relative()) {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            *secret = dir.join(&*secret);
+        }
         config
             .validate()
             .map_err(|e| e.context(format!("cluster file {}", path.display())))?;
@@ -274,6 +286,12 @@ impl ClusterConfig {
             }
         }
         self.settings.validate()
+    }
+
+    /// The cluster secret, read from `secret_file`; `None` when the cluster
+    /// has none (connections are then not authenticated).
+    pub fn secret(&self) -> Result<Option<Secret>> {
+        self.secret_file.as_deref().map(Secret::load).transpose()
     }
 
     pub fn server(&self, id: u32) -> Result<&ServerEntry> {
@@ -344,6 +362,24 @@ mod tests {
             s.set(&format!("{t}=true")).unwrap();
             assert_ne!(s, Settings::baseline(), "{t} is a setting");
         }
+    }
+
+    #[test]
+    fn a_relative_secret_file_is_resolved_against_the_cluster_file() {
+        let dir = std::env::temp_dir().join(format!("shoal-cluster-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cluster.toml");
+        std::fs::write(
+            &path,
+            "secret_file = \"secret\"\n[[server]]\nid = 0\naddr = \"127.0.0.1:7000\"\ndata = \"/tmp/s0\"\n",
+        )
+        .unwrap();
+        let c = ClusterConfig::load(&path).unwrap();
+        assert_eq!(c.secret_file.as_deref(), Some(&*dir.join("secret")));
+        assert!(c.secret().is_err(), "a missing secret file is an error");
+        std::fs::write(dir.join("secret"), "abc\n").unwrap();
+        assert_eq!(c.secret().unwrap(), Some(Secret::new(b"abc").unwrap()));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

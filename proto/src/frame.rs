@@ -217,6 +217,38 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Frame, FrameE
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
         Err(e) => return Err(e.into()),
     };
+    read_frame_rest(r, len).await
+}
+
+/// Like [`read_frame`], but once the first byte of a frame has arrived the
+/// rest must arrive within `limit`, or the read fails with `TimedOut`: a peer
+/// that stalls mid-frame cannot hold the reader forever. Waiting between
+/// frames is not bounded (an idle connection is fine).
+pub async fn read_frame_timeout<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limit: std::time::Duration,
+) -> Result<Frame, FrameError> {
+    let first = match r.read_u8().await {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(e.into()),
+    };
+    let rest = async {
+        let mut more = [0u8; 3];
+        r.read_exact(&mut more).await?;
+        let len = u32::from_be_bytes([first, more[0], more[1], more[2]]) as usize;
+        read_frame_rest(r, len).await
+    };
+    tokio::time::timeout(limit, rest).await.map_err(|_| {
+        FrameError::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the rest of a frame did not arrive within {limit:?}"),
+        ))
+    })?
+}
+
+/// Reads what follows a frame's length field, which said `len`.
+async fn read_frame_rest<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> Result<Frame, FrameError> {
     if !(HEADER_LEN..=HEADER_LEN + MAX_BODY + MAX_PAYLOAD).contains(&len) {
         return Err(FrameError::Malformed(format!(
             "frame length {len} out of range"
@@ -290,6 +322,33 @@ mod tests {
             );
             drop(tx);
         }
+    }
+
+    #[tokio::test]
+    async fn a_frame_that_stalls_half_way_times_out() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, &sample()).await.unwrap();
+        let limit = std::time::Duration::from_millis(100);
+        // Whole frames read as usual.
+        let g = read_frame_timeout(&mut &wire[..], limit).await.unwrap();
+        assert_eq!(g.payload, sample().payload);
+        // Stalls within the length field and within the body both time out.
+        for cut in [2, wire.len() - 3] {
+            let (mut tx, mut rx) = tokio::io::duplex(1024);
+            tx.write_all(&wire[..cut]).await.unwrap();
+            match read_frame_timeout(&mut rx, limit).await {
+                Err(FrameError::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::TimedOut),
+                other => panic!("cut at {cut}: {other:?}"),
+            }
+            drop(tx);
+        }
+        // A clean close between frames is Closed.
+        let (tx, mut rx) = tokio::io::duplex(1024);
+        drop(tx);
+        assert!(matches!(
+            read_frame_timeout(&mut rx, limit).await,
+            Err(FrameError::Closed)
+        ));
     }
 
     #[tokio::test]

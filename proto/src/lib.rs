@@ -3,8 +3,9 @@
 //! Open `shoal.proto` first: it is the schema. This crate adds the frame layout
 //! ([`frame`]), the operation table ([`op`]), POSIX errors ([`error`]), the handle
 //! space ([`handle`]), striping arithmetic ([`dist`]), name validation ([`names`])
-//! and the cluster file ([`cluster`]).
+//! the cluster file ([`cluster`]) and the authentication handshake ([`auth`]).
 
+pub mod auth;
 pub mod cluster;
 pub mod dist;
 pub mod error;

@@ -28,6 +28,10 @@ pub use service::Service;
 /// Runs server `id` of `config` until SIGTERM or SIGINT, then syncs and returns.
 pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
     let entry = config.server(id)?.clone();
+    let secret = config.secret()?;
+    if secret.is_none() {
+        tracing::warn!("the cluster file names no secret_file: connections are not authenticated");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("shoal-server")
@@ -47,7 +51,7 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
             entry.data.display()
         );
         eprintln!("shoal server {id} listening on {}", entry.addr);
-        let serving = tokio::spawn(listener::serve(listener, service.clone()));
+        let serving = tokio::spawn(listener::serve(listener, service.clone(), secret));
         pools::Pools::start(&service);
         wait_for_shutdown().await;
         serving.abort();

@@ -4,11 +4,16 @@
 //! pool (handlers do disk I/O), replies go through a bounded channel to one
 //! writer task that batches flushes. At most `server_inflight` requests of one
 //! connection run at once. A malformed frame closes that connection only.
+//!
+//! Before any frame, a connection proves the cluster secret (`auth`); one that
+//! does not is closed without a frame read. A frame whose first byte has
+//! arrived must arrive whole within [`FRAME_TIMEOUT`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use shoal_proto::frame::{read_frame, write_frame, Frame, FrameError, Kind};
+use shoal_proto::auth::{server_handshake, Refusal, Secret};
+use shoal_proto::frame::{read_frame_timeout, write_frame, Frame, FrameError, Kind};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
@@ -17,12 +22,20 @@ use crate::service::Service;
 
 const READ_BUFFER: usize = 256 << 10;
 const WRITE_BUFFER: usize = 256 << 10;
+/// How long the rest of a frame may take once its first byte has arrived.
+pub const FRAME_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-pub async fn serve(listener: TcpListener, service: Arc<Service>) {
+/// Serves connections; with a `secret`, each must pass the handshake first.
+pub async fn serve(listener: TcpListener, service: Arc<Service>, secret: Option<Secret>) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                tokio::spawn(serve_connection(stream, peer, service.clone()));
+                tokio::spawn(serve_connection(
+                    stream,
+                    peer,
+                    service.clone(),
+                    secret.clone(),
+                ));
             }
             Err(e) => {
                 tracing::warn!("accept failed: {e}");
@@ -32,8 +45,26 @@ pub async fn serve(listener: TcpListener, service: Arc<Service>) {
     }
 }
 
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, service: Arc<Service>) {
+async fn serve_connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    service: Arc<Service>,
+    secret: Option<Secret>,
+) {
     let _ = stream.set_nodelay(true);
+    if let Some(secret) = &secret {
+        match server_handshake(&mut stream, secret).await {
+            Ok(()) => {}
+            Err(Refusal::Closed) => {
+                tracing::debug!("connection from {peer} closed before the handshake");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("refused connection from {peer}: {e}");
+                return;
+            }
+        }
+    }
     let (read_half, write_half) = stream.into_split();
     let mut reader = BufReader::with_capacity(READ_BUFFER, read_half);
     let inflight = service.config.settings.server_inflight as usize;
@@ -44,7 +75,7 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, service: Arc<Serv
     ));
     let permits = Arc::new(Semaphore::new(inflight));
     loop {
-        let frame = match read_frame(&mut reader).await {
+        let frame = match read_frame_timeout(&mut reader, FRAME_TIMEOUT).await {
             Ok(f) => f,
             Err(FrameError::Closed) => break,
             Err(e) => {

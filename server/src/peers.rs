@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
+use shoal_proto::auth::{client_handshake, Secret};
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{read_frame, write_frame, Frame, Kind};
@@ -34,13 +35,16 @@ pub struct Peers {
     addrs: Vec<SocketAddr>,
     conns: Vec<Mutex<Option<PeerConn>>>,
     next_id: AtomicU64,
+    /// The cluster secret each connection proves, if the cluster has one.
+    secret: Option<Secret>,
 }
 
 impl Peers {
     /// The peers of server `id` in `config` (no connection is opened yet).
-    pub fn new(config: &ClusterConfig, id: u32) -> Peers {
+    pub fn new(config: &ClusterConfig, id: u32, secret: Option<Secret>) -> Peers {
         Peers {
             id,
+            secret,
             addrs: config.servers.iter().map(|s| s.addr).collect(),
             conns: config.servers.iter().map(|_| Mutex::new(None)).collect(),
             next_id: AtomicU64::new(1),
@@ -71,7 +75,7 @@ impl Peers {
             // half way, the connection is dropped rather than reused mid-frame.
             let mut conn = match slot.take() {
                 Some(c) => c,
-                None => connect(peer, addr).await?,
+                None => connect(peer, addr, self.secret.as_ref()).await?,
             };
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let frame = Frame::request(op, id, 0, 0, body, Bytes::new());
@@ -111,8 +115,8 @@ impl Peers {
     }
 }
 
-async fn connect(peer: u32, addr: SocketAddr) -> Result<PeerConn> {
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+async fn connect(peer: u32, addr: SocketAddr, secret: Option<&Secret>) -> Result<PeerConn> {
+    let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
         .await
         .map_err(|_| {
             ShoalError::new(
@@ -127,6 +131,9 @@ async fn connect(peer: u32, addr: SocketAddr) -> Result<PeerConn> {
             )
         })?;
     stream.set_nodelay(true)?;
+    if let Some(secret) = secret {
+        client_handshake(&mut stream, secret, &format!("server {peer} at {addr}")).await?;
+    }
     let (r, w) = stream.into_split();
     Ok(PeerConn {
         reader: BufReader::with_capacity(BUFFER, r),

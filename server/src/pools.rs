@@ -107,7 +107,7 @@ impl Pools {
             enabled: config.settings.precreate,
             batch: config.settings.precreate_batch,
             low_mark: config.settings.precreate_low_mark as u64,
-            peers: Arc::new(Peers::new(config, id)),
+            peers: Arc::new(Peers::new(config, id, config.secret()?)),
             pools,
             runtime: OnceLock::new(),
         })
@@ -416,6 +416,7 @@ mod tests {
 
     fn config(n: u32) -> ClusterConfig {
         ClusterConfig {
+            secret_file: None,
             settings: Settings::default(),
             servers: (0..n)
                 .map(|id| ServerEntry {

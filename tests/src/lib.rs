@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use shoal_client::Client;
+use shoal_proto::auth::Secret;
 use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings};
 
 /// How long a server or mount gets to come up.
@@ -78,7 +79,11 @@ impl Builder {
         for s in &self.sets {
             settings.set(s).expect("valid setting");
         }
+        // Every kit cluster is authenticated, like one `shoal up` makes.
+        let secret_file = dir.path().join("secret");
+        Secret::create_file(&secret_file).expect("write secret file");
         let config = ClusterConfig {
+            secret_file: Some(secret_file),
             settings,
             servers: (0..self.servers)
                 .map(|id| ServerEntry {

@@ -11,6 +11,7 @@
 #![allow(clippy::needless_update)]
 
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -18,6 +19,7 @@ use futures::StreamExt;
 use prost::Message;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use shoal_proto::auth::{client_handshake, Secret};
 use shoal_proto::error::Errno;
 use shoal_proto::frame::{read_frame, Frame, FrameError, Kind, HEADER_LEN, MAX_BODY, MAX_PAYLOAD};
 use shoal_proto::handle::{self, ROOT};
@@ -31,6 +33,20 @@ use tokio::net::TcpStream;
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bad connections in flight at once.
 const PARALLEL: usize = 32;
+
+/// The secret of the cluster the raw connections go to.
+static SECRET: OnceLock<Secret> = OnceLock::new();
+
+/// A raw connection that has passed the authentication handshake, so what
+/// it sends next reaches the frame reader.
+async fn connect(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let secret = SECRET.get().expect("cluster secret");
+    client_handshake(&mut s, secret, "server")
+        .await
+        .expect("handshake");
+    s
+}
 
 /// The bytes of a request frame on the wire.
 fn frame(op: Op, id: u64, body: &[u8], payload: &[u8]) -> Vec<u8> {
@@ -71,7 +87,7 @@ enum Until {
 /// answers nor closes within [`IO_TIMEOUT`], or sends something that is not
 /// a well-formed reply.
 async fn exchange(addr: SocketAddr, bytes: &[u8], half_close: bool, until: Until) -> Exchange {
-    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let mut s = connect(addr).await;
     // The server may close before it has read everything: not an error.
     let _ = s.write_all(bytes).await;
     if half_close {
@@ -221,6 +237,13 @@ fn assert_alive(cluster: &mut Cluster, when: &str) {
 async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
     let started = Instant::now();
     let mut cluster = Cluster::builder().servers(2).start();
+    let _ = SECRET.set(
+        cluster
+            .config()
+            .secret()
+            .unwrap()
+            .expect("kit clusters have a secret"),
+    );
     let addr = cluster.config().servers[0].addr;
     let addr1 = cluster.config().servers[1].addr;
     let mut rng = StdRng::seed_from_u64(0x5348_0bad);
@@ -263,7 +286,7 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
     let mut stalled = Vec::new();
     for i in 0..16 {
         let v = &valid[i % valid.len()];
-        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut s = connect(addr).await;
         s.write_all(&v[..1 + i * 3]).await.unwrap();
         stalled.push(s);
     }
@@ -722,7 +745,7 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
         .flat_map(|i| frame(Op::Ping, i, &[], &[]))
         .collect();
     {
-        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut s = connect(addr).await;
         s.write_all(&flood).await.unwrap();
     }
     let x = exchange(addr, &flood, false, Until::Replies(2000)).await;

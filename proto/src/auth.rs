@@ -1,0 +1,282 @@
+//! Cluster authentication: a handshake before the first frame of every
+//! connection (client to server and server to server).
+//!
+//! ```text
+//! server -> client   32-byte random nonce
+//! client -> server   32-byte HMAC-SHA256(secret, "shoal-auth-v1" || nonce)
+//! server -> client   1 byte: 1 accepted, 0 refused (then the server closes)
+//! ```
+//!
+//! The secret never crosses the wire, and a fresh nonce per connection makes a
+//! recorded proof useless for another one. The server reads no frame before
+//! the proof checks out. Each side bounds the handshake by
+//! [`HANDSHAKE_TIMEOUT`], so a silent peer cannot hold a connection.
+//!
+//! The secret is the content of the cluster file's `secret_file` (made by
+//! `shoal up`: 32 random bytes, hex-encoded, mode 0600), surrounding
+//! whitespace trimmed. A cluster file without `secret_file` skips the
+//! handshake on both sides: that is for scratch clusters on a trusted host
+//! only, since anyone who can reach a port is then served.
+
+use std::fmt;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use sha2::Sha256;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::error::{Errno, Result, ShoalError};
+
+/// Bytes of the server's nonce.
+pub const NONCE_LEN: usize = 32;
+/// Bytes of the client's proof (an HMAC-SHA256 tag).
+pub const PROOF_LEN: usize = 32;
+/// Domain separation for the proof.
+pub const CONTEXT: &[u8] = b"shoal-auth-v1";
+/// The longest a handshake may take on either side.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+const ACCEPTED: u8 = 1;
+const REFUSED: u8 = 0;
+
+/// The cluster secret. Its bytes are never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Arc<[u8]>);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl Secret {
+    pub fn new(bytes: &[u8]) -> Result<Secret> {
+        if bytes.is_empty() {
+            return Err(ShoalError::invalid("the cluster secret is empty"));
+        }
+        Ok(Secret(bytes.into()))
+    }
+
+    /// Reads a secret file (surrounding whitespace is not part of the secret).
+    pub fn load(path: &Path) -> Result<Secret> {
+        let text = std::fs::read(path)
+            .map_err(|e| ShoalError::from(e).context(format!("secret_file {}", path.display())))?;
+        Secret::new(text.trim_ascii())
+            .map_err(|e| e.context(format!("secret_file {}", path.display())))
+    }
+
+    /// Writes a new random secret (32 bytes, hex-encoded) to `path`, created
+    /// with mode 0600; fails if `path` exists.
+    pub fn create_file(path: &Path) -> Result<Secret> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut raw = [0u8; 32];
+        rand::rng().fill_bytes(&mut raw);
+        let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| ShoalError::from(e).context(format!("creating {}", path.display())))?;
+        file.write_all(format!("{hex}\n").as_bytes())
+            .and_then(|_| file.sync_all())
+            .map_err(|e| ShoalError::from(e).context(format!("writing {}", path.display())))?;
+        Secret::new(hex.as_bytes())
+    }
+
+    fn mac(&self, nonce: &[u8; NONCE_LEN]) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(CONTEXT);
+        mac.update(nonce);
+        mac
+    }
+
+    /// The proof that answers `nonce`.
+    pub fn proof(&self, nonce: &[u8; NONCE_LEN]) -> [u8; PROOF_LEN] {
+        self.mac(nonce).finalize().into_bytes().into()
+    }
+
+    /// Whether `proof` answers `nonce` (constant time).
+    pub fn verify(&self, nonce: &[u8; NONCE_LEN], proof: &[u8]) -> bool {
+        self.mac(nonce).verify_slice(proof).is_ok()
+    }
+}
+
+/// A fresh random nonce.
+pub fn nonce() -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
+    rand::rng().fill_bytes(&mut n);
+    n
+}
+
+/// Why a server did not accept a connection.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The peer's proof did not match the secret.
+    WrongSecret,
+    /// The peer closed before sending a proof (e.g. a port probe).
+    Closed,
+    /// The peer failed or stayed silent before proving anything.
+    NoProof(String),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::WrongSecret => f.write_str("wrong cluster secret"),
+            Refusal::Closed => f.write_str("closed before proving the cluster secret"),
+            Refusal::NoProof(why) => write!(f, "no proof of the cluster secret: {why}"),
+        }
+    }
+}
+
+/// The server's side: sends a nonce, checks the proof, answers accepted or
+/// refused. On `Err` the caller closes the connection without reading a frame.
+pub async fn server_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &Secret,
+) -> std::result::Result<(), Refusal> {
+    let exchange = async {
+        let nonce = nonce();
+        stream
+            .write_all(&nonce)
+            .await
+            .map_err(|e| Refusal::NoProof(e.to_string()))?;
+        stream
+            .flush()
+            .await
+            .map_err(|e| Refusal::NoProof(e.to_string()))?;
+        let mut proof = [0u8; PROOF_LEN];
+        stream.read_exact(&mut proof).await.map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Refusal::Closed
+            } else {
+                Refusal::NoProof(e.to_string())
+            }
+        })?;
+        if secret.verify(&nonce, &proof) {
+            stream
+                .write_all(&[ACCEPTED])
+                .await
+                .map_err(|e| Refusal::NoProof(e.to_string()))?;
+            stream
+                .flush()
+                .await
+                .map_err(|e| Refusal::NoProof(e.to_string()))?;
+            Ok(())
+        } else {
+            let _ = stream.write_all(&[REFUSED]).await;
+            let _ = stream.flush().await;
+            Err(Refusal::WrongSecret)
+        }
+    };
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, exchange)
+        .await
+        .map_err(|_| Refusal::NoProof(format!("silent for {HANDSHAKE_TIMEOUT:?}")))?
+}
+
+/// The connecting side: answers the server's nonce. `who` names the server
+/// in errors ("server 0 at 127.0.0.1:7070"). A refusal is EACCES.
+pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &Secret,
+    who: &str,
+) -> Result<()> {
+    let lost = |e: std::io::Error| {
+        ShoalError::new(
+            Errno::EIO,
+            format!("{who}: authentication handshake failed: {e}"),
+        )
+    };
+    let exchange = async {
+        let mut nonce = [0u8; NONCE_LEN];
+        stream.read_exact(&mut nonce).await.map_err(lost)?;
+        stream
+            .write_all(&secret.proof(&nonce))
+            .await
+            .map_err(lost)?;
+        stream.flush().await.map_err(lost)?;
+        let mut verdict = [0u8; 1];
+        match stream.read_exact(&mut verdict).await {
+            Ok(_) if verdict[0] == ACCEPTED => Ok(()),
+            Ok(_) => Err(refused(who)),
+            // A server that closes instead of answering refused us too.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(refused(who)),
+            Err(e) => Err(lost(e)),
+        }
+    };
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, exchange)
+        .await
+        .map_err(|_| {
+            ShoalError::new(
+                Errno::ETIMEDOUT,
+                format!("{who}: no authentication handshake within {HANDSHAKE_TIMEOUT:?}"),
+            )
+        })?
+}
+
+fn refused(who: &str) -> ShoalError {
+    ShoalError::new(
+        Errno::EACCES,
+        format!("{who} refused the cluster secret (check secret_file)"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proofs_depend_on_secret_and_nonce() {
+        let a = Secret::new(b"alpha").unwrap();
+        let b = Secret::new(b"beta").unwrap();
+        let n1 = nonce();
+        let n2 = nonce();
+        assert!(a.verify(&n1, &a.proof(&n1)));
+        assert!(!a.verify(&n1, &b.proof(&n1)));
+        assert!(!a.verify(&n2, &a.proof(&n1)));
+        assert!(!a.verify(&n1, &a.proof(&n1)[..31]));
+        assert!(Secret::new(b"").is_err());
+    }
+
+    #[tokio::test]
+    async fn handshake_accepts_the_secret_and_refuses_another() {
+        for (server_key, client_key, ok) in [("s", "s", true), ("s", "t", false)] {
+            let (mut c, mut s) = tokio::io::duplex(1024);
+            let server_secret = Secret::new(server_key.as_bytes()).unwrap();
+            let client_secret = Secret::new(client_key.as_bytes()).unwrap();
+            let server = tokio::spawn(async move {
+                let r = server_handshake(&mut s, &server_secret).await;
+                drop(s);
+                r
+            });
+            let client = client_handshake(&mut c, &client_secret, "server 0").await;
+            let server = server.await.unwrap();
+            assert_eq!(client.is_ok(), ok);
+            assert_eq!(server.is_ok(), ok);
+            if !ok {
+                assert_eq!(client.unwrap_err().errno, Errno::EACCES);
+                assert!(matches!(server, Err(Refusal::WrongSecret)));
+            }
+        }
+    }
+
+    #[test]
+    fn created_secret_files_are_private_and_load_back() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("shoal-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secret");
+        let _ = std::fs::remove_file(&path);
+        let made = Secret::create_file(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(Secret::load(&path).unwrap(), made);
+        assert!(Secret::create_file(&path).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
