@@ -65,19 +65,30 @@ fn format_time(secs: i64) -> String {
     )
 }
 
+/// What `ls` and `lsplus` print for a path that is not a directory.
+pub async fn list_one(
+    client: &Client,
+    h: shoal_proto::Handle,
+    path: &str,
+    long: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let line = if long {
+        long_line(&client.getattr(h).await?, path)
+    } else {
+        path.to_string()
+    };
+    writeln!(out, "{line}")?;
+    Ok(())
+}
+
 pub fn ls(cfg: &ConfigArg, path: &str, long: bool) -> Result<()> {
     runtime()?.block_on(async {
         let (client, paths) = open(cfg, &[path.to_string()]).await?;
         let (h, kind) = client.resolve(&paths[0]).await?;
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         if kind != FileKind::Directory {
-            let line = if long {
-                long_line(&client.getattr(h).await?, path)
-            } else {
-                path.to_string()
-            };
-            writeln!(out, "{line}")?;
-            return Ok(());
+            return list_one(&client, h, path, long, &mut out).await;
         }
         let entries = client.readdir_all(h).await?;
         if !long {

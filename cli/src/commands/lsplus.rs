@@ -11,7 +11,7 @@ use std::io::Write;
 use shoal_client::FileKind;
 use shoal_proto::error::Result;
 
-use super::files::long_line;
+use super::files::{list_one, long_line};
 use crate::target::{open, runtime};
 use crate::ConfigArg;
 
@@ -21,13 +21,7 @@ pub fn run(cfg: &ConfigArg, path: &str, long: bool) -> Result<()> {
         let (h, kind) = client.resolve(&paths[0]).await?;
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         if kind != FileKind::Directory {
-            let line = if long {
-                long_line(&client.getattr(h).await?, path)
-            } else {
-                path.to_string()
-            };
-            writeln!(out, "{line}")?;
-            return Ok(());
+            return list_one(&client, h, path, long, &mut out).await;
         }
         for (e, a) in client.readdir_plus_all(h).await? {
             if long {

@@ -4,7 +4,6 @@
 //! (5) read and verify them, (6) readdir + stat again, (7) close, (8) unlink,
 //! (9) rmdir. Works on any POSIX directory: a Shoal mount, tmpfs, a disk.
 
-use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -15,7 +14,7 @@ use shoal_proto::error::{Result, ShoalError};
 use super::fsops::{self, at};
 use super::pattern;
 use super::report::{self, Phase, Report, Unit};
-use super::workers::{Barrier, Workers};
+use super::workers::{run_phases, Barrier};
 
 /// The phases, in order, and whether each counts one operation per process
 /// (mkdir, rmdir) rather than one per file.
@@ -144,28 +143,16 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
 }
 
 fn one_run(opts: &SmallfileOptions, run_dir: &Path, phases: &mut [Phase]) -> Result<()> {
-    let mut workers = Workers::spawn(opts.procs, |k| {
-        let mut args: Vec<OsString> = ["bench", "smallfile", "--worker"]
-            .iter()
-            .map(OsString::from)
-            .collect();
-        args.push(k.to_string().into());
-        args.push("--dir".into());
-        args.push(run_dir.into());
-        args.push("-n".into());
-        args.push(opts.files.to_string().into());
-        args.push("--size".into());
-        args.push(opts.size.to_string().into());
-        if opts.native {
-            args.push("--native".into());
-        }
-        args
-    })?;
-    for phase in phases.iter_mut() {
-        let times = workers.phase(&phase.name)?;
-        phase.worker_seconds.push(times);
+    let mut extra = vec![
+        "-n".to_string(),
+        opts.files.to_string(),
+        "--size".into(),
+        opts.size.to_string(),
+    ];
+    if opts.native {
+        extra.push("--native".into());
     }
-    workers.finish()
+    run_phases("smallfile", opts.procs, run_dir, &extra, phases)
 }
 
 pub fn canonical_dir(dir: &Path) -> Result<PathBuf> {

@@ -3,7 +3,6 @@
 //! them (the read phase); either a file per process or one shared file in
 //! which each process owns a contiguous region (the N-N and N-1 patterns).
 
-use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -15,7 +14,7 @@ use super::fsops::{self, at};
 use super::pattern;
 use super::report::{self, Phase, Report, Unit};
 use super::smallfile::{canonical_dir, MAX_PROCS};
-use super::workers::{Barrier, Workers};
+use super::workers::{run_phases, Barrier};
 
 const MIB: u64 = 1 << 20;
 const KIB: u64 = 1 << 10;
@@ -148,28 +147,16 @@ fn one_run(opts: &StreamingOptions, run_dir: &Path, phases: &mut [Phase]) -> Res
         let shared = run_dir.join("shared");
         File::create(&shared).map_err(|e| at(&shared, e))?;
     }
-    let mut workers = Workers::spawn(opts.procs, |k| {
-        let mut args: Vec<OsString> = ["bench", "streaming", "--worker"]
-            .iter()
-            .map(OsString::from)
-            .collect();
-        args.push(k.to_string().into());
-        args.push("--dir".into());
-        args.push(run_dir.into());
-        args.push("--size-mib".into());
-        args.push(opts.size_mib.to_string().into());
-        args.push("--block-kib".into());
-        args.push(opts.block_kib.to_string().into());
-        if opts.shared {
-            args.push("--shared".into());
-        }
-        args
-    })?;
-    for phase in phases.iter_mut() {
-        let times = workers.phase(&phase.name)?;
-        phase.worker_seconds.push(times);
+    let mut extra = vec![
+        "--size-mib".to_string(),
+        opts.size_mib.to_string(),
+        "--block-kib".into(),
+        opts.block_kib.to_string(),
+    ];
+    if opts.shared {
+        extra.push("--shared".into());
     }
-    workers.finish()
+    run_phases("streaming", opts.procs, run_dir, &extra, phases)
 }
 
 /// One worker process: writes its data, then reads and verifies it.

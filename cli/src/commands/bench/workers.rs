@@ -24,6 +24,34 @@ use std::time::Instant;
 
 use shoal_proto::error::{Errno, Result, ShoalError};
 
+/// Runs one benchmark run: `procs` workers of `shoal bench BENCH --worker K
+/// --dir RUN_DIR EXTRA...`, every phase behind the barrier, each worker's time
+/// recorded per phase.
+pub fn run_phases(
+    bench: &str,
+    procs: usize,
+    run_dir: &std::path::Path,
+    extra: &[String],
+    phases: &mut [super::report::Phase],
+) -> Result<()> {
+    let mut workers = Workers::spawn(procs, |k| {
+        let mut args: Vec<OsString> = ["bench", bench, "--worker"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        args.push(k.to_string().into());
+        args.push("--dir".into());
+        args.push(run_dir.into());
+        args.extend(extra.iter().map(OsString::from));
+        args
+    })?;
+    for phase in phases.iter_mut() {
+        let times = workers.phase(&phase.name)?;
+        phase.worker_seconds.push(times);
+    }
+    workers.finish()
+}
+
 /// The parent's side: the running workers of one run.
 pub struct Workers {
     children: Vec<Worker>,
