@@ -74,6 +74,12 @@ pub struct Settings {
     pub readdir_batch: u32,
     /// Client name and attribute cache lifetime in milliseconds. Default 100.
     pub cache_ttl_ms: u64,
+    /// Metadata changes become durable by appending to a write-ahead log
+    /// (one small fdatasync) instead of by a durable commit of the KV store's
+    /// B-tree (several scattered page writes and an fsync); the store is
+    /// checkpointed every 16 MiB of log. Default true; false is for measuring
+    /// what it buys (`bench/results/kv-engine.md`).
+    pub metadata_log: bool,
     /// Requests a client keeps in flight per server connection. Default 256.
     pub max_inflight: u32,
     /// Requests a server handles at once per connection. Default 256.
@@ -123,6 +129,7 @@ impl Default for Settings {
             inline_max: 64 << 10,
             readdir_batch: 512,
             cache_ttl_ms: 100,
+            metadata_log: true,
             max_inflight: 256,
             server_inflight: 256,
             max_transfer: 1 << 20,

@@ -12,6 +12,9 @@
 //! |                                  | (pools.rs encodes these keys)          |
 //! | `Cnext_handle`                   | last handle counter allocated (8 BE)   |
 //! | `Cobjects`                       | number of objects stored (8 BE)        |
+//! | `Cwal_seq`                       | first sequence number the metadata log |
+//! |                                  | may hold after the last checkpoint     |
+//! |                                  | (8 BE; written by `kv::wal` only)      |
 //!
 //! Directory entries of one directory are contiguous and sorted by name, so a
 //! readdir is one prefix scan that resumes after the last name returned.
@@ -26,6 +29,7 @@ pub const POOL: u8 = b'P';
 
 pub const NEXT_HANDLE: &[u8] = b"Cnext_handle";
 pub const OBJECT_COUNT: &[u8] = b"Cobjects";
+pub const WAL_SEQ: &[u8] = b"Cwal_seq";
 
 fn tagged(tag: u8, handle: Handle) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);

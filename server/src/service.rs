@@ -14,7 +14,7 @@ use shoal_proto::msg::ErrorReply;
 use crate::commit::{CommitQueue, Ticket, TicketScope};
 use crate::data_store::DataStore;
 use crate::handlers;
-use crate::kv::{KvEngine, RedbEngine};
+use crate::kv::{KvEngine, RedbEngine, WalEngine};
 use crate::meta_store::MetaStore;
 use crate::pools::Pools;
 use crate::stats::{Sample, Stats};
@@ -72,7 +72,12 @@ impl Service {
     /// Opens server `id` of `config` with its on-disk KV store.
     pub fn open(config: ClusterConfig, id: u32) -> Result<Service> {
         let entry = config.server(id)?.clone();
-        let kv: Arc<dyn KvEngine> = Arc::new(RedbEngine::open(&entry.data)?);
+        let store = RedbEngine::open(&entry.data)?;
+        let kv: Arc<dyn KvEngine> = if config.settings.metadata_log {
+            Arc::new(WalEngine::open(store, &entry.data)?)
+        } else {
+            Arc::new(WalEngine::retire(store, &entry.data)?)
+        };
         Service::with_engine(config, id, kv, &entry.data)
     }
 
