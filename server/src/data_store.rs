@@ -27,6 +27,7 @@ use shoal_proto::msg::ObjectRecord;
 use shoal_proto::time::{now_ns, to_ns};
 use shoal_proto::ObjectKind;
 
+use crate::disk::fs_space;
 use crate::keys;
 use crate::meta_store::{MetaStore, Txn};
 
@@ -63,23 +64,6 @@ impl Drop for Admitted<'_> {
     fn drop(&mut self) {
         self.writing.fetch_sub(self.bytes, Ordering::SeqCst);
     }
-}
-
-/// Total and available bytes of the file system holding `path`.
-fn fs_space(path: &Path) -> std::io::Result<(u64, u64)> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: all-zero is a valid statvfs; `c` is a valid C string and `st`
-    // a valid out-pointer for the call.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let frsize = st.f_frsize as u64;
-    Ok((
-        (st.f_blocks as u64).saturating_mul(frsize),
-        (st.f_bavail as u64).saturating_mul(frsize),
-    ))
 }
 
 impl DataStore {

@@ -7,6 +7,7 @@
 
 pub mod commit;
 pub mod data_store;
+pub mod disk;
 mod handlers;
 pub mod keys;
 pub mod kv;

@@ -13,7 +13,7 @@
 //! that is the durability point. The file is allocated and zero-filled
 //! once, so a sync changes data blocks only, never the file's size or
 //! extents (which would add a journal commit to every fdatasync). Once the
-//! log passes [`CHECKPOINT_BYTES`], the sync also makes the inner engine
+//! log passes its checkpoint length, the sync also makes the inner engine
 //! durable (its own sync) and starts the log again at offset 0, so the log
 //! and the time to replay it stay bounded.
 //!
@@ -46,15 +46,18 @@ use std::sync::{Mutex, MutexGuard};
 use shoal_proto::error::{Result, ShoalError};
 
 use super::{Batch, BatchOp, KvEngine, Pair};
+use crate::disk::fs_space;
 use crate::keys;
 
 /// The log file, beside the inner engine's files.
 pub const LOG_FILE: &str = "meta.wal";
-/// Log length past which a sync also checkpoints. Big enough that the
-/// checkpoint's own cost (the inner engine writing every page dirtied
-/// since the last one) is shared by thousands of requests; small enough
-/// that replaying the log at start-up takes a moment.
-pub const CHECKPOINT_BYTES: u64 = 16 << 20;
+/// Log length past which a sync also checkpoints: 1/64 of the file
+/// system, within these bounds. Big enough that the checkpoint's own cost
+/// (the inner engine writing every page dirtied since the last one) is
+/// shared by thousands of requests; small enough that replaying the log at
+/// start-up takes a moment, and that a small disk keeps room for the rest.
+pub const CHECKPOINT_MIN: u64 = 256 << 10;
+pub const CHECKPOINT_MAX: u64 = 16 << 20;
 /// Tail length past which an apply syncs the log itself. File data written
 /// inline (durable only on fsync) applies without any sync following; this
 /// keeps the tail's memory bounded when nothing else syncs, as in scratch
@@ -105,7 +108,9 @@ impl<E: KvEngine> WalEngine<E> {
     /// Opens the log in `dir` in front of `inner`, replays what it holds onto
     /// `inner` and checkpoints.
     pub fn open(inner: E, dir: &Path) -> Result<WalEngine<E>> {
-        WalEngine::open_with(inner, dir, CHECKPOINT_BYTES)
+        let total = fs_space(dir).map(|(total, _)| total).unwrap_or(0);
+        let checkpoint_bytes = (total / 64).clamp(CHECKPOINT_MIN, CHECKPOINT_MAX);
+        WalEngine::open_with(inner, dir, checkpoint_bytes)
     }
 
     fn open_with(inner: E, dir: &Path, checkpoint_bytes: u64) -> Result<WalEngine<E>> {
@@ -130,7 +135,7 @@ impl<E: KvEngine> WalEngine<E> {
                 replayed.bytes
             );
         }
-        fill(&log, checkpoint_bytes + TAIL_LIMIT as u64)?;
+        fill(&log, checkpoint_bytes)?;
         let engine = WalEngine {
             inner,
             tail: Mutex::new(Tail {
@@ -175,7 +180,8 @@ impl<E: KvEngine> WalEngine<E> {
 }
 
 /// Makes the log file at least `len` bytes of written zeros, durably, so
-/// that syncs overwrite allocated blocks and never change the file's size.
+/// that syncs overwrite allocated blocks and do not change the file's size
+/// (only the sync that crosses the checkpoint length writes past it).
 fn fill(log: &Log, len: u64) -> Result<()> {
     let have = log
         .file
