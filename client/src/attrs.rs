@@ -7,14 +7,14 @@ use shoal_proto::dist;
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
-use shoal_proto::Op;
+use shoal_proto::{ObjectKind, Op};
 
 use crate::{Attr, Client, FileKind, Layout, SetAttr, StatFs};
 
 /// Fills a file's size and data times from its datafiles' sizes (`sizes` in
 /// the order of `rec`'s distribution). Shared by getattr and readdirplus so
 /// both report exactly the same attributes.
-pub(crate) fn apply_sizes(attr: &mut Attr, rec: &ObjectRecord, sizes: &[DatafileSize]) {
+fn apply_sizes(attr: &mut Attr, rec: &ObjectRecord, sizes: &[DatafileSize]) {
     let strip_size = rec.dist.as_ref().map_or(0, |d| d.strip_size);
     let locals: Vec<u64> = sizes.iter().map(|s| s.size).collect();
     attr.size = dist::file_size(strip_size.max(1), &locals);
@@ -46,29 +46,67 @@ impl Client {
         let rec = reply
             .object
             .ok_or_else(|| ShoalError::protocol("getattr reply without an object"))?;
+        self.attr_of(rec, &reply.sizes).await
+    }
+
+    /// The attributes of the object `rec` (as its server sent it), given the
+    /// sizes of its datafiles on that server; caches them. A file whose
+    /// datafiles all live there (a stuffed file) needs no other message.
+    pub(crate) async fn attr_of(&self, rec: ObjectRecord, local: &[DatafileSize]) -> Result<Attr> {
+        let found =
+            |sizes: &[DatafileSize], d: Handle| sizes.iter().find(|s| s.handle == d).cloned();
+        let attr = match self.attr_with(&rec, |d| found(local, d))? {
+            Some(attr) => attr,
+            None => {
+                let dist = rec.dist.clone().unwrap_or_default();
+                let sizes = self.datafile_sizes(&dist).await?;
+                self.attr_with(&rec, |d| found(&sizes, d))?.ok_or_else(|| {
+                    ShoalError::io(format!("no size for a datafile of {:#x}", rec.handle))
+                })?
+            }
+        };
+        self.inner.attrs.put(rec.handle, attr.clone());
+        Ok(attr)
+    }
+
+    /// An object's attributes from its record and its datafiles' sizes
+    /// (`size_of`), or None if a datafile's size is missing. Remembers a
+    /// file's distribution. Shared by getattr, lookup and readdirplus so that
+    /// all report exactly the same attributes.
+    pub(crate) fn attr_with(
+        &self,
+        rec: &ObjectRecord,
+        size_of: impl Fn(Handle) -> Option<DatafileSize>,
+    ) -> Result<Option<Attr>> {
+        let h = rec.handle;
         let kind = FileKind::from_object(rec.kind()).ok_or_else(|| {
             ShoalError::invalid(format!("object {h:#x} is not a file, directory or symlink"))
         })?;
-        let mut attr = Attr::from_record(&rec, kind);
+        let mut attr = Attr::from_record(rec, kind);
         if kind == FileKind::File {
             let dist = rec.dist.clone().unwrap_or_default();
-            self.inner.dists.put(h, dist.clone());
-            // Stuffing: the reply carries the sizes of the datafiles on the
-            // metafile's server; if that is all of them (a stuffed file), the
-            // stat took one message.
-            let local: Option<Vec<DatafileSize>> = dist
+            let Some(sizes) = dist
                 .datafiles
                 .iter()
-                .map(|d| reply.sizes.iter().find(|s| s.handle == *d).cloned())
-                .collect();
-            let sizes = match local {
-                Some(sizes) if !sizes.is_empty() => sizes,
-                _ => self.datafile_sizes(&dist).await?,
+                .map(|d| size_of(*d))
+                .collect::<Option<Vec<_>>>()
+            else {
+                return Ok(None);
             };
-            apply_sizes(&mut attr, &rec, &sizes);
+            self.inner.dists.put(h, dist);
+            apply_sizes(&mut attr, rec, &sizes);
         }
-        self.inner.attrs.put(h, attr.clone());
-        Ok(attr)
+        Ok(Some(attr))
+    }
+
+    /// Caches a directory's record as a reply that changed its entries
+    /// returned it (its new mtime), so nobody has to ask for it again.
+    pub(crate) fn refresh_dir(&self, rec: Option<ObjectRecord>) {
+        if let Some(rec) = rec.filter(|r| r.kind() == ObjectKind::Directory) {
+            self.inner
+                .attrs
+                .put(rec.handle, Attr::from_record(&rec, FileKind::Directory));
+        }
     }
 
     pub(crate) async fn get_record(&self, h: Handle) -> Result<ObjectRecord> {

@@ -33,8 +33,38 @@ impl Client {
         if let Some(hit) = self.inner.names.get(&key) {
             return Ok(hit);
         }
-        let reply: LookupReply = self
-            .pool()
+        let reply = self.lookup_request(dir, name, false).await?;
+        let found = (reply.handle, kind_of(reply.kind)?);
+        self.inner.names.put(key, found);
+        Ok(found)
+    }
+
+    /// Looks `name` up in `dir` and returns its attributes (what the kernel
+    /// wants of a lookup). With colocate, a file's record sits beside its
+    /// entry and comes back with the lookup: one message, not two.
+    pub async fn lookup_attr(&self, dir: Handle, name: &str) -> Result<Attr> {
+        check_name(name)?;
+        let key = (dir, name.to_string());
+        if let Some((h, _)) = self.inner.names.get(&key) {
+            return self.getattr(h).await;
+        }
+        let want_attrs = self.config().settings.colocate;
+        let reply = self.lookup_request(dir, name, want_attrs).await?;
+        let (h, kind) = (reply.handle, kind_of(reply.kind)?);
+        self.inner.names.put(key, (h, kind));
+        match reply.object.filter(|o| o.handle == h) {
+            Some(rec) => self.attr_of(rec, &reply.sizes).await,
+            None => self.getattr(h).await,
+        }
+    }
+
+    async fn lookup_request(
+        &self,
+        dir: Handle,
+        name: &str,
+        want_attrs: bool,
+    ) -> Result<LookupReply> {
+        self.pool()
             .call(
                 server_of(dir),
                 self.cred,
@@ -42,12 +72,10 @@ impl Client {
                 &LookupRequest {
                     dir,
                     name: name.to_string(),
+                    want_attrs,
                 },
             )
-            .await?;
-        let found = (reply.handle, kind_of(reply.kind)?);
-        self.inner.names.put(key, found);
-        Ok(found)
+            .await
     }
 
     /// Resolves an absolute Shoal path to a handle. Symlinks in the middle of
@@ -146,7 +174,7 @@ impl Client {
         handle: Handle,
         kind: FileKind,
     ) -> Result<()> {
-        let _: CrDirEntReply = self
+        let reply: CrDirEntReply = self
             .pool()
             .call(
                 server_of(dir),
@@ -161,9 +189,7 @@ impl Client {
                 },
             )
             .await?;
-        // The directory's cached attributes (mtime) may lag by up to the
-        // cache TTL, as any cached attribute may; dropping them here would
-        // cost a getattr per create in a create storm.
+        self.refresh_dir(reply.dir);
         self.inner
             .names
             .put((dir, name.to_string()), (handle, kind));
@@ -330,6 +356,7 @@ impl Client {
             self.inner.dists.put(meta, dist);
         }
         if colocate {
+            self.refresh_dir(reply.dir);
             self.inner
                 .names
                 .put((dir, name.to_string()), (meta, FileKind::File));
@@ -410,7 +437,7 @@ impl Client {
             .call(server_of(dir), self.cred, Op::RmDirEnt, &req)
             .await?;
         self.inner.names.remove(&(dir, name));
-        self.forget(dir);
+        self.refresh_dir(reply.dir.clone());
         let kind = kind_of(reply.kind)?;
         Ok((reply, kind))
     }

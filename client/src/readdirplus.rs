@@ -21,8 +21,7 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ObjectKind, Op};
 
-use crate::attrs::apply_sizes;
-use crate::{Attr, Client, DirEntry, FileKind};
+use crate::{Attr, Client, DirEntry};
 
 /// Most handles in one ListAttr request (the servers' limit).
 const MAX_LISTATTR_HANDLES: usize = 16384;
@@ -229,7 +228,9 @@ impl Client {
             if recheck.contains(h) {
                 continue;
             }
-            let attr = self.attr_of(rec, &got.sizes)?;
+            let attr = self
+                .attr_with(rec, |d| got.sizes.get(&d).cloned())?
+                .ok_or_else(|| ShoalError::io(format!("no size for a datafile of {h:#x}")))?;
             self.inner.attrs.put(*h, attr.clone());
             attrs.insert(*h, attr);
         }
@@ -275,31 +276,5 @@ impl Client {
                 other => other,
             }
         })
-    }
-
-    /// An object's attributes from its record and its datafiles' sizes,
-    /// computed exactly as getattr does.
-    fn attr_of(&self, rec: &ObjectRecord, sizes: &HashMap<Handle, DatafileSize>) -> Result<Attr> {
-        let h = rec.handle;
-        let kind = FileKind::from_object(rec.kind()).ok_or_else(|| {
-            ShoalError::invalid(format!("object {h:#x} is not a file, directory or symlink"))
-        })?;
-        let mut attr = Attr::from_record(rec, kind);
-        if kind == FileKind::File {
-            let dist = rec.dist.clone().unwrap_or_default();
-            let in_order = dist
-                .datafiles
-                .iter()
-                .map(|d| {
-                    sizes
-                        .get(d)
-                        .cloned()
-                        .ok_or_else(|| ShoalError::io(format!("no size for datafile {d:#x}")))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            self.inner.dists.put(h, dist);
-            apply_sizes(&mut attr, rec, &in_order);
-        }
-        Ok(attr)
     }
 }

@@ -254,11 +254,11 @@ impl Filesystem for ShoalFs {
         let c = self.caller(req);
         let s = self.shared.clone();
         self.run_entry("lookup", reply, async move {
-            let (h, kind) = c.lookup(parent.0, &name).await?;
-            if kind == FileKind::Directory {
-                s.parents.set(h, parent.0);
+            let a = c.lookup_attr(parent.0, &name).await?;
+            if a.kind == FileKind::Directory {
+                s.parents.set(a.handle, parent.0);
             }
-            c.getattr(h).await
+            Ok(a)
         });
     }
 

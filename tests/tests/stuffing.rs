@@ -307,3 +307,50 @@ async fn concurrent_unstuffs_without_precreate_agree_too() {
         .start();
     concurrent_unstuffs(&cluster).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_colocate_a_lookup_brings_the_attributes_and_entry_changes_refresh_the_directory() {
+    // Caches that outlive the test, so that counts do not depend on timing.
+    let cluster = Cluster::builder()
+        .servers(4)
+        .set("cache_ttl_ms=600000")
+        .start();
+    let writer = cluster.client();
+    writer.ping_all().await.unwrap();
+    cluster.wait_for_pools(&writer).await;
+    let dir = writer.mkdir(ROOT, "d", 0o755).await.unwrap();
+    let h = writer.create(dir.handle, "f", 0o644).await.unwrap().handle;
+    writer
+        .write(h, 0, Bytes::from_static(b"twelve bytes"))
+        .await
+        .unwrap();
+
+    // A lookup is also the stat: the file's record and its stuffed size
+    // come back from the directory's server in one message.
+    let reader = cluster.client();
+    let (attr, lookup) = cluster
+        .messages_during(&reader, reader.lookup_attr(dir.handle, "f"))
+        .await;
+    let attr = attr.unwrap();
+    assert_eq!((attr.handle, attr.size), (h, 12));
+    assert_eq!(lookup, 1, "lookup with attributes");
+    let (_, again) = cluster.messages_during(&reader, reader.getattr(h)).await;
+    assert_eq!(again, 0, "cached by the lookup");
+
+    // The directory's new mtime comes back with each create and remove: the
+    // writer's next stat of it is answered from its cache, and is current.
+    let before = writer.getattr(dir.handle).await.unwrap().mtime_ns;
+    writer.create(dir.handle, "g", 0o644).await.unwrap();
+    let (after_create, stat) = cluster
+        .messages_during(&writer, writer.getattr(dir.handle))
+        .await;
+    let after_create = after_create.unwrap().mtime_ns;
+    assert_eq!(stat, 0, "directory attributes refreshed by the create");
+    assert!(after_create > before, "mtime moved on with the create");
+    writer.unlink(dir.handle, "f").await.unwrap();
+    let (after_remove, stat) = cluster
+        .messages_during(&writer, writer.getattr(dir.handle))
+        .await;
+    assert_eq!(stat, 0, "directory attributes refreshed by the remove");
+    assert!(after_remove.unwrap().mtime_ns > after_create);
+}

@@ -15,18 +15,23 @@ const XATTR_SIZE_MAX: usize = 64 << 10;
 
 pub fn getattr(s: &Service, r: &Request) -> Result<Reply> {
     let q: GetAttrRequest = r.decode()?;
-    let mut object = s.meta.get(q.handle)?;
+    Ok(Reply::message(&attributes(s, s.meta.get(q.handle)?)?))
+}
+
+/// What a stat of `object` needs from this server: its record (a datafile's
+/// with its current size) and, so that a stuffed file's stat is one message,
+/// the sizes of its datafiles that live here.
+pub(crate) fn attributes(s: &Service, mut object: ObjectRecord) -> Result<GetAttrReply> {
     if object.kind() == ObjectKind::Datafile {
         let (size, mtime) = s.data.size_of(&object)?;
         object.size = size;
         object.data_mtime_ns = mtime;
     }
-    // Stuffing: the local datafiles' sizes too, so a stuffed file's stat is 1 message.
     let sizes = super::precreate::local_sizes(s, &object)?;
-    Ok(Reply::message(&GetAttrReply {
+    Ok(GetAttrReply {
         object: Some(object),
         sizes,
-    }))
+    })
 }
 
 pub fn setattr(s: &Service, r: &Request) -> Result<Reply> {

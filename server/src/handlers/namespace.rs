@@ -28,10 +28,21 @@ pub fn lookup(s: &Service, r: &Request) -> Result<Reply> {
         .meta
         .lookup(q.dir, &q.name)?
         .ok_or_else(|| ShoalError::not_found(&q.name))?;
-    Ok(Reply::message(&LookupReply {
+    let mut reply = LookupReply {
         handle,
         kind: kind as i32,
-    }))
+        ..Default::default()
+    };
+    if q.want_attrs && handle::server_of(handle) == s.id {
+        // The entry is read without the store lock, so the object may have
+        // gone since: then the client asks for it as it would have anyway.
+        if let Some(rec) = s.meta.try_get(handle)? {
+            let attrs = super::attrs::attributes(s, rec)?;
+            reply.object = attrs.object;
+            reply.sizes = attrs.sizes;
+        }
+    }
+    Ok(Reply::message(&reply))
 }
 
 pub fn create_object(s: &Service, r: &Request) -> Result<Reply> {
@@ -132,13 +143,15 @@ pub fn set_dist(s: &Service, r: &Request) -> Result<Reply> {
 }
 
 /// Directory mtime and ctime change when an entry is added or removed.
-pub(crate) fn touch_dir(txn: &mut Txn, mut dir: ObjectRecord) {
+/// Returns the record as stored, for the reply.
+pub(crate) fn touch_dir(txn: &mut Txn, mut dir: ObjectRecord) -> ObjectRecord {
     if let Some(a) = dir.attrs.as_mut() {
         let now = now_ns();
         a.mtime_ns = now;
         a.ctime_ns = now;
     }
     txn.put_object(&dir);
+    dir
 }
 
 /// POSIX rename rules for replacing an existing entry.
@@ -190,7 +203,7 @@ pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
             reply.replaced_kind = old_kind as i32;
         }
         txn.put_entry(q.dir, &q.name, q.handle, kind);
-        touch_dir(txn, dir);
+        reply.dir = Some(touch_dir(txn, dir));
         Ok(reply)
     })?;
     Ok(Reply::message(&reply).with_syncs(syncs))
@@ -225,10 +238,10 @@ pub fn rmdirent(s: &Service, r: &Request) -> Result<Reply> {
             ));
         }
         txn.delete_entry(q.dir, &q.name);
-        touch_dir(txn, dir);
         let mut reply = RmDirEntReply {
             handle,
             kind: kind as i32,
+            dir: Some(touch_dir(txn, dir)),
             ..Default::default()
         };
         let mut gone = Vec::new();

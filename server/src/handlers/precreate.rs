@@ -118,16 +118,17 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
                 ..Default::default()
             };
             txn.insert_object(&rec);
-            if let Some(dir) = dir {
+            let dir = dir.map(|dir| {
                 txn.put_entry(q.dir, &q.name, meta, ObjectKind::Metafile);
-                touch_dir(txn, dir);
-            }
-            Ok(Some((rec, taken)))
+                touch_dir(txn, dir)
+            });
+            Ok(Some((rec, dir, taken)))
         })?;
-        if let Some((object, taken)) = made {
+        if let Some((object, dir, taken)) = made {
             s.pools.taken(&taken);
             return Ok(Reply::message(&CreateFileReply {
                 object: Some(object),
+                dir,
             })
             .with_syncs(syncs));
         }
