@@ -1,7 +1,7 @@
 //! One TCP connection to one server, shared by every request of the process and
 //! multiplexed by request id: callers send concurrently and each waits only for
-//! its own reply. A reader task routes replies; a writer task batches frames
-//! into as few syscalls as it can.
+//! its own reply. A caller writes its request itself (`FrameSink`: no hand-off
+//! to another task unless the socket is full); a reader task routes replies.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -13,12 +13,13 @@ use bytes::Bytes;
 use prost::Message;
 use shoal_proto::auth::{client_handshake, Secret};
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::frame::{read_frame, write_frame, Frame, Kind};
+use shoal_proto::frame::{read_frame, Frame, Kind};
 use shoal_proto::msg::ErrorReply;
+use shoal_proto::sink::FrameSink;
 use shoal_proto::Op;
-use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::BufReader;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{oneshot, Semaphore};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const BUFFER: usize = 256 << 10;
@@ -28,7 +29,7 @@ type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Frame>>>>;
 pub struct Connection {
     server: u32,
     addr: SocketAddr,
-    tx: mpsc::Sender<Frame>,
+    sink: Arc<FrameSink>,
     pending: Pending,
     next_id: AtomicU64,
     permits: Semaphore,
@@ -63,24 +64,21 @@ impl Connection {
             client_handshake(&mut stream, secret, &format!("server {server} at {addr}")).await?;
         }
         let (read_half, write_half) = stream.into_split();
-        let (tx, rx) = mpsc::channel::<Frame>(max_inflight);
+        let sink = Arc::new(FrameSink::new(write_half));
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
-        tokio::spawn(write_frames(
-            BufWriter::with_capacity(BUFFER, write_half),
-            rx,
-            alive.clone(),
-        ));
+        tokio::spawn(flush_queued(sink.clone(), alive.clone()));
         tokio::spawn(route_replies(
             BufReader::with_capacity(BUFFER, read_half),
             pending.clone(),
             alive.clone(),
+            sink.clone(),
             addr,
         ));
         Ok(Connection {
             server,
             addr,
-            tx,
+            sink,
             pending,
             next_id: AtomicU64::new(1),
             permits: Semaphore::new(max_inflight),
@@ -107,7 +105,7 @@ impl Connection {
         let (reply_tx, reply_rx) = oneshot::channel();
         self.pending.lock().unwrap().insert(id, reply_tx);
         let frame = Frame::request(op, id, uid, gid, body, payload);
-        if self.tx.send(frame).await.is_err() {
+        if self.sink.send(&frame).is_err() {
             self.pending.lock().unwrap().remove(&id);
             return Err(self.lost());
         }
@@ -139,23 +137,8 @@ impl Connection {
     }
 }
 
-async fn write_frames<W: tokio::io::AsyncWrite + Unpin>(
-    mut w: BufWriter<W>,
-    mut rx: mpsc::Receiver<Frame>,
-    alive: Arc<AtomicBool>,
-) {
-    while let Some(frame) = rx.recv().await {
-        let mut ok = write_frame(&mut w, &frame).await.is_ok();
-        while ok {
-            match rx.try_recv() {
-                Ok(more) => ok = write_frame(&mut w, &more).await.is_ok(),
-                Err(_) => break,
-            }
-        }
-        if !ok || w.flush().await.is_err() {
-            break;
-        }
-    }
+async fn flush_queued(sink: Arc<FrameSink>, alive: Arc<AtomicBool>) {
+    let _ = sink.flush_queued().await;
     alive.store(false, Ordering::Relaxed);
 }
 
@@ -163,6 +146,7 @@ async fn route_replies<R: tokio::io::AsyncRead + Unpin>(
     mut r: R,
     pending: Pending,
     alive: Arc<AtomicBool>,
+    sink: Arc<FrameSink>,
     addr: SocketAddr,
 ) {
     loop {
@@ -184,6 +168,7 @@ async fn route_replies<R: tokio::io::AsyncRead + Unpin>(
         }
     }
     alive.store(false, Ordering::Relaxed);
+    sink.close();
     // Dropping the senders wakes every waiter with an error.
     pending.lock().unwrap().clear();
 }

@@ -3,7 +3,8 @@
 //! Open `shoal.proto` first: it is the schema. This crate adds the frame layout
 //! ([`frame`]), the operation table ([`op`]), POSIX errors ([`error`]), the handle
 //! space ([`handle`]), striping arithmetic ([`dist`]), name validation ([`names`])
-//! the cluster file ([`cluster`]) and the authentication handshake ([`auth`]).
+//! the cluster file ([`cluster`]), the authentication handshake ([`auth`]) and
+//! the sending side of a connection ([`sink`]).
 
 pub mod auth;
 pub mod cluster;
@@ -13,6 +14,7 @@ pub mod frame;
 pub mod handle;
 pub mod names;
 pub mod op;
+pub mod sink;
 pub mod time;
 
 /// The protobuf messages generated from `shoal.proto`.

@@ -1,9 +1,12 @@
 //! Accepts connections and serves requests on them concurrently.
 //!
-//! Per connection: one task reads frames, each request runs on the blocking
-//! pool (handlers do disk I/O), replies go through a bounded channel to one
-//! writer task that batches flushes. At most `server_inflight` requests of one
-//! connection run at once. A malformed frame closes that connection only.
+//! Per connection: one task reads frames. Requests that only read the KV
+//! store are answered on that task; the others run on the blocking pool
+//! (they wait for disk syncs, local files or other servers). Replies are
+//! written by whoever produced them (`FrameSink`: no hand-off to a writer
+//! task unless the socket is full). At most `server_inflight` requests of
+//! one connection run at once. A malformed frame closes that connection
+//! only.
 //!
 //! Before any frame, a connection proves the cluster secret (`auth`); one that
 //! does not is closed without a frame read. A frame whose first byte has
@@ -13,15 +16,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use shoal_proto::auth::{server_handshake, Refusal, Secret};
-use shoal_proto::frame::{read_frame_timeout, write_frame, Frame, FrameError, Kind};
-use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use shoal_proto::frame::{read_frame_timeout, FrameError, Kind};
+use shoal_proto::sink::FrameSink;
+use shoal_proto::Op;
+use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::service::Service;
 
 const READ_BUFFER: usize = 256 << 10;
-const WRITE_BUFFER: usize = 256 << 10;
 /// How long the rest of a frame may take once its first byte has arrived.
 pub const FRAME_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -68,11 +72,11 @@ async fn serve_connection(
     let (read_half, write_half) = stream.into_split();
     let mut reader = BufReader::with_capacity(READ_BUFFER, read_half);
     let inflight = service.config.settings.server_inflight as usize;
-    let (tx, rx) = mpsc::channel::<Frame>(inflight);
-    let writer = tokio::spawn(write_replies(
-        BufWriter::with_capacity(WRITE_BUFFER, write_half),
-        rx,
-    ));
+    let sink = Arc::new(FrameSink::new(write_half));
+    let flusher = tokio::spawn({
+        let sink = sink.clone();
+        async move { sink.flush_queued().await }
+    });
     let permits = Arc::new(Semaphore::new(inflight));
     loop {
         let frame = match read_frame_timeout(&mut reader, FRAME_TIMEOUT).await {
@@ -96,34 +100,44 @@ async fn serve_connection(
         // their sync to share it with this one (commit coalescing). Counting
         // before the permit would be wrong: a frame waiting for a slot held
         // by deferred requests would keep them waiting for it.
+        if answers_at_once(frame.header.op) {
+            let reply = service.handle(&frame);
+            drop(permit);
+            if sink.send(&reply).is_err() {
+                break;
+            }
+            continue;
+        }
         let ticket = service.commit.schedule(frame.header.op);
         let service = service.clone();
-        let tx = tx.clone();
+        let sink = sink.clone();
         tokio::task::spawn_blocking(move || {
             let reply = service.handle_scheduled(&frame, ticket);
-            let _ = tx.blocking_send(reply);
+            // A failed send means the connection is gone; the reader sees it.
+            let _ = sink.send(&reply);
             drop(permit);
         });
     }
-    drop(tx);
-    let _ = writer.await;
+    // Requests already running still answer before the connection closes.
+    let _ = permits.acquire_many(inflight as u32).await;
+    sink.close();
+    let _ = flusher.await;
 }
 
-async fn write_replies<W: tokio::io::AsyncWrite + Unpin>(
-    mut w: BufWriter<W>,
-    mut rx: mpsc::Receiver<Frame>,
-) {
-    while let Some(frame) = rx.recv().await {
-        if write_frame(&mut w, &frame).await.is_err() {
-            return;
-        }
-        while let Ok(more) = rx.try_recv() {
-            if write_frame(&mut w, &more).await.is_err() {
-                return;
-            }
-        }
-        if w.flush().await.is_err() {
-            return;
-        }
-    }
+/// Requests answered on the connection's own task, without a hop to the
+/// blocking pool: they only read the KV store (memory-mapped pages, a few
+/// microseconds) and never wait on a disk or another server. Handing them to
+/// another thread would cost more than answering them.
+fn answers_at_once(op: Op) -> bool {
+    matches!(
+        op,
+        Op::Ping
+            | Op::Stats
+            | Op::Lookup
+            | Op::GetAttr
+            | Op::GetXattr
+            | Op::ListXattr
+            | Op::Readdir
+            | Op::Rendezvous
+    )
 }
