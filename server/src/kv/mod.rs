@@ -12,8 +12,10 @@
 //! happens only at log checkpoints.
 
 mod mem_engine;
+mod memtable;
 mod redb_engine;
 mod wal;
+mod wal_log;
 
 pub use mem_engine::MemEngine;
 pub use redb_engine::RedbEngine;
