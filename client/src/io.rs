@@ -15,6 +15,7 @@
 //! stuffed file always ends.
 
 use bytes::{Bytes, BytesMut};
+use prost::Message;
 use shoal_proto::cluster::SyncMode;
 use shoal_proto::dist;
 use shoal_proto::error::{Errno, Result, ShoalError};
@@ -156,7 +157,8 @@ impl Client {
                     handle: c.datafile,
                     offset: c.local_offset,
                 });
-                self.pool()
+                let reply = self
+                    .pool()
                     .call_raw(
                         server_of(c.datafile),
                         self.cred,
@@ -164,7 +166,10 @@ impl Client {
                         body.into(),
                         payload,
                     )
-                    .await
+                    .await?;
+                let reply = WriteReply::decode(reply.body)
+                    .map_err(|e| ShoalError::protocol(format!("write reply: {e}")))?;
+                self.changed(h, c.datafile, reply.verifier).await
             }
         }))
         .await?;
@@ -280,8 +285,9 @@ impl Client {
         let n = dist.width();
         futures::future::try_join_all(dist.datafiles.iter().enumerate().map(|(i, d)| async move {
             let local = dist::local_size(dist.strip_size.max(1), n, i, size);
-            self.pool()
-                .call::<Empty>(
+            let reply: TruncateReply = self
+                .pool()
+                .call(
                     server_of(*d),
                     self.cred,
                     Op::Truncate,
@@ -290,7 +296,8 @@ impl Client {
                         size: local,
                     },
                 )
-                .await
+                .await?;
+            self.changed(h, *d, reply.verifier).await
         }))
         .await?;
         let now = shoal_proto::time::now_ns();
@@ -303,7 +310,9 @@ impl Client {
     }
 
     /// Makes the data of file `h` durable on every server holding it. In
-    /// scratch mode (`sync = "none"`) the metadata is synced too.
+    /// scratch mode (`sync = "none"`) the metadata is synced too. Fails with
+    /// EIO if a server restarted since it acknowledged a change to the file
+    /// that was not durable yet (see `unstable`).
     pub async fn fsync(&self, h: Handle) -> Result<()> {
         let mut targets = match self.distribution(h).await {
             Ok(d) => d.datafiles,
@@ -312,17 +321,40 @@ impl Client {
         if targets.is_empty() || self.config().settings.sync == SyncMode::None {
             targets.push(h);
         }
-        futures::future::try_join_all(targets.iter().map(|t| async move {
-            self.pool()
-                .call::<Empty>(
-                    server_of(*t),
-                    self.cred,
-                    Op::Fsync,
-                    &FsyncRequest { handle: *t },
-                )
-                .await
-        }))
-        .await?;
+        let replies =
+            futures::future::try_join_all(targets.iter().map(|t| self.commit(*t))).await?;
+        self.inner.unstable.synced(h, &replies)
+    }
+
+    /// Makes the data of datafile (or object) `t` durable on its server;
+    /// returns that server and its verifier.
+    async fn commit(&self, t: Handle) -> Result<(u32, u64)> {
+        let reply: FsyncReply = self
+            .pool()
+            .call(
+                server_of(t),
+                self.cred,
+                Op::Fsync,
+                &FsyncRequest { handle: t },
+            )
+            .await?;
+        Ok((server_of(t), reply.verifier))
+    }
+
+    /// Records a change to file `h` that datafile `d`'s server acknowledged
+    /// with `verifier`; if it cannot be tracked until the file's fsync, it is
+    /// made durable now.
+    async fn changed(&self, h: Handle, d: Handle, verifier: u64) -> Result<()> {
+        if self.inner.unstable.changed(h, server_of(d), verifier) {
+            return Ok(());
+        }
+        let (server, now) = self.commit(d).await?;
+        if now != verifier {
+            return Err(ShoalError::new(
+                Errno::EIO,
+                format!("server {server} restarted before a change to file {h:#x} was durable"),
+            ));
+        }
         Ok(())
     }
 }

@@ -16,6 +16,7 @@ pub mod namespace;
 pub mod pool;
 pub mod readdirplus;
 pub mod types;
+pub mod unstable;
 
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
@@ -47,6 +48,9 @@ struct Inner {
     dists: DistCache,
     /// Round-robin cursor for placing new objects.
     next_server: AtomicU32,
+    /// File changes acknowledged and not yet fsynced, with their servers'
+    /// verifiers.
+    unstable: unstable::Unstable,
 }
 
 impl Client {
@@ -61,6 +65,7 @@ impl Client {
                 attrs: TtlCache::new(ttl),
                 dists: DistCache::new(ttl),
                 next_server: AtomicU32::new(first),
+                unstable: Default::default(),
                 pool: Pool::new(config),
             }),
             cred: Cred::current(),

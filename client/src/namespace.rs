@@ -460,6 +460,7 @@ impl Client {
     /// (a stuffed file has one, on the metafile's server: 1 more message; if
     /// that server already removed it with the metafile, so much the better).
     async fn remove_objects(&self, h: Handle) -> Result<()> {
+        self.inner.unstable.forget(h);
         // The reply lists only the datafiles still to remove (none for a
         // stuffed file: its server removed the one it had).
         if let Some(dist) = self.remove_object(h).await? {
@@ -492,6 +493,7 @@ impl Client {
             return self.reclaim(reply.handle).await;
         }
         self.forget(reply.handle);
+        self.inner.unstable.forget(reply.handle);
         let rest = reply.dist.map(|d| d.datafiles).unwrap_or_default();
         futures::future::try_join_all(rest.iter().map(|d| self.remove_object(*d))).await?;
         Ok(())

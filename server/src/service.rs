@@ -30,6 +30,9 @@ pub struct Service {
     pub pools: Pools,
     pub stats: Stats,
     pub started: Instant,
+    /// Drawn at start: file data acknowledged by this process and not yet
+    /// fsynced dies with it, and clients tell by a changed verifier.
+    pub verifier: u64,
 }
 
 /// One request as a handler sees it.
@@ -100,6 +103,7 @@ impl Service {
             data,
             stats: Stats::default(),
             started: Instant::now(),
+            verifier: rand::random(),
         })
     }
 

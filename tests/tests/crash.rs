@@ -197,10 +197,20 @@ async fn verify(client: &Client, dirs: &[Handle], models: &[Model], stage: &str)
                 .await
                 .unwrap_or_else(|| panic!("{stage}: acknowledged {name} is missing"));
             assert_eq!(data.len(), *len, "{stage}: length of acknowledged {name}");
-            assert!(
-                data == pattern(*seed, *len),
-                "{stage}: bytes of acknowledged {name}"
-            );
+            let want = pattern(*seed, *len);
+            if data != want {
+                let at = data
+                    .iter()
+                    .zip(&want)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(0);
+                let (h, _) = client.lookup(*dir, name).await.unwrap();
+                panic!(
+                    "{stage}: bytes of acknowledged {name} ({len} bytes) differ from byte {at} \
+                     (handle {h:#x}, layout {:?})",
+                    client.layout(h).await
+                );
+            }
         }
         for name in &m.gone {
             assert!(

@@ -105,3 +105,33 @@ async fn a_client_reconnects_after_a_server_restarts() {
         .unwrap();
     assert_eq!(&client.read(f, 0, 5).await.unwrap()[..], b"hello");
 }
+
+/// The NFS write-verifier rule: a write is acknowledged before it is
+/// durable, so if its server restarts before the fsync, the data may be gone
+/// and the fsync must say so (EIO), never succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsync_after_the_server_lost_unsynced_writes_fails_instead_of_lying() {
+    let mut cluster = Cluster::builder().servers(2).start();
+    let client = cluster.client();
+    let f = client.create(ROOT, "f", 0o644).await.unwrap().handle;
+    let server = shoal_proto::handle::server_of(f);
+    client
+        .write(f, 0, Bytes::from(pattern(1, 5000)))
+        .await
+        .unwrap();
+    cluster.kill(server);
+    cluster.start_server(server);
+    let e = client.fsync(f).await.unwrap_err();
+    assert_eq!(e.errno, shoal_client::Errno::EIO, "{e}");
+    // The error is reported once; what is written and fsynced from now on
+    // is durable again.
+    client
+        .write(f, 0, Bytes::from(pattern(2, 5000)))
+        .await
+        .unwrap();
+    client.fsync(f).await.unwrap();
+    cluster.kill(server);
+    cluster.start_server(server);
+    let data = cluster.client().read(f, 0, 10_000).await.unwrap();
+    assert!(data[..] == pattern(2, 5000)[..]);
+}

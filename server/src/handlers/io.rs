@@ -31,13 +31,18 @@ pub fn read(s: &Service, r: &Request) -> Result<Reply> {
 pub fn write(s: &Service, r: &Request) -> Result<Reply> {
     let q: WriteRequest = r.decode()?;
     let written = s.data.write(&s.meta, q.handle, q.offset, r.payload)?;
-    Ok(Reply::message(&WriteReply { written }))
+    Ok(Reply::message(&WriteReply {
+        written,
+        verifier: s.verifier,
+    }))
 }
 
 pub fn truncate(s: &Service, r: &Request) -> Result<Reply> {
     let q: TruncateRequest = r.decode()?;
     s.data.truncate(&s.meta, q.handle, q.size)?;
-    Ok(Reply::default())
+    Ok(Reply::message(&TruncateReply {
+        verifier: s.verifier,
+    }))
 }
 
 pub fn fsync(s: &Service, r: &Request) -> Result<Reply> {
@@ -47,7 +52,10 @@ pub fn fsync(s: &Service, r: &Request) -> Result<Reply> {
         s.data.fsync(&rec)?;
     }
     let syncs = s.commit.sync_now(&s.meta, &s.stats)?;
-    Ok(Reply::default().with_syncs(syncs))
+    Ok(Reply::message(&FsyncReply {
+        verifier: s.verifier,
+    })
+    .with_syncs(syncs))
 }
 
 pub fn get_sizes(s: &Service, r: &Request) -> Result<Reply> {
