@@ -1,8 +1,10 @@
 //! The `fuser::Filesystem` implementation.
 //!
-//! Every handler that needs a server spawns a task on the tokio runtime and
-//! replies from it (fuser replies are `Send`), so the FUSE loop only decodes
-//! and dispatches: no request ever waits behind an unrelated one. Handlers
+//! Every handler that needs a server runs a task that replies when done
+//! (fuser replies are `Send`): its first step runs on the loop thread (it
+//! sends the request, or answers from the client's caches), the rest on the
+//! tokio runtime (`inline_task`), so no request ever waits behind an
+//! unrelated one. Handlers
 //! with nothing to ask a server (open, flush, release, access, opendir,
 //! releasedir, link, ioctl, fallocate) answer in place, which is just as
 //! non-blocking.
@@ -32,6 +34,7 @@ use shoal_proto::time::{now_ns, to_ns};
 use crate::attr::{blksize_for, file_attr};
 use crate::dirs::{OpenDirs, Parents};
 use crate::errors::{fail, name_str, ErrorReply};
+use crate::inline_task;
 use crate::open_files::OpenFiles;
 use crate::readdir;
 use crate::xattr::{name_list, reply_value, xattr_name, NoCapability, CAPABILITY};
@@ -144,7 +147,7 @@ impl ShoalFs {
         W: Future<Output = Result<T>> + Send + 'static,
         D: FnOnce(R, T) + Send + 'static,
     {
-        self.rt.spawn(async move {
+        inline_task::spawn(&self.rt, async move {
             match work.await {
                 Ok(v) => done(reply, v),
                 Err(e) => fail(op, reply, e),
@@ -604,7 +607,7 @@ impl Filesystem for ShoalFs {
         reply: ReplyDirectory,
     ) {
         let read = self.dir_read(req, ino, fh, offset);
-        self.rt.spawn(readdir::readdir(read, reply));
+        inline_task::spawn(&self.rt, readdir::readdir(read, reply));
     }
 
     fn readdirplus(
@@ -616,7 +619,7 @@ impl Filesystem for ShoalFs {
         reply: ReplyDirectoryPlus,
     ) {
         let read = self.dir_read(req, ino, fh, offset);
-        self.rt.spawn(readdir::readdirplus(read, reply));
+        inline_task::spawn(&self.rt, readdir::readdirplus(read, reply));
     }
 
     fn releasedir(

@@ -2,6 +2,7 @@
 //! client, answered from async tasks so the FUSE loop never blocks.
 //!
 //! - `fs`: the `fuser::Filesystem` implementation, one task per request.
+//! - `inline_task`: a task's first step on the loop thread, the rest on the runtime.
 //! - `attr`: Shoal attributes as the kernel's `FileAttr`.
 //! - `dirs`: per-open-directory listing snapshots (stable readdir offsets).
 //! - `readdir`: READDIR / READDIRPLUS replies filled from those snapshots.
@@ -18,6 +19,7 @@ mod attr;
 mod dirs;
 mod errors;
 mod fs;
+mod inline_task;
 mod open_files;
 mod readahead;
 mod readdir;
