@@ -139,6 +139,11 @@ impl DataStore {
         Ok(f)
     }
 
+    /// Datafiles up to this many bytes keep them in the KV store.
+    pub fn inline_max(&self) -> u64 {
+        self.inline_max
+    }
+
     /// Size and data mtime of a datafile.
     pub fn size_of(&self, rec: &ObjectRecord) -> Result<(u64, i64)> {
         if !rec.in_file {

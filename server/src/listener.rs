@@ -1,8 +1,9 @@
 //! Accepts connections and serves requests on them concurrently.
 //!
-//! Per connection: one task reads frames. Requests that only read the KV
-//! store are answered on that task; the others run on the blocking pool
-//! (they wait for disk syncs, local files or other servers). Replies are
+//! Per connection: one task reads frames. Requests that stay in memory
+//! (`Service::stays_in_memory`) are answered on that task; the others run on
+//! the blocking pool (they wait for disk syncs, local files or other
+//! servers). Replies are
 //! written by whoever produced them (`FrameSink`: no hand-off to a writer
 //! task unless the socket is full). At most `server_inflight` requests of
 //! one connection run at once. A malformed frame closes that connection
@@ -18,7 +19,6 @@ use std::sync::Arc;
 use shoal_proto::auth::{server_handshake, Refusal, Secret};
 use shoal_proto::frame::{read_frame_timeout, FrameError, Kind};
 use shoal_proto::sink::FrameSink;
-use shoal_proto::Op;
 use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -100,7 +100,7 @@ async fn serve_connection(
         // their sync to share it with this one (commit coalescing). Counting
         // before the permit would be wrong: a frame waiting for a slot held
         // by deferred requests would keep them waiting for it.
-        if answers_at_once(frame.header.op) {
+        if service.stays_in_memory(&frame) {
             let reply = service.handle(&frame);
             drop(permit);
             if sink.send(&reply).is_err() {
@@ -122,22 +122,4 @@ async fn serve_connection(
     let _ = permits.acquire_many(inflight as u32).await;
     sink.close();
     let _ = flusher.await;
-}
-
-/// Requests answered on the connection's own task, without a hop to the
-/// blocking pool: they only read the KV store (memory-mapped pages, a few
-/// microseconds) and never wait on a disk or another server. Handing them to
-/// another thread would cost more than answering them.
-fn answers_at_once(op: Op) -> bool {
-    matches!(
-        op,
-        Op::Ping
-            | Op::Stats
-            | Op::Lookup
-            | Op::GetAttr
-            | Op::GetXattr
-            | Op::ListXattr
-            | Op::Readdir
-            | Op::Rendezvous
-    )
 }

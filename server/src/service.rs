@@ -119,6 +119,20 @@ impl Service {
         self.handle(frame)
     }
 
+    /// Whether `frame` can be answered without waiting on a disk, a sync or
+    /// another server, so that handing it to another thread would cost more
+    /// than answering it (see `handlers::stays_in_memory`).
+    pub fn stays_in_memory(&self, frame: &Frame) -> bool {
+        handlers::stays_in_memory(
+            self,
+            &Request {
+                header: &frame.header,
+                body: &frame.body,
+                payload: &frame.payload,
+            },
+        )
+    }
+
     /// Handles one request frame and builds its reply; never panics on bad input.
     pub fn handle(&self, frame: &Frame) -> Frame {
         let started = Instant::now();

@@ -28,6 +28,25 @@ pub fn read(s: &Service, r: &Request) -> Result<Reply> {
     })
 }
 
+/// A read of a datafile whose bytes are in the KV store (see
+/// `stays_in_memory`); an undecodable request also qualifies (its error is
+/// answered at once).
+pub fn reads_in_memory(s: &Service, r: &Request) -> bool {
+    let Ok(q) = r.decode::<ReadRequest>() else {
+        return true;
+    };
+    datafile(&s.meta, q.handle).map_or(true, |rec| !rec.in_file)
+}
+
+/// A write that keeps a datafile's bytes in the KV store.
+pub fn writes_in_memory(s: &Service, r: &Request) -> bool {
+    let Ok(q) = r.decode::<WriteRequest>() else {
+        return true;
+    };
+    let end = q.offset.saturating_add(r.payload.len() as u64);
+    datafile(&s.meta, q.handle).map_or(true, |rec| !rec.in_file && end <= s.data.inline_max())
+}
+
 pub fn write(s: &Service, r: &Request) -> Result<Reply> {
     let q: WriteRequest = r.decode()?;
     let written = s.data.write(&s.meta, q.handle, q.offset, r.payload)?;

@@ -52,6 +52,27 @@ pub fn dispatch(s: &Service, r: &Request) -> Result<Reply> {
     }
 }
 
+/// Whether request `r` only reads or changes memory: the KV store's reads
+/// and its in-memory table (no sync: writes of file data are durable on
+/// fsync only), not local files, syncs or other servers. A read or write of
+/// a datafile whose bytes are in the KV store qualifies, unless the write
+/// would move them to a local file.
+pub fn stays_in_memory(s: &Service, r: &Request) -> bool {
+    match r.header.op {
+        Op::Ping
+        | Op::Stats
+        | Op::Lookup
+        | Op::GetAttr
+        | Op::GetXattr
+        | Op::ListXattr
+        | Op::Readdir
+        | Op::Rendezvous => true,
+        Op::Read => io::reads_in_memory(s, r),
+        Op::Write => io::writes_in_memory(s, r),
+        _ => false,
+    }
+}
+
 /// Runs `build` under the store lock to read what it needs and fill a
 /// transaction, applies it, then (lock released) waits until it is durable.
 /// Returns what `build` returned and the syncs it took (with commit
