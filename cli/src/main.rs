@@ -170,6 +170,9 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // Crash points armed by the environment (tests), for this process's life.
+    let _crash_points =
+        std::env::var_os("FAILPOINTS").map(|_| shoal_proto::fail::FailScenario::setup());
     let result = match cli.command {
         Command::Server { config, id } => commands::server::run(&config, id),
         Command::Up(args) => commands::up::run(args),

@@ -7,7 +7,7 @@ use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::{self, server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::names::{check_name, split_path};
-use shoal_proto::{ObjectKind, Op};
+use shoal_proto::{crash_points, ObjectKind, Op};
 
 use crate::{Attr, Client, DirEntry, FileKind};
 
@@ -289,6 +289,7 @@ impl Client {
             return Err(e);
         }
         self.inner.dists.put(meta, dist.clone());
+        shoal_proto::crash_point!(crash_points::CREATE_BEFORE_ENTRY);
         if let Err(e) = self.add_entry(dir, name, meta, FileKind::File).await {
             self.remove_unnamed(meta, &dist).await;
             return Err(e);
@@ -361,6 +362,7 @@ impl Client {
                 .names
                 .put((dir, name.to_string()), (meta, FileKind::File));
         } else {
+            shoal_proto::crash_point!(crash_points::CREATE_BEFORE_ENTRY);
             self.link_new(dir, name, meta, FileKind::File).await?;
         }
         let attr = Attr::from_record(&rec, FileKind::File);
@@ -477,6 +479,7 @@ impl Client {
     pub async fn unlink(&self, dir: Handle, name: &str) -> Result<()> {
         if !self.config().settings.colocate {
             let h = self.unlink_detached(dir, name).await?;
+            shoal_proto::crash_point!(crash_points::UNLINK_AFTER_ENTRY);
             return self.reclaim(h).await;
         }
         check_name(name)?;
@@ -713,6 +716,7 @@ impl Client {
                 },
             )
             .await?;
+        shoal_proto::crash_point!(crash_points::MOVE_AFTER_LINK);
         self.remove_entry(RmDirEntRequest {
             dir,
             name: name.to_string(),

@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod cluster;
+pub mod crash_points;
 pub mod dist;
 pub mod error;
 pub mod frame;
@@ -26,3 +27,19 @@ pub use error::{Errno, ShoalError};
 pub use handle::Handle;
 pub use msg::ObjectKind;
 pub use op::Op;
+
+/// Crash points: places where a crash matters for consistency (between a
+/// change and its sync, between steps of a multi-server operation). Each is
+/// a failpoint of the `fail` crate; with `FAILPOINTS="name=return"` (or
+/// `name=1*return` for the first time only) in a process's environment, that
+/// process aborts on the spot when it gets there, exactly as if it had been
+/// killed with SIGKILL. Without `FAILPOINTS` it costs one check of an empty
+/// registry. The names in use are in [`crash_points`].
+#[macro_export]
+macro_rules! crash_point {
+    ($name:expr) => {
+        $crate::fail::fail_point!($name, |_| std::process::abort())
+    };
+}
+
+pub use fail;

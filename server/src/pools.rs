@@ -210,6 +210,7 @@ impl Pools {
                 "server {peer} created datafile {bad:#x}, which is not its own"
             )));
         }
+        shoal_proto::crash_point!(shoal_proto::crash_points::REFILL_AFTER_CREATE);
         let mut txn = Txn::default();
         for h in &reply.handles {
             txn.batch.put(pool_key(*h), Vec::new());

@@ -164,8 +164,19 @@ impl Cluster {
 
     /// Starts server `id` and waits until it accepts connections.
     pub fn start_server(&mut self, id: u32) {
+        self.start_server_with(id, &[]);
+    }
+
+    /// Starts server `id` with crash points armed (`FAILPOINTS` entries such
+    /// as `"commit-after-apply=return"`, see `shoal_proto::crash_points`)
+    /// and waits until it accepts connections.
+    pub fn start_server_with(&mut self, id: u32, failpoints: &[&str]) {
         let log = std::fs::File::create(self.log(&format!("server-{id}"))).unwrap();
-        let child = Command::new(shoal_bin())
+        let mut cmd = Command::new(shoal_bin());
+        if !failpoints.is_empty() {
+            cmd.env("FAILPOINTS", failpoints.join(";"));
+        }
+        let child = cmd
             .args(["server", "--config"])
             .arg(&self.config_path)
             .args(["--id", &id.to_string()])
@@ -188,6 +199,24 @@ impl Cluster {
             assert!(Instant::now() < deadline, "server {id} did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Waits (up to the start timeout) for server `id` to exit on its own,
+    /// as a crash point makes it, and forgets it. False if it did not.
+    pub fn wait_for_exit(&mut self, id: u32) -> bool {
+        let deadline = Instant::now() + START_TIMEOUT;
+        while Instant::now() < deadline {
+            let child = self
+                .servers
+                .get_mut(&id)
+                .expect("server started by the kit");
+            if let Ok(Some(_)) = child.try_wait() {
+                self.servers.remove(&id);
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
     }
 
     pub fn read_log(&self, name: &str) -> String {
@@ -326,6 +355,55 @@ impl Drop for Cluster {
             self.kill(id);
         }
     }
+}
+
+/// Runs fsck (no repair) until two reports in a row agree, and returns that
+/// one. Restarted servers refill their precreate pools in the background, and
+/// a datafile made for a pool but not yet recorded in it looks orphaned for
+/// a moment; a settled report does not race a refill. Panics if an entry
+/// names a missing object (a crash must never leave that).
+pub async fn settled_fsck(client: &Client) -> shoal_client::fsck::FsckReport {
+    let mut previous = None;
+    for _ in 0..50 {
+        let r = client.fsck(false, Duration::ZERO).await.expect("fsck");
+        assert!(
+            r.dangling.is_empty(),
+            "an entry names a missing object: {:?}",
+            r.dangling
+        );
+        let key = (
+            r.orphans.clone(),
+            r.stale_marks.clone(),
+            r.orphan_files.clone(),
+        );
+        if previous.as_ref() == Some(&key) {
+            return r;
+        }
+        previous = Some(key);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    panic!("fsck reports never settled")
+}
+
+/// `fsck --repair`, then fsck until it reports nothing (repairs of pool
+/// refills in flight may need a moment); panics if it never does.
+pub async fn repair_to_zero(client: &Client) {
+    let repaired = client
+        .fsck(true, Duration::ZERO)
+        .await
+        .expect("fsck --repair");
+    assert!(repaired.dangling.is_empty(), "{repaired:?}");
+    for _ in 0..50 {
+        let r = client.fsck(false, Duration::ZERO).await.expect("fsck");
+        if r.problems() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "fsck after --repair still reports problems: {:?}",
+        client.fsck(false, Duration::ZERO).await
+    );
 }
 
 /// Deterministic test bytes: `len` bytes that differ for each `seed`.

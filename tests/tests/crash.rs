@@ -17,7 +17,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shoal_client::{Client, Errno, FileKind, ShoalError};
 use shoal_proto::handle::{Handle, ROOT};
-use shoal_tests::{pattern, Cluster};
+use shoal_tests::{pattern, repair_to_zero, settled_fsck, Cluster};
 
 /// How long the clients work while servers crash, unless `SHOAL_CRASH_SECS`.
 const CHAOS_SECS: u64 = 15;
@@ -345,32 +345,8 @@ async fn acknowledged_work_survives_random_sigkills_and_fsck_reclaims_the_rest()
     let client = cluster.uncached_client();
     verify(&client, &dirs, &models, "after the crashes").await;
 
-    // fsck may find orphans, never a dangling entry. Restarted servers refill
-    // their precreate pools in the background, and a datafile made for a pool
-    // but not yet recorded in it looks orphaned for a moment: take the report
-    // once two in a row agree, so the repair does not race a refill.
-    let mut previous = None;
-    let mut found = None;
-    for _ in 0..50 {
-        let r = client.fsck(false, Duration::ZERO).await.expect("fsck");
-        assert!(
-            r.dangling.is_empty(),
-            "an entry names a missing object: {:?}",
-            r.dangling
-        );
-        let key = (
-            r.orphans.clone(),
-            r.stale_marks.clone(),
-            r.orphan_files.clone(),
-        );
-        if previous.as_ref() == Some(&key) {
-            found = Some(r);
-            break;
-        }
-        previous = Some(key);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    let found = found.expect("fsck reports never settled");
+    // fsck may find orphans, never a dangling entry; --repair leaves zero.
+    let found = settled_fsck(&client).await;
     eprintln!(
         "crash: fsck found {} orphan objects, {} stale marks, {} orphan files \
          ({} objects, {} entries scanned)",
@@ -380,26 +356,7 @@ async fn acknowledged_work_survives_random_sigkills_and_fsck_reclaims_the_rest()
         found.objects,
         found.entries
     );
-
-    let repaired = client
-        .fsck(true, Duration::ZERO)
-        .await
-        .expect("fsck --repair");
-    assert!(repaired.dangling.is_empty(), "{repaired:?}");
-    let mut after = None;
-    for _ in 0..50 {
-        let r = client.fsck(false, Duration::ZERO).await.expect("fsck");
-        if r.problems() == 0 {
-            after = Some(r);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(
-        after.is_some(),
-        "fsck after --repair still reports problems: {:?}",
-        client.fsck(false, Duration::ZERO).await
-    );
+    repair_to_zero(&client).await;
 
     verify(&client, &dirs, &models, "after fsck --repair").await;
     // Creates still work (the pools were not damaged by the repair).

@@ -11,7 +11,7 @@ mod precreate;
 mod scan;
 
 use shoal_proto::error::Result;
-use shoal_proto::Op;
+use shoal_proto::{crash_points, Op};
 
 use crate::meta_store::Txn;
 use crate::service::{Reply, Request, Service};
@@ -91,6 +91,7 @@ pub(crate) fn change<T>(
     let out = build(&mut txn)?;
     s.meta.apply(txn)?;
     drop(guard);
+    shoal_proto::crash_point!(crash_points::COMMIT_AFTER_APPLY);
     let syncs = s.commit.make_durable(&s.meta, &s.stats)?;
     Ok((out, syncs))
 }

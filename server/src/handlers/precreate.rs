@@ -197,6 +197,7 @@ pub fn unstuff(s: &Service, r: &Request) -> Result<Reply> {
     // Without precreate: create the remote datafiles now, then set them
     // unless another unstuff got there first (then they are not needed).
     let created = s.pools.create_remote(&remote)?;
+    shoal_proto::crash_point!(shoal_proto::crash_points::UNSTUFF_AFTER_CREATE);
     let ((dist, used), syncs) = change(s, |txn| {
         let mut rec = s.meta.get(q.handle)?;
         let mut dist = rec.dist.clone().unwrap_or_default();

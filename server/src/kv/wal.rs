@@ -230,6 +230,7 @@ impl<E: KvEngine> WalEngine<E> {
         };
         log.current ^= 1;
         log.end = 0;
+        shoal_proto::crash_point!(shoal_proto::crash_points::LOG_TURNED);
         let shared = self.shared.clone();
         let started = std::thread::Builder::new()
             .name("shoal-checkpoint".into())

@@ -1,0 +1,35 @@
+//! The names of the crash points (see [`crate::crash_point!`]): where a
+//! process may die with consequences worth testing on purpose.
+
+/// Server: a modifying request's changes are applied (visible), not yet
+/// durable. The request was never acknowledged: it must be gone after a
+/// restart, and nothing else with it.
+pub const COMMIT_AFTER_APPLY: &str = "commit-after-apply";
+/// Server: the metadata log turned to its other file and its checkpoint has
+/// not finished: recovery must replay both files in order.
+pub const LOG_TURNED: &str = "log-turned";
+/// Server: a peer created a batch of datafiles for this server's precreate
+/// pool, which has not recorded them yet: they are orphans on the peer.
+pub const REFILL_AFTER_CREATE: &str = "refill-after-create";
+/// Server, unstuff without precreate: datafiles were created on the peers,
+/// the distribution does not name them yet: orphans on the peers.
+pub const UNSTUFF_AFTER_CREATE: &str = "unstuff-after-create";
+/// Client, baseline create: the metafile and datafiles exist, the entry
+/// that names them does not: orphans.
+pub const CREATE_BEFORE_ENTRY: &str = "create-before-entry";
+/// Client, move to another directory: the new entry is there and the old
+/// one too; the object's parent says which is true.
+pub const MOVE_AFTER_LINK: &str = "move-after-link";
+/// Client, remove without colocate: the entry is gone, the objects are not:
+/// orphans.
+pub const UNLINK_AFTER_ENTRY: &str = "unlink-after-entry";
+
+pub const ALL: [&str; 7] = [
+    COMMIT_AFTER_APPLY,
+    LOG_TURNED,
+    REFILL_AFTER_CREATE,
+    UNSTUFF_AFTER_CREATE,
+    CREATE_BEFORE_ENTRY,
+    MOVE_AFTER_LINK,
+    UNLINK_AFTER_ENTRY,
+];
