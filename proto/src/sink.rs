@@ -156,23 +156,26 @@ mod tests {
     use bytes::Bytes;
     use std::sync::Arc;
     use tokio::net::{TcpListener, TcpStream};
+    use tokio::task::JoinHandle;
 
-    async fn pair() -> (TcpStream, TcpStream) {
+    /// A sink on one end of a loopback connection with its flusher running,
+    /// and the other end.
+    async fn sink_and_peer() -> (Arc<FrameSink>, JoinHandle<io::Result<()>>, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let (a, b) = tokio::join!(TcpStream::connect(addr), l.accept());
-        (a.unwrap(), b.unwrap().0)
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn frames_from_many_threads_arrive_whole_and_in_each_senders_order() {
-        let (a, b) = pair().await;
-        let (_ra, wa) = a.into_split();
+        let (_, wa) = a.unwrap().into_split();
         let sink = Arc::new(FrameSink::new(wa));
         let flusher = tokio::spawn({
             let sink = sink.clone();
             async move { sink.flush_queued().await }
         });
+        (sink, flusher, b.unwrap().0)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn frames_from_many_threads_arrive_whole_and_in_each_senders_order() {
+        let (sink, flusher, b) = sink_and_peer().await;
         // Big payloads fill the socket's buffer, so some frames queue.
         let senders: Vec<_> = (0..4u64)
             .map(|t| {
@@ -219,13 +222,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_closed_peer_fails_the_sender_instead_of_queueing_forever() {
-        let (a, b) = pair().await;
-        let (_ra, wa) = a.into_split();
-        let sink = Arc::new(FrameSink::new(wa));
-        let flusher = tokio::spawn({
-            let sink = sink.clone();
-            async move { sink.flush_queued().await }
-        });
+        let (sink, flusher, b) = sink_and_peer().await;
         drop(b);
         let f = Frame::request(
             Op::Write,
