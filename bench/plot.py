@@ -51,6 +51,16 @@ def ablation(csv_path, png_path):
     fig.savefig(png_path, dpi=110)
 
 
+def label(ax, groups, ylabel, title):
+    """Names a no_metafile panel's groups, axis and title."""
+    ax.set_xticks(list(range(len(groups))))
+    ax.set_xticklabels(groups, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def no_metafile(csv_path, png_path):
     rows = list(csv.DictReader(open(csv_path)))
     protocols = list(dict.fromkeys(r["protocol"] for r in rows))
@@ -74,12 +84,7 @@ def no_metafile(csv_path, png_path):
             with_hint = [float(r["with_hint_s"]) if r else 0 for r in found]
             ax.bar([x - 0.2 for x in xs], without, 0.4, label="without hint")
             ax.bar([x + 0.2 for x in xs], with_hint, 0.4, label="no_metafile")
-            ax.set_xticks(list(xs))
-            ax.set_xticklabels(labels, fontsize=8)
-            ax.set_ylabel("seconds (slowest client)")
-            ax.set_title(f"{protocol}: {op}")
-            ax.grid(axis="y", alpha=0.3)
-            ax.legend(fontsize=8)
+            label(ax, labels, "seconds (slowest client)", f"{protocol}: {op}")
         ax = axes[p][3]
         width = 0.8 / len(ops)
         for o, op in enumerate(ops):
@@ -89,12 +94,8 @@ def no_metafile(csv_path, png_path):
                 pct.append(float(r["with_pct_of_without"]) if r else 0)
             ax.bar([x + (o - 1) * width for x in xs], pct, width, label=op)
         ax.axhline(100, color="black", linewidth=0.8)
-        ax.set_xticks(list(xs))
-        ax.set_xticklabels(labels, fontsize=8)
-        ax.set_ylabel("time with hint, % of without")
-        ax.set_title(f"{protocol}: efficiency (seed 002, Fig. 4)")
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
+        title = f"{protocol}: efficiency (seed 002, Fig. 4)"
+        label(ax, labels, "time with hint, % of without", title)
     fig.tight_layout()
     fig.savefig(png_path, dpi=100)
 

@@ -24,6 +24,15 @@ fn entry_kind(kind: i32) -> Result<ObjectKind> {
         .ok_or_else(|| ShoalError::protocol(format!("directory entry of unknown kind {kind}")))
 }
 
+/// The attributes a create asks for: the mode (the server takes the owner
+/// from the request and the times from its clock).
+fn mode_only(mode: u32) -> Attributes {
+    Attributes {
+        mode,
+        ..Default::default()
+    }
+}
+
 /// What users see of the kind of object an entry names.
 fn kind_of(kind: i32) -> Result<FileKind> {
     entry_kind(kind).and_then(file_kind)
@@ -271,16 +280,12 @@ impl Client {
             return self.create_augmented(dir, name, mode, &layout, hints).await;
         }
         let meta_server = self.pick_server();
-        let attrs = Attributes {
-            mode,
-            ..Default::default()
-        };
         let meta = self
             .create_object(
                 meta_server,
                 CreateObjectRequest {
                     kind: ObjectKind::Metafile as i32,
-                    attrs: Some(attrs),
+                    attrs: Some(mode_only(mode)),
                     ..Default::default()
                 },
             )
@@ -373,21 +378,12 @@ impl Client {
         mode: u32,
         hints: DirHints,
     ) -> Result<Attr> {
-        let h = self
-            .create_object(
-                self.pick_server(),
-                CreateObjectRequest {
-                    kind: ObjectKind::Datafile as i32,
-                    attrs: Some(Attributes {
-                        mode,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            )
-            .await?;
-        self.link_new(dir, name, h, ObjectKind::Datafile, Some(hints))
-            .await?;
+        let made = CreateObjectRequest {
+            kind: ObjectKind::Datafile as i32,
+            attrs: Some(mode_only(mode)),
+            ..Default::default()
+        };
+        let h = self.create_linked(dir, name, made, hints).await?;
         self.inner.dists.put(h, Distribution::single(h));
         Ok(self.new_file_attr(h, mode))
     }
@@ -419,10 +415,7 @@ impl Client {
                 self.cred,
                 Op::CreateFile,
                 &CreateFileRequest {
-                    attrs: Some(Attributes {
-                        mode,
-                        ..Default::default()
-                    }),
+                    attrs: Some(mode_only(mode)),
                     num_dfiles: layout.num_dfiles,
                     strip_size: layout.strip_size,
                     stuffed: settings.stuffing,
@@ -458,6 +451,22 @@ impl Client {
         Ok(attr)
     }
 
+    /// Makes the object `made` on the next server round the ring, then the
+    /// entry naming it, made under `dir`'s hints `hints` (if the entry is
+    /// refused the object goes again).
+    async fn create_linked(
+        &self,
+        dir: Handle,
+        name: &str,
+        made: CreateObjectRequest,
+        hints: DirHints,
+    ) -> Result<Handle> {
+        let kind = made.kind();
+        let h = self.create_object(self.pick_server(), made).await?;
+        self.link_new(dir, name, h, kind, Some(hints)).await?;
+        Ok(h)
+    }
+
     /// Best-effort removal of a file's objects that no entry names yet.
     async fn remove_unnamed(&self, meta: Handle, dist: &Distribution) {
         for h in dist.datafiles.iter().copied().chain([meta]) {
@@ -482,23 +491,14 @@ impl Client {
         mode: u32,
         hints: DirHints,
     ) -> Result<Attr> {
-        let h = self
-            .create_object(
-                self.pick_server(),
-                CreateObjectRequest {
-                    kind: ObjectKind::Directory as i32,
-                    attrs: Some(Attributes {
-                        mode,
-                        ..Default::default()
-                    }),
-                    parent: dir,
-                    hints: Some(hints.clone()),
-                    ..Default::default()
-                },
-            )
-            .await?;
-        self.link_new(dir, name, h, ObjectKind::Directory, Some(hints))
-            .await?;
+        let made = CreateObjectRequest {
+            kind: ObjectKind::Directory as i32,
+            attrs: Some(mode_only(mode)),
+            parent: dir,
+            hints: Some(hints.clone()),
+            ..Default::default()
+        };
+        let h = self.create_linked(dir, name, made, hints).await?;
         self.getattr(h).await
     }
 

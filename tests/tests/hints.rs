@@ -176,12 +176,7 @@ async fn write_file(client: &Client, dir: Handle, name: &str, len: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn striping_hints_change_the_layout_stat_shows() {
     for baseline in [true, false] {
-        let builder = Cluster::builder().servers(4);
-        let cluster = if baseline {
-            builder.baseline().start()
-        } else {
-            builder.start()
-        };
+        let cluster = Cluster::builder().servers(4).baseline_if(baseline).start();
         let client = cluster.client();
         for (dir, hint) in [
             ("one", "num_dfiles=1"),

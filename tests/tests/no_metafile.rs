@@ -118,12 +118,7 @@ async fn all_on_create_stat_remove_are_one_message_each() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_saw_the_hints_late_still_follows_them() {
     for baseline in [true, false] {
-        let builder = Cluster::builder().servers(3);
-        let cluster = if baseline {
-            builder.baseline().start()
-        } else {
-            builder.start()
-        };
+        let cluster = Cluster::builder().servers(3).baseline_if(baseline).start();
         let setter = cluster.client();
         let late = cluster.client();
         let dir = setter.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
@@ -195,14 +190,11 @@ async fn chmod_chown_and_utimes_are_stored_on_the_datafile() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn growing_past_a_strip_keeps_one_datafile() {
     for baseline in [true, false] {
-        let builder = Cluster::builder()
+        let cluster = Cluster::builder()
             .servers(4)
-            .set(&format!("strip_size={STRIP}"));
-        let cluster = if baseline {
-            builder.baseline().start()
-        } else {
-            builder.start()
-        };
+            .set(&format!("strip_size={STRIP}"))
+            .baseline_if(baseline)
+            .start();
         let client = cluster.client();
         let dir = no_metafile_dir(&client, "nm").await;
         let h = client.create(dir, "big", 0o644).await.unwrap().handle;
