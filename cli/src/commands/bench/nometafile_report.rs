@@ -176,7 +176,7 @@ pub fn markdown(results: &Results, opts: &NometafileOptions) -> String {
             let files = r.case.clients * opts.dirs * opts.files;
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {:.2} | {:.2} | **{:.0}%** | {:.1} → {:.1} |",
+                "| {} | {} | {} | {:.3} | {:.3} | **{:.0}%** | {:.2} → {:.2} |",
                 OPS[r.op],
                 r.case.clients,
                 r.case.storage.name(),
