@@ -274,10 +274,12 @@ fn targets(md: &mut String, rows: &[Row]) {
 /// Writes the CSV and Markdown, prints the Markdown, and draws the chart
 /// when the system Python has matplotlib.
 pub fn write(results: &Results, opts: &NometafileOptions) -> Result<()> {
+    // Before any file is written: the commit recorded must not count the
+    // results it replaces as uncommitted changes.
+    let md = markdown(results, opts);
     std::fs::create_dir_all(&opts.out)?;
     let csv_path = opts.out.join("no_metafile.csv");
     std::fs::write(&csv_path, csv(results, opts))?;
-    let md = markdown(results, opts);
     std::fs::write(opts.out.join("no_metafile.md"), &md)?;
     print!("{md}");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/plot.py");
