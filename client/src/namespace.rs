@@ -24,15 +24,6 @@ fn entry_kind(kind: i32) -> Result<ObjectKind> {
         .ok_or_else(|| ShoalError::protocol(format!("directory entry of unknown kind {kind}")))
 }
 
-/// The attributes a create asks for: the mode (the server takes the owner
-/// from the request and the times from its clock).
-fn mode_only(mode: u32) -> Attributes {
-    Attributes {
-        mode,
-        ..Default::default()
-    }
-}
-
 /// What users see of the kind of object an entry names.
 fn kind_of(kind: i32) -> Result<FileKind> {
     entry_kind(kind).and_then(file_kind)
@@ -41,6 +32,15 @@ fn kind_of(kind: i32) -> Result<FileKind> {
 fn file_kind(kind: ObjectKind) -> Result<FileKind> {
     FileKind::from_object(kind)
         .ok_or_else(|| ShoalError::protocol(format!("directory entry of kind {kind:?}")))
+}
+
+/// The attributes a create asks for: the mode (the server takes the owner
+/// from the request and the times from its clock).
+fn mode_only(mode: u32) -> Attributes {
+    Attributes {
+        mode,
+        ..Default::default()
+    }
 }
 
 impl Client {
