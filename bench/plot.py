@@ -2,10 +2,16 @@
 """Charts for Shoal's benchmark results (run by `shoal bench ...`, or by hand).
 
     bench/plot.py ablation bench/results/ablation.csv bench/results/ablation.png
+    bench/plot.py no_metafile bench/results/no_metafile.csv bench/results/no_metafile.png
 
 The ablation chart has the form of seed 000's Figures 3 and 4: per phase, the
 rate of each configuration (each adding one technique), and each one's
 factor over the baseline.
+
+The no_metafile chart has the form of seed 002's Figures 1 to 4, one row per
+protocol: for create, list and remove, each client's time with and without
+the hint, for every client count on disk and on tmpfs; then the time with the
+hint as a percentage of the time without it.
 """
 import csv
 import sys
@@ -45,7 +51,58 @@ def ablation(csv_path, png_path):
     fig.savefig(png_path, dpi=110)
 
 
+def label(ax, groups, ylabel, title):
+    """Names a no_metafile panel's groups, axis and title."""
+    ax.set_xticks(list(range(len(groups))))
+    ax.set_xticklabels(groups, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def no_metafile(csv_path, png_path):
+    rows = list(csv.DictReader(open(csv_path)))
+    protocols = list(dict.fromkeys(r["protocol"] for r in rows))
+    ops = ["create", "list", "remove"]
+    # The seed's groups: (storage, clients), disk first as in its figures.
+    groups = sorted(
+        dict.fromkeys((r["storage"], int(r["clients"])) for r in rows),
+        key=lambda g: (g[0] != "disk", g[0], g[1]),
+    )
+    labels = [f"{s}\n{c} client{'s' if c > 1 else ''}" for s, c in groups]
+    row = {(r["protocol"], r["operation"], r["storage"], int(r["clients"])): r for r in rows}
+    fig, axes = plt.subplots(
+        len(protocols), 4, figsize=(16, 3.8 * len(protocols)), squeeze=False
+    )
+    xs = range(len(groups))
+    for p, protocol in enumerate(protocols):
+        for o, op in enumerate(ops):
+            ax = axes[p][o]
+            found = [row.get((protocol, op) + g) for g in groups]
+            without = [float(r["without_hint_s"]) if r else 0 for r in found]
+            with_hint = [float(r["with_hint_s"]) if r else 0 for r in found]
+            ax.bar([x - 0.2 for x in xs], without, 0.4, label="without hint")
+            ax.bar([x + 0.2 for x in xs], with_hint, 0.4, label="no_metafile")
+            label(ax, labels, "seconds (slowest client)", f"{protocol}: {op}")
+        ax = axes[p][3]
+        width = 0.8 / len(ops)
+        for o, op in enumerate(ops):
+            pct = []
+            for g in groups:
+                r = row.get((protocol, op) + g)
+                pct.append(float(r["with_pct_of_without"]) if r else 0)
+            ax.bar([x + (o - 1) * width for x in xs], pct, width, label=op)
+        ax.axhline(100, color="black", linewidth=0.8)
+        title = f"{protocol}: efficiency (seed 002, Fig. 4)"
+        label(ax, labels, "time with hint, % of without", title)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+
+
+CHARTS = {"ablation": ablation, "no_metafile": no_metafile}
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "ablation":
+    if len(sys.argv) != 4 or sys.argv[1] not in CHARTS:
         sys.exit(__doc__)
-    ablation(sys.argv[2], sys.argv[3])
+    CHARTS[sys.argv[1]](sys.argv[2], sys.argv[3])

@@ -118,6 +118,12 @@ enum Command {
         #[arg(required = true)]
         paths: Vec<String>,
     },
+    /// Directory hints: how files created in a directory are laid out
+    /// (strip_size, num_dfiles, dist, no_metafile); new subdirectories copy them.
+    Hint {
+        #[command(subcommand)]
+        command: commands::hint::HintCommand,
+    },
     /// Run a benchmark.
     Bench(commands::bench::BenchArgs),
     /// Find what crashes left behind (orphan objects, stale marks, orphan
@@ -204,6 +210,7 @@ fn main() -> ExitCode {
             paths,
         } => commands::files::mkdir(&cfg, &paths, parents),
         Command::Touch { cfg, paths } => commands::files::touch(&cfg, &paths),
+        Command::Hint { command } => commands::hint::run(command),
         Command::Bench(args) => commands::bench::run(args),
         Command::Fsck {
             cfg,

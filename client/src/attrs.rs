@@ -12,10 +12,10 @@ use shoal_proto::{ObjectKind, Op};
 use crate::{Attr, Client, FileKind, Layout, SetAttr, StatFs};
 
 /// Fills a file's size and data times from its datafiles' sizes (`sizes` in
-/// the order of `rec`'s distribution). Shared by getattr and readdirplus so
-/// both report exactly the same attributes.
-fn apply_sizes(attr: &mut Attr, rec: &ObjectRecord, sizes: &[DatafileSize]) {
-    let strip_size = rec.dist.as_ref().map_or(0, |d| d.strip_size);
+/// the order of the file's distribution `dist`). Shared by getattr and
+/// readdirplus so both report exactly the same attributes.
+fn apply_sizes(attr: &mut Attr, rec: &ObjectRecord, dist: &Distribution, sizes: &[DatafileSize]) {
+    let strip_size = dist.strip_size;
     let locals: Vec<u64> = sizes.iter().map(|s| s.size).collect();
     attr.size = dist::file_size(strip_size.max(1), &locals);
     // Data written after mtime was last set explicitly (create or utimes) is
@@ -71,8 +71,12 @@ impl Client {
 
     /// An object's attributes from its record and its datafiles' sizes
     /// (`size_of`), or None if a datafile's size is missing. Remembers a
-    /// file's distribution. Shared by getattr, lookup and readdirplus so that
-    /// all report exactly the same attributes.
+    /// file's distribution and a directory's hints. Shared by getattr, lookup
+    /// and readdirplus so that all report exactly the same attributes.
+    ///
+    /// A file without a metafile (no_metafile, seed 002) is its datafile's
+    /// record, which carries the file's own attributes and, as its server
+    /// sends it, its size: nothing else to ask.
     pub(crate) fn attr_with(
         &self,
         rec: &ObjectRecord,
@@ -83,26 +87,41 @@ impl Client {
             ShoalError::invalid(format!("object {h:#x} is not a file, directory or symlink"))
         })?;
         let mut attr = Attr::from_record(rec, kind);
-        if kind == FileKind::File {
-            let dist = rec.dist.clone().unwrap_or_default();
-            let Some(sizes) = dist
-                .datafiles
-                .iter()
-                .map(|d| size_of(*d))
-                .collect::<Option<Vec<_>>>()
-            else {
-                return Ok(None);
-            };
-            self.inner.dists.put(h, dist);
-            apply_sizes(&mut attr, rec, &sizes);
+        match rec.kind() {
+            ObjectKind::Datafile => {
+                let own = DatafileSize {
+                    handle: h,
+                    size: rec.size,
+                    mtime_ns: rec.data_mtime_ns,
+                };
+                let dist = Distribution::single(h);
+                apply_sizes(&mut attr, rec, &dist, &[own]);
+                self.inner.dists.put(h, dist);
+            }
+            ObjectKind::Metafile => {
+                let dist = rec.dist.clone().unwrap_or_default();
+                let Some(sizes) = dist
+                    .datafiles
+                    .iter()
+                    .map(|d| size_of(*d))
+                    .collect::<Option<Vec<_>>>()
+                else {
+                    return Ok(None);
+                };
+                apply_sizes(&mut attr, rec, &dist, &sizes);
+                self.inner.dists.put(h, dist);
+            }
+            _ => self.remember_hints(rec),
         }
         Ok(Some(attr))
     }
 
     /// Caches a directory's record as a reply that changed its entries
-    /// returned it (its new mtime), so nobody has to ask for it again.
+    /// returned it (its new mtime, its hints), so nobody has to ask for it
+    /// again.
     pub(crate) fn refresh_dir(&self, rec: Option<ObjectRecord>) {
         if let Some(rec) = rec.filter(|r| r.kind() == ObjectKind::Directory) {
+            self.remember_hints(&rec);
             self.inner
                 .attrs
                 .put(rec.handle, Attr::from_record(&rec, FileKind::Directory));
@@ -175,6 +194,7 @@ impl Client {
         Ok(Layout {
             strip_size: dist.strip_size,
             datafiles: dist.datafiles.iter().map(|d| (*d, server_of(*d))).collect(),
+            no_metafile: dist.is_single(h),
         })
     }
 
@@ -233,8 +253,9 @@ impl Client {
                     replace_only,
                 },
             )
-            .await
-            .map(|_| ())
+            .await?;
+        self.hint_xattr_changed(h, name, Some(value));
+        Ok(())
     }
 
     pub async fn getxattr(&self, h: Handle, name: &str) -> Result<Vec<u8>> {
@@ -277,8 +298,9 @@ impl Client {
                     name: name.to_string(),
                 },
             )
-            .await
-            .map(|_| ())
+            .await?;
+        self.hint_xattr_changed(h, name, None);
+        Ok(())
     }
 
     /// Capacity summed over every server.

@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 /// Entries kept before the cache is emptied and starts again.
 const MAX_ENTRIES: usize = 200_000;
 
+/// The lifetime of a cache whose entries are replaced when they change,
+/// never expired by age.
+pub const FOREVER: Duration = Duration::from_secs(u64::MAX / 4);
+
 pub struct TtlCache<K, V> {
     ttl: Duration,
     map: Mutex<HashMap<K, (V, Instant)>>,

@@ -2,7 +2,9 @@
 //!
 //! Every server's objects and directory entries are scanned; reachability is
 //! computed from the root over the entries (and from files to their
-//! datafiles). Creates add objects before the entry that names them and
+//! datafiles). An entry may name a datafile directly: a file without a
+//! metafile (made in a no_metafile directory, seed 002), reachable like any
+//! file and counted in the report. Creates add objects before the entry that names them and
 //! removes drop the entry first, so a crash leaves only orphans (unreachable
 //! objects), a directory left marked for removal, or local files no record
 //! owns — never an entry naming nothing; such an entry is still reported.
@@ -28,6 +30,8 @@ const PAGE: u32 = 4096;
 pub struct FsckReport {
     pub objects: u64,
     pub entries: u64,
+    /// Reachable files without a metafile (entries naming a datafile).
+    pub no_metafile_files: u64,
     /// Objects no path reaches.
     pub orphans: Vec<(Handle, ObjectKind)>,
     /// Entries naming an object that does not exist: (dir, name, handle).
@@ -140,6 +144,7 @@ impl Client {
                             reachable.insert(*d);
                         }
                     }
+                    ObjectKind::Datafile => report.no_metafile_files += 1,
                     _ => {}
                 }
             }

@@ -95,20 +95,24 @@ impl Client {
         Ok(dist)
     }
 
-    /// The distribution of file `h` as its metafile's server has it now.
+    /// The distribution of file `h` as its metafile's server has it now (a
+    /// file without a metafile is its own one datafile: it never stripes).
     pub(crate) async fn fresh_distribution(&self, h: Handle) -> Result<Distribution> {
         let rec = self.get_record(h).await?;
-        if rec.kind() != ObjectKind::Metafile {
-            return Err(ShoalError::new(
-                if rec.kind() == ObjectKind::Directory {
-                    Errno::EISDIR
-                } else {
-                    Errno::EINVAL
-                },
-                format!("object {h:#x} is not a regular file"),
-            ));
-        }
-        let dist = rec.dist.unwrap_or_default();
+        let dist = match rec.kind() {
+            ObjectKind::Metafile => rec.dist.unwrap_or_default(),
+            ObjectKind::Datafile => Distribution::single(h),
+            kind => {
+                return Err(ShoalError::new(
+                    if kind == ObjectKind::Directory {
+                        Errno::EISDIR
+                    } else {
+                        Errno::EINVAL
+                    },
+                    format!("object {h:#x} is not a regular file"),
+                ))
+            }
+        };
         if dist.datafiles.is_empty() {
             return Err(ShoalError::io(format!("file {h:#x} has no distribution")));
         }

@@ -11,6 +11,7 @@ pub mod attrs;
 pub mod cache;
 pub mod conn;
 pub mod fsck;
+pub mod hints;
 pub mod io;
 pub mod namespace;
 pub mod pool;
@@ -24,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::Result;
-use shoal_proto::msg::{Distribution, PingReply};
-use shoal_proto::{Handle, Op};
+use shoal_proto::msg::{DirHints, Distribution, PingReply};
+use shoal_proto::{Handle, ObjectKind, Op};
 
 pub use shoal_proto::error::{Errno, ShoalError};
 pub use types::*;
@@ -42,8 +43,12 @@ pub struct Client {
 
 struct Inner {
     pool: Pool,
-    names: TtlCache<(Handle, String), (Handle, FileKind)>,
+    /// Entries: the handle and the kind of object named (a file is a
+    /// metafile, or a datafile without one).
+    names: TtlCache<(Handle, String), (Handle, ObjectKind)>,
     attrs: TtlCache<Handle, Attr>,
+    /// Directory hints as last seen, kept without a TTL (see [`hints`]).
+    hints: TtlCache<Handle, DirHints>,
     /// Distributions: kept without a TTL, except stuffed ones (see [`DistCache`]).
     dists: DistCache,
     /// Round-robin cursor for placing new objects.
@@ -63,6 +68,7 @@ impl Client {
             inner: Arc::new(Inner {
                 names: TtlCache::new(ttl),
                 attrs: TtlCache::new(ttl),
+                hints: TtlCache::new(cache::FOREVER),
                 dists: DistCache::new(ttl),
                 next_server: AtomicU32::new(first),
                 unstable: Default::default(),
@@ -155,11 +161,10 @@ pub(crate) struct DistCache {
 
 impl DistCache {
     fn new(stuffed_ttl: Duration) -> DistCache {
-        let forever = Duration::from_secs(u64::MAX / 4);
         DistCache {
             ttl: stuffed_ttl,
-            fixed: TtlCache::new(forever),
-            stuffed: TtlCache::new(forever),
+            fixed: TtlCache::new(cache::FOREVER),
+            stuffed: TtlCache::new(cache::FOREVER),
         }
     }
 

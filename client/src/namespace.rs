@@ -5,6 +5,7 @@
 
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::{self, server_of, Handle};
+use shoal_proto::hints::{new_file, NewFile};
 use shoal_proto::msg::*;
 use shoal_proto::names::{check_name, split_path};
 use shoal_proto::{crash_points, ObjectKind, Op};
@@ -14,11 +15,32 @@ use crate::{Attr, Client, DirEntry, FileKind};
 /// Symlinks followed while resolving one path.
 const MAX_SYMLINKS: usize = 40;
 
-fn kind_of(kind: i32) -> Result<FileKind> {
+/// The kind of object a directory entry names, checked to be one an entry
+/// may name (a file is a metafile, or a datafile without one).
+fn entry_kind(kind: i32) -> Result<ObjectKind> {
     ObjectKind::try_from(kind)
         .ok()
-        .and_then(FileKind::from_object)
+        .filter(|k| FileKind::from_object(*k).is_some())
         .ok_or_else(|| ShoalError::protocol(format!("directory entry of unknown kind {kind}")))
+}
+
+/// What users see of the kind of object an entry names.
+fn kind_of(kind: i32) -> Result<FileKind> {
+    entry_kind(kind).and_then(file_kind)
+}
+
+fn file_kind(kind: ObjectKind) -> Result<FileKind> {
+    FileKind::from_object(kind)
+        .ok_or_else(|| ShoalError::protocol(format!("directory entry of kind {kind:?}")))
+}
+
+/// The attributes a create asks for: the mode (the server takes the owner
+/// from the request and the times from its clock).
+fn mode_only(mode: u32) -> Attributes {
+    Attributes {
+        mode,
+        ..Default::default()
+    }
 }
 
 impl Client {
@@ -28,13 +50,19 @@ impl Client {
 
     /// Looks `name` up in directory `dir`.
     pub async fn lookup(&self, dir: Handle, name: &str) -> Result<(Handle, FileKind)> {
+        let (h, kind) = self.lookup_entry(dir, name).await?;
+        Ok((h, file_kind(kind)?))
+    }
+
+    /// The entry `name` of `dir`: the handle and the kind of object it names.
+    async fn lookup_entry(&self, dir: Handle, name: &str) -> Result<(Handle, ObjectKind)> {
         check_name(name)?;
         let key = (dir, name.to_string());
         if let Some(hit) = self.inner.names.get(&key) {
             return Ok(hit);
         }
         let reply = self.lookup_request(dir, name, false).await?;
-        let found = (reply.handle, kind_of(reply.kind)?);
+        let found = (reply.handle, entry_kind(reply.kind)?);
         self.inner.names.put(key, found);
         Ok(found)
     }
@@ -50,7 +78,7 @@ impl Client {
         }
         let want_attrs = self.config().settings.colocate;
         let reply = self.lookup_request(dir, name, want_attrs).await?;
-        let (h, kind) = (reply.handle, kind_of(reply.kind)?);
+        let (h, kind) = (reply.handle, entry_kind(reply.kind)?);
         self.inner.names.put(key, (h, kind));
         match reply.object.filter(|o| o.handle == h) {
             Some(rec) => self.attr_of(rec, &reply.sizes).await,
@@ -167,12 +195,15 @@ impl Client {
         Ok(reply.handle)
     }
 
+    /// Adds the entry naming a new object made under the directory hints
+    /// `created_under` (ESTALE if they are not `dir`'s any more).
     async fn add_entry(
         &self,
         dir: Handle,
         name: &str,
         handle: Handle,
-        kind: FileKind,
+        kind: ObjectKind,
+        created_under: Option<DirHints>,
     ) -> Result<()> {
         let reply: CrDirEntReply = self
             .pool()
@@ -184,8 +215,9 @@ impl Client {
                     dir,
                     name: name.to_string(),
                     handle,
-                    kind: kind.object_kind() as i32,
+                    kind: kind as i32,
                     replace: false,
+                    created_under,
                 },
             )
             .await?;
@@ -203,9 +235,10 @@ impl Client {
         dir: Handle,
         name: &str,
         handle: Handle,
-        kind: FileKind,
+        kind: ObjectKind,
+        created_under: Option<DirHints>,
     ) -> Result<()> {
-        if let Err(e) = self.add_entry(dir, name, handle, kind).await {
+        if let Err(e) = self.add_entry(dir, name, handle, kind, created_under).await {
             if let Err(cleanup) = self.remove_objects(handle).await {
                 tracing::warn!("could not remove orphan {handle:#x}: {cleanup}");
             }
@@ -214,33 +247,50 @@ impl Client {
         Ok(())
     }
 
-    /// Creates a regular file. With precreate or stuffing on: one augmented
-    /// create to the chosen server, then the directory entry (2 messages).
-    /// Otherwise the baseline: metafile, one datafile per server in the
-    /// distribution, the distribution, then the directory entry (n+3).
+    /// Creates a regular file, laid out as `dir`'s hints say (seed 002):
+    ///
+    /// - with precreate or stuffing on: one augmented create to the chosen
+    ///   server, then the directory entry (2 messages); with colocate the
+    ///   server is the directory's and the entry goes in the same request (1),
+    ///   and there the directory's hints decide, no_metafile included;
+    /// - in a no_metafile directory otherwise: one datafile, then the entry
+    ///   naming it (2 messages, no metafile anywhere);
+    /// - otherwise the baseline: metafile, one datafile per server in the
+    ///   distribution, the distribution, then the directory entry (n+3).
     pub async fn create(&self, dir: Handle, name: &str, mode: u32) -> Result<Attr> {
         check_name(name)?;
+        self.under_hints(dir, |hints| self.create_under(dir, name, mode, hints))
+            .await
+    }
+
+    async fn create_under(
+        &self,
+        dir: Handle,
+        name: &str,
+        mode: u32,
+        hints: DirHints,
+    ) -> Result<Attr> {
         let settings = &self.config().settings;
-        if settings.precreate || settings.stuffing {
-            return self.create_augmented(dir, name, mode).await;
+        let layout = new_file(&hints, self.config());
+        let augmented = settings.precreate || settings.stuffing;
+        if layout.no_metafile && !(augmented && settings.colocate) {
+            return self.create_without_metafile(dir, name, mode, hints).await;
+        }
+        if augmented {
+            return self.create_augmented(dir, name, mode, &layout, hints).await;
         }
         let meta_server = self.pick_server();
-        let attrs = Attributes {
-            mode,
-            ..Default::default()
-        };
         let meta = self
             .create_object(
                 meta_server,
                 CreateObjectRequest {
                     kind: ObjectKind::Metafile as i32,
-                    attrs: Some(attrs),
+                    attrs: Some(mode_only(mode)),
                     ..Default::default()
                 },
             )
             .await?;
-        let n = self.config().dfiles_per_file();
-        let servers: Vec<u32> = (0..n)
+        let servers: Vec<u32> = (0..layout.num_dfiles)
             .map(|i| (meta_server + i) % self.num_servers())
             .collect();
         let created = futures::future::join_all(servers.iter().map(|s| async move {
@@ -261,7 +311,7 @@ impl Client {
         }))
         .await;
         let dist = Distribution {
-            strip_size: self.config().settings.strip_size,
+            strip_size: layout.strip_size,
             datafiles: created
                 .iter()
                 .filter_map(|r| r.as_ref().ok().copied())
@@ -290,13 +340,21 @@ impl Client {
         }
         self.inner.dists.put(meta, dist.clone());
         shoal_proto::crash_point!(crash_points::CREATE_BEFORE_ENTRY);
-        if let Err(e) = self.add_entry(dir, name, meta, FileKind::File).await {
+        let linked = self
+            .add_entry(dir, name, meta, ObjectKind::Metafile, Some(hints))
+            .await;
+        if let Err(e) = linked {
             self.remove_unnamed(meta, &dist).await;
             return Err(e);
         }
+        Ok(self.new_file_attr(meta, mode))
+    }
+
+    /// The attributes of a file this client has just made, cached.
+    fn new_file_attr(&self, h: Handle, mode: u32) -> Attr {
         let now = shoal_proto::time::now_ns();
         let attr = Attr {
-            handle: meta,
+            handle: h,
             kind: FileKind::File,
             mode: mode & 0o7777,
             uid: self.cred.uid,
@@ -307,18 +365,43 @@ impl Client {
             ctime_ns: now,
             nlink: 1,
         };
-        self.inner.attrs.put(meta, attr.clone());
-        Ok(attr)
+        self.inner.attrs.put(h, attr.clone());
+        attr
     }
 
-    /// The augmented create (precreate, stuffing): the chosen server makes the
-    /// metafile, its datafiles (from its precreate pools, or one stuffed
-    /// local datafile) and the distribution in one durable step; then the
-    /// entry. If the entry cannot be added (EEXIST, ...) the objects go again.
+    /// A file of a no_metafile directory (seed 002), made by the client: one
+    /// datafile, which keeps the file's attributes, on the next server round
+    /// the ring, then the entry naming it directly: 2 messages, no metafile.
+    async fn create_without_metafile(
+        &self,
+        dir: Handle,
+        name: &str,
+        mode: u32,
+        hints: DirHints,
+    ) -> Result<Attr> {
+        let made = CreateObjectRequest {
+            kind: ObjectKind::Datafile as i32,
+            attrs: Some(mode_only(mode)),
+            ..Default::default()
+        };
+        let h = self.create_linked(dir, name, made, hints).await?;
+        self.inner.dists.put(h, Distribution::single(h));
+        Ok(self.new_file_attr(h, mode))
+    }
+
     /// The augmented create (precreate / stuffing): one request makes the
     /// file, then the entry is added — or, with colocate, the file is made on
-    /// the directory's server and the entry goes in the same request.
-    async fn create_augmented(&self, dir: Handle, name: &str, mode: u32) -> Result<Attr> {
+    /// the directory's server, which lays it out by the directory's hints,
+    /// and the entry goes in the same request. If the entry cannot be added
+    /// (EEXIST, ...) the objects go again.
+    async fn create_augmented(
+        &self,
+        dir: Handle,
+        name: &str,
+        mode: u32,
+        layout: &NewFile,
+        hints: DirHints,
+    ) -> Result<Attr> {
         let settings = &self.config().settings;
         let colocate = settings.colocate;
         let server = if colocate {
@@ -333,12 +416,9 @@ impl Client {
                 self.cred,
                 Op::CreateFile,
                 &CreateFileRequest {
-                    attrs: Some(Attributes {
-                        mode,
-                        ..Default::default()
-                    }),
-                    num_dfiles: self.config().dfiles_per_file(),
-                    strip_size: settings.strip_size,
+                    attrs: Some(mode_only(mode)),
+                    num_dfiles: layout.num_dfiles,
+                    strip_size: layout.strip_size,
                     stuffed: settings.stuffing,
                     dir: if colocate { dir } else { 0 },
                     name: if colocate {
@@ -352,22 +432,42 @@ impl Client {
         let rec = reply
             .object
             .ok_or_else(|| ShoalError::protocol("create_file reply without an object"))?;
-        let meta = rec.handle;
-        if let Some(dist) = rec.dist.clone() {
-            self.inner.dists.put(meta, dist);
-        }
+        let (h, kind) = (rec.handle, rec.kind());
         if colocate {
             self.refresh_dir(reply.dir);
-            self.inner
-                .names
-                .put((dir, name.to_string()), (meta, FileKind::File));
+            self.inner.names.put((dir, name.to_string()), (h, kind));
         } else {
             shoal_proto::crash_point!(crash_points::CREATE_BEFORE_ENTRY);
-            self.link_new(dir, name, meta, FileKind::File).await?;
+            self.link_new(dir, name, h, kind, Some(hints)).await?;
         }
-        let attr = Attr::from_record(&rec, FileKind::File);
-        self.inner.attrs.put(meta, attr.clone());
+        // A new file's datafiles are empty.
+        let attr = self
+            .attr_with(&rec, |d| {
+                Some(DatafileSize {
+                    handle: d,
+                    ..Default::default()
+                })
+            })?
+            .ok_or_else(|| ShoalError::protocol("create_file reply without a file"))?;
+        self.inner.attrs.put(h, attr.clone());
         Ok(attr)
+    }
+
+    /// Makes the object `made` on the next server round the ring, then the
+    /// entry naming it, made under `dir`'s hints `hints` (if the entry is
+    /// refused the object goes again).
+    async fn create_linked(
+        &self,
+        dir: Handle,
+        name: &str,
+        made: CreateObjectRequest,
+        hints: DirHints,
+    ) -> Result<Handle> {
+        let kind = made.kind();
+        let h = self.create_object(self.pick_server(), made).await?;
+        shoal_proto::crash_point!(crash_points::CREATE_BEFORE_ENTRY);
+        self.link_new(dir, name, h, kind, Some(hints)).await?;
+        Ok(h)
     }
 
     /// Best-effort removal of a file's objects that no entry names yet.
@@ -379,24 +479,29 @@ impl Client {
         }
     }
 
-    /// Creates a directory: the directory object, then its entry (2 messages).
+    /// Creates a directory: the directory object, then its entry (2
+    /// messages). It starts with a copy of its parent's hints.
     pub async fn mkdir(&self, dir: Handle, name: &str, mode: u32) -> Result<Attr> {
         check_name(name)?;
-        let h = self
-            .create_object(
-                self.pick_server(),
-                CreateObjectRequest {
-                    kind: ObjectKind::Directory as i32,
-                    attrs: Some(Attributes {
-                        mode,
-                        ..Default::default()
-                    }),
-                    parent: dir,
-                    ..Default::default()
-                },
-            )
-            .await?;
-        self.link_new(dir, name, h, FileKind::Directory).await?;
+        self.under_hints(dir, |hints| self.mkdir_under(dir, name, mode, hints))
+            .await
+    }
+
+    async fn mkdir_under(
+        &self,
+        dir: Handle,
+        name: &str,
+        mode: u32,
+        hints: DirHints,
+    ) -> Result<Attr> {
+        let made = CreateObjectRequest {
+            kind: ObjectKind::Directory as i32,
+            attrs: Some(mode_only(mode)),
+            parent: dir,
+            hints: Some(hints.clone()),
+            ..Default::default()
+        };
+        let h = self.create_linked(dir, name, made, hints).await?;
         self.getattr(h).await
     }
 
@@ -413,7 +518,8 @@ impl Client {
                 },
             )
             .await?;
-        self.link_new(dir, name, h, FileKind::Symlink).await?;
+        self.link_new(dir, name, h, ObjectKind::Symlink, None)
+            .await?;
         self.getattr(h).await
     }
 
@@ -611,7 +717,8 @@ impl Client {
     ) -> Result<Option<Handle>> {
         check_name(name)?;
         check_name(new_name)?;
-        let (h, kind) = self.lookup(dir, name).await?;
+        let (h, entry) = self.lookup_entry(dir, name).await?;
+        let kind = file_kind(entry)?;
         let target = match self.lookup(new_dir, new_name).await {
             Ok(t) => Some(t),
             Err(e) if e.errno == Errno::ENOENT => None,
@@ -649,7 +756,7 @@ impl Client {
             }
         }
         let result = self
-            .move_entry(dir, name, new_dir, new_name, h, kind, no_replace)
+            .move_entry(dir, name, new_dir, new_name, h, entry, no_replace)
             .await;
         let replaced = match result {
             Ok(r) => r,
@@ -669,6 +776,9 @@ impl Client {
     }
 
     /// Moves the entry; returns the handle of a replaced object (0 if none).
+    /// The new entry names the same kind of object as the old one: a file
+    /// without a metafile (no_metafile) stays one wherever it moves, since
+    /// hints apply to new files only.
     #[allow(clippy::too_many_arguments)]
     async fn move_entry(
         &self,
@@ -677,7 +787,7 @@ impl Client {
         new_dir: Handle,
         new_name: &str,
         h: Handle,
-        kind: FileKind,
+        kind: ObjectKind,
         no_replace: bool,
     ) -> Result<Handle> {
         self.inner.names.remove(&(dir, name.to_string()));
@@ -711,8 +821,9 @@ impl Client {
                     dir: new_dir,
                     name: new_name.to_string(),
                     handle: h,
-                    kind: kind.object_kind() as i32,
+                    kind: kind as i32,
                     replace: !no_replace,
+                    created_under: None,
                 },
             )
             .await?;
@@ -724,7 +835,7 @@ impl Client {
             ..Default::default()
         })
         .await?;
-        if kind == FileKind::Directory {
+        if kind == ObjectKind::Directory {
             self.pool()
                 .call::<Empty>(
                     server_of(h),
@@ -780,14 +891,14 @@ impl Client {
             .entries
             .into_iter()
             .map(|e| {
-                let kind = kind_of(e.kind)?;
+                let kind = entry_kind(e.kind)?;
                 self.inner
                     .names
                     .put((dir, e.name.clone()), (e.handle, kind));
                 Ok(DirEntry {
                     name: e.name,
                     handle: e.handle,
-                    kind,
+                    kind: file_kind(kind)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -35,20 +35,14 @@ pub enum FileKind {
 }
 
 impl FileKind {
+    /// A file is a metafile, or a datafile named directly by its entry (a
+    /// file of a no_metafile directory, seed 002).
     pub fn from_object(kind: ObjectKind) -> Option<FileKind> {
         match kind {
             ObjectKind::Directory => Some(FileKind::Directory),
-            ObjectKind::Metafile => Some(FileKind::File),
+            ObjectKind::Metafile | ObjectKind::Datafile => Some(FileKind::File),
             ObjectKind::Symlink => Some(FileKind::Symlink),
             _ => None,
-        }
-    }
-
-    pub fn object_kind(self) -> ObjectKind {
-        match self {
-            FileKind::Directory => ObjectKind::Directory,
-            FileKind::File => ObjectKind::Metafile,
-            FileKind::Symlink => ObjectKind::Symlink,
         }
     }
 
@@ -139,4 +133,7 @@ pub struct Layout {
     pub strip_size: u64,
     /// Datafile handle and the server holding it, in strip order.
     pub datafiles: Vec<(Handle, u32)>,
+    /// The file has no metafile (made in a no_metafile directory): its one
+    /// datafile is the file itself and it never stripes.
+    pub no_metafile: bool,
 }

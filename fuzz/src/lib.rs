@@ -183,6 +183,39 @@ impl Gen<'_, '_> {
         })
     }
 
+    /// An xattr name: often a directory hint (`user.shoal.<hint>`, seed
+    /// 002), known or not.
+    fn xattr_name(&mut self) -> ArbResult<String> {
+        Ok(match self.u.int_in_range(0u8..=3)? {
+            0 => format!(
+                "user.shoal.{}",
+                [
+                    "strip_size",
+                    "num_dfiles",
+                    "dist",
+                    "no_metafile",
+                    "nope",
+                    ""
+                ][self.u.int_in_range(0..=5)?]
+            ),
+            _ => self.name()?,
+        })
+    }
+
+    /// Directory hints, valid or not (the servers validate only xattr
+    /// values; hints in requests are compared, never parsed).
+    fn hints(&mut self) -> ArbResult<Option<DirHints>> {
+        if self.u.ratio(1, 2)? {
+            return Ok(None);
+        }
+        Ok(Some(DirHints {
+            strip_size: self.u.arbitrary()?,
+            num_dfiles: self.u.arbitrary()?,
+            dist: self.name()?,
+            no_metafile: self.u.arbitrary()?,
+        }))
+    }
+
     fn kind(&mut self) -> ArbResult<i32> {
         Ok(match self.u.int_in_range(0u8..=5)? {
             5 => self.u.arbitrary()?,
@@ -262,7 +295,7 @@ impl Gen<'_, '_> {
                 attrs: self.attrs()?,
                 parent: self.handle()?,
                 target: self.name()?,
-                ..Default::default()
+                hints: self.hints()?,
             }
             .encode_to_vec(),
             Op::CreateDatafiles => CreateDatafilesRequest {
@@ -285,7 +318,7 @@ impl Gen<'_, '_> {
                 handle: self.handle()?,
                 kind: self.kind()?,
                 replace: self.u.arbitrary()?,
-                ..Default::default()
+                created_under: self.hints()?,
             }
             .encode_to_vec(),
             Op::RmDirEnt => RmDirEntRequest {
@@ -359,9 +392,12 @@ impl Gen<'_, '_> {
             .encode_to_vec(),
             Op::SetXattr => SetXattrRequest {
                 handle: self.handle()?,
-                name: self.name()?,
+                name: self.xattr_name()?,
                 value: match self.u.int_in_range(0u8..=7)? {
                     7 => vec![7u8; self.u.int_in_range(65530..=65540)?],
+                    6 => ["1", "0", "64K", "4", "simple_stripe:strip_size=8192", "9G"]
+                        [self.u.int_in_range(0..=5)?]
+                    .into(),
                     _ => self.u.arbitrary::<Vec<u8>>()?,
                 }
                 .into(),
@@ -372,7 +408,7 @@ impl Gen<'_, '_> {
             .encode_to_vec(),
             Op::GetXattr => GetXattrRequest {
                 handle: self.handle()?,
-                name: self.name()?,
+                name: self.xattr_name()?,
                 ..Default::default()
             }
             .encode_to_vec(),
@@ -383,7 +419,7 @@ impl Gen<'_, '_> {
             .encode_to_vec(),
             Op::RemoveXattr => RemoveXattrRequest {
                 handle: self.handle()?,
-                name: self.name()?,
+                name: self.xattr_name()?,
                 ..Default::default()
             }
             .encode_to_vec(),

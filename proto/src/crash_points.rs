@@ -14,8 +14,9 @@ pub const REFILL_AFTER_CREATE: &str = "refill-after-create";
 /// Server, unstuff without precreate: datafiles were created on the peers,
 /// the distribution does not name them yet: orphans on the peers.
 pub const UNSTUFF_AFTER_CREATE: &str = "unstuff-after-create";
-/// Client, baseline create: the metafile and datafiles exist, the entry
-/// that names them does not: orphans.
+/// Client, a create the client composes (baseline, no_metafile without
+/// colocate, mkdir, symlink): the objects exist, the entry that names them
+/// does not: orphans.
 pub const CREATE_BEFORE_ENTRY: &str = "create-before-entry";
 /// Client, move to another directory: the new entry is there and the old
 /// one too; the object's parent says which is true.

@@ -76,6 +76,24 @@ impl Distribution {
     pub fn width(&self) -> usize {
         self.datafiles.len()
     }
+
+    /// The layout of a file without a metafile (a no_metafile directory's
+    /// file): its one datafile is the file itself, and one strip spans the
+    /// largest file, so it never stripes however far it grows.
+    pub fn single(datafile: u64) -> Distribution {
+        Distribution {
+            strip_size: MAX_FILE_SIZE,
+            datafiles: vec![datafile],
+            stuffed: false,
+            width: 1,
+        }
+    }
+
+    /// Whether this is the layout of file `h` without a metafile: a
+    /// metafile's datafiles never include the metafile itself.
+    pub fn is_single(&self, h: u64) -> bool {
+        self.datafiles == [h]
+    }
 }
 
 #[cfg(test)]
@@ -126,6 +144,17 @@ mod tests {
                 assert_eq!(locals.iter().sum::<u64>(), size);
             }
         }
+    }
+
+    #[test]
+    fn a_single_datafile_layout_never_stripes() {
+        let d = Distribution::single(7);
+        assert!(d.is_single(7) && !d.is_single(8));
+        let p = split(d.strip_size, d.width(), 3 << 30, 8 << 20);
+        assert_eq!(p.len(), 1, "one piece however large");
+        assert_eq!((p[0].datafile, p[0].local_offset), (0, 3 << 30));
+        assert_eq!(file_size(d.strip_size, &[5 << 30]), 5 << 30);
+        assert_eq!(local_size(d.strip_size, 1, 0, MAX_FILE_SIZE), MAX_FILE_SIZE);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //!
 //! Open `shoal.proto` first: it is the schema. This crate adds the frame layout
 //! ([`frame`]), the operation table ([`op`]), POSIX errors ([`error`]), the handle
-//! space ([`handle`]), striping arithmetic ([`dist`]), name validation ([`names`])
-//! the cluster file ([`cluster`]), the authentication handshake ([`auth`]) and
+//! space ([`handle`]), striping arithmetic ([`dist`]), directory hints
+//! ([`hints`]), name validation ([`names`]), the cluster file ([`cluster`]),
+//! the authentication handshake ([`auth`]) and
 //! the sending side of a connection ([`sink`]).
 
 pub mod auth;
@@ -13,6 +14,7 @@ pub mod dist;
 pub mod error;
 pub mod frame;
 pub mod handle;
+pub mod hints;
 pub mod names;
 pub mod op;
 pub mod sink;

@@ -56,6 +56,16 @@ impl Builder {
         self
     }
 
+    /// [`Builder::baseline`] when `on`, else every technique stays on: for
+    /// tests that run on both.
+    pub fn baseline_if(self, on: bool) -> Self {
+        if on {
+            self.baseline()
+        } else {
+            self
+        }
+    }
+
     /// Puts server `id`'s data directory at `path` instead of under the
     /// cluster's temporary directory (e.g. on a small tmpfs). The caller
     /// owns `path` and removes it.

@@ -136,6 +136,7 @@ pub fn stat(cfg: &ConfigArg, path: &str, layout: bool, json: bool) -> Result<()>
             });
             if let Some(l) = &layout {
                 v["layout"] = serde_json::json!({
+                    "no_metafile": l.no_metafile,
                     "strip_size": l.strip_size,
                     "datafiles": l.datafiles.iter().map(|(d, s)| serde_json::json!({
                         "handle": format!("{d:#x}"),
@@ -160,11 +161,15 @@ pub fn stat(cfg: &ConfigArg, path: &str, layout: bool, json: bool) -> Result<()>
             format_time(a.mtime_ns.div_euclid(1_000_000_000))
         );
         if let Some(l) = layout {
-            println!(
-                " strip: {} bytes over {} datafiles",
-                l.strip_size,
-                l.datafiles.len()
-            );
+            if l.no_metafile {
+                println!(" strip: none: one datafile and no metafile (no_metafile)");
+            } else {
+                println!(
+                    " strip: {} bytes over {} datafiles",
+                    l.strip_size,
+                    l.datafiles.len()
+                );
+            }
             for (i, (d, s)) in l.datafiles.iter().enumerate() {
                 println!("  dfile {i}: {d:#x} on server {s}");
             }

@@ -22,6 +22,7 @@ pub fn run(
             let v = serde_json::json!({
                 "objects": r.objects,
                 "entries": r.entries,
+                "no_metafile_files": r.no_metafile_files,
                 "orphans": r.orphans.iter().map(|(h, k)| serde_json::json!({
                     "handle": format!("{h:#x}"), "kind": format!("{k:?}").to_lowercase(),
                 })).collect::<Vec<_>>(),
@@ -37,7 +38,10 @@ pub fn run(
             });
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         } else {
-            println!("checked {} objects and {} directory entries", r.objects, r.entries);
+            println!(
+                "checked {} objects and {} directory entries ({} files without a metafile)",
+                r.objects, r.entries, r.no_metafile_files
+            );
             for (h, k) in &r.orphans {
                 println!("orphan {k:?} {h:#x}");
             }

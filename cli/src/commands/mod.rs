@@ -5,6 +5,7 @@ pub mod copy;
 pub mod down;
 pub mod files;
 pub mod fsck;
+pub mod hint;
 pub mod lsplus;
 pub mod mount;
 pub mod server;

@@ -1,11 +1,14 @@
-//! Attributes and extended attributes of any object.
+//! Attributes and extended attributes of any object. Extended attributes
+//! named `user.shoal.<hint>` are a directory's hints (seed 002) and are
+//! handled by `hints`, which keeps them in the directory's record.
 
 use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::hints::Hint;
 use shoal_proto::msg::*;
 use shoal_proto::time::now_ns;
 use shoal_proto::ObjectKind;
 
-use super::change;
+use super::{change, hints};
 use crate::keys;
 use crate::service::{Reply, Request, Service};
 
@@ -81,6 +84,9 @@ fn check_xattr_name(name: &str) -> Result<()> {
 pub fn setxattr(s: &Service, r: &Request) -> Result<Reply> {
     let q: SetXattrRequest = r.decode()?;
     check_xattr_name(&q.name)?;
+    if let Some(hint) = Hint::from_xattr(&q.name) {
+        return hints::set(s, q.handle, hint?, &q.value, q.create_only, q.replace_only);
+    }
     if q.value.len() > XATTR_SIZE_MAX {
         return Err(ShoalError::new(Errno::E2BIG, "xattr value over 64 KiB"));
     }
@@ -109,6 +115,12 @@ pub fn setxattr(s: &Service, r: &Request) -> Result<Reply> {
 pub fn getxattr(s: &Service, r: &Request) -> Result<Reply> {
     let q: GetXattrRequest = r.decode()?;
     check_xattr_name(&q.name)?;
+    if let Some(hint) = Hint::from_xattr(&q.name) {
+        let value = hints::get(s, q.handle, hint?)?;
+        return Ok(Reply::message(&GetXattrReply {
+            value: value.into(),
+        }));
+    }
     s.meta.get(q.handle)?;
     let value = s
         .meta
@@ -122,20 +134,24 @@ pub fn getxattr(s: &Service, r: &Request) -> Result<Reply> {
 
 pub fn listxattr(s: &Service, r: &Request) -> Result<Reply> {
     let q: ListXattrRequest = r.decode()?;
-    s.meta.get(q.handle)?;
-    let names = s
-        .meta
-        .kv()
-        .scan(&keys::xattrs(q.handle), None, usize::MAX)?
-        .into_iter()
-        .map(|(k, _)| keys::name_of(&k))
-        .collect();
+    let rec = s.meta.get(q.handle)?;
+    let mut names = hints::names(&rec);
+    names.extend(
+        s.meta
+            .kv()
+            .scan(&keys::xattrs(q.handle), None, usize::MAX)?
+            .into_iter()
+            .map(|(k, _)| keys::name_of(&k)),
+    );
     Ok(Reply::message(&ListXattrReply { names }))
 }
 
 pub fn removexattr(s: &Service, r: &Request) -> Result<Reply> {
     let q: RemoveXattrRequest = r.decode()?;
     check_xattr_name(&q.name)?;
+    if let Some(hint) = Hint::from_xattr(&q.name) {
+        return hints::unset(s, q.handle, hint?);
+    }
     let key = keys::xattr(q.handle, &q.name);
     let ((), syncs) = change(s, |txn| {
         s.meta.get(q.handle)?;

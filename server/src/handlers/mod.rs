@@ -4,6 +4,7 @@
 
 mod admin;
 mod attrs;
+mod hints;
 mod io;
 mod listattr;
 mod namespace;

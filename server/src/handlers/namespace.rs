@@ -11,7 +11,7 @@ use shoal_proto::names::check_name;
 use shoal_proto::time::now_ns;
 use shoal_proto::ObjectKind;
 
-use super::{change, check_handle};
+use super::{change, check_handle, hints};
 use crate::meta_store::{new_attrs, Txn};
 use crate::service::{Reply, Request, Service};
 
@@ -57,10 +57,13 @@ pub fn create_object(s: &Service, r: &Request) -> Result<Reply> {
         ..Default::default()
     };
     match kind {
-        ObjectKind::Metafile => {}
+        // A datafile made this way is a file of a no_metafile directory: it
+        // keeps its own attributes, as no metafile holds them.
+        ObjectKind::Metafile | ObjectKind::Datafile => {}
         ObjectKind::Directory => {
             check_handle(s, q.parent)?;
             rec.parent = q.parent;
+            rec.hints = q.hints;
         }
         ObjectKind::Symlink => {
             if q.target.is_empty() || q.target.len() > shoal_proto::names::PATH_MAX {
@@ -174,9 +177,10 @@ pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
     check_name(&q.name)?;
     check_handle(s, q.handle)?;
     let kind = q.kind();
+    // A DATAFILE entry is a file without a metafile (no_metafile).
     if !matches!(
         kind,
-        ObjectKind::Directory | ObjectKind::Metafile | ObjectKind::Symlink
+        ObjectKind::Directory | ObjectKind::Metafile | ObjectKind::Datafile | ObjectKind::Symlink
     ) {
         return Err(ShoalError::invalid(
             "a directory entry must name a directory, file or symlink",
@@ -189,6 +193,9 @@ pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
                 "directory {:#x} (being removed)",
                 q.dir
             )));
+        }
+        if let Some(under) = &q.created_under {
+            hints::check_unchanged(&dir, under, &q.name)?;
         }
         let mut reply = CrDirEntReply::default();
         if let Some((old, old_kind)) = s.meta.lookup(q.dir, &q.name)? {

@@ -12,15 +12,21 @@
 //! precreate is off); datafile 0 stays, so the first strip's bytes do not
 //! move. It runs under the store lock and is idempotent, so concurrent
 //! unstuffs of one file agree on one distribution.
+//!
+//! Colocated (`colocate`), the create names its directory, which lives here:
+//! the directory's hints (seed 002) decide the layout, and in a no_metafile
+//! directory the file is one local datafile named by the entry, made in the
+//! same single step.
 
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::server_of;
+use shoal_proto::hints::{new_file, NewFile};
 use shoal_proto::msg::*;
 use shoal_proto::{Handle, ObjectKind};
 use std::time::Instant;
 
 use super::namespace::touch_dir;
-use super::{change, require};
+use super::{change, hints, require};
 use crate::meta_store::{new_attrs, Txn};
 use crate::pools::FILL_WAIT;
 use crate::service::{Reply, Request, Service};
@@ -59,23 +65,28 @@ fn pools_empty_error(what: &str) -> ShoalError {
 pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
     let q: CreateFileRequest = r.decode()?;
     let settings = &s.config.settings;
+    if q.dir != 0 {
+        shoal_proto::names::check_name(&q.name)?;
+    }
+    // Colocated, the directory is here and its hints decide the layout; the
+    // transaction checks that they did not change meanwhile.
+    let under = match q.dir {
+        0 => None,
+        d => Some(hints::of(&s.meta.get_dir(d)?)),
+    };
+    let layout = match &under {
+        Some(h) => new_file(h, &s.config),
+        None => requested_layout(s, &q)?,
+    };
+    let mode = q.attrs.as_ref().map(|a| a.mode).unwrap_or(0o644);
+    let attrs = new_attrs(mode, r.header.uid, r.header.gid);
+    if let (true, Some(under)) = (layout.no_metafile, &under) {
+        return create_without_metafile(s, &q, attrs, under);
+    }
     if !(settings.stuffing && q.stuffed) {
         require(settings.precreate, "precreate")?;
     }
-    let n = s.config.num_servers();
-    let width = match q.num_dfiles {
-        0 => s.config.dfiles_per_file(),
-        w => w.min(n),
-    };
-    let strip_size = match q.strip_size {
-        0 => settings.strip_size,
-        x => x,
-    };
-    if !(4096..=1 << 30).contains(&strip_size) {
-        return Err(ShoalError::invalid(format!(
-            "strip size {strip_size} must be between 4096 and 1 GiB"
-        )));
-    }
+    let (width, strip_size) = (layout.num_dfiles, layout.strip_size);
     // A one-datafile file is the same stuffed or not: make it plain.
     let stuffed = q.stuffed && width > 1;
     let remote = if stuffed {
@@ -83,20 +94,15 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
     } else {
         remote_servers(s, width)
     };
-    if q.dir != 0 {
-        shoal_proto::names::check_name(&q.name)?;
-    }
-    let mode = q.attrs.as_ref().map(|a| a.mode).unwrap_or(0o644);
-    let attrs = new_attrs(mode, r.header.uid, r.header.gid);
     let started = Instant::now();
     while may_retry(started) {
         s.pools.ensure(&s.meta, &remote)?;
         let (made, syncs) = change(s, |txn| {
             // Colocate: the entry goes in the same step; check it first so a
             // refused name takes nothing from the pools.
-            let dir = match q.dir {
-                0 => None,
-                d => Some(entry_dir(s, d, &q.name)?),
+            let dir = match &under {
+                Some(under) => Some(entry_dir(s, q.dir, &q.name, under)?),
+                None => None,
             };
             let Some(taken) = s.pools.take(&s.meta, txn, &remote)? else {
                 return Ok(None);
@@ -136,10 +142,65 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
     Err(pools_empty_error("create"))
 }
 
+/// The layout a create that is not colocated asks for (the client took it
+/// from the directory's hints).
+fn requested_layout(s: &Service, q: &CreateFileRequest) -> Result<NewFile> {
+    let settings = &s.config.settings;
+    let strip_size = match q.strip_size {
+        0 => settings.strip_size,
+        x => x,
+    };
+    if !(4096..=1 << 30).contains(&strip_size) {
+        return Err(ShoalError::invalid(format!(
+            "strip size {strip_size} must be between 4096 and 1 GiB"
+        )));
+    }
+    let num_dfiles = match q.num_dfiles {
+        0 => s.config.dfiles_per_file(),
+        w => w.min(s.config.num_servers()),
+    };
+    Ok(NewFile {
+        no_metafile: false,
+        strip_size,
+        num_dfiles,
+    })
+}
+
+/// A colocated create in a no_metafile directory (seed 002): one local
+/// datafile that keeps the file's attributes, and the entry naming it, in
+/// one step. No metafile, no pools.
+fn create_without_metafile(
+    s: &Service,
+    q: &CreateFileRequest,
+    attrs: Attributes,
+    under: &DirHints,
+) -> Result<Reply> {
+    let ((object, dir), syncs) = change(s, |txn| {
+        let dir = entry_dir(s, q.dir, &q.name, under)?;
+        let rec = ObjectRecord {
+            handle: s.meta.alloc(txn),
+            kind: ObjectKind::Datafile as i32,
+            attrs: Some(attrs),
+            mtime_set_ns: attrs.mtime_ns,
+            ..Default::default()
+        };
+        txn.insert_object(&rec);
+        txn.put_entry(q.dir, &q.name, rec.handle, ObjectKind::Datafile);
+        Ok((rec, touch_dir(txn, dir)))
+    })?;
+    Ok(Reply::message(&CreateFileReply {
+        object: Some(object),
+        dir: Some(dir),
+    })
+    .with_syncs(syncs))
+}
+
 /// The directory `dir` (owned here) that a new entry `name` may go into:
-/// not being removed, and no entry of that name yet.
-fn entry_dir(s: &Service, dir: u64, name: &str) -> Result<ObjectRecord> {
+/// not being removed, no entry of that name yet, and still with the hints
+/// `under` the file was laid out by.
+fn entry_dir(s: &Service, dir: u64, name: &str, under: &DirHints) -> Result<ObjectRecord> {
     let rec = s.meta.get_dir(dir)?;
+    hints::check_unchanged(&rec, under, name)?;
     if rec.removing {
         return Err(ShoalError::not_found(format!(
             "directory {dir:#x} (being removed)"

@@ -67,7 +67,7 @@ impl Measured {
 }
 
 /// `timeout N <this shoal> args...`, succeeding or an error with its stderr.
-fn shoal(args: &[&str]) -> Result<()> {
+pub(super) fn shoal(args: &[&str]) -> Result<()> {
     let exe = std::env::current_exe()?;
     let out = Command::new("timeout")
         .arg(CHILD_TIMEOUT)
@@ -142,7 +142,7 @@ fn capture(mut c: Command) -> Result<String> {
 }
 
 /// Requests all servers received so far (not counting `stats`).
-async fn requests(client: &Client) -> Result<u64> {
+pub(super) async fn requests(client: &Client) -> Result<u64> {
     let mut total = 0;
     for s in 0..client.num_servers() {
         let stats = client.server_stats(s).await?;

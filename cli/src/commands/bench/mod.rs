@@ -5,6 +5,9 @@
 pub mod ablation;
 pub mod fsops;
 pub mod ls;
+pub mod nometafile;
+pub mod nometafile_report;
+pub mod nometafile_worker;
 pub mod pattern;
 pub mod report;
 pub mod smallfile;
@@ -38,6 +41,59 @@ pub enum Workload {
     /// lsplus -l` on a directory of 12,000 files, on a baseline and an all-on
     /// local cluster; writes ls.md.
     Ls(LsArgs),
+    /// Seed 002's evaluation: create, list (with attributes) and remove
+    /// empty files with and without the no_metafile hint, 1 and 5 client
+    /// processes, storage on disk and on tmpfs, baseline and all-on local
+    /// clusters; writes no_metafile.{csv,md,png}.
+    Nometafile(NometafileArgs),
+}
+
+#[derive(clap::Args)]
+pub struct NometafileArgs {
+    /// Where no_metafile.{csv,md,png} go.
+    #[arg(long, default_value = "bench/results")]
+    pub out: PathBuf,
+    /// Scratch directory on disk for the clusters' data; the tmpfs is
+    /// mounted at its `tmpfs` subdirectory.
+    #[arg(long, default_value = "/var/tmp/shoal-bench-nometafile")]
+    pub work: PathBuf,
+    #[arg(long, default_value_t = 4)]
+    pub servers: u32,
+    /// Directories each client makes (the seed: 100).
+    #[arg(long, default_value_t = 10)]
+    pub dirs: usize,
+    /// Empty files in each directory (the seed: 500).
+    #[arg(long, default_value_t = 50)]
+    pub files: usize,
+    /// Concurrent client processes, each count run in turn.
+    #[arg(long, value_delimiter = ',', default_value = "1,5")]
+    pub clients: Vec<usize>,
+    /// Storage under the servers (tmpfs needs root).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "disk,tmpfs")]
+    pub storage: Vec<nometafile::Storage>,
+    /// Protocols to measure.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "baseline,all-on"
+    )]
+    pub protocols: Vec<nometafile::Protocol>,
+    /// Rounds; each runs every case once, and medians are reported.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Size of the tmpfs, MiB.
+    #[arg(long, default_value_t = 4096)]
+    pub tmpfs_mib: u64,
+    /// Internal: run as client K of a parent `shoal bench nometafile`.
+    #[arg(long, hide = true, value_name = "K")]
+    pub worker: Option<usize>,
+    /// Internal (workers): the cluster file.
+    #[arg(long, hide = true)]
+    pub config: Option<PathBuf>,
+    /// Internal (workers): the run's Shoal directory; client K works in c<K>.
+    #[arg(long, hide = true)]
+    pub dir: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -150,6 +206,30 @@ pub struct StreamingArgs {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.workload {
+        Workload::Nometafile(a) => match (a.worker, &a.config, &a.dir) {
+            (Some(k), Some(config), Some(dir)) => {
+                as_worker(nometafile_worker::worker(config, dir, k, a.dirs, a.files))
+            }
+            (Some(_), _, _) => Err(shoal_proto::ShoalError::invalid(
+                "a nometafile worker needs --config and --dir",
+            )),
+            (None, _, _) => {
+                let opts = nometafile::NometafileOptions {
+                    out: a.out,
+                    work: a.work,
+                    servers: a.servers,
+                    dirs: a.dirs,
+                    files: a.files,
+                    clients: a.clients,
+                    storage: a.storage,
+                    protocols: a.protocols,
+                    rounds: a.rounds,
+                    tmpfs_mib: a.tmpfs_mib,
+                };
+                let results = with_sigpipe_ignored(|| nometafile::measure(&opts))?;
+                nometafile_report::write(&results, &opts)
+            }
+        },
         Workload::Ls(a) => ls::ls(&ls::LsOptions {
             out: a.out,
             work: a.work,

@@ -336,7 +336,7 @@ pub fn mount_of(mounts: &str, path: &Path) -> Option<MountInfo> {
 /// The commit of the Shoal source the running binary was built in, if the
 /// binary lives in a git checkout (as target/*/shoal does), else of the
 /// current directory; and whether that checkout had uncommitted changes.
-fn git_commit() -> (Option<String>, Option<bool>) {
+pub(super) fn git_commit() -> (Option<String>, Option<bool>) {
     let exe_dir = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(Path::to_path_buf));
