@@ -2,7 +2,9 @@
 //!
 //! Every server's objects and directory entries are scanned; reachability is
 //! computed from the root over the entries (and from files to their
-//! datafiles). An entry may name a datafile directly: a file without a
+//! datafiles). An object's `parent` says which of its entries is true: one in
+//! another directory is the leftover of an interrupted move, dropped on
+//! repair. An entry may name a datafile directly: a file without a
 //! metafile (made in a no_metafile directory, seed 002), reachable like any
 //! file and counted in the report. Creates add objects before the entry that names them and
 //! removes drop the entry first, so a crash leaves only orphans (unreachable
@@ -36,6 +38,13 @@ pub struct FsckReport {
     pub orphans: Vec<(Handle, ObjectKind)>,
     /// Entries naming an object that does not exist: (dir, name, handle).
     pub dangling: Vec<(Handle, String, Handle)>,
+    /// Entries left by a move to another directory that was interrupted:
+    /// the object's true entry is in its `parent` directory; this one is
+    /// not (dir, name, handle).
+    pub leftover_entries: Vec<(Handle, String, Handle)>,
+    /// Objects whose `parent` directory has no entry for them, named from
+    /// another directory only: (object, that directory).
+    pub stale_parents: Vec<(Handle, Handle)>,
     /// Reachable directories left marked for removal by an interrupted rmdir.
     pub stale_marks: Vec<Handle>,
     /// Local datafile files no record owns: (server, handle).
@@ -46,7 +55,12 @@ pub struct FsckReport {
 
 impl FsckReport {
     pub fn problems(&self) -> usize {
-        self.orphans.len() + self.dangling.len() + self.stale_marks.len() + self.orphan_files.len()
+        self.orphans.len()
+            + self.dangling.len()
+            + self.leftover_entries.len()
+            + self.stale_parents.len()
+            + self.stale_marks.len()
+            + self.orphan_files.len()
     }
 }
 
@@ -106,8 +120,11 @@ impl Client {
             .flat_map(|i| i.objects.iter().map(|o| (o.handle, o.clone())))
             .collect();
         let mut children: HashMap<Handle, Vec<&ScannedEntry>> = HashMap::new();
+        // The directories whose entries name each object.
+        let mut named_from: HashMap<Handle, Vec<Handle>> = HashMap::new();
         for e in inventories.iter().flat_map(|i| &i.entries) {
             children.entry(e.dir).or_default().push(e);
+            named_from.entry(e.handle).or_default().push(e.dir);
         }
         let mut report = FsckReport {
             objects: objects.len() as u64,
@@ -129,6 +146,17 @@ impl Client {
                     report.dangling.push((dir, e.name.clone(), e.handle));
                     continue;
                 };
+                if obj.parent != 0 && obj.parent != dir && e.handle != handle::ROOT {
+                    if named_from[&e.handle].contains(&obj.parent) {
+                        // Its true entry is in `parent`; this one is the
+                        // leftover of an interrupted move.
+                        report
+                            .leftover_entries
+                            .push((dir, e.name.clone(), e.handle));
+                        continue;
+                    }
+                    report.stale_parents.push((e.handle, dir));
+                }
                 if !reachable.insert(e.handle) {
                     continue;
                 }
@@ -199,8 +227,23 @@ impl Client {
         report: &FsckReport,
         children: &HashMap<Handle, Vec<&ScannedEntry>>,
     ) -> Result<()> {
-        for (dir, name, h) in &report.dangling {
+        for (dir, name, h) in report.dangling.iter().chain(&report.leftover_entries) {
             self.drop_entry(*dir, name, *h).await?;
+        }
+        for (h, dir) in &report.stale_parents {
+            ignore_missing(
+                self.pool()
+                    .call::<Empty>(
+                        server_of(*h),
+                        self.cred,
+                        Op::SetParent,
+                        &SetParentRequest {
+                            dir: *h,
+                            parent: *dir,
+                        },
+                    )
+                    .await,
+            )?;
         }
         for d in &report.stale_marks {
             ignore_missing(
@@ -230,7 +273,10 @@ impl Client {
                     server_of(*h),
                     self.cred,
                     Op::Remove,
-                    &RemoveRequest { handle: *h },
+                    &RemoveRequest {
+                        handle: *h,
+                        ..Default::default()
+                    },
                 )
                 .await;
             ignore_missing(removed)?;

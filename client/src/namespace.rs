@@ -239,7 +239,7 @@ impl Client {
         created_under: Option<DirHints>,
     ) -> Result<()> {
         if let Err(e) = self.add_entry(dir, name, handle, kind, created_under).await {
-            if let Err(cleanup) = self.remove_objects(handle).await {
+            if let Err(cleanup) = self.remove_objects(handle, 0).await {
                 tracing::warn!("could not remove orphan {handle:#x}: {cleanup}");
             }
             return Err(e);
@@ -286,6 +286,7 @@ impl Client {
                 CreateObjectRequest {
                     kind: ObjectKind::Metafile as i32,
                     attrs: Some(mode_only(mode)),
+                    parent: dir,
                     ..Default::default()
                 },
             )
@@ -421,6 +422,7 @@ impl Client {
                     strip_size: layout.strip_size,
                     stuffed: settings.stuffing,
                     dir: if colocate { dir } else { 0 },
+                    parent: dir,
                     name: if colocate {
                         name.to_string()
                     } else {
@@ -460,9 +462,10 @@ impl Client {
         &self,
         dir: Handle,
         name: &str,
-        made: CreateObjectRequest,
+        mut made: CreateObjectRequest,
         hints: DirHints,
     ) -> Result<Handle> {
+        made.parent = dir;
         let kind = made.kind();
         let h = self.create_object(self.pick_server(), made).await?;
         shoal_proto::crash_point!(crash_points::CREATE_BEFORE_ENTRY);
@@ -473,7 +476,7 @@ impl Client {
     /// Best-effort removal of a file's objects that no entry names yet.
     async fn remove_unnamed(&self, meta: Handle, dist: &Distribution) {
         for h in dist.datafiles.iter().copied().chain([meta]) {
-            if let Err(e) = self.remove_object(h).await {
+            if let Err(e) = self.remove_object(h, 0).await {
                 tracing::warn!("could not remove orphan {h:#x}: {e}");
             }
         }
@@ -514,6 +517,7 @@ impl Client {
                 CreateObjectRequest {
                     kind: ObjectKind::Symlink as i32,
                     target: target.to_string(),
+                    parent: dir,
                     ..Default::default()
                 },
             )
@@ -550,32 +554,43 @@ impl Client {
         Ok((reply, kind))
     }
 
-    async fn remove_object(&self, h: Handle) -> Result<Option<Distribution>> {
+    /// Removes object `h`, unless `expect_parent` (the directory whose entry
+    /// was removed; 0: any) is not its true directory (see ObjectRecord's
+    /// `parent`): then the reply says it was kept.
+    async fn remove_object(&self, h: Handle, expect_parent: Handle) -> Result<RemoveReply> {
         let reply: RemoveReply = self
             .pool()
             .call(
                 server_of(h),
                 self.cred,
                 Op::Remove,
-                &RemoveRequest { handle: h },
+                &RemoveRequest {
+                    handle: h,
+                    expect_parent,
+                },
             )
             .await?;
         self.forget(h);
-        Ok(reply.dist)
+        Ok(reply)
     }
 
-    /// Removes an object no entry names any more, and a file's datafiles
-    /// (a stuffed file has one, on the metafile's server: 1 more message; if
-    /// that server already removed it with the metafile, so much the better).
-    async fn remove_objects(&self, h: Handle) -> Result<()> {
+    /// Removes a datafile of a removed file.
+    async fn remove_datafiles(&self, datafiles: &[Handle]) -> Result<()> {
+        futures::future::try_join_all(datafiles.iter().map(|d| self.remove_object(*d, 0))).await?;
+        Ok(())
+    }
+
+    /// Removes an object no entry of `parent` names any more, and a file's
+    /// datafiles (a stuffed file has one, on the metafile's server: 1 more
+    /// message; if that server already removed it with the metafile, so much
+    /// the better).
+    async fn remove_objects(&self, h: Handle, parent: Handle) -> Result<()> {
         self.inner.unstable.forget(h);
         // The reply lists only the datafiles still to remove (none for a
         // stuffed file: its server removed the one it had).
-        if let Some(dist) = self.remove_object(h).await? {
-            futures::future::try_join_all(dist.datafiles.iter().map(|d| self.remove_object(*d)))
-                .await?;
-        }
-        Ok(())
+        let reply = self.remove_object(h, parent).await?;
+        self.remove_datafiles(&reply.dist.map(|d| d.datafiles).unwrap_or_default())
+            .await
     }
 
     /// Removes a file or symlink: the entry, then the metafile (whose reply
@@ -586,7 +601,7 @@ impl Client {
         if !self.config().settings.colocate {
             let h = self.unlink_detached(dir, name).await?;
             shoal_proto::crash_point!(crash_points::UNLINK_AFTER_ENTRY);
-            return self.reclaim(h).await;
+            return self.reclaim(h, dir).await;
         }
         check_name(name)?;
         let (reply, _) = self
@@ -599,12 +614,12 @@ impl Client {
             })
             .await?;
         if !reply.removed {
-            return self.reclaim(reply.handle).await;
+            return self.reclaim(reply.handle, dir).await;
         }
         self.forget(reply.handle);
         self.inner.unstable.forget(reply.handle);
-        let rest = reply.dist.map(|d| d.datafiles).unwrap_or_default();
-        futures::future::try_join_all(rest.iter().map(|d| self.remove_object(*d))).await?;
+        self.remove_datafiles(&reply.dist.map(|d| d.datafiles).unwrap_or_default())
+            .await?;
         Ok(())
     }
 
@@ -624,9 +639,12 @@ impl Client {
         Ok(h)
     }
 
-    /// Removes an object that no entry names any more, and a file's datafiles.
-    pub async fn reclaim(&self, h: Handle) -> Result<()> {
-        self.remove_objects(h).await
+    /// Removes an object whose entry in `parent` was removed (and which no
+    /// other entry names), and a file's datafiles. If `parent` is not the
+    /// object's true directory, the entry was the leftover of an interrupted
+    /// move and the object stays (see ObjectRecord's `parent`).
+    pub async fn reclaim(&self, h: Handle, parent: Handle) -> Result<()> {
+        self.remove_objects(h, parent).await
     }
 
     /// Removes an empty directory: mark it so nothing can be added (fails if
@@ -654,7 +672,12 @@ impl Client {
             self.abort_rmdir(h).await;
             return Err(e);
         }
-        self.remove_object(h).await.map(|_| ())
+        if self.remove_object(h, dir).await?.kept {
+            // The entry was a leftover of an interrupted move: the directory
+            // lives on under its true name.
+            self.abort_rmdir(h).await;
+        }
+        Ok(())
     }
 
     async fn prepare_rmdir(&self, h: Handle) -> Result<()> {
@@ -686,8 +709,9 @@ impl Client {
 
     /// Renames `dir/name` to `new_dir/new_name`, replacing a compatible target
     /// as POSIX says. Within one directory it is one atomic request; across
-    /// directories the new entry is added before the old one is removed, so a
-    /// crash can leave the object named twice but never lost.
+    /// directories the new entry is added, the object's `parent` set to the
+    /// new directory, then the old entry removed: a crash can leave the object
+    /// named twice, never lost, and its `parent` says which name is true.
     pub async fn rename(
         &self,
         dir: Handle,
@@ -700,7 +724,7 @@ impl Client {
             .rename_detached(dir, name, new_dir, new_name, no_replace)
             .await?
         {
-            Some(replaced) => self.reclaim(replaced).await,
+            Some(replaced) => self.reclaim(replaced, new_dir).await,
             None => Ok(()),
         }
     }
@@ -770,7 +794,7 @@ impl Client {
         match (replaced, target) {
             (0, _) => Ok(None),
             // A replaced directory is empty and marked: remove it now.
-            (d, Some((_, FileKind::Directory))) => self.reclaim(d).await.map(|_| None),
+            (d, Some((_, FileKind::Directory))) => self.reclaim(d, new_dir).await.map(|_| None),
             (f, _) => Ok(Some(f)),
         }
     }
@@ -828,6 +852,19 @@ impl Client {
             )
             .await?;
         shoal_proto::crash_point!(crash_points::MOVE_AFTER_LINK);
+        // The commit point: from here the new entry is the true one.
+        self.pool()
+            .call::<Empty>(
+                server_of(h),
+                self.cred,
+                Op::SetParent,
+                &SetParentRequest {
+                    dir: h,
+                    parent: new_dir,
+                },
+            )
+            .await?;
+        shoal_proto::crash_point!(crash_points::MOVE_AFTER_PARENT);
         self.remove_entry(RmDirEntRequest {
             dir,
             name: name.to_string(),
@@ -835,19 +872,6 @@ impl Client {
             ..Default::default()
         })
         .await?;
-        if kind == ObjectKind::Directory {
-            self.pool()
-                .call::<Empty>(
-                    server_of(h),
-                    self.cred,
-                    Op::SetParent,
-                    &SetParentRequest {
-                        dir: h,
-                        parent: new_dir,
-                    },
-                )
-                .await?;
-        }
         Ok(added.replaced_handle)
     }
 

@@ -121,17 +121,19 @@ impl ShoalFs {
         Ok((c.with_cred(cred), libc::S_ISGID))
     }
 
-    /// Reclaims a file no entry names any more, now or at its last close.
+    /// Reclaims a file whose entry in `parent` is gone, now or at its last
+    /// close.
     fn reclaim_when_closed(
         s: &Arc<Shared>,
         c: &Client,
         h: u64,
+        parent: u64,
     ) -> impl Future<Output = Result<()>> + use<> {
-        let now = !s.open.doom(h);
+        let now = !s.open.doom(h, parent);
         let c = c.clone();
         async move {
             if now {
-                c.reclaim(h).await?;
+                c.reclaim(h, parent).await?;
             }
             Ok(())
         }
@@ -204,8 +206,8 @@ impl Filesystem for ShoalFs {
     fn destroy(&mut self) {
         // Files unlinked while open and still open when the mount ends.
         let c = self.shared.client.clone();
-        for h in self.shared.open.take_doomed() {
-            if let Err(e) = self.rt.block_on(c.reclaim(h)) {
+        for (h, parent) in self.shared.open.take_doomed() {
+            if let Err(e) = self.rt.block_on(c.reclaim(h, parent)) {
                 tracing::warn!("could not reclaim unlinked file {h:#x}: {e}");
             }
         }
@@ -395,7 +397,7 @@ impl Filesystem for ShoalFs {
                     return c.unlink(parent.0, &name).await;
                 }
                 let h = c.unlink_detached(parent.0, &name).await?;
-                Self::reclaim_when_closed(&s, &c, h).await
+                Self::reclaim_when_closed(&s, &c, h, parent.0).await
             },
             |reply, ()| reply.ok(),
         );
@@ -463,7 +465,7 @@ impl Filesystem for ShoalFs {
                     .rename_detached(parent.0, &name, newparent.0, &newname, no_replace)
                     .await?;
                 if let Some(f) = replaced {
-                    Self::reclaim_when_closed(&s, &c, f).await?;
+                    Self::reclaim_when_closed(&s, &c, f, newparent.0).await?;
                 }
                 if let Some((h, FileKind::Directory)) = moved {
                     s.parents.set(h, newparent.0);
@@ -564,14 +566,14 @@ impl Filesystem for ShoalFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if !self.shared.open.closed(ino.0) {
+        let Some(parent) = self.shared.open.closed(ino.0) else {
             return reply.ok();
-        }
+        };
         let c = self.caller(req);
         self.run(
             "release",
             reply,
-            async move { c.reclaim(ino.0).await },
+            async move { c.reclaim(ino.0, parent).await },
             |reply, ()| reply.ok(),
         );
     }

@@ -16,8 +16,9 @@ pub struct OpenFiles {
 #[derive(Default)]
 struct Entry {
     opens: u32,
-    /// No entry names the file any more: reclaim it at the last close.
-    doomed: bool,
+    /// No entry names the file any more: reclaim it at the last close. The
+    /// directory whose entry named it (for `Client::reclaim`).
+    doomed: Option<Handle>,
 }
 
 impl OpenFiles {
@@ -29,41 +30,40 @@ impl OpenFiles {
         self.map.lock().unwrap().contains_key(&h)
     }
 
-    /// Records a close; true if it was the last one of a doomed file, which
-    /// the caller must now reclaim.
-    pub fn closed(&self, h: Handle) -> bool {
+    /// Records a close; if it was the last one of a doomed file, which the
+    /// caller must now reclaim, the directory whose entry named it.
+    pub fn closed(&self, h: Handle) -> Option<Handle> {
         let mut map = self.map.lock().unwrap();
-        let Some(e) = map.get_mut(&h) else {
-            return false;
-        };
+        let e = map.get_mut(&h)?;
         e.opens = e.opens.saturating_sub(1);
         if e.opens > 0 {
-            return false;
+            return None;
         }
-        map.remove(&h).is_some_and(|e| e.doomed)
+        map.remove(&h).and_then(|e| e.doomed)
     }
 
-    /// Marks `h` for reclaiming at its last close; false if it is not open, in
-    /// which case the caller reclaims it now.
-    pub fn doom(&self, h: Handle) -> bool {
+    /// Marks `h`, whose entry in `parent` is gone, for reclaiming at its
+    /// last close; false if it is not open, in which case the caller
+    /// reclaims it now.
+    pub fn doom(&self, h: Handle, parent: Handle) -> bool {
         match self.map.lock().unwrap().get_mut(&h) {
             Some(e) => {
-                e.doomed = true;
+                e.doomed = Some(parent);
                 true
             }
             None => false,
         }
     }
 
-    /// Every doomed file still open (to reclaim when the mount ends).
-    pub fn take_doomed(&self) -> Vec<Handle> {
+    /// Every doomed file still open, with its directory (to reclaim when the
+    /// mount ends).
+    pub fn take_doomed(&self) -> Vec<(Handle, Handle)> {
         let mut map = self.map.lock().unwrap();
-        let doomed: Vec<Handle> = map
+        let doomed: Vec<(Handle, Handle)> = map
             .iter()
-            .filter(|(_, e)| e.doomed)
-            .map(|(h, _)| *h)
+            .filter_map(|(h, e)| Some((*h, e.doomed?)))
             .collect();
-        map.retain(|_, e| !e.doomed);
+        map.retain(|_, e| e.doomed.is_none());
         doomed
     }
 }
@@ -75,17 +75,17 @@ mod tests {
     #[test]
     fn a_doomed_file_is_reclaimed_at_its_last_close_only() {
         let f = OpenFiles::default();
-        assert!(!f.doom(7), "not open: reclaim now");
+        assert!(!f.doom(7, 1), "not open: reclaim now");
         f.opened(7);
         f.opened(7);
-        assert!(f.doom(7));
-        assert!(!f.closed(7));
-        assert!(f.closed(7));
-        assert!(!f.closed(7), "already gone");
+        assert!(f.doom(7, 1));
+        assert_eq!(f.closed(7), None);
+        assert_eq!(f.closed(7), Some(1), "reclaim, with its directory");
+        assert_eq!(f.closed(7), None, "already gone");
         f.opened(8);
-        assert!(!f.closed(8), "closed without being doomed");
+        assert_eq!(f.closed(8), None, "closed without being doomed");
         f.opened(9);
-        f.doom(9);
-        assert_eq!(f.take_doomed(), vec![9]);
+        f.doom(9, 2);
+        assert_eq!(f.take_doomed(), vec![(9, 2)]);
     }
 }

@@ -19,18 +19,22 @@ pub const UNSTUFF_AFTER_CREATE: &str = "unstuff-after-create";
 /// does not: orphans.
 pub const CREATE_BEFORE_ENTRY: &str = "create-before-entry";
 /// Client, move to another directory: the new entry is there and the old
-/// one too; the object's parent says which is true.
+/// one too, and the object's parent still says the old one is true.
 pub const MOVE_AFTER_LINK: &str = "move-after-link";
+/// Client, move to another directory: both entries are there and the
+/// object's parent says the new one is true.
+pub const MOVE_AFTER_PARENT: &str = "move-after-parent";
 /// Client, remove without colocate: the entry is gone, the objects are not:
 /// orphans.
 pub const UNLINK_AFTER_ENTRY: &str = "unlink-after-entry";
 
-pub const ALL: [&str; 7] = [
+pub const ALL: [&str; 8] = [
     COMMIT_AFTER_APPLY,
     LOG_TURNED,
     REFILL_AFTER_CREATE,
     UNSTUFF_AFTER_CREATE,
     CREATE_BEFORE_ENTRY,
     MOVE_AFTER_LINK,
+    MOVE_AFTER_PARENT,
     UNLINK_AFTER_ENTRY,
 ];

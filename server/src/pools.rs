@@ -331,7 +331,10 @@ impl Pools {
                     .call(
                         server_of(h),
                         Op::Remove,
-                        &RemoveRequest { handle: h },
+                        &RemoveRequest {
+                            handle: h,
+                            ..Default::default()
+                        },
                         FILL_WAIT,
                     )
                     .await;

@@ -7,6 +7,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shoal_client::Client;
@@ -16,49 +17,70 @@ use shoal_tests::{repair_to_zero, settled_fsck, Cluster};
 
 /// Set in a worker's environment: the cluster file it works on.
 const WORKER_CLUSTER: &str = "SHOAL_TEST_WORKER_CLUSTER";
-/// Set in a worker's environment: the directory it works in.
+/// Set in a worker's environment: the directory it works in (it uses its
+/// subdirectories `a` and `b`).
 const WORKER_DIR: &str = "SHOAL_TEST_WORKER_DIR";
+/// Set in a worker's environment instead of `WORKER_DIR`: one move to make,
+/// `FROM TO` (two paths).
+const WORKER_MOVE: &str = "SHOAL_TEST_WORKER_MOVE";
 
-/// The worker: creates, renames and removes files in its directory until it
-/// is killed (or a crash point kills it). Does nothing in a normal test run.
+/// The worker: creates, renames (within a directory and to another) and
+/// removes files until it is killed (or a crash point kills it); or makes
+/// one move. Does nothing in a normal test run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_loop() {
-    let (Ok(config), Ok(dir)) = (std::env::var(WORKER_CLUSTER), std::env::var(WORKER_DIR)) else {
+    let Ok(config) = std::env::var(WORKER_CLUSTER) else {
         return;
     };
     // Crash points armed by the parent, for this process's life.
     let _crash_points = shoal_proto::fail::FailScenario::setup();
     let config = shoal_proto::cluster::ClusterConfig::load(std::path::Path::new(&config)).unwrap();
     let client = Client::new(config);
-    let (dir, _) = client.resolve(&dir).await.unwrap();
-    let mut rng = StdRng::seed_from_u64(std::process::id() as u64);
+    if let Ok(paths) = std::env::var(WORKER_MOVE) {
+        let (from, to) = paths.split_once(' ').unwrap();
+        let (fd, fname) = client.resolve_parent(from).await.unwrap();
+        let (td, tname) = client.resolve_parent(to).await.unwrap();
+        client.rename(fd, fname, td, tname, false).await.unwrap();
+        return;
+    }
+    let dir = std::env::var(WORKER_DIR).unwrap();
+    let (a, _) = client.resolve(&format!("{dir}/a")).await.unwrap();
+    let (b, _) = client.resolve(&format!("{dir}/b")).await.unwrap();
+    let me = std::process::id();
+    let mut rng = StdRng::seed_from_u64(me as u64);
     for i in 0u64.. {
-        let name = format!("f{}-{i}", std::process::id());
-        if client.create(dir, &name, 0o644).await.is_err() {
+        let name = format!("f{me}-{i}");
+        if client.create(a, &name, 0o644).await.is_err() {
             continue;
         }
-        if rng.random_bool(0.5) {
-            let _ = client
-                .rename(
-                    dir,
-                    &name,
-                    dir,
-                    &format!("r{}-{i}", std::process::id()),
-                    false,
-                )
-                .await;
-        } else if rng.random_bool(0.5) {
-            let _ = client.unlink(dir, &name).await;
-        }
+        let _ = match rng.random_range(0..6) {
+            0 | 1 => {
+                client
+                    .rename(a, &name, a, &format!("r{me}-{i}"), false)
+                    .await
+            }
+            2 | 3 => {
+                client
+                    .rename(a, &name, b, &format!("m{me}-{i}"), false)
+                    .await
+            }
+            4 => client.unlink(a, &name).await,
+            _ => Ok(()),
+        };
     }
 }
 
 /// Starts a worker process on `cluster`'s directory `dir`, with crash points.
 fn worker(cluster: &Cluster, dir: &str, failpoints: &[String]) -> Child {
+    worker_with(cluster, (WORKER_DIR, dir), failpoints)
+}
+
+/// Starts a worker process with one job (`WORKER_DIR` or `WORKER_MOVE`).
+fn worker_with(cluster: &Cluster, job: (&str, &str), failpoints: &[String]) -> Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", "worker_loop", "--nocapture", "--test-threads=1"])
         .env(WORKER_CLUSTER, cluster.config_path())
-        .env(WORKER_DIR, dir)
+        .env(job.0, job.1)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     if !failpoints.is_empty() {
@@ -106,26 +128,34 @@ async fn random_kills(baseline: bool) {
     }
     let cluster = builder.start();
     let client = cluster.uncached_client();
-    client.mkdir(ROOT, "w", 0o755).await.unwrap();
+    work_dirs(&client).await;
     let mut rng = StdRng::seed_from_u64(0xdead);
     for _ in 0..6 {
         let mut w = worker(&cluster, "/w", &[]);
         tokio::time::sleep(Duration::from_millis(rng.random_range(300..900))).await;
         sigkill(&mut w);
     }
-    let listed = entries_resolve(&client, "/w").await;
+    let listed = entries_resolve(&client, "/w/a").await + entries_resolve(&client, "/w/b").await;
     assert!(listed > 0, "the workers got some work done");
     let found = settled_fsck(&client).await;
     eprintln!(
-        "client death: {listed} entries, fsck found {} orphans",
-        found.orphans.len()
+        "client death: {listed} entries, fsck found {} orphans and {} leftover entries of moves",
+        found.orphans.len(),
+        found.leftover_entries.len()
     );
     repair_to_zero(&client).await;
     assert_eq!(
-        entries_resolve(&client, "/w").await,
-        listed,
-        "repair removed nothing named"
+        entries_resolve(&client, "/w/a").await + entries_resolve(&client, "/w/b").await,
+        listed - found.leftover_entries.len(),
+        "repair removed no true name"
     );
+}
+
+/// The worker's directories: /w/a and /w/b.
+async fn work_dirs(client: &Client) {
+    let w = client.mkdir(ROOT, "w", 0o755).await.unwrap().handle;
+    client.mkdir(w, "a", 0o755).await.unwrap();
+    client.mkdir(w, "b", 0o755).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,7 +173,7 @@ async fn clients_killed_at_random_leave_no_dangling_entry_all_on() {
 async fn dies_at(point: &str) {
     let cluster = Cluster::builder().servers(4).baseline().start();
     let client = cluster.uncached_client();
-    client.mkdir(ROOT, "w", 0o755).await.unwrap();
+    work_dirs(&client).await;
     let before = client
         .fsck(false, Duration::ZERO)
         .await
@@ -153,7 +183,7 @@ async fn dies_at(point: &str) {
     let mut w = worker(&cluster, "/w", &[format!("{point}=return")]);
     let status = wait_bounded(&mut w);
     assert!(!status.success(), "the worker died at {point}");
-    entries_resolve(&client, "/w").await;
+    entries_resolve(&client, "/w/a").await;
     let found = settled_fsck(&client).await;
     assert!(
         found.orphans.len() > before,
@@ -170,4 +200,107 @@ async fn a_client_dying_between_objects_and_entry_leaves_only_orphans() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_dying_between_entry_and_objects_leaves_only_orphans() {
     dies_at(cp::UNLINK_AFTER_ENTRY).await;
+}
+
+/// A client dying in the middle of a move to another directory leaves the
+/// object named twice; its `parent` says which name is true. Removing the
+/// leftover name keeps the object; fsck finds exactly that leftover.
+async fn dies_moving(point: &str, new_name_is_true: bool, directory: bool) {
+    let cluster = Cluster::builder().servers(4).start();
+    let client = cluster.uncached_client();
+    let a = client.mkdir(ROOT, "a", 0o755).await.unwrap().handle;
+    let b = client.mkdir(ROOT, "b", 0o755).await.unwrap().handle;
+    let data = shoal_tests::pattern(9, 100_000);
+    let h = if directory {
+        let d = client.mkdir(a, "x", 0o755).await.unwrap().handle;
+        let f = client.create(d, "inside", 0o644).await.unwrap().handle;
+        client.write(f, 0, Bytes::from(data.clone())).await.unwrap();
+        client.fsync(f).await.unwrap();
+        d
+    } else {
+        let f = client.create(a, "x", 0o644).await.unwrap().handle;
+        client.write(f, 0, Bytes::from(data.clone())).await.unwrap();
+        client.fsync(f).await.unwrap();
+        f
+    };
+    let mut w = worker_with(
+        &cluster,
+        (WORKER_MOVE, "/a/x /b/x"),
+        &[format!("{point}=return")],
+    );
+    assert!(
+        !wait_bounded(&mut w).success(),
+        "the worker died at {point}"
+    );
+
+    // Both names lead to the object.
+    assert_eq!(client.lookup(a, "x").await.unwrap().0, h);
+    assert_eq!(client.lookup(b, "x").await.unwrap().0, h);
+    let (true_dir, leftover_dir) = if new_name_is_true { (b, a) } else { (a, b) };
+    let found = settled_fsck(&client).await;
+    assert_eq!(
+        found.leftover_entries,
+        vec![(leftover_dir, "x".to_string(), h)],
+        "{found:?}"
+    );
+    if directory {
+        // rmdir through the leftover name sees the directory as it is: not
+        // empty. fsck --repair drops the leftover; the tree stays whole.
+        let e = client.rmdir(leftover_dir, "x").await.unwrap_err();
+        assert_eq!(e.errno, shoal_client::Errno::ENOTEMPTY);
+        repair_to_zero(&client).await;
+        let inside = client.lookup(h, "inside").await.unwrap().0;
+        assert!(client.read(inside, 0, 200_000).await.unwrap() == data[..]);
+        assert_eq!(
+            client.lookup(leftover_dir, "x").await.unwrap_err().errno,
+            shoal_client::Errno::ENOENT
+        );
+    } else {
+        // Removing the leftover name keeps the file under its true name.
+        client.unlink(leftover_dir, "x").await.unwrap();
+        assert!(client.read(h, 0, 200_000).await.unwrap() == data[..]);
+    }
+    assert_eq!(client.lookup(true_dir, "x").await.unwrap().0, h);
+    let after = client.fsck(false, Duration::ZERO).await.unwrap();
+    assert_eq!(after.problems(), 0, "{after:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_dying_after_the_new_entry_of_a_move_leaves_the_old_name_true() {
+    dies_moving(cp::MOVE_AFTER_LINK, false, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_dying_after_the_parent_of_a_move_leaves_the_new_name_true() {
+    dies_moving(cp::MOVE_AFTER_PARENT, true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_moved_halfway_lives_on_under_its_true_name() {
+    dies_moving(cp::MOVE_AFTER_PARENT, true, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmdir_through_the_leftover_name_of_an_empty_directory_keeps_it() {
+    let cluster = Cluster::builder().servers(4).start();
+    let client = cluster.uncached_client();
+    let a = client.mkdir(ROOT, "a", 0o755).await.unwrap().handle;
+    let b = client.mkdir(ROOT, "b", 0o755).await.unwrap().handle;
+    let x = client.mkdir(a, "x", 0o755).await.unwrap().handle;
+    let point = cp::MOVE_AFTER_PARENT;
+    let mut w = worker_with(
+        &cluster,
+        (WORKER_MOVE, "/a/x /b/x"),
+        &[format!("{point}=return")],
+    );
+    assert!(
+        !wait_bounded(&mut w).success(),
+        "the worker died at {point}"
+    );
+    client.rmdir(a, "x").await.unwrap();
+    assert_eq!(client.lookup(b, "x").await.unwrap().0, x);
+    // Not left marked for removal: it takes new entries.
+    client.create(x, "new", 0o644).await.unwrap();
+    let after = client.fsck(false, Duration::ZERO).await.unwrap();
+    assert_eq!(after.problems(), 0, "{after:?}");
 }

@@ -29,6 +29,12 @@ pub fn run(
                 "dangling_entries": r.dangling.iter().map(|(d, n, h)| serde_json::json!({
                     "dir": format!("{d:#x}"), "name": n, "handle": format!("{h:#x}"),
                 })).collect::<Vec<_>>(),
+                "leftover_entries": r.leftover_entries.iter().map(|(d, n, h)| serde_json::json!({
+                    "dir": format!("{d:#x}"), "name": n, "handle": format!("{h:#x}"),
+                })).collect::<Vec<_>>(),
+                "stale_parents": r.stale_parents.iter().map(|(h, d)| serde_json::json!({
+                    "handle": format!("{h:#x}"), "named_from": format!("{d:#x}"),
+                })).collect::<Vec<_>>(),
                 "stale_removal_marks": r.stale_marks.iter().map(|h| format!("{h:#x}")).collect::<Vec<_>>(),
                 "orphan_files": r.orphan_files.iter().map(|(s, h)| serde_json::json!({
                     "server": s, "handle": format!("{h:#x}"),
@@ -47,6 +53,12 @@ pub fn run(
             }
             for (d, n, h) in &r.dangling {
                 println!("dangling entry {n:?} in {d:#x} names missing {h:#x}");
+            }
+            for (d, n, h) in &r.leftover_entries {
+                println!("entry {n:?} in {d:#x} is left over from a move of {h:#x}");
+            }
+            for (h, d) in &r.stale_parents {
+                println!("{h:#x} is named from {d:#x} only, not from the directory it records");
             }
             for h in &r.stale_marks {
                 println!("directory {h:#x} still marked for removal");

@@ -56,15 +56,15 @@ pub fn create_object(s: &Service, r: &Request) -> Result<Reply> {
         attrs: Some(attrs),
         ..Default::default()
     };
+    if q.parent != 0 || kind == ObjectKind::Directory {
+        check_handle(s, q.parent)?;
+        rec.parent = q.parent;
+    }
     match kind {
         // A datafile made this way is a file of a no_metafile directory: it
         // keeps its own attributes, as no metafile holds them.
         ObjectKind::Metafile | ObjectKind::Datafile => {}
-        ObjectKind::Directory => {
-            check_handle(s, q.parent)?;
-            rec.parent = q.parent;
-            rec.hints = q.hints;
-        }
+        ObjectKind::Directory => rec.hints = q.hints,
         ObjectKind::Symlink => {
             if q.target.is_empty() || q.target.len() > shoal_proto::names::PATH_MAX {
                 return Err(ShoalError::invalid("symlink target must be 1..4096 bytes"));
@@ -253,7 +253,7 @@ pub fn rmdirent(s: &Service, r: &Request) -> Result<Reply> {
         };
         let mut gone = Vec::new();
         if q.remove_local_object && !is_dir && handle::server_of(handle) == s.id {
-            if let Some(rec) = s.meta.try_get(handle)? {
+            if let Some(rec) = s.meta.try_get(handle)?.filter(|r| named_from(r, q.dir)) {
                 let (dist, deleted) = delete_object(s, txn, rec)?;
                 reply.removed = true;
                 reply.dist = dist;
@@ -316,15 +316,31 @@ pub fn remove(s: &Service, r: &Request) -> Result<Reply> {
             "the root directory cannot be removed",
         ));
     }
-    let ((dist, gone), syncs) = change(s, |txn| {
+    let (removed, syncs) = change(s, |txn| {
         let rec = s.meta.get(q.handle)?;
+        if q.expect_parent != 0 && !named_from(&rec, q.expect_parent) {
+            return Ok(None);
+        }
         if rec.kind() == ObjectKind::Directory && !s.meta.is_empty_dir(q.handle)? {
             return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty"));
         }
-        delete_object(s, txn, rec)
+        delete_object(s, txn, rec).map(Some)
     })?;
+    let Some((dist, gone)) = removed else {
+        return Ok(Reply::message(&RemoveReply {
+            kept: true,
+            ..Default::default()
+        }));
+    };
     remove_local_files(s, &gone)?;
-    Ok(Reply::message(&RemoveReply { dist }).with_syncs(syncs))
+    Ok(Reply::message(&RemoveReply { dist, kept: false }).with_syncs(syncs))
+}
+
+/// Whether an entry of directory `dir` is a true name of `rec`: the one its
+/// `parent` says, or any if it does not say (a record older than that
+/// field). The other entry of an interrupted move is not.
+fn named_from(rec: &ObjectRecord, dir: shoal_proto::Handle) -> bool {
+    rec.parent == 0 || rec.parent == dir
 }
 
 /// Deletes an object in `txn`: its keys and, for a stuffed file, its one
@@ -412,9 +428,21 @@ pub fn set_parent(s: &Service, r: &Request) -> Result<Reply> {
     let q: SetParentRequest = r.decode()?;
     check_handle(s, q.parent)?;
     let ((), syncs) = change(s, |txn| {
-        let mut dir = s.meta.get_dir(q.dir)?;
-        dir.parent = q.parent;
-        txn.put_object(&dir);
+        let mut rec = s.meta.get(q.dir)?;
+        if !matches!(
+            rec.kind(),
+            ObjectKind::Directory
+                | ObjectKind::Metafile
+                | ObjectKind::Symlink
+                | ObjectKind::Datafile
+        ) {
+            return Err(ShoalError::invalid(format!(
+                "object {:#x} has no parent",
+                q.dir
+            )));
+        }
+        rec.parent = q.parent;
+        txn.put_object(&rec);
         Ok(())
     })?;
     Ok(Reply::default().with_syncs(syncs))

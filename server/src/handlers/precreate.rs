@@ -115,6 +115,7 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
                 kind: ObjectKind::Metafile as i32,
                 attrs: Some(attrs),
                 mtime_set_ns: attrs.mtime_ns,
+                parent: if q.parent != 0 { q.parent } else { q.dir },
                 dist: Some(Distribution {
                     strip_size,
                     datafiles,
@@ -182,6 +183,7 @@ fn create_without_metafile(
             kind: ObjectKind::Datafile as i32,
             attrs: Some(attrs),
             mtime_set_ns: attrs.mtime_ns,
+            parent: q.dir,
             ..Default::default()
         };
         txn.insert_object(&rec);
