@@ -313,8 +313,8 @@ impl<E: KvEngine> KvEngine for WalEngine<E> {
             (std::mem::take(&mut tail.bytes), tail.next_seq)
         };
         if !pending.is_empty() {
-            let end = log.end;
-            if let Err(e) = log.files[log.current].write_at(&pending, end) {
+            let (end, current) = (log.end, log.current);
+            if let Err(e) = log.files[current].write_at(&pending, end) {
                 // Nothing of it counts as written: put it back in front of
                 // what was applied since, for the next sync to write again
                 // at the same place. (Writing the bytes again is what

@@ -36,10 +36,23 @@ pub fn io_err(what: &str, path: &Path, e: std::io::Error) -> ShoalError {
     ShoalError::from(e).context(format!("metadata log {}: {what}", path.display()))
 }
 
+/// Direct writes cover whole blocks of this size, aligned to it (a multiple
+/// of the logical block size of the disks here).
+const BLOCK: usize = 4096;
+
 /// One of the log files, open for durable writes.
 pub struct LogFile {
     file: File,
     pub path: PathBuf,
+    /// Written with `O_DIRECT`, which takes whole aligned blocks only; false
+    /// on file systems without it (tmpfs).
+    direct: bool,
+    /// Direct mode: where the last write ended, and the bytes from the start
+    /// of its last block up to there, which the next write (the next records
+    /// of the log) rewrites with what follows.
+    last_end: u64,
+    last_block: Vec<u8>,
+    buf: AlignedBuf,
 }
 
 impl LogFile {
@@ -48,7 +61,10 @@ impl LogFile {
     /// the file's size or extents (which would add a journal commit to
     /// every write). Writes through it are durable when they return
     /// (`O_DSYNC`): one system call and one device flush per sync,
-    /// measurably quicker here than a write followed by fdatasync.
+    /// measurably quicker here than a write followed by fdatasync. Where the
+    /// file system allows, they also bypass the page cache (`O_DIRECT`):
+    /// the log is never read back while the server runs, and the copy and
+    /// writeback of cached pages cost CPU on every sync.
     pub fn open(path: &Path, len: u64) -> Result<LogFile> {
         let plain = OpenOptions::new()
             .write(true)
@@ -57,22 +73,88 @@ impl LogFile {
             .open(path)
             .map_err(|e| io_err("open", path, e))?;
         fill(&plain, path, len)?;
-        let file = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_DSYNC)
-            .open(path)
-            .map_err(|e| io_err("open", path, e))?;
+        let open = |flags| {
+            OpenOptions::new()
+                .write(true)
+                .custom_flags(flags)
+                .open(path)
+        };
+        let (file, direct) = match open(libc::O_DSYNC | libc::O_DIRECT) {
+            Ok(f) => (f, true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
+                open(libc::O_DSYNC).map_err(|e| io_err("open", path, e))?,
+                false,
+            ),
+            Err(e) => return Err(io_err("open", path, e)),
+        };
         Ok(LogFile {
             file,
             path: path.to_path_buf(),
+            direct,
+            last_end: 0,
+            last_block: Vec::new(),
+            buf: AlignedBuf::default(),
         })
     }
 
-    /// Writes `bytes` at `at`; durable when it returns.
-    pub fn write_at(&self, bytes: &[u8], at: u64) -> Result<()> {
+    /// Writes `bytes` at `at`, which is where the previous write ended or
+    /// the start of the file (a new turn of the log); durable when it
+    /// returns. After a failure the same write may be tried again.
+    pub fn write_at(&mut self, bytes: &[u8], at: u64) -> Result<()> {
+        if !self.direct {
+            return self
+                .file
+                .write_all_at(bytes, at)
+                .map_err(|e| io_err("write", &self.path, e));
+        }
+        if at != self.last_end {
+            if !at.is_multiple_of(BLOCK as u64) {
+                return Err(ShoalError::io(format!(
+                    "metadata log {}: a write at {at} follows nothing written",
+                    self.path.display()
+                )));
+            }
+            self.last_block.clear();
+            self.last_end = at;
+        }
+        let start = self.last_end - self.last_block.len() as u64;
+        let len = self.last_block.len() + bytes.len();
+        let padded = len.div_ceil(BLOCK) * BLOCK;
+        let buf = self.buf.bytes(padded);
+        buf[..self.last_block.len()].copy_from_slice(&self.last_block);
+        buf[self.last_block.len()..len].copy_from_slice(bytes);
+        // Past the end of the log: zeros, over whatever an older turn left.
+        buf[len..].fill(0);
         self.file
-            .write_all_at(bytes, at)
-            .map_err(|e| io_err("write", &self.path, e))
+            .write_all_at(buf, start)
+            .map_err(|e| io_err("write", &self.path, e))?;
+        let kept = len % BLOCK;
+        self.last_block = buf[len - kept..len].to_vec();
+        self.last_end = at + bytes.len() as u64;
+        Ok(())
+    }
+}
+
+/// A buffer whose start is aligned to [`BLOCK`], as `O_DIRECT` needs.
+#[derive(Default)]
+struct AlignedBuf(Vec<Block>);
+
+#[derive(Clone, Copy)]
+#[repr(C, align(4096))]
+struct Block([u8; BLOCK]);
+
+impl AlignedBuf {
+    /// The first `len` bytes, a multiple of [`BLOCK`] (grown as needed).
+    fn bytes(&mut self, len: usize) -> &mut [u8] {
+        debug_assert_eq!(len % BLOCK, 0);
+        let blocks = len / BLOCK;
+        if self.0.len() < blocks {
+            self.0.resize(blocks, Block([0; BLOCK]));
+        }
+        // SAFETY: `Block` is plain bytes with no padding (size == BLOCK), the
+        // vector holds at least `blocks` of them contiguously, and the slice
+        // borrows `self` mutably for its whole life.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast::<u8>(), len) }
     }
 }
 
@@ -269,15 +351,34 @@ mod tests {
     }
 
     #[test]
+    fn appends_land_where_they_belong_whatever_their_alignment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        std::fs::write(&path, vec![7u8; 20_000]).unwrap();
+        let mut f = LogFile::open(&path, 20_000).unwrap();
+        let mut want = Vec::new();
+        for (i, n) in [10usize, 4086, 1, 5000, 3].iter().enumerate() {
+            let bytes = vec![i as u8 + 1; *n];
+            f.write_at(&bytes, want.len() as u64).unwrap();
+            want.extend_from_slice(&bytes);
+        }
+        let back = std::fs::read(&path).unwrap();
+        assert_eq!(&back[..want.len()], &want[..]);
+        // A new turn starts at 0 again.
+        f.write_at(b"again", 0).unwrap();
+        assert_eq!(&std::fs::read(&path).unwrap()[..5], b"again");
+        // Anything else is refused rather than written out of place.
+        assert!(f.write_at(b"x", 100).is_err() || !f.direct);
+    }
+
+    #[test]
     fn an_opened_log_file_is_preallocated_with_zeros() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log");
-        let f = LogFile::open(&path, 10_000).unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 10_000);
-        f.write_at(b"abc", 5).unwrap();
-        let back = std::fs::read(&path).unwrap();
-        assert_eq!(&back[..8], b"\0\0\0\0\0abc");
-        drop(f);
+        LogFile::open(&path, 10_000).unwrap();
+        let zeros = std::fs::read(&path).unwrap();
+        assert_eq!(zeros.len(), 10_000);
+        assert!(zeros.iter().all(|b| *b == 0));
         LogFile::open(&path, 100).unwrap();
         assert_eq!(
             std::fs::metadata(&path).unwrap().len(),
