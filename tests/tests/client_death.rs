@@ -202,6 +202,19 @@ async fn a_client_dying_between_entry_and_objects_leaves_only_orphans() {
     dies_at(cp::UNLINK_AFTER_ENTRY).await;
 }
 
+/// A worker process moves /a/x to /b/x and dies at crash point `point`.
+fn move_dying_at(cluster: &Cluster, point: &str) {
+    let mut w = worker_with(
+        cluster,
+        (WORKER_MOVE, "/a/x /b/x"),
+        &[format!("{point}=return")],
+    );
+    assert!(
+        !wait_bounded(&mut w).success(),
+        "the worker died at {point}"
+    );
+}
+
 /// A client dying in the middle of a move to another directory leaves the
 /// object named twice; its `parent` says which name is true. Removing the
 /// leftover name keeps the object; fsck finds exactly that leftover.
@@ -223,15 +236,7 @@ async fn dies_moving(point: &str, new_name_is_true: bool, directory: bool) {
         client.fsync(f).await.unwrap();
         f
     };
-    let mut w = worker_with(
-        &cluster,
-        (WORKER_MOVE, "/a/x /b/x"),
-        &[format!("{point}=return")],
-    );
-    assert!(
-        !wait_bounded(&mut w).success(),
-        "the worker died at {point}"
-    );
+    move_dying_at(&cluster, point);
 
     // Both names lead to the object.
     assert_eq!(client.lookup(a, "x").await.unwrap().0, h);
@@ -288,15 +293,7 @@ async fn rmdir_through_the_leftover_name_of_an_empty_directory_keeps_it() {
     let b = client.mkdir(ROOT, "b", 0o755).await.unwrap().handle;
     let x = client.mkdir(a, "x", 0o755).await.unwrap().handle;
     let point = cp::MOVE_AFTER_PARENT;
-    let mut w = worker_with(
-        &cluster,
-        (WORKER_MOVE, "/a/x /b/x"),
-        &[format!("{point}=return")],
-    );
-    assert!(
-        !wait_bounded(&mut w).success(),
-        "the worker died at {point}"
-    );
+    move_dying_at(&cluster, point);
     client.rmdir(a, "x").await.unwrap();
     assert_eq!(client.lookup(b, "x").await.unwrap().0, x);
     // Not left marked for removal: it takes new entries.
