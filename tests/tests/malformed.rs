@@ -24,7 +24,7 @@ use shoal_proto::error::Errno;
 use shoal_proto::frame::{read_frame, Frame, FrameError, Kind, HEADER_LEN, MAX_BODY, MAX_PAYLOAD};
 use shoal_proto::handle::{self, ROOT};
 use shoal_proto::msg::*;
-use shoal_proto::Op;
+use shoal_proto::{Cred, Op};
 use shoal_tests::Cluster;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -53,8 +53,7 @@ fn frame(op: Op, id: u64, body: &[u8], payload: &[u8]) -> Vec<u8> {
     let f = Frame::request(
         op,
         id,
-        0,
-        0,
+        Cred::ROOT,
         Bytes::copy_from_slice(body),
         Bytes::copy_from_slice(payload),
     );
