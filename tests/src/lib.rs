@@ -211,6 +211,23 @@ impl Cluster {
         }
     }
 
+    /// Stops every server, changes a cluster setting (as [`Builder::set`]
+    /// takes it) in the cluster file and starts them again: for settings
+    /// the servers read when they start. Clients made before keep the old
+    /// settings; make new ones.
+    pub fn restart_with(&mut self, kv: &str) {
+        for id in self.server_ids() {
+            self.terminate(id);
+        }
+        self.config.settings.set(kv).expect("valid setting");
+        self.config
+            .save(&self.config_path)
+            .expect("write cluster file");
+        for id in self.server_ids() {
+            self.start_server(id);
+        }
+    }
+
     /// Waits (up to the start timeout) for server `id` to exit on its own,
     /// as a crash point makes it, and forgets it. False if it did not.
     pub fn wait_for_exit(&mut self, id: u32) -> bool {
@@ -364,6 +381,80 @@ impl Drop for Cluster {
         for id in self.server_ids() {
             self.kill(id);
         }
+    }
+}
+
+/// A second mount of a cluster, with `--allow-other` (the kit's own mount
+/// is without it, so other users cannot use it at all), on a mount point
+/// every user can reach: for tests that act as other users. Unmounted on
+/// drop.
+pub struct SharedMount {
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl SharedMount {
+    pub fn new(cluster: &Cluster) -> SharedMount {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("shoal-fuse-shared-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let log = std::fs::File::create(dir.path().join("mount.log")).unwrap();
+        let child = Command::new(shoal_bin())
+            .args(["mount", "--foreground", "--allow-other"])
+            .arg(cluster.config_path())
+            .arg(&mnt)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn shoal mount");
+        let mut m = SharedMount { dir, child };
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !is_mounted(&m.path()) {
+            if let Ok(Some(status)) = m.child.try_wait() {
+                panic!(
+                    "shoal mount --allow-other exited with {status}: {}",
+                    std::fs::read_to_string(m.dir.path().join("mount.log")).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mount --allow-other did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+}
+
+impl Drop for SharedMount {
+    fn drop(&mut self) {
+        let _ = Command::new("timeout")
+            .args(["30", "fusermount3", "-u"])
+            .arg(self.path())
+            .status();
+        if is_mounted(&self.path()) {
+            let _ = Command::new("timeout")
+                .args(["30", "fusermount3", "-uz"])
+                .arg(self.path())
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
