@@ -67,6 +67,14 @@ impl Cred {
         self
     }
 
+    /// A caller as a frame carries it: `groups` as they are, which must be
+    /// what [`Cred::with_groups`] keeps (at most [`MAX_GROUPS`], none
+    /// repeated, not the primary gid), or None.
+    pub fn from_wire(uid: u32, gid: u32, groups: &[u32]) -> Option<Cred> {
+        let cred = Cred::new(uid, gid).with_groups(groups);
+        (cred.groups() == groups).then_some(cred)
+    }
+
     /// The same caller with primary gid `gid` (and the same supplementary
     /// groups).
     pub fn with_gid(self, gid: u32) -> Cred {

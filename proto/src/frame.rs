@@ -161,7 +161,13 @@ impl Frame {
             .chunks_exact(4)
             .map(|g| u32::from_be_bytes([g[0], g[1], g[2], g[3]]))
             .collect();
-        header.cred = header.cred.with_groups(&groups);
+        let c = header.cred;
+        header.cred = Cred::from_wire(c.uid, c.gid, &groups).ok_or_else(|| {
+            FrameError::Malformed(format!(
+                "supplementary groups {groups:?} repeat one or hold the primary gid {}",
+                c.gid
+            ))
+        })?;
         let body = buf.split_to(lens.body);
         Ok(Frame {
             header,
@@ -349,6 +355,15 @@ mod tests {
         // A reply carries none.
         let reply = Frame::reply_to(&sample().header, 0, Bytes::new(), Bytes::new());
         assert!(reply.header.cred.groups().is_empty());
+        // A group twice, or the primary gid again: refused.
+        for groups in [[0, 0, 0, 5, 0, 0, 0, 5], [0, 0, 0, 5, 0, 0, 0, 100]] {
+            let mut w = wire.clone();
+            w[40..48].copy_from_slice(&groups);
+            assert!(matches!(
+                read_frame(&mut &w[..]).await,
+                Err(FrameError::Malformed(_))
+            ));
+        }
         // More than the limit, or a count the length does not cover: refused.
         for (count, extra) in [(MAX_GROUPS as u16 + 1, 4 * (MAX_GROUPS + 1)), (3, 8)] {
             let mut w = wire.clone();

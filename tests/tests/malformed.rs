@@ -389,6 +389,9 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
         ("op 0", with(8, &[0, 0])),
         ("op 999", with(8, &999u16.to_be_bytes())),
         ("op u16::MAX", with(8, &[0xff, 0xff])),
+        ("33 supplementary groups", with(10, &[0, 33])),
+        ("groups the length does not hold", with(10, &[0, 2])),
+        ("u16::MAX supplementary groups", with(10, &[0xff, 0xff])),
     ];
     for (what, b) in &bad_headers {
         // Only the length field and header: the server must not wait for
