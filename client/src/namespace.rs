@@ -902,21 +902,15 @@ impl Client {
     /// rule, and write permission on `h` if it is a directory (one message,
     /// RmDirEnt with `check_only`: nothing changes).
     async fn check_move_out(&self, dir: Handle, name: &str, h: Handle) -> Result<()> {
-        self.pool()
-            .call::<RmDirEntReply>(
-                server_of(dir),
-                self.cred,
-                Op::RmDirEnt,
-                &RmDirEntRequest {
-                    dir,
-                    name: name.to_string(),
-                    expect_handle: h,
-                    check_only: true,
-                    ..Default::default()
-                },
-            )
-            .await
-            .map(|_| ())
+        self.remove_entry(RmDirEntRequest {
+            dir,
+            name: name.to_string(),
+            expect_handle: h,
+            check_only: true,
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
     }
 
     /// EINVAL if `dir` is `ancestor` or lies below it (a directory cannot be

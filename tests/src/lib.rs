@@ -287,42 +287,15 @@ impl Cluster {
         }
         let dir = self.dir.path().join("mnt");
         std::fs::create_dir_all(&dir).unwrap();
-        let log = std::fs::File::create(self.log("mount")).unwrap();
-        let child = Command::new(shoal_bin())
-            .args(["mount", "--foreground"])
-            .arg(&self.config_path)
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("spawn shoal mount");
+        let child = start_mount(&self.config_path, &dir, &self.log("mount"), &[]);
         self.mount = Some((dir.clone(), child));
-        let deadline = Instant::now() + START_TIMEOUT;
-        while !is_mounted(&dir) {
-            assert!(
-                Instant::now() < deadline,
-                "mount did not come up: {}",
-                self.read_log("mount")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
         dir
     }
 
     /// Unmounts (if mounted) and waits for the mount process to end.
     pub fn unmount(&mut self) {
-        if let Some((dir, mut child)) = self.mount.take() {
-            let _ = Command::new("fusermount3").arg("-u").arg(&dir).status();
-            if is_mounted(&dir) {
-                let _ = Command::new("fusermount3").arg("-uz").arg(&dir).status();
-            }
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some((dir, child)) = self.mount.take() {
+            stop_mount(&dir, child);
         }
     }
 
@@ -390,7 +363,7 @@ impl Drop for Cluster {
 /// drop.
 pub struct SharedMount {
     dir: tempfile::TempDir,
-    child: Child,
+    child: Option<Child>,
 }
 
 impl SharedMount {
@@ -403,32 +376,12 @@ impl SharedMount {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
-        let log = std::fs::File::create(dir.path().join("mount.log")).unwrap();
-        let child = Command::new(shoal_bin())
-            .args(["mount", "--foreground", "--allow-other"])
-            .arg(cluster.config_path())
-            .arg(&mnt)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("spawn shoal mount");
-        let mut m = SharedMount { dir, child };
-        let deadline = Instant::now() + START_TIMEOUT;
-        while !is_mounted(&m.path()) {
-            if let Ok(Some(status)) = m.child.try_wait() {
-                panic!(
-                    "shoal mount --allow-other exited with {status}: {}",
-                    std::fs::read_to_string(m.dir.path().join("mount.log")).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "mount --allow-other did not come up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        let log = dir.path().join("mount.log");
+        let child = start_mount(cluster.config_path(), &mnt, &log, &["--allow-other"]);
+        SharedMount {
+            dir,
+            child: Some(child),
         }
-        m
     }
 
     /// The mount point.
@@ -439,23 +392,62 @@ impl SharedMount {
 
 impl Drop for SharedMount {
     fn drop(&mut self) {
-        let _ = Command::new("timeout")
-            .args(["30", "fusermount3", "-u"])
-            .arg(self.path())
-            .status();
-        if is_mounted(&self.path()) {
-            let _ = Command::new("timeout")
-                .args(["30", "fusermount3", "-uz"])
-                .arg(self.path())
-                .status();
+        if let Some(child) = self.child.take() {
+            stop_mount(&self.path(), child);
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
+}
+
+/// Runs `shoal mount --foreground` of the cluster file `config` on `dir`
+/// (with `args` too), logging to `log`, and waits until the mount is live;
+/// panics with the log if it ends or does not come up in time.
+fn start_mount(config: &Path, dir: &Path, log: &Path, args: &[&str]) -> Child {
+    let out = std::fs::File::create(log).unwrap();
+    let mut child = Command::new(shoal_bin())
+        .args(["mount", "--foreground"])
+        .args(args)
+        .arg(config)
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("spawn shoal mount");
+    let deadline = Instant::now() + START_TIMEOUT;
+    while !is_mounted(dir) {
+        let log = || std::fs::read_to_string(log).unwrap_or_default();
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("shoal mount exited with {status}: {}", log());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mount did not come up: {}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// Unmounts `dir` (lazily if it is busy) and waits for its mount process
+/// `child` to end, killing it if it does not.
+fn stop_mount(dir: &Path, mut child: Child) {
+    let _ = Command::new("timeout")
+        .args(["30", "fusermount3", "-u"])
+        .arg(dir)
+        .status();
+    if is_mounted(dir) {
+        let _ = Command::new("timeout")
+            .args(["30", "fusermount3", "-uz"])
+            .arg(dir)
+            .status();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Runs fsck (no repair) until two reports in a row agree, and returns that

@@ -28,6 +28,19 @@ fn carol() -> Cred {
     Cred::new(1003, 1003).with_groups(&[TEAM])
 }
 
+/// A client of `cluster` acting as root, and views of it acting as alice
+/// and bob.
+fn people(cluster: &Cluster) -> (Client, Client, Client) {
+    let root = cluster.client().with_cred(Cred::ROOT);
+    let (alice, bob) = (root.with_cred(ALICE), root.with_cred(BOB));
+    (root, alice, bob)
+}
+
+/// As root: /shared, a directory everyone may write (not sticky).
+async fn shared_dir(root: &Client) -> Handle {
+    dir_of(root, ROOT, "shared", 0o777, 0, 0).await
+}
+
 #[track_caller]
 fn errno<T: Debug>(r: shoal_proto::error::Result<T>) -> Errno {
     r.expect_err("refused").errno
@@ -43,6 +56,13 @@ fn mode(m: u32) -> SetAttr {
 fn owner(uid: u32, gid: u32) -> SetAttr {
     SetAttr {
         uid: Some(uid),
+        gid: Some(gid),
+        ..Default::default()
+    }
+}
+
+fn group(gid: u32) -> SetAttr {
+    SetAttr {
         gid: Some(gid),
         ..Default::default()
     }
@@ -69,8 +89,7 @@ async fn file_of(user: &Client, dir: Handle, name: &str, m: u32, data: &[u8]) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookup_needs_search_and_listing_needs_read() {
     let cluster = Cluster::builder().servers(3).start();
-    let root = cluster.client();
-    let (alice, bob) = (root.with_cred(ALICE), root.with_cred(BOB));
+    let (root, alice, bob) = people(&cluster);
     let home = dir_of(&root, ROOT, "alice", 0o700, ALICE.uid, ALICE.gid).await;
     file_of(&alice, home, "secret", 0o600, b"mine").await;
 
@@ -105,8 +124,7 @@ async fn lookup_needs_search_and_listing_needs_read() {
 async fn creating_and_removing_entries_need_write_and_search_on_the_directory() {
     for baseline in [false, true] {
         let cluster = Cluster::builder().servers(3).baseline_if(baseline).start();
-        let root = cluster.client();
-        let (alice, bob) = (root.with_cred(ALICE), root.with_cred(BOB));
+        let (root, alice, bob) = people(&cluster);
         let home = dir_of(&root, ROOT, "alice", 0o755, ALICE.uid, ALICE.gid).await;
         file_of(&alice, home, "f", 0o666, b"x").await;
         alice.mkdir(home, "sub", 0o777).await.unwrap();
@@ -140,7 +158,7 @@ async fn creating_and_removing_entries_need_write_and_search_on_the_directory() 
             .unwrap();
 
         // In a directory everyone may write, anyone removes anyone's file.
-        let shared = dir_of(&root, ROOT, "shared", 0o777, 0, 0).await;
+        let shared = shared_dir(&root).await;
         file_of(&alice, shared, "hers", 0o600, b"x").await;
         bob.unlink(shared, "hers").await.unwrap();
         bob.create(shared, "his", 0o644).await.unwrap();
@@ -154,8 +172,7 @@ async fn creating_and_removing_entries_need_write_and_search_on_the_directory() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_move_to_another_directory_changes_nothing() {
     let cluster = Cluster::builder().servers(3).start();
-    let root = cluster.client();
-    let (alice, bob) = (root.with_cred(ALICE), root.with_cred(BOB));
+    let (root, alice, bob) = people(&cluster);
     let home = dir_of(&root, ROOT, "alice", 0o755, ALICE.uid, ALICE.gid).await;
     let drop_box = dir_of(&root, ROOT, "drop", 0o777, 0, 0).await;
     let f = file_of(&alice, home, "f", 0o644, b"x").await;
@@ -202,8 +219,7 @@ async fn sticky_directories_let_only_owners_remove_and_rename() {
     // owner the rule needs often lives on another server.
     for baseline in [false, true] {
         let cluster = Cluster::builder().servers(3).baseline_if(baseline).start();
-        let root = cluster.client();
-        let (alice, bob) = (root.with_cred(ALICE), root.with_cred(BOB));
+        let (root, alice, bob) = people(&cluster);
         let tmp = dir_of(&root, ROOT, "tmp", 0o1777, 0, 0).await;
         let elsewhere = dir_of(&root, ROOT, "elsewhere", 0o777, 0, 0).await;
         for i in 0..3 {
@@ -242,7 +258,7 @@ async fn chmod_by_owner_chown_by_root_and_times_as_posix_says() {
     let root = cluster.client();
     let alice = root.with_cred(ALICE.with_groups(&[TEAM]));
     let bob = root.with_cred(BOB);
-    let shared = dir_of(&root, ROOT, "shared", 0o777, 0, 0).await;
+    let shared = shared_dir(&root).await;
     let f = file_of(&alice, shared, "f", 0o644, b"x").await;
 
     assert_eq!(errno(bob.setattr(f, &mode(0o666)).await), Errno::EPERM);
@@ -252,10 +268,6 @@ async fn chmod_by_owner_chown_by_root_and_times_as_posix_says() {
         errno(alice.setattr(f, &owner(BOB.uid, ALICE.gid)).await),
         Errno::EPERM
     );
-    let group = |g| SetAttr {
-        gid: Some(g),
-        ..Default::default()
-    };
     assert_eq!(alice.setattr(f, &group(TEAM)).await.unwrap().gid, TEAM);
     assert_eq!(errno(alice.setattr(f, &group(3000)).await), Errno::EPERM);
     assert_eq!(errno(bob.setattr(f, &group(BOB.gid)).await), Errno::EPERM);
@@ -315,15 +327,7 @@ async fn file_data_follows_the_mode_for_other_users_and_groups() {
         for (m, bob_r, bob_w, carol_r, carol_w) in cases {
             let name = format!("f{m:o}");
             let h = file_of(&alice, team, &name, m, b"data").await;
-            root.setattr(
-                h,
-                &SetAttr {
-                    gid: Some(TEAM),
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
+            root.setattr(h, &group(TEAM)).await.unwrap();
             for (who, user, may_read, may_write) in [
                 ("bob", &bob, bob_r, bob_w),
                 ("carol", &carol, carol_r, carol_w),
@@ -371,8 +375,7 @@ async fn file_data_follows_the_mode_for_other_users_and_groups() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_without_a_metafile_are_checked_from_their_own_record() {
     let cluster = Cluster::builder().servers(3).baseline().start();
-    let root = cluster.client();
-    let (alice, bob) = (root.with_cred(ALICE), root.with_cred(BOB));
+    let (root, alice, bob) = people(&cluster);
     let nm = dir_of(&root, ROOT, "nm", 0o777, 0, 0).await;
     root.set_hint(nm, Hint::NoMetafile, "1").await.unwrap();
     let private = file_of(&alice, nm, "private", 0o600, b"mine").await;
@@ -397,15 +400,7 @@ async fn supplementary_groups_grant_what_the_group_bits_say() {
     let alice = root.with_cred(ALICE);
     let team = dir_of(&root, ROOT, "team", 0o770, 0, TEAM).await;
     let f = file_of(&root, team, "plan", 0o640, b"plan").await;
-    root.setattr(
-        f,
-        &SetAttr {
-            gid: Some(TEAM),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    root.setattr(f, &group(TEAM)).await.unwrap();
     let carol = root.with_cred(carol());
     assert_eq!(carol.lookup(team, "plan").await.unwrap().0, f);
     assert_eq!(&carol.read(f, 0, 4).await.unwrap()[..], b"plan");
@@ -421,8 +416,7 @@ async fn supplementary_groups_grant_what_the_group_bits_say() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn xattrs_need_read_and_write_and_hints_write_on_the_directory() {
     let cluster = Cluster::builder().servers(2).start();
-    let root = cluster.client();
-    let (alice, bob) = (root.with_cred(ALICE), root.with_cred(BOB));
+    let (root, alice, bob) = people(&cluster);
     let home = dir_of(&root, ROOT, "alice", 0o755, ALICE.uid, ALICE.gid).await;
     let f = file_of(&alice, home, "f", 0o644, b"x").await;
     alice
@@ -461,8 +455,7 @@ async fn xattrs_need_read_and_write_and_hints_write_on_the_directory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn root_squash_makes_root_nobody_and_without_it_root_may_do_anything() {
     let mut cluster = Cluster::builder().servers(2).start();
-    let root = cluster.client().with_cred(Cred::ROOT);
-    let alice = root.with_cred(ALICE);
+    let (root, alice, _) = people(&cluster);
     let home = dir_of(&root, ROOT, "alice", 0o755, ALICE.uid, ALICE.gid).await;
     let secret = file_of(&alice, home, "secret", 0o600, b"mine").await;
     let public = file_of(&alice, home, "public", 0o644, b"ours").await;
@@ -550,9 +543,8 @@ async fn read_with(
 async fn datafile_servers_refuse_missing_forged_expired_and_borrowed_capabilities() {
     let cluster = Cluster::builder().servers(3).baseline().start();
     let secret = cluster.config().secret().unwrap().unwrap();
-    let root = cluster.client();
-    let (alice, bob) = (root.with_cred(ALICE), root.with_cred(BOB));
-    let shared = dir_of(&root, ROOT, "shared", 0o777, 0, 0).await;
+    let (root, alice, bob) = people(&cluster);
+    let shared = shared_dir(&root).await;
     let public = file_of(&alice, shared, "public", 0o644, b"ours").await;
     let private = file_of(&alice, shared, "private", 0o600, b"mine").await;
     let (cap, df) = granted(&bob, public).await;
@@ -611,9 +603,8 @@ async fn a_chmod_reaches_a_user_holding_a_capability_within_its_lifetime() {
         .servers(2)
         .set("capability_ttl_s=1")
         .start();
-    let root = cluster.client();
-    let (alice, bob) = (root.with_cred(ALICE), root.with_cred(BOB));
-    let shared = dir_of(&root, ROOT, "shared", 0o777, 0, 0).await;
+    let (root, alice, bob) = people(&cluster);
+    let shared = shared_dir(&root).await;
     let f = file_of(&alice, shared, "f", 0o644, b"data").await;
     assert_eq!(&bob.read(f, 0, 4).await.unwrap()[..], b"data");
     alice.setattr(f, &mode(0o600)).await.unwrap();

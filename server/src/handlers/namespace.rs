@@ -17,7 +17,7 @@ use shoal_proto::handle;
 use shoal_proto::msg::*;
 use shoal_proto::names::check_name;
 use shoal_proto::time::now_ns;
-use shoal_proto::ObjectKind;
+use shoal_proto::{Handle, ObjectKind};
 
 use super::access::{record_anywhere, Owners};
 use super::{caps, change, check_handle, hints};
@@ -242,12 +242,7 @@ pub fn rmdirent(s: &Service, r: &Request) -> Result<Reply> {
     let doing = format!("removing entry {:?}", q.name);
     let owners = Owners::prefetch(s, &r.cred, q.dir, &[&q.name])?;
     let (reply, syncs) = change(s, |txn| {
-        let dir = s.meta.get_dir(q.dir)?;
-        perms::require(&r.cred, &dir, W | X, &doing)?;
-        let (handle, kind) = s
-            .meta
-            .lookup(q.dir, &q.name)?
-            .ok_or_else(|| ShoalError::not_found(&q.name))?;
+        let (dir, handle, kind) = entry_to_change(s, r, q.dir, &q.name, &doing)?;
         owners.check(s, &r.cred, &dir, handle, &doing)?;
         if q.expect_handle != 0 && q.expect_handle != handle {
             return Err(ShoalError::new(
@@ -291,18 +286,32 @@ pub fn rmdirent(s: &Service, r: &Request) -> Result<Reply> {
     Ok(Reply::message(&reply).with_syncs(syncs))
 }
 
+/// Directory `dir` and what its entry `name` names, for a request that
+/// removes, renames or moves the entry: the caller must be able to write
+/// and search the directory (`doing` says what it asked, for the refusal).
+fn entry_to_change(
+    s: &Service,
+    r: &Request,
+    dir: Handle,
+    name: &str,
+    doing: &str,
+) -> Result<(ObjectRecord, Handle, ObjectKind)> {
+    let rec = s.meta.get_dir(dir)?;
+    perms::require(&r.cred, &rec, W | X, doing)?;
+    let (h, kind) = s
+        .meta
+        .lookup(dir, name)?
+        .ok_or_else(|| ShoalError::not_found(name))?;
+    Ok((rec, h, kind))
+}
+
 /// The first step of a move to another directory (RmDirEnt with
 /// `check_only`): whether the caller may take the entry out of `q.dir` (write
 /// and search on it, the sticky rule), and for a directory, write permission
 /// on it (its ".." changes). Nothing changes; the reply names the entry.
 fn check_move_out(s: &Service, r: &Request, q: &RmDirEntRequest) -> Result<Reply> {
     let doing = format!("moving entry {:?}", q.name);
-    let dir = s.meta.get_dir(q.dir)?;
-    perms::require(&r.cred, &dir, W | X, &doing)?;
-    let (handle, kind) = s
-        .meta
-        .lookup(q.dir, &q.name)?
-        .ok_or_else(|| ShoalError::not_found(&q.name))?;
+    let (dir, handle, kind) = entry_to_change(s, r, q.dir, &q.name, &doing)?;
     let is_dir = kind == ObjectKind::Directory;
     if is_dir || perms::sticky_applies(&r.cred, &dir) {
         let object = record_anywhere(s, handle)?;
@@ -326,12 +335,7 @@ pub fn rename_entry(s: &Service, r: &Request) -> Result<Reply> {
     let doing = format!("renaming {:?} to {:?}", q.old_name, q.new_name);
     let owners = Owners::prefetch(s, &r.cred, q.dir, &[&q.old_name, &q.new_name])?;
     let (reply, syncs) = change(s, |txn| {
-        let dir = s.meta.get_dir(q.dir)?;
-        perms::require(&r.cred, &dir, W | X, &doing)?;
-        let (h, kind) = s
-            .meta
-            .lookup(q.dir, &q.old_name)?
-            .ok_or_else(|| ShoalError::not_found(&q.old_name))?;
+        let (dir, h, kind) = entry_to_change(s, r, q.dir, &q.old_name, &doing)?;
         let mut reply = RenameEntryReply::default();
         if q.old_name == q.new_name {
             return Ok(reply);
