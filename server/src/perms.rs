@@ -218,10 +218,8 @@ pub fn check_setattr(cred: &Cred, rec: &ObjectRecord, q: &SetAttrRequest) -> Res
             ),
         ));
     }
-    if has(SetAttrBits::SetAtimeNow) || has(SetAttrBits::SetMtimeNow) {
-        if !owner_or_root {
-            require(cred, rec, W, &format!("{what} (times to now)"))?;
-        }
+    if (has(SetAttrBits::SetAtimeNow) || has(SetAttrBits::SetMtimeNow)) && !owner_or_root {
+        require(cred, rec, W, &format!("{what} (times to now)"))?;
     }
     Ok(mode)
 }

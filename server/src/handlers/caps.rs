@@ -32,11 +32,11 @@ fn is_own_file(rec: &ObjectRecord) -> bool {
 
 /// The capability `cred` gets for `file` (a metafile with its datafiles):
 /// the rights its mode gives now (`perms::data_rights`), for the cluster's
-/// `capability_ttl_s`. None for other objects, and on a cluster without a
-/// secret.
+/// `capability_ttl_s`. None for other objects, for root (who needs none),
+/// and on a cluster without a secret.
 pub(crate) fn grant(s: &Service, cred: &Cred, file: &ObjectRecord) -> Option<Capability> {
     let secret = s.secret.as_ref()?;
-    if file.kind() != ObjectKind::Metafile {
+    if file.kind() != ObjectKind::Metafile || cred.is_root() {
         return None;
     }
     let dist = file.dist.as_ref().filter(|d| !d.datafiles.is_empty())?;
