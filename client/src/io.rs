@@ -228,13 +228,15 @@ impl Client {
         h: Handle,
         offset: u64,
         mut len: usize,
-        cap: Option<Capability>,
+        mut cap: Option<Capability>,
     ) -> Result<Bytes> {
         let end = offset + len as u64;
         let mut dist = self.dist_upto(h, end).await?;
         if dist.stuffed && end > dist.strip_size {
-            // Past the first strip of a layout seen stuffed: look again.
+            // Past the first strip of a layout seen stuffed: look again
+            // (the getattr brings a capability naming the datafiles too).
             dist = self.fresh_distribution(h).await?;
+            cap = self.capability(h, READ).await?;
             if dist.stuffed {
                 if offset >= dist.strip_size {
                     return Ok(Bytes::new());
@@ -333,7 +335,11 @@ impl Client {
     async fn truncate_with(&self, h: Handle, size: u64, mut cap: Option<Capability>) -> Result<()> {
         let mut dist = match self.inner.dists.get(&h) {
             Some(d) if !d.stuffed => d,
-            _ => self.fresh_distribution(h).await?,
+            _ => {
+                let fresh = self.fresh_distribution(h).await?;
+                cap = self.capability(h, WRITE).await?;
+                fresh
+            }
         };
         if dist.stuffed && size > dist.strip_size {
             dist = self.unstuff(h).await?;

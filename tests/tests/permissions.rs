@@ -356,8 +356,11 @@ async fn file_data_follows_the_mode_for_other_users_and_groups() {
                 .unwrap();
             assert_eq!(&root.read(h, 0, 4).await.unwrap()[..], b"mine");
         }
-        // Striped files too: every datafile checks.
-        let big = alice.create(team, "big", 0o644).await.unwrap().handle;
+        // Striped files too: every datafile checks. Bob's first capability
+        // names the one datafile of the file still stuffed; after alice's
+        // write unstuffs it, he reads all of it with a new one.
+        let big = file_of(&alice, team, "big", 0o644, b"small").await;
+        assert_eq!(&bob.read(big, 0, 5).await.unwrap()[..], b"small");
         let data = shoal_tests::pattern(1, 3 << 20);
         alice
             .write(big, 0, Bytes::from(data.clone()))
@@ -658,4 +661,20 @@ async fn capabilities_cost_no_message_where_the_switches_promise_one() {
     assert_eq!(&r.unwrap()[..], b"x");
     assert_eq!((lookup, read), (1, 1));
     assert_eq!(bob.lookup(home, "g").await.unwrap().1, FileKind::File);
+
+    // The baseline protocol: create n+3 (set_dist brings the capability),
+    // a small write 2 (rendezvous and data, eager being off).
+    let cluster = Cluster::builder().servers(4).baseline().start();
+    let root = cluster.uncached_client();
+    let alice = root.with_cred(ALICE);
+    let home = dir_of(&root, ROOT, "alice", 0o755, ALICE.uid, ALICE.gid).await;
+    let (made, create) = cluster
+        .messages_during(&root, alice.create(home, "f", 0o644))
+        .await;
+    let h = made.unwrap().handle;
+    let (w, write) = cluster
+        .messages_during(&root, alice.write(h, 0, Bytes::from_static(b"hello")))
+        .await;
+    w.unwrap();
+    assert_eq!((create, write), (4 + 3, 2));
 }
