@@ -631,15 +631,7 @@ async fn capabilities_cost_no_message_where_the_switches_promise_one() {
     root.ping_all().await.unwrap();
     cluster.wait_for_pools(&root).await;
     let alice = root.with_cred(ALICE);
-    let home = dir_of(&root, ROOT, "alice", 0o755, ALICE.uid, ALICE.gid).await;
-    let (made, create) = cluster
-        .messages_during(&root, alice.create(home, "f", 0o644))
-        .await;
-    let h = made.unwrap().handle;
-    let (w, write) = cluster
-        .messages_during(&root, alice.write(h, 0, Bytes::from_static(b"hello")))
-        .await;
-    w.unwrap();
+    let (home, h, [create, write]) = alices_create_and_write(&cluster, &root).await;
     let (a, stat) = cluster.messages_during(&root, alice.getattr(h)).await;
     assert_eq!(a.unwrap().size, 5);
     let (r, read) = cluster.messages_during(&root, alice.read(h, 0, 5)).await;
@@ -666,15 +658,23 @@ async fn capabilities_cost_no_message_where_the_switches_promise_one() {
     // a small write 2 (rendezvous and data, eager being off).
     let cluster = Cluster::builder().servers(4).baseline().start();
     let root = cluster.uncached_client();
+    let (_, _, [create, write]) = alices_create_and_write(&cluster, &root).await;
+    assert_eq!((create, write), (4 + 3, 2));
+}
+
+/// Alice's home on `cluster` (made by `root`, whose client counts), and the
+/// messages her create of a file `f` there and a write of 5 bytes to it
+/// take; returns the home, the file and the counts.
+async fn alices_create_and_write(cluster: &Cluster, root: &Client) -> (Handle, Handle, [u64; 2]) {
     let alice = root.with_cred(ALICE);
-    let home = dir_of(&root, ROOT, "alice", 0o755, ALICE.uid, ALICE.gid).await;
+    let home = dir_of(root, ROOT, "alice", 0o755, ALICE.uid, ALICE.gid).await;
     let (made, create) = cluster
-        .messages_during(&root, alice.create(home, "f", 0o644))
+        .messages_during(root, alice.create(home, "f", 0o644))
         .await;
     let h = made.unwrap().handle;
     let (w, write) = cluster
-        .messages_during(&root, alice.write(h, 0, Bytes::from_static(b"hello")))
+        .messages_during(root, alice.write(h, 0, Bytes::from_static(b"hello")))
         .await;
     w.unwrap();
-    assert_eq!((create, write), (4 + 3, 2));
+    (home, h, [create, write])
 }
