@@ -9,7 +9,7 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ObjectKind, Op};
 
-use crate::{Attr, Client, FileKind, Layout, SetAttr, StatFs};
+use crate::{Attr, Client, FileKind, Layout, SetAttr, SetTime, StatFs};
 
 /// Fills a file's size and data times from its datafiles' sizes (`sizes` in
 /// the order of the file's distribution `dist`). Shared by getattr and
@@ -43,6 +43,7 @@ impl Client {
                 &GetAttrRequest { handle: h },
             )
             .await?;
+        self.remember_cap(reply.cap);
         let rec = reply
             .object
             .ok_or_else(|| ShoalError::protocol("getattr reply without an object"))?;
@@ -138,6 +139,7 @@ impl Client {
                 &GetAttrRequest { handle: h },
             )
             .await?;
+        self.remember_cap(reply.cap);
         reply
             .object
             .ok_or_else(|| ShoalError::protocol("getattr reply without an object"))
@@ -199,34 +201,51 @@ impl Client {
     }
 
     /// Changes attributes; a size change truncates or extends the file.
+    /// A change of mode or owner drops this caller's capability for the
+    /// file, so that its next data request has the rights the new mode
+    /// gives.
     pub async fn setattr(&self, h: Handle, set: &SetAttr) -> Result<Attr> {
         if let Some(size) = set.size {
             self.truncate(h, size).await?;
         }
-        let mut req = SetAttrRequest {
+        let at = |t: Option<SetTime>| match t {
+            Some(SetTime::At(ns)) => ns,
+            _ => 0,
+        };
+        let req = SetAttrRequest {
             handle: h,
-            ..Default::default()
+            mask: [
+                (set.mode.is_some(), SetAttrBits::SetMode),
+                (set.uid.is_some(), SetAttrBits::SetUid),
+                (set.gid.is_some(), SetAttrBits::SetGid),
+                (
+                    matches!(set.atime, Some(SetTime::At(_))),
+                    SetAttrBits::SetAtime,
+                ),
+                (
+                    matches!(set.mtime, Some(SetTime::At(_))),
+                    SetAttrBits::SetMtime,
+                ),
+                (set.atime == Some(SetTime::Now), SetAttrBits::SetAtimeNow),
+                (set.mtime == Some(SetTime::Now), SetAttrBits::SetMtimeNow),
+            ]
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .fold(0, |mask, (_, bit)| mask | bit as u32),
+            mode: set.mode.unwrap_or(0),
+            uid: set.uid.unwrap_or(0),
+            gid: set.gid.unwrap_or(0),
+            atime_ns: at(set.atime),
+            mtime_ns: at(set.mtime),
         };
-        let mut bit = |on: bool, b: SetAttrBits| {
-            if on {
-                req.mask |= b as u32;
-            }
-        };
-        bit(set.mode.is_some(), SetAttrBits::SetMode);
-        bit(set.uid.is_some(), SetAttrBits::SetUid);
-        bit(set.gid.is_some(), SetAttrBits::SetGid);
-        bit(set.atime_ns.is_some(), SetAttrBits::SetAtime);
-        bit(set.mtime_ns.is_some(), SetAttrBits::SetMtime);
-        req.mode = set.mode.unwrap_or(0);
-        req.uid = set.uid.unwrap_or(0);
-        req.gid = set.gid.unwrap_or(0);
-        req.atime_ns = set.atime_ns.unwrap_or(0);
-        req.mtime_ns = set.mtime_ns.unwrap_or(0);
         if req.mask != 0 {
             let _: SetAttrReply = self
                 .pool()
                 .call(server_of(h), self.cred, Op::SetAttr, &req)
                 .await?;
+        }
+        if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() {
+            self.inner.caps.remove(&(h, self.cred));
         }
         self.forget(h);
         self.getattr(h).await

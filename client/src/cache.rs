@@ -7,7 +7,8 @@ use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Entries kept before the cache is emptied and starts again.
+/// Entries kept before the cache is emptied and starts again (unless the
+/// cache is made with another bound).
 const MAX_ENTRIES: usize = 200_000;
 
 /// The lifetime of a cache whose entries are replaced when they change,
@@ -16,13 +17,20 @@ pub const FOREVER: Duration = Duration::from_secs(u64::MAX / 4);
 
 pub struct TtlCache<K, V> {
     ttl: Duration,
+    max: usize,
     map: Mutex<HashMap<K, (V, Instant)>>,
 }
 
 impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
     pub fn new(ttl: Duration) -> Self {
+        Self::bounded(ttl, MAX_ENTRIES)
+    }
+
+    /// A cache emptied whenever it reaches `max` entries.
+    pub fn bounded(ttl: Duration, max: usize) -> Self {
         TtlCache {
             ttl,
+            max,
             map: Mutex::new(HashMap::new()),
         }
     }
@@ -42,7 +50,7 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
             return;
         }
         let mut map = self.map.lock().unwrap();
-        if map.len() >= MAX_ENTRIES {
+        if map.len() >= self.max {
             map.clear();
         }
         map.insert(key, (value, Instant::now()));

@@ -16,7 +16,7 @@ use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{read_frame, Frame, Kind};
 use shoal_proto::msg::ErrorReply;
 use shoal_proto::sink::FrameSink;
-use shoal_proto::Op;
+use shoal_proto::{Cred, Op};
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Semaphore};
@@ -92,19 +92,12 @@ impl Connection {
 
     /// Sends one request and waits for its reply; a failed reply becomes the error
     /// it carries.
-    pub async fn call(
-        &self,
-        op: Op,
-        uid: u32,
-        gid: u32,
-        body: Bytes,
-        payload: Bytes,
-    ) -> Result<Frame> {
+    pub async fn call(&self, op: Op, cred: Cred, body: Bytes, payload: Bytes) -> Result<Frame> {
         let _permit = self.permits.acquire().await.map_err(|_| self.lost())?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply_tx, reply_rx) = oneshot::channel();
         self.pending.lock().unwrap().insert(id, reply_tx);
-        let frame = Frame::request(op, id, uid, gid, body, payload);
+        let frame = Frame::request(op, id, cred, body, payload);
         if self.sink.send(&frame).is_err() {
             self.pending.lock().unwrap().remove(&id);
             return Err(self.lost());

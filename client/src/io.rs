@@ -13,9 +13,13 @@
 //! past it re-reads the layout (another client may have unstuffed the file)
 //! and, if the file is still stuffed, stops at the first strip, where a
 //! stuffed file always ends.
+//!
+//! Every piece carries the caller's capability for the file (`caps`), which
+//! the datafile's server checks.
 
 use bytes::{Bytes, BytesMut};
 use prost::Message;
+use shoal_proto::capability::{ANY, READ, WRITE};
 use shoal_proto::cluster::SyncMode;
 use shoal_proto::dist;
 use shoal_proto::error::{Errno, Result, ShoalError};
@@ -57,7 +61,7 @@ impl Client {
 
     /// The rendezvous before a non-eager transfer; returns the bytes the
     /// server is ready to move.
-    async fn rendezvous(&self, c: &Chunk, write: bool) -> Result<u64> {
+    async fn rendezvous(&self, c: &Chunk, write: bool, cap: &Option<Capability>) -> Result<u64> {
         let reply: RendezvousReply = self
             .pool()
             .call(
@@ -69,6 +73,7 @@ impl Client {
                     offset: c.local_offset,
                     length: c.len as u64,
                     write,
+                    cap: cap.clone(),
                 },
             )
             .await?;
@@ -87,6 +92,7 @@ impl Client {
                 &UnstuffRequest { handle: h },
             )
             .await?;
+        self.remember_cap(reply.cap);
         let dist = reply
             .dist
             .filter(|d| !d.datafiles.is_empty() && !d.stuffed)
@@ -146,20 +152,44 @@ impl Client {
                     ),
                 )
             })?;
+        self.with_capability(h, WRITE, |cap| self.write_with(h, offset, &data, end, cap))
+            .await?;
+        let now = shoal_proto::time::now_ns();
+        self.inner.attrs.update(&h, |a| {
+            a.size = a.size.max(end);
+            a.mtime_ns = now;
+            a.ctime_ns = now;
+        });
+        Ok(data.len())
+    }
+
+    /// A write of `data` at `offset` (ending at `end`) with capability `cap`.
+    async fn write_with(
+        &self,
+        h: Handle,
+        offset: u64,
+        data: &Bytes,
+        end: u64,
+        mut cap: Option<Capability>,
+    ) -> Result<()> {
         let mut dist = self.dist_upto(h, end).await?;
         if dist.stuffed && end > dist.strip_size {
             dist = self.unstuff(h).await?;
+            // The unstuff reply brought one that names the new datafiles.
+            cap = self.capability(h, WRITE).await?;
         }
         let chunks = self.chunks(&dist, offset, data.len());
+        let cap = &cap;
         futures::future::try_join_all(chunks.iter().map(|c| {
             let payload = data.slice(c.buf_offset..c.buf_offset + c.len);
             async move {
                 if !self.is_eager(c.len) {
-                    self.rendezvous(c, true).await?;
+                    self.rendezvous(c, true, cap).await?;
                 }
                 let body = prost::Message::encode_to_vec(&WriteRequest {
                     handle: c.datafile,
                     offset: c.local_offset,
+                    cap: cap.clone(),
                 });
                 let reply = self
                     .pool()
@@ -173,17 +203,11 @@ impl Client {
                     .await?;
                 let reply = WriteReply::decode(reply.body)
                     .map_err(|e| ShoalError::protocol(format!("write reply: {e}")))?;
-                self.changed(h, c.datafile, reply.verifier).await
+                self.changed(h, c.datafile, reply.verifier, cap).await
             }
         }))
         .await?;
-        let now = shoal_proto::time::now_ns();
-        self.inner.attrs.update(&h, |a| {
-            a.size = a.size.max(end);
-            a.mtime_ns = now;
-            a.ctime_ns = now;
-        });
-        Ok(data.len())
+        Ok(())
     }
 
     /// Reads up to `len` bytes at `offset` of file `h`; short only at the end
@@ -194,11 +218,25 @@ impl Client {
             return Ok(Bytes::new());
         }
         len = len.min((dist::MAX_FILE_SIZE - offset) as usize);
+        self.with_capability(h, READ, |cap| self.read_with(h, offset, len, cap))
+            .await
+    }
+
+    /// A read of `len` bytes at `offset` with capability `cap`.
+    async fn read_with(
+        &self,
+        h: Handle,
+        offset: u64,
+        mut len: usize,
+        mut cap: Option<Capability>,
+    ) -> Result<Bytes> {
         let end = offset + len as u64;
         let mut dist = self.dist_upto(h, end).await?;
         if dist.stuffed && end > dist.strip_size {
-            // Past the first strip of a layout seen stuffed: look again.
+            // Past the first strip of a layout seen stuffed: look again
+            // (the getattr brings a capability naming the datafiles too).
             dist = self.fresh_distribution(h).await?;
+            cap = self.capability(h, READ).await?;
             if dist.stuffed {
                 if offset >= dist.strip_size {
                     return Ok(Bytes::new());
@@ -207,14 +245,16 @@ impl Client {
             }
         }
         let chunks = self.chunks(&dist, offset, len);
+        let cap = &cap;
         let parts = futures::future::try_join_all(chunks.iter().map(|c| async move {
-            if !self.is_eager(c.len) && self.rendezvous(c, false).await? == 0 {
+            if !self.is_eager(c.len) && self.rendezvous(c, false, cap).await? == 0 {
                 return Ok(Bytes::new());
             }
             let body = prost::Message::encode_to_vec(&ReadRequest {
                 handle: c.datafile,
                 offset: c.local_offset,
                 length: c.len as u64,
+                cap: cap.clone(),
             });
             let reply = self
                 .pool()
@@ -279,14 +319,34 @@ impl Client {
                 ),
             ));
         }
+        self.with_capability(h, WRITE, |cap| self.truncate_with(h, size, cap))
+            .await?;
+        let now = shoal_proto::time::now_ns();
+        self.inner.attrs.update(&h, |a| {
+            a.size = size;
+            a.mtime_ns = now;
+            a.ctime_ns = now;
+        });
+        Ok(())
+    }
+
+    /// Sets every datafile's local size for a file of `size` bytes, with
+    /// capability `cap`.
+    async fn truncate_with(&self, h: Handle, size: u64, mut cap: Option<Capability>) -> Result<()> {
         let mut dist = match self.inner.dists.get(&h) {
             Some(d) if !d.stuffed => d,
-            _ => self.fresh_distribution(h).await?,
+            _ => {
+                let fresh = self.fresh_distribution(h).await?;
+                cap = self.capability(h, WRITE).await?;
+                fresh
+            }
         };
         if dist.stuffed && size > dist.strip_size {
             dist = self.unstuff(h).await?;
+            cap = self.capability(h, WRITE).await?;
         }
         let n = dist.width();
+        let cap = &cap;
         futures::future::try_join_all(dist.datafiles.iter().enumerate().map(|(i, d)| async move {
             let local = dist::local_size(dist.strip_size.max(1), n, i, size);
             let reply: TruncateReply = self
@@ -298,18 +358,13 @@ impl Client {
                     &TruncateRequest {
                         handle: *d,
                         size: local,
+                        cap: cap.clone(),
                     },
                 )
                 .await?;
-            self.changed(h, *d, reply.verifier).await
+            self.changed(h, *d, reply.verifier, cap).await
         }))
         .await?;
-        let now = shoal_proto::time::now_ns();
-        self.inner.attrs.update(&h, |a| {
-            a.size = size;
-            a.mtime_ns = now;
-            a.ctime_ns = now;
-        });
         Ok(())
     }
 
@@ -318,28 +373,41 @@ impl Client {
     /// EIO if a server restarted since it acknowledged a change to the file
     /// that was not durable yet (see `unstable`).
     pub async fn fsync(&self, h: Handle) -> Result<()> {
-        let mut targets = match self.distribution(h).await {
-            Ok(d) => d.datafiles,
-            Err(_) => Vec::new(),
+        let replies = match self.distribution(h).await {
+            Ok(_) => {
+                self.with_capability(h, ANY, |cap| self.commit_file(h, cap))
+                    .await?
+            }
+            // A directory (or an object that is not a file): its server.
+            Err(_) => vec![self.commit(h, &None).await?],
         };
-        if targets.is_empty() || self.config().settings.sync == SyncMode::None {
+        self.inner.unstable.synced(h, &replies)
+    }
+
+    /// Makes the datafiles of file `h` durable, and in scratch mode its
+    /// metadata too; returns each server's verifier.
+    async fn commit_file(&self, h: Handle, cap: Option<Capability>) -> Result<Vec<(u32, u64)>> {
+        let mut targets = self.distribution(h).await?.datafiles;
+        if self.config().settings.sync == SyncMode::None {
             targets.push(h);
         }
-        let replies =
-            futures::future::try_join_all(targets.iter().map(|t| self.commit(*t))).await?;
-        self.inner.unstable.synced(h, &replies)
+        let cap = &cap;
+        futures::future::try_join_all(targets.iter().map(|t| self.commit(*t, cap))).await
     }
 
     /// Makes the data of datafile (or object) `t` durable on its server;
     /// returns that server and its verifier.
-    async fn commit(&self, t: Handle) -> Result<(u32, u64)> {
+    async fn commit(&self, t: Handle, cap: &Option<Capability>) -> Result<(u32, u64)> {
         let reply: FsyncReply = self
             .pool()
             .call(
                 server_of(t),
                 self.cred,
                 Op::Fsync,
-                &FsyncRequest { handle: t },
+                &FsyncRequest {
+                    handle: t,
+                    cap: cap.clone(),
+                },
             )
             .await?;
         Ok((server_of(t), reply.verifier))
@@ -348,11 +416,17 @@ impl Client {
     /// Records a change to file `h` that datafile `d`'s server acknowledged
     /// with `verifier`; if it cannot be tracked until the file's fsync, it is
     /// made durable now.
-    async fn changed(&self, h: Handle, d: Handle, verifier: u64) -> Result<()> {
+    async fn changed(
+        &self,
+        h: Handle,
+        d: Handle,
+        verifier: u64,
+        cap: &Option<Capability>,
+    ) -> Result<()> {
         if self.inner.unstable.changed(h, server_of(d), verifier) {
             return Ok(());
         }
-        let (server, now) = self.commit(d).await?;
+        let (server, now) = self.commit(d, cap).await?;
         if now != verifier {
             return Err(ShoalError::new(
                 Errno::EIO,

@@ -3,12 +3,15 @@
 //!
 //! A [`Client`] holds one multiplexed connection per server ([`pool`]), name and
 //! attribute caches with a short TTL ([`cache`]), and implements the namespace
-//! ([`namespace`]), attribute ([`attrs`]) and striped data ([`io`]) operations.
+//! ([`namespace`]), attribute ([`attrs`]) and striped data ([`io`]) operations,
+//! whose data requests carry the capabilities the servers grant (`caps`).
 //! Clones are cheap and share everything; [`Client::with_cred`] gives a view
-//! that acts as another user.
+//! that acts as another user (the servers check each request against the
+//! user it names).
 
 pub mod attrs;
 pub mod cache;
+mod caps;
 pub mod conn;
 pub mod fsck;
 pub mod hints;
@@ -34,6 +37,10 @@ pub use types::*;
 use cache::TtlCache;
 use pool::Pool;
 
+/// An entry of the name cache: directory, name and the caller that looked
+/// it up.
+type NameKey = (Handle, String, Cred);
+
 /// A connection to a Shoal cluster.
 #[derive(Clone)]
 pub struct Client {
@@ -44,13 +51,15 @@ pub struct Client {
 struct Inner {
     pool: Pool,
     /// Entries: the handle and the kind of object named (a file is a
-    /// metafile, or a datafile without one).
-    names: TtlCache<(Handle, String), (Handle, ObjectKind)>,
+    /// metafile, or a datafile without one), per caller.
+    names: TtlCache<NameKey, (Handle, ObjectKind)>,
     attrs: TtlCache<Handle, Attr>,
     /// Directory hints as last seen, kept without a TTL (see [`hints`]).
     hints: TtlCache<Handle, DirHints>,
     /// Distributions: kept without a TTL, except stuffed ones (see [`DistCache`]).
     dists: DistCache,
+    /// Capabilities for file data, per (file, caller).
+    caps: caps::Caps,
     /// Round-robin cursor for placing new objects.
     next_server: AtomicU32,
     /// File changes acknowledged and not yet fsynced, with their servers'
@@ -70,6 +79,7 @@ impl Client {
                 attrs: TtlCache::new(ttl),
                 hints: TtlCache::new(cache::FOREVER),
                 dists: DistCache::new(ttl),
+                caps: TtlCache::new(caps::keep_for(config.settings.capability_ttl_s)),
                 next_server: AtomicU32::new(first),
                 unstable: Default::default(),
                 pool: Pool::new(config),
@@ -78,7 +88,9 @@ impl Client {
         }
     }
 
-    /// The same client acting as `cred`.
+    /// The same client acting as `cred`. Connections and caches are shared,
+    /// except what depends on the caller's rights: names (a lookup needs
+    /// search permission) and capabilities are kept per caller.
     pub fn with_cred(&self, cred: Cred) -> Client {
         Client {
             inner: self.inner.clone(),

@@ -48,6 +48,14 @@ impl Client {
         handle::ROOT
     }
 
+    /// The key of entry `name` of `dir` in the name cache: per caller, so
+    /// that a view acting as another user ([`Client::with_cred`]) asks the
+    /// servers, which check its search permission, instead of using a name
+    /// another user looked up.
+    fn name_key(&self, dir: Handle, name: &str) -> crate::NameKey {
+        (dir, name.to_string(), self.cred)
+    }
+
     /// Looks `name` up in directory `dir`.
     pub async fn lookup(&self, dir: Handle, name: &str) -> Result<(Handle, FileKind)> {
         let (h, kind) = self.lookup_entry(dir, name).await?;
@@ -57,7 +65,7 @@ impl Client {
     /// The entry `name` of `dir`: the handle and the kind of object it names.
     async fn lookup_entry(&self, dir: Handle, name: &str) -> Result<(Handle, ObjectKind)> {
         check_name(name)?;
-        let key = (dir, name.to_string());
+        let key = self.name_key(dir, name);
         if let Some(hit) = self.inner.names.get(&key) {
             return Ok(hit);
         }
@@ -72,7 +80,7 @@ impl Client {
     /// entry and comes back with the lookup: one message, not two.
     pub async fn lookup_attr(&self, dir: Handle, name: &str) -> Result<Attr> {
         check_name(name)?;
-        let key = (dir, name.to_string());
+        let key = self.name_key(dir, name);
         if let Some((h, _)) = self.inner.names.get(&key) {
             return self.getattr(h).await;
         }
@@ -80,6 +88,7 @@ impl Client {
         let reply = self.lookup_request(dir, name, want_attrs).await?;
         let (h, kind) = (reply.handle, entry_kind(reply.kind)?);
         self.inner.names.put(key, (h, kind));
+        self.remember_cap(reply.cap.filter(|c| c.file == h));
         match reply.object.filter(|o| o.handle == h) {
             Some(rec) => self.attr_of(rec, &reply.sizes).await,
             None => self.getattr(h).await,
@@ -224,7 +233,7 @@ impl Client {
         self.refresh_dir(reply.dir);
         self.inner
             .names
-            .put((dir, name.to_string()), (handle, kind));
+            .put(self.name_key(dir, name), (handle, kind));
         Ok(())
     }
 
@@ -323,7 +332,7 @@ impl Client {
             Some(e) => Err(e),
             None => self
                 .pool()
-                .call::<Empty>(
+                .call::<SetDistReply>(
                     meta_server,
                     self.cred,
                     Op::SetDist,
@@ -333,7 +342,7 @@ impl Client {
                     },
                 )
                 .await
-                .map(|_| ()),
+                .map(|reply| self.remember_cap(reply.cap)),
         };
         if let Err(e) = set {
             self.remove_unnamed(meta, &dist).await;
@@ -354,12 +363,18 @@ impl Client {
     /// The attributes of a file this client has just made, cached.
     fn new_file_attr(&self, h: Handle, mode: u32) -> Attr {
         let now = shoal_proto::time::now_ns();
+        // The servers give it to the caller, root squashed if so set.
+        let owner = if self.config().settings.root_squash {
+            self.cred.squashed()
+        } else {
+            self.cred
+        };
         let attr = Attr {
             handle: h,
             kind: FileKind::File,
             mode: mode & 0o7777,
-            uid: self.cred.uid,
-            gid: self.cred.gid,
+            uid: owner.uid,
+            gid: owner.gid,
             size: 0,
             atime_ns: now,
             mtime_ns: now,
@@ -431,13 +446,14 @@ impl Client {
                 },
             )
             .await?;
+        self.remember_cap(reply.cap);
         let rec = reply
             .object
             .ok_or_else(|| ShoalError::protocol("create_file reply without an object"))?;
         let (h, kind) = (rec.handle, rec.kind());
         if colocate {
             self.refresh_dir(reply.dir);
-            self.inner.names.put((dir, name.to_string()), (h, kind));
+            self.inner.names.put(self.name_key(dir, name), (h, kind));
         } else {
             shoal_proto::crash_point!(crash_points::CREATE_BEFORE_ENTRY);
             self.link_new(dir, name, h, kind, Some(hints)).await?;
@@ -548,7 +564,7 @@ impl Client {
             .pool()
             .call(server_of(dir), self.cred, Op::RmDirEnt, &req)
             .await?;
-        self.inner.names.remove(&(dir, name));
+        self.inner.names.remove(&self.name_key(dir, &name));
         self.refresh_dir(reply.dir.clone());
         let kind = kind_of(reply.kind)?;
         Ok((reply, kind))
@@ -748,6 +764,12 @@ impl Client {
             Err(e) if e.errno == Errno::ENOENT => None,
             Err(e) => return Err(e),
         };
+        if dir != new_dir {
+            // A move to another directory takes three steps on up to three
+            // servers; ask first whether the entry may leave `dir`, so that
+            // a refused move changes nothing.
+            self.check_move_out(dir, name, h).await?;
+        }
         // Before the target is marked for removal, so an EINVAL leaves no mark.
         if kind == FileKind::Directory && dir != new_dir {
             self.check_not_inside(h, new_dir).await?;
@@ -814,8 +836,8 @@ impl Client {
         kind: ObjectKind,
         no_replace: bool,
     ) -> Result<Handle> {
-        self.inner.names.remove(&(dir, name.to_string()));
-        self.inner.names.remove(&(new_dir, new_name.to_string()));
+        self.inner.names.remove(&self.name_key(dir, name));
+        self.inner.names.remove(&self.name_key(new_dir, new_name));
         self.forget(dir);
         self.forget(new_dir);
         if dir == new_dir {
@@ -875,6 +897,22 @@ impl Client {
         Ok(added.replaced_handle)
     }
 
+    /// Whether the caller may move entry `name` of `dir` (naming `h`) to
+    /// another directory: write and search permission on `dir`, its sticky
+    /// rule, and write permission on `h` if it is a directory (one message,
+    /// RmDirEnt with `check_only`: nothing changes).
+    async fn check_move_out(&self, dir: Handle, name: &str, h: Handle) -> Result<()> {
+        self.remove_entry(RmDirEntRequest {
+            dir,
+            name: name.to_string(),
+            expect_handle: h,
+            check_only: true,
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// EINVAL if `dir` is `ancestor` or lies below it (a directory cannot be
     /// moved into itself).
     async fn check_not_inside(&self, ancestor: Handle, mut dir: Handle) -> Result<()> {
@@ -916,9 +954,11 @@ impl Client {
             .into_iter()
             .map(|e| {
                 let kind = entry_kind(e.kind)?;
-                self.inner
-                    .names
-                    .put((dir, e.name.clone()), (e.handle, kind));
+                if reply.searchable {
+                    self.inner
+                        .names
+                        .put(self.name_key(dir, &e.name), (e.handle, kind));
+                }
                 Ok(DirEntry {
                     name: e.name,
                     handle: e.handle,

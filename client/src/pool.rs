@@ -64,15 +64,12 @@ impl Pool {
         payload: Bytes,
     ) -> Result<Frame> {
         let conn = self.connection(server).await?;
-        match conn
-            .call(op, cred.uid, cred.gid, body.clone(), payload.clone())
-            .await
-        {
+        match conn.call(op, cred, body.clone(), payload.clone()).await {
             // A request that only reads can safely go again on a fresh connection.
             Err(e) if !conn.is_alive() && !op.modifies_metadata() && op != Op::Write => {
                 tracing::debug!("retrying {} on a new connection: {e}", op.name());
                 let conn = self.connection(server).await?;
-                conn.call(op, cred.uid, cred.gid, body, payload).await
+                conn.call(op, cred, body, payload).await
             }
             other => other,
         }

@@ -4,27 +4,8 @@ use shoal_proto::msg::ObjectRecord;
 use shoal_proto::{Handle, ObjectKind};
 
 /// Who makes a request: ownership of new objects and, on the servers,
-/// permission checks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cred {
-    pub uid: u32,
-    pub gid: u32,
-}
-
-impl Cred {
-    pub const ROOT: Cred = Cred { uid: 0, gid: 0 };
-
-    /// The credentials of this process.
-    pub fn current() -> Cred {
-        // SAFETY: getuid and getgid cannot fail.
-        unsafe {
-            Cred {
-                uid: libc::getuid(),
-                gid: libc::getgid(),
-            }
-        }
-    }
-}
+/// permission checks (uid, gid and supplementary groups).
+pub use shoal_proto::Cred;
 
 /// The kind of a namespace object as users see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -113,8 +94,18 @@ pub struct SetAttr {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub size: Option<u64>,
-    pub atime_ns: Option<i64>,
-    pub mtime_ns: Option<i64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+/// A time to set. POSIX tells them apart: anyone who may write a file may
+/// set its times to now (`touch`), only its owner to a given time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    /// The server's clock.
+    Now,
+    /// Nanoseconds since the epoch.
+    At(i64),
 }
 
 /// Aggregate capacity of the cluster.

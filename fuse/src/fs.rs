@@ -9,9 +9,10 @@
 //! releasedir, link, ioctl, fallocate) answer in place, which is just as
 //! non-blocking.
 //!
-//! Handles are inode numbers. Each request acts with the caller's uid/gid
-//! (`Client::with_cred`); the kernel checks permissions itself from our
-//! attributes because the mount uses `default_permissions`.
+//! Handles are inode numbers. Each request acts with the caller's uid, gid
+//! and supplementary groups (`Client::with_cred`, `groups`): the kernel
+//! checks permissions itself from our attributes because the mount uses
+//! `default_permissions`, and the servers check them again.
 
 use std::ffi::OsStr;
 use std::future::Future;
@@ -26,14 +27,15 @@ use fuser::{
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use shoal_client::{Attr, Client, Cred, FileKind, SetAttr};
+use shoal_client::{Attr, Client, Cred, FileKind, SetAttr, SetTime};
 use shoal_proto::cluster::SyncMode;
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::time::{now_ns, to_ns};
+use shoal_proto::time::to_ns;
 
 use crate::attr::{blksize_for, file_attr};
 use crate::dirs::{OpenDirs, Parents};
 use crate::errors::{fail, name_str, ErrorReply};
+use crate::groups::CallerGroups;
 use crate::inline_task;
 use crate::open_files::OpenFiles;
 use crate::readdir;
@@ -60,6 +62,7 @@ pub struct Shared {
     pub parents: Parents,
     nocap: NoCapability,
     open: OpenFiles,
+    groups: CallerGroups,
 }
 
 impl Shared {
@@ -92,6 +95,7 @@ impl ShoalFs {
                 parents: Parents::default(),
                 nocap: NoCapability::new(ttl),
                 open: OpenFiles::default(),
+                groups: CallerGroups::default(),
             }),
             rt,
         }
@@ -99,25 +103,26 @@ impl ShoalFs {
 
     /// The client acting as the process that made `req`.
     fn caller(&self, req: &Request) -> Client {
-        self.shared.client.with_cred(Cred {
-            uid: req.uid(),
-            gid: req.gid(),
-        })
+        let groups = self.shared.groups.of(req.pid());
+        self.shared
+            .client
+            .with_cred(Cred::new(req.uid(), req.gid()).with_groups(&groups))
     }
 
     /// The client that creates objects in `parent` for the caller of `req`,
     /// and the mode bits a new directory inherits: in a setgid directory new
     /// objects take the directory's group and new directories stay setgid,
-    /// as on Linux file systems.
+    /// as on Linux file systems. The create then acts with the directory's
+    /// group as its primary group, which the servers also use to check the
+    /// directory (the kernel has checked it with the caller's own groups; the
+    /// two differ only for a caller outside that group in a directory whose
+    /// group may do less than others, e.g. mode 2707).
     async fn creator(c: Client, parent: u64) -> Result<(Client, u32)> {
         let p = c.getattr(parent).await?;
         if p.mode & libc::S_ISGID == 0 {
             return Ok((c, 0));
         }
-        let cred = Cred {
-            uid: c.cred().uid,
-            gid: p.gid,
-        };
+        let cred = c.cred().with_gid(p.gid);
         Ok((c.with_cred(cred), libc::S_ISGID))
     }
 
@@ -194,11 +199,13 @@ macro_rules! name_or_reply {
     };
 }
 
-/// `now` is read once per request so that `touch` sets atime == mtime.
-fn time_ns(t: TimeOrNow, now: i64) -> i64 {
+/// A time the kernel asks to set. "Now" stays now (the server's clock), as
+/// POSIX lets anyone who may write a file set its times to now but only its
+/// owner to a given time.
+fn set_time(t: TimeOrNow) -> SetTime {
     match t {
-        TimeOrNow::SpecificTime(t) => to_ns(t),
-        TimeOrNow::Now => now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(to_ns(t)),
+        TimeOrNow::Now => SetTime::Now,
     }
 }
 
@@ -298,14 +305,13 @@ impl Filesystem for ShoalFs {
     ) {
         // ctime is not settable (the server stamps it); the BSD-only times
         // and flags do not exist on Linux.
-        let now = now_ns();
         let set = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
             gid,
             size,
-            atime_ns: atime.map(|t| time_ns(t, now)),
-            mtime_ns: mtime.map(|t| time_ns(t, now)),
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
         };
         let c = self.caller(req);
         let s = self.shared.clone();

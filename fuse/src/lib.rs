@@ -8,6 +8,7 @@
 //! - `readdir`: READDIR / READDIRPLUS replies filled from those snapshots.
 //! - `xattr`: the xattr size protocol and the refused namespaces.
 //! - `errors`: errno mapping and name checks.
+//! - `groups`: the caller's supplementary groups, from /proc.
 //! - `readahead`: raising the kernel readahead window after mounting.
 //!
 //! Limits a user may meet: names and symlink targets must be UTF-8 (others
@@ -19,6 +20,7 @@ mod attr;
 mod dirs;
 mod errors;
 mod fs;
+mod groups;
 mod inline_task;
 mod open_files;
 mod readahead;

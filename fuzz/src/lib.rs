@@ -27,7 +27,7 @@ use shoal_proto::error::Errno;
 use shoal_proto::frame::{read_frame, Frame, Kind, HEADER_LEN, MAX_BODY, MAX_PAYLOAD};
 use shoal_proto::handle::{self, Handle, ROOT};
 use shoal_proto::msg::*;
-use shoal_proto::Op;
+use shoal_proto::{Cred, Op};
 use shoal_server::kv::MemEngine;
 use shoal_server::Service;
 
@@ -479,16 +479,19 @@ impl Gen<'_, '_> {
             self.body(op)?
         };
         let payload = self.payload(op)?;
-        let mut f = Frame::request(
-            op,
-            id,
-            self.u.arbitrary()?,
-            self.u.arbitrary()?,
-            Bytes::from(body),
-            payload,
-        );
+        // Mostly root (so that requests get past the permission checks to
+        // what they validate), sometimes anyone, in up to 40 groups (the
+        // frame carries the first 32).
+        let cred = if self.u.ratio(3, 4)? {
+            Cred::ROOT
+        } else {
+            let groups: Vec<u32> = (0..self.u.int_in_range(0..=40)?)
+                .map(|_| self.u.arbitrary())
+                .collect::<ArbResult<_>>()?;
+            Cred::new(self.u.arbitrary()?, self.u.arbitrary()?).with_groups(&groups)
+        };
+        let mut f = Frame::request(op, id, cred, Bytes::from(body), payload);
         if self.u.ratio(1, 8)? {
-            f.header.flags = self.u.arbitrary()?;
             f.header.status = self.u.arbitrary()?;
         }
         Ok(f)
@@ -581,8 +584,8 @@ fn check_reply(req: &Frame, reply: &Frame) {
     let (q, r) = (&req.header, &reply.header);
     assert_eq!(r.kind, Kind::Reply, "a reply that is not a reply");
     assert_eq!(
-        (r.op, r.id, r.uid, r.gid),
-        (q.op, q.id, q.uid, q.gid),
+        (r.op, r.id, r.cred.uid, r.cred.gid),
+        (q.op, q.id, q.cred.uid, q.cred.gid),
         "header not echoed"
     );
     assert!(r.status >= 0, "negative status {}", r.status);
@@ -726,7 +729,7 @@ pub fn request_validation(data: &[u8]) {
         }
     }
     // The server still answers: nothing poisoned, the root still there.
-    let ping = Frame::request(Op::Ping, 1, 0, 0, Bytes::new(), Bytes::new());
+    let ping = Frame::request(Op::Ping, 1, Cred::ROOT, Bytes::new(), Bytes::new());
     assert_eq!(
         service.handle(&ping).header.status,
         0,
@@ -740,7 +743,13 @@ pub fn request_validation(data: &[u8]) {
             }
             .encode_to_vec(),
         );
-        let reply = service.handle(&Frame::request(Op::GetAttr, 2, 0, 0, body, Bytes::new()));
+        let reply = service.handle(&Frame::request(
+            Op::GetAttr,
+            2,
+            Cred::ROOT,
+            body,
+            Bytes::new(),
+        ));
         assert_eq!(reply.header.status, 0, "the root is gone");
         let attr = GetAttrReply::decode(reply.body).unwrap();
         assert_eq!(attr.object.unwrap().kind(), ObjectKind::Directory);
@@ -752,8 +761,7 @@ pub fn frame_bytes(op: Op, body: &[u8], payload: &[u8]) -> Vec<u8> {
     let f = Frame::request(
         op,
         1,
-        0,
-        0,
+        Cred::ROOT,
         Bytes::copy_from_slice(body),
         Bytes::copy_from_slice(payload),
     );

@@ -88,9 +88,17 @@ impl Secret {
         Secret::new(hex.as_bytes())
     }
 
-    fn mac(&self, nonce: &[u8; NONCE_LEN]) -> Hmac<Sha256> {
+    /// An HMAC-SHA256 keyed by the secret, started with `context` so that
+    /// a tag made for one purpose (the handshake, a capability) is never
+    /// valid for another.
+    pub(crate) fn keyed(&self, context: &[u8]) -> Hmac<Sha256> {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
-        mac.update(CONTEXT);
+        mac.update(context);
+        mac
+    }
+
+    fn mac(&self, nonce: &[u8; NONCE_LEN]) -> Hmac<Sha256> {
+        let mut mac = self.keyed(CONTEXT);
         mac.update(nonce);
         mac
     }

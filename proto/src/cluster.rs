@@ -87,6 +87,16 @@ pub struct Settings {
     /// Largest data payload of one request, in bytes; larger transfers are split
     /// into pipelined requests. Default 1 MiB.
     pub max_transfer: u32,
+    /// Root squash: requests from uid 0 act as uid 65534 (`nobody`), and
+    /// group 0 as group 65534, as NFS's `root_squash` does, so root on a
+    /// client machine has no more rights than an unprivileged user. Default
+    /// false.
+    pub root_squash: bool,
+    /// Lifetime of a capability, in seconds: the data right a file's server
+    /// grants a user with its attributes, which the servers holding the
+    /// data check (`capability.rs`). A chmod or chown reaches a user who
+    /// already holds one within this time. Default 60.
+    pub capability_ttl_s: u32,
 
     // The small-file techniques of seed 000, each a switch (all on by default;
     // `shoal up --baseline` turns all five off).
@@ -133,6 +143,8 @@ impl Default for Settings {
             max_inflight: 256,
             server_inflight: 256,
             max_transfer: 1 << 20,
+            root_squash: false,
+            capability_ttl_s: 60,
             precreate: true,
             precreate_batch: 512,
             precreate_low_mark: 128,
@@ -234,6 +246,10 @@ impl Settings {
         check(
             (4096..=crate::frame::MAX_PAYLOAD as u32).contains(&self.max_transfer),
             "max_transfer must be between 4096 and 16 MiB",
+        )?;
+        check(
+            (1..=3600).contains(&self.capability_ttl_s),
+            "capability_ttl_s must be 1..=3600",
         )?;
         check(
             (1..=4096).contains(&self.precreate_batch),

@@ -6,13 +6,15 @@
 //! u8   version (1)
 //! u8   kind: 0 request, 1 reply
 //! u16  operation code (op.rs)
-//! u16  flags (reserved, 0)
+//! u16  flags: the number of supplementary groups that follow the header
+//!      (0..=32, cred::MAX_GROUPS; always 0 in a reply)
 //! u64  request id, echoed in the reply; requests on one connection are multiplexed by it
 //! u32  uid of the caller
 //! u32  gid of the caller
 //! i32  status: 0, or the errno of a failed reply
 //! u32  body length
 //! u32  payload length
+//! u32  x flags  the caller's supplementary groups (cred.rs)
 //! body     protobuf message for (op, kind), see shoal.proto
 //! payload  raw bytes (file data), never re-encoded
 //! ```
@@ -22,12 +24,14 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::cred::{Cred, MAX_GROUPS};
 use crate::error::{Errno, ShoalError};
 use crate::op::Op;
 
 pub const MAGIC: u16 = 0x5348;
 pub const VERSION: u8 = 1;
-/// Bytes of the fixed header, after the length field.
+/// Bytes of the fixed header, after the length field (the supplementary
+/// groups follow it).
 pub const HEADER_LEN: usize = 36;
 /// Largest protobuf body accepted.
 pub const MAX_BODY: usize = 4 << 20;
@@ -44,10 +48,9 @@ pub enum Kind {
 pub struct Header {
     pub kind: Kind,
     pub op: Op,
-    pub flags: u16,
     pub id: u64,
-    pub uid: u32,
-    pub gid: u32,
+    /// Who the request acts for (a reply echoes the uid and gid only).
+    pub cred: Cred,
     pub status: i32,
 }
 
@@ -80,15 +83,13 @@ impl From<FrameError> for ShoalError {
 }
 
 impl Frame {
-    pub fn request(op: Op, id: u64, uid: u32, gid: u32, body: Bytes, payload: Bytes) -> Frame {
+    pub fn request(op: Op, id: u64, cred: Cred, body: Bytes, payload: Bytes) -> Frame {
         Frame {
             header: Header {
                 kind: Kind::Request,
                 op,
-                flags: 0,
                 id,
-                uid,
-                gid,
+                cred,
                 status: 0,
             },
             body,
@@ -102,6 +103,7 @@ impl Frame {
             header: Header {
                 kind: Kind::Reply,
                 status,
+                cred: Cred::new(request.cred.uid, request.cred.gid),
                 ..*request
             },
             body,
@@ -111,26 +113,35 @@ impl Frame {
 
     /// Size of the frame on the wire, length field included.
     pub fn wire_len(&self) -> usize {
-        4 + HEADER_LEN + self.body.len() + self.payload.len()
+        4 + self.head_len() + self.body.len() + self.payload.len()
+    }
+
+    /// Bytes of the header and the groups that follow it.
+    fn head_len(&self) -> usize {
+        HEADER_LEN + 4 * self.header.cred.groups().len()
     }
 
     /// Encodes the length field, header and body; the payload is written after it
     /// as it is, so bulk data is not copied into a new buffer.
     pub fn encode_head(&self) -> BytesMut {
-        let mut b = BytesMut::with_capacity(4 + HEADER_LEN + self.body.len());
+        let mut b = BytesMut::with_capacity(4 + self.head_len() + self.body.len());
         let h = &self.header;
-        b.put_u32((HEADER_LEN + self.body.len() + self.payload.len()) as u32);
+        let groups = h.cred.groups();
+        b.put_u32((self.head_len() + self.body.len() + self.payload.len()) as u32);
         b.put_u16(MAGIC);
         b.put_u8(VERSION);
         b.put_u8(h.kind as u8);
         b.put_u16(h.op as u16);
-        b.put_u16(h.flags);
+        b.put_u16(groups.len() as u16);
         b.put_u64(h.id);
-        b.put_u32(h.uid);
-        b.put_u32(h.gid);
+        b.put_u32(h.cred.uid);
+        b.put_u32(h.cred.gid);
         b.put_i32(h.status);
         b.put_u32(self.body.len() as u32);
         b.put_u32(self.payload.len() as u32);
+        for g in groups {
+            b.put_u32(*g);
+        }
         b.extend_from_slice(&self.body);
         b
     }
@@ -143,9 +154,21 @@ impl Frame {
                 buf.len()
             )));
         }
-        let (header, body_len) = parse_header(&buf[..HEADER_LEN], buf.len())?;
+        let (mut header, lens) = parse_header(&buf[..HEADER_LEN], buf.len())?;
         buf.advance(HEADER_LEN);
-        let body = buf.split_to(body_len);
+        let groups: Vec<u32> = buf
+            .split_to(4 * lens.groups)
+            .chunks_exact(4)
+            .map(|g| u32::from_be_bytes([g[0], g[1], g[2], g[3]]))
+            .collect();
+        let c = header.cred;
+        header.cred = Cred::from_wire(c.uid, c.gid, &groups).ok_or_else(|| {
+            FrameError::Malformed(format!(
+                "supplementary groups {groups:?} repeat one or hold the primary gid {}",
+                c.gid
+            ))
+        })?;
+        let body = buf.split_to(lens.body);
         Ok(Frame {
             header,
             body,
@@ -154,11 +177,18 @@ impl Frame {
     }
 }
 
+/// How many supplementary groups and body bytes follow a frame's header.
+struct Lengths {
+    groups: usize,
+    body: usize,
+}
+
 /// Checks the fixed header `h` (the [`HEADER_LEN`] bytes after the length
-/// field) of a frame whose length field says `len`; returns the header and
-/// the body length. Everything a header can get wrong is found here, so
-/// [`read_frame`] refuses a bad frame before reading (or allocating) its rest.
-fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, usize), FrameError> {
+/// field) of a frame whose length field says `len`; returns the header
+/// (without its supplementary groups, which follow it) and what follows.
+/// Everything a header can get wrong is found here, so [`read_frame`]
+/// refuses a bad frame before reading (or allocating) its rest.
+fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, Lengths), FrameError> {
     let bad = |m: String| Err(FrameError::Malformed(m));
     debug_assert_eq!(h.len(), HEADER_LEN);
     let magic = h.get_u16();
@@ -178,7 +208,15 @@ fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, usize), FrameError>
     let Some(op) = Op::from_code(code) else {
         return bad(format!("unknown operation {code}"));
     };
-    let flags = h.get_u16();
+    let groups = h.get_u16() as usize;
+    if groups > MAX_GROUPS {
+        return bad(format!(
+            "{groups} supplementary groups (at most {MAX_GROUPS})"
+        ));
+    }
+    if kind == Kind::Reply && groups != 0 {
+        return bad(format!("a reply with {groups} supplementary groups"));
+    }
     let id = h.get_u64();
     let uid = h.get_u32();
     let gid = h.get_u32();
@@ -190,9 +228,10 @@ fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, usize), FrameError>
             "body {body_len} or payload {payload_len} over the limit"
         ));
     }
-    if body_len + payload_len != len - HEADER_LEN {
+    if 4 * groups + body_len + payload_len != len - HEADER_LEN {
         return bad(format!(
-            "lengths {body_len}+{payload_len} do not match the {} bytes that follow",
+            "lengths {groups} groups + {body_len}+{payload_len} do not match the {} bytes \
+             that follow",
             len - HEADER_LEN
         ));
     }
@@ -200,13 +239,14 @@ fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, usize), FrameError>
         Header {
             kind,
             op,
-            flags,
             id,
-            uid,
-            gid,
+            cred: Cred::new(uid, gid),
             status,
         },
-        body_len,
+        Lengths {
+            groups,
+            body: body_len,
+        },
     ))
 }
 
@@ -249,7 +289,7 @@ pub async fn read_frame_timeout<R: AsyncRead + Unpin>(
 
 /// Reads what follows a frame's length field, which said `len`.
 async fn read_frame_rest<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> Result<Frame, FrameError> {
-    if !(HEADER_LEN..=HEADER_LEN + MAX_BODY + MAX_PAYLOAD).contains(&len) {
+    if !(HEADER_LEN..=HEADER_LEN + 4 * MAX_GROUPS + MAX_BODY + MAX_PAYLOAD).contains(&len) {
         return Err(FrameError::Malformed(format!(
             "frame length {len} out of range"
         )));
@@ -283,8 +323,7 @@ mod tests {
         Frame::request(
             Op::Write,
             7,
-            1000,
-            100,
+            Cred::new(1000, 100).with_groups(&[5, 70000]),
             Bytes::from_static(b"body"),
             Bytes::from_static(b"payload!"),
         )
@@ -300,6 +339,43 @@ mod tests {
         assert_eq!(g.header, f.header);
         assert_eq!(g.body, f.body);
         assert_eq!(g.payload, f.payload);
+    }
+
+    #[tokio::test]
+    async fn supplementary_groups_ride_after_the_header_within_the_limit() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, &sample()).await.unwrap();
+        assert_eq!(
+            wire.len(),
+            4 + HEADER_LEN + 8 + 4 + 8,
+            "two groups of 4 bytes"
+        );
+        assert_eq!(&wire[10..12], &[0, 2], "flags count them");
+        assert_eq!(&wire[40..48], &[0, 0, 0, 5, 0, 1, 0x11, 0x70]);
+        // A reply carries none.
+        let reply = Frame::reply_to(&sample().header, 0, Bytes::new(), Bytes::new());
+        assert!(reply.header.cred.groups().is_empty());
+        // A group twice, or the primary gid again: refused.
+        for groups in [[0, 0, 0, 5, 0, 0, 0, 5], [0, 0, 0, 5, 0, 0, 0, 100]] {
+            let mut w = wire.clone();
+            w[40..48].copy_from_slice(&groups);
+            assert!(matches!(
+                read_frame(&mut &w[..]).await,
+                Err(FrameError::Malformed(_))
+            ));
+        }
+        // More than the limit, or a count the length does not cover: refused.
+        for (count, extra) in [(MAX_GROUPS as u16 + 1, 4 * (MAX_GROUPS + 1)), (3, 8)] {
+            let mut w = wire.clone();
+            w[10..12].copy_from_slice(&count.to_be_bytes());
+            w.splice(40..48, std::iter::repeat_n(0u8, extra));
+            let len = (w.len() - 4) as u32;
+            w[0..4].copy_from_slice(&len.to_be_bytes());
+            assert!(
+                matches!(read_frame(&mut &w[..]).await, Err(FrameError::Malformed(_))),
+                "{count} groups in {extra} bytes"
+            );
+        }
     }
 
     #[tokio::test]

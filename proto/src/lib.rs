@@ -4,12 +4,15 @@
 //! ([`frame`]), the operation table ([`op`]), POSIX errors ([`error`]), the handle
 //! space ([`handle`]), striping arithmetic ([`dist`]), directory hints
 //! ([`hints`]), name validation ([`names`]), the cluster file ([`cluster`]),
-//! the authentication handshake ([`auth`]) and
+//! the authentication handshake ([`auth`]), who a request acts for
+//! ([`cred`]), the data rights a file's server grants ([`capability`]) and
 //! the sending side of a connection ([`sink`]).
 
 pub mod auth;
+pub mod capability;
 pub mod cluster;
 pub mod crash_points;
+pub mod cred;
 pub mod dist;
 pub mod error;
 pub mod frame;
@@ -25,6 +28,7 @@ pub mod msg {
     include!(concat!(env!("OUT_DIR"), "/shoal.rs"));
 }
 
+pub use cred::Cred;
 pub use error::{Errno, ShoalError};
 pub use handle::Handle;
 pub use msg::ObjectKind;

@@ -151,6 +151,7 @@ impl FrameSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cred::Cred;
     use crate::frame::read_frame;
     use crate::op::Op;
     use bytes::Bytes;
@@ -184,8 +185,13 @@ mod tests {
                     for i in 0..50u64 {
                         let payload =
                             Bytes::from(vec![t as u8; 1000 + (i as usize * 997) % 200_000]);
-                        let f =
-                            Frame::request(Op::Write, t * 1000 + i, 0, 0, Bytes::new(), payload);
+                        let f = Frame::request(
+                            Op::Write,
+                            t * 1000 + i,
+                            Cred::ROOT,
+                            Bytes::new(),
+                            payload,
+                        );
                         sink.send(&f).unwrap();
                     }
                 })
@@ -212,8 +218,7 @@ mod tests {
             .send(&Frame::request(
                 Op::Ping,
                 1,
-                0,
-                0,
+                Cred::ROOT,
                 Bytes::new(),
                 Bytes::new()
             ))
@@ -227,8 +232,7 @@ mod tests {
         let f = Frame::request(
             Op::Write,
             1,
-            0,
-            0,
+            Cred::ROOT,
             Bytes::new(),
             Bytes::from(vec![0u8; 1 << 20]),
         );

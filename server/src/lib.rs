@@ -2,8 +2,9 @@
 //! server. Start with [`run`]; the pieces, from the socket inwards:
 //! `listener` (connections, frames) -> `service` (one request to one reply) ->
 //! `handlers` (per operation) -> `meta_store` / `data_store` (typed storage) ->
-//! `kv` (the embedded engine), with `commit` deciding when changes are durable
-//! and `stats` counting everything.
+//! `kv` (the embedded engine), with `commit` deciding when changes are durable,
+//! `perms` holding the POSIX permission rules the handlers apply and `stats`
+//! counting everything.
 
 pub mod commit;
 pub mod data_store;
@@ -14,6 +15,7 @@ pub mod kv;
 pub mod listener;
 pub mod meta_store;
 pub mod peers;
+pub mod perms;
 pub mod pools;
 pub mod service;
 pub mod stats;

@@ -1,6 +1,7 @@
 //! Server-to-server requests: the small client a server uses to ask its peers
 //! for datafiles (precreate pool refills, and unstuffing when precreate is
-//! off). One connection per peer, opened on first use and dropped on any error;
+//! off) and for the record of an object a permission check needs (the owner
+//! of an entry's object in a sticky directory). One connection per peer, opened on first use and dropped on any error;
 //! one request at a time per peer (these are rare, batched requests), and every
 //! call is bounded by a timeout so a dead peer never hangs a caller.
 
@@ -14,8 +15,9 @@ use shoal_proto::auth::{client_handshake, Secret};
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{read_frame, write_frame, Frame, Kind};
-use shoal_proto::msg::ErrorReply;
-use shoal_proto::Op;
+use shoal_proto::handle::{server_of, Handle};
+use shoal_proto::msg::{ErrorReply, GetAttrReply, GetAttrRequest, ObjectRecord};
+use shoal_proto::{Cred, Op};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -23,6 +25,8 @@ use tokio::sync::Mutex;
 
 /// How long connecting to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a peer may take to answer for an object's record.
+const RECORD_WAIT: Duration = Duration::from_secs(5);
 const BUFFER: usize = 64 << 10;
 
 struct PeerConn {
@@ -78,7 +82,9 @@ impl Peers {
                 None => connect(peer, addr, self.secret.as_ref()).await?,
             };
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let frame = Frame::request(op, id, 0, 0, body, Bytes::new());
+            // Servers ask as root: nothing they ask for needs a right (and
+            // under root squash they get none).
+            let frame = Frame::request(op, id, Cred::ROOT, body, Bytes::new());
             let reply = exchange(&mut conn, &frame).await.map_err(|e| {
                 ShoalError::new(
                     Errno::EHOSTUNREACH,
@@ -111,6 +117,24 @@ impl Peers {
         }
         R::decode(reply.body).map_err(|e| {
             ShoalError::protocol(format!("{} reply from server {peer}: {e}", op.name()))
+        })
+    }
+}
+
+impl Peers {
+    /// The record of object `h` as the server holding it has it. For
+    /// handlers, which run on the blocking threads of the server's runtime.
+    pub fn record(&self, h: Handle) -> Result<ObjectRecord> {
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|_| ShoalError::io("server peers are used outside the server's runtime"))?;
+        let reply: GetAttrReply = rt.block_on(self.call(
+            server_of(h),
+            Op::GetAttr,
+            &GetAttrRequest { handle: h },
+            RECORD_WAIT,
+        ))?;
+        reply.object.ok_or_else(|| {
+            ShoalError::protocol(format!("server {} sent no record for {h:#x}", server_of(h)))
         })
     }
 }

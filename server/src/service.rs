@@ -6,10 +6,12 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use prost::Message;
+use shoal_proto::auth::Secret;
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::frame::{Frame, Header};
 use shoal_proto::msg::ErrorReply;
+use shoal_proto::Cred;
 
 use crate::commit::{CommitQueue, Ticket, TicketScope};
 use crate::data_store::DataStore;
@@ -33,11 +35,17 @@ pub struct Service {
     /// Drawn at start: file data acknowledged by this process and not yet
     /// fsynced dies with it, and clients tell by a changed verifier.
     pub verifier: u64,
+    /// The cluster secret, which signs and checks capabilities; `None` on a
+    /// scratch cluster (no capabilities: data requests are not checked).
+    pub secret: Option<Secret>,
 }
 
 /// One request as a handler sees it.
 pub struct Request<'a> {
     pub header: &'a Header,
+    /// Who the request acts for: the header's credentials, root-squashed
+    /// when the cluster says so. Every permission check uses this.
+    pub cred: Cred,
     pub body: &'a Bytes,
     pub payload: &'a Bytes,
 }
@@ -63,7 +71,23 @@ impl Reply {
     }
 }
 
-impl Request<'_> {
+impl<'a> Request<'a> {
+    /// The request `frame` holds, acting for its caller as `config` says.
+    /// Root squash is applied here, and only here.
+    pub fn of(frame: &'a Frame, config: &ClusterConfig) -> Request<'a> {
+        let cred = frame.header.cred;
+        Request {
+            header: &frame.header,
+            cred: if config.settings.root_squash {
+                cred.squashed()
+            } else {
+                cred
+            },
+            body: &frame.body,
+            payload: &frame.payload,
+        }
+    }
+
     pub fn decode<M: Message + Default>(&self) -> Result<M> {
         M::decode(self.body.clone()).map_err(|e| {
             ShoalError::protocol(format!("{} request body: {e}", self.header.op.name()))
@@ -90,6 +114,7 @@ impl Service {
         kv: Arc<dyn KvEngine>,
         data_dir: &Path,
     ) -> Result<Service> {
+        let secret = config.secret()?;
         let meta = MetaStore::open(kv, id)?;
         let data = DataStore::new(data_dir, config.settings.inline_max)?;
         let pools = Pools::open(&config, id, &meta)?;
@@ -104,6 +129,7 @@ impl Service {
             stats: Stats::default(),
             started: Instant::now(),
             verifier: rand::random(),
+            secret,
         })
     }
 
@@ -123,25 +149,13 @@ impl Service {
     /// another server, so that handing it to another thread would cost more
     /// than answering it (see `handlers::stays_in_memory`).
     pub fn stays_in_memory(&self, frame: &Frame) -> bool {
-        handlers::stays_in_memory(
-            self,
-            &Request {
-                header: &frame.header,
-                body: &frame.body,
-                payload: &frame.payload,
-            },
-        )
+        handlers::stays_in_memory(self, &Request::of(frame, &self.config))
     }
 
     /// Handles one request frame and builds its reply; never panics on bad input.
     pub fn handle(&self, frame: &Frame) -> Frame {
         let started = Instant::now();
-        let req = Request {
-            header: &frame.header,
-            body: &frame.body,
-            payload: &frame.payload,
-        };
-        let result = handlers::dispatch(self, &req);
+        let result = handlers::dispatch(self, &Request::of(frame, &self.config));
         let (status, reply) = match result {
             Ok(r) => (0, r),
             Err(e) => {

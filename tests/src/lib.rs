@@ -211,6 +211,23 @@ impl Cluster {
         }
     }
 
+    /// Stops every server, changes a cluster setting (as [`Builder::set`]
+    /// takes it) in the cluster file and starts them again: for settings
+    /// the servers read when they start. Clients made before keep the old
+    /// settings; make new ones.
+    pub fn restart_with(&mut self, kv: &str) {
+        for id in self.server_ids() {
+            self.terminate(id);
+        }
+        self.config.settings.set(kv).expect("valid setting");
+        self.config
+            .save(&self.config_path)
+            .expect("write cluster file");
+        for id in self.server_ids() {
+            self.start_server(id);
+        }
+    }
+
     /// Waits (up to the start timeout) for server `id` to exit on its own,
     /// as a crash point makes it, and forgets it. False if it did not.
     pub fn wait_for_exit(&mut self, id: u32) -> bool {
@@ -270,42 +287,15 @@ impl Cluster {
         }
         let dir = self.dir.path().join("mnt");
         std::fs::create_dir_all(&dir).unwrap();
-        let log = std::fs::File::create(self.log("mount")).unwrap();
-        let child = Command::new(shoal_bin())
-            .args(["mount", "--foreground"])
-            .arg(&self.config_path)
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("spawn shoal mount");
+        let child = start_mount(&self.config_path, &dir, &self.log("mount"), &[]);
         self.mount = Some((dir.clone(), child));
-        let deadline = Instant::now() + START_TIMEOUT;
-        while !is_mounted(&dir) {
-            assert!(
-                Instant::now() < deadline,
-                "mount did not come up: {}",
-                self.read_log("mount")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
         dir
     }
 
     /// Unmounts (if mounted) and waits for the mount process to end.
     pub fn unmount(&mut self) {
-        if let Some((dir, mut child)) = self.mount.take() {
-            let _ = Command::new("fusermount3").arg("-u").arg(&dir).status();
-            if is_mounted(&dir) {
-                let _ = Command::new("fusermount3").arg("-uz").arg(&dir).status();
-            }
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some((dir, child)) = self.mount.take() {
+            stop_mount(&dir, child);
         }
     }
 
@@ -365,6 +355,99 @@ impl Drop for Cluster {
             self.kill(id);
         }
     }
+}
+
+/// A second mount of a cluster, with `--allow-other` (the kit's own mount
+/// is without it, so other users cannot use it at all), on a mount point
+/// every user can reach: for tests that act as other users. Unmounted on
+/// drop.
+pub struct SharedMount {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl SharedMount {
+    pub fn new(cluster: &Cluster) -> SharedMount {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("shoal-fuse-shared-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let log = dir.path().join("mount.log");
+        let child = start_mount(cluster.config_path(), &mnt, &log, &["--allow-other"]);
+        SharedMount {
+            dir,
+            child: Some(child),
+        }
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+}
+
+impl Drop for SharedMount {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            stop_mount(&self.path(), child);
+        }
+    }
+}
+
+/// Runs `shoal mount --foreground` of the cluster file `config` on `dir`
+/// (with `args` too), logging to `log`, and waits until the mount is live;
+/// panics with the log if it ends or does not come up in time.
+fn start_mount(config: &Path, dir: &Path, log: &Path, args: &[&str]) -> Child {
+    let out = std::fs::File::create(log).unwrap();
+    let mut child = Command::new(shoal_bin())
+        .args(["mount", "--foreground"])
+        .args(args)
+        .arg(config)
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("spawn shoal mount");
+    let deadline = Instant::now() + START_TIMEOUT;
+    while !is_mounted(dir) {
+        let log = || std::fs::read_to_string(log).unwrap_or_default();
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("shoal mount exited with {status}: {}", log());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mount did not come up: {}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// Unmounts `dir` (lazily if it is busy) and waits for its mount process
+/// `child` to end, killing it if it does not.
+fn stop_mount(dir: &Path, mut child: Child) {
+    let _ = Command::new("timeout")
+        .args(["30", "fusermount3", "-u"])
+        .arg(dir)
+        .status();
+    if is_mounted(dir) {
+        let _ = Command::new("timeout")
+            .args(["30", "fusermount3", "-uz"])
+            .arg(dir)
+            .status();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Runs fsck (no repair) until two reports in a row agree, and returns that

@@ -14,7 +14,7 @@ use shoal_proto::auth::Secret;
 use shoal_proto::error::Errno;
 use shoal_proto::frame::{write_frame, Frame};
 use shoal_proto::handle::ROOT;
-use shoal_proto::Op;
+use shoal_proto::{Cred, Op};
 use shoal_tests::{shoal_bin, Cluster};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -79,7 +79,7 @@ async fn a_raw_frame_without_the_handshake_gets_no_reply() {
     let mut wire = Vec::new();
     // A few pings, more than a proof's worth of bytes.
     for id in 1..=4 {
-        let ping = Frame::request(Op::Ping, id, 0, 0, Bytes::new(), Bytes::new());
+        let ping = Frame::request(Op::Ping, id, Cred::ROOT, Bytes::new(), Bytes::new());
         write_frame(&mut wire, &ping).await.unwrap();
     }
     s.write_all(&wire).await.unwrap();

@@ -5,11 +5,10 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
-use shoal_tests::{shoal_bin, Cluster};
+use shoal_tests::{Cluster, SharedMount};
 
 /// The system Python: readable by every user (the pyenv shim under /root is not).
 const PYTHON: &str = "/usr/bin/python3";
@@ -301,85 +300,6 @@ holds("state_after", lambda: (
             ("state_after", ok),
         ],
     );
-}
-
-/// A second mount of a cluster, with `--allow-other` (the kit mounts without
-/// it, so other users cannot use the kit's mount at all), on a mount point
-/// every user can reach. Unmounted on drop.
-struct SharedMount {
-    dir: tempfile::TempDir,
-    child: Child,
-}
-
-impl SharedMount {
-    fn new(cluster: &Cluster) -> SharedMount {
-        let dir = tempfile::Builder::new()
-            .prefix("shoal-fuse-shared-")
-            .tempdir()
-            .unwrap();
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        let log = std::fs::File::create(dir.path().join("mount.log")).unwrap();
-        let child = Command::new(shoal_bin())
-            .args(["mount", "--foreground", "--allow-other"])
-            .arg(cluster.config_path())
-            .arg(&mnt)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("spawn shoal mount");
-        let mut m = SharedMount { dir, child };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !m.is_mounted() {
-            if let Ok(Some(status)) = m.child.try_wait() {
-                panic!(
-                    "shoal mount --allow-other exited with {status}: {}",
-                    std::fs::read_to_string(m.dir.path().join("mount.log")).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "mount --allow-other did not come up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        m
-    }
-
-    fn path(&self) -> PathBuf {
-        self.dir.path().join("mnt")
-    }
-
-    fn is_mounted(&self) -> bool {
-        let p = std::fs::canonicalize(self.path()).unwrap_or_else(|_| self.path());
-        std::fs::read_to_string("/proc/mounts")
-            .unwrap_or_default()
-            .lines()
-            .any(|l| l.split(' ').nth(1) == Some(&*p.to_string_lossy()))
-    }
-}
-
-impl Drop for SharedMount {
-    fn drop(&mut self) {
-        let _ = Command::new("timeout")
-            .args(["30", "fusermount3", "-u"])
-            .arg(self.path())
-            .status();
-        if self.is_mounted() {
-            let _ = Command::new("timeout")
-                .args(["30", "fusermount3", "-uz"])
-                .arg(self.path())
-                .status();
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

@@ -24,7 +24,7 @@ use shoal_proto::error::Errno;
 use shoal_proto::frame::{read_frame, Frame, FrameError, Kind, HEADER_LEN, MAX_BODY, MAX_PAYLOAD};
 use shoal_proto::handle::{self, ROOT};
 use shoal_proto::msg::*;
-use shoal_proto::Op;
+use shoal_proto::{Cred, Op};
 use shoal_tests::Cluster;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -53,8 +53,7 @@ fn frame(op: Op, id: u64, body: &[u8], payload: &[u8]) -> Vec<u8> {
     let f = Frame::request(
         op,
         id,
-        0,
-        0,
+        Cred::ROOT,
         Bytes::copy_from_slice(body),
         Bytes::copy_from_slice(payload),
     );
@@ -390,6 +389,9 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
         ("op 0", with(8, &[0, 0])),
         ("op 999", with(8, &999u16.to_be_bytes())),
         ("op u16::MAX", with(8, &[0xff, 0xff])),
+        ("33 supplementary groups", with(10, &[0, 33])),
+        ("groups the length does not hold", with(10, &[0, 2])),
+        ("u16::MAX supplementary groups", with(10, &[0xff, 0xff])),
     ];
     for (what, b) in &bad_headers {
         // Only the length field and header: the server must not wait for

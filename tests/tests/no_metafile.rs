@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use shoal_client::{Client, Cred, FileKind, SetAttr};
+use shoal_client::{Client, Cred, FileKind, SetAttr, SetTime};
 use shoal_proto::handle::{server_of, ROOT};
 use shoal_proto::hints::Hint;
 use shoal_proto::msg::{
@@ -150,10 +150,12 @@ async fn chmod_chown_and_utimes_are_stored_on_the_datafile() {
     let cluster = Cluster::builder().servers(3).baseline().start();
     let client = cluster.uncached_client();
     let dir = no_metafile_dir(&client, "nm").await;
-    let user = client.with_cred(Cred {
-        uid: 1234,
-        gid: 567,
-    });
+    let everyone = SetAttr {
+        mode: Some(0o777),
+        ..Default::default()
+    };
+    client.setattr(dir, &everyone).await.unwrap();
+    let user = client.with_cred(Cred::new(1234, 567));
     let h = user.create(dir, "f", 0o600).await.unwrap().handle;
     let a = client.getattr(h).await.unwrap();
     assert_eq!((a.mode, a.uid, a.gid), (0o600, 1234, 567), "the creator's");
@@ -162,8 +164,8 @@ async fn chmod_chown_and_utimes_are_stored_on_the_datafile() {
         mode: Some(0o751),
         uid: Some(42),
         gid: Some(43),
-        atime_ns: Some(1_000_000_000),
-        mtime_ns: Some(2_000_000_000),
+        atime: Some(SetTime::At(1_000_000_000)),
+        mtime: Some(SetTime::At(2_000_000_000)),
         ..Default::default()
     };
     client.setattr(h, &set).await.unwrap();

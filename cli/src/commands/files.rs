@@ -3,9 +3,8 @@
 use std::io::Write;
 
 use futures::StreamExt;
-use shoal_client::{Attr, Client, FileKind, SetAttr};
+use shoal_client::{Attr, Client, FileKind, SetAttr, SetTime};
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::time::now_ns;
 
 use crate::target::{open, runtime};
 use crate::ConfigArg;
@@ -289,13 +288,12 @@ pub fn touch(cfg: &ConfigArg, paths: &[String]) -> Result<()> {
             let (dir, name) = client.resolve_parent(p).await?;
             match client.lookup(dir, name).await {
                 Ok((h, _)) => {
-                    let now = now_ns();
                     client
                         .setattr(
                             h,
                             &SetAttr {
-                                atime_ns: Some(now),
-                                mtime_ns: Some(now),
+                                atime: Some(SetTime::Now),
+                                mtime: Some(SetTime::Now),
                                 ..Default::default()
                             },
                         )

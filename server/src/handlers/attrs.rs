@@ -1,6 +1,11 @@
 //! Attributes and extended attributes of any object. Extended attributes
 //! named `user.shoal.<hint>` are a directory's hints (seed 002) and are
 //! handled by `hints`, which keeps them in the directory's record.
+//!
+//! Reading attributes needs no permission (search permission on the path
+//! was checked by the lookups); a file's attributes come with the caller's
+//! capability for its data (`caps`). Changes follow `perms::check_setattr`,
+//! extended attributes `perms::check_xattr`.
 
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::hints::Hint;
@@ -8,8 +13,9 @@ use shoal_proto::msg::*;
 use shoal_proto::time::now_ns;
 use shoal_proto::ObjectKind;
 
-use super::{change, hints};
+use super::{caps, change, hints};
 use crate::keys;
+use crate::perms;
 use crate::service::{Reply, Request, Service};
 
 /// Longest xattr name and value, as Linux allows.
@@ -18,13 +24,22 @@ const XATTR_SIZE_MAX: usize = 64 << 10;
 
 pub fn getattr(s: &Service, r: &Request) -> Result<Reply> {
     let q: GetAttrRequest = r.decode()?;
-    Ok(Reply::message(&attributes(s, s.meta.get(q.handle)?)?))
+    Ok(Reply::message(&attributes(
+        s,
+        &r.cred,
+        s.meta.get(q.handle)?,
+    )?))
 }
 
-/// What a stat of `object` needs from this server: its record (a datafile's
-/// with its current size) and, so that a stuffed file's stat is one message,
-/// the sizes of its datafiles that live here.
-pub(crate) fn attributes(s: &Service, mut object: ObjectRecord) -> Result<GetAttrReply> {
+/// What a stat of `object` by `cred` needs from this server: its record (a
+/// datafile's with its current size), so that a stuffed file's stat is one
+/// message the sizes of its datafiles that live here, and the caller's
+/// capability for the file's data.
+pub(crate) fn attributes(
+    s: &Service,
+    cred: &shoal_proto::Cred,
+    mut object: ObjectRecord,
+) -> Result<GetAttrReply> {
     if object.kind() == ObjectKind::Datafile {
         let (size, mtime) = s.data.size_of(&object)?;
         object.size = size;
@@ -32,6 +47,7 @@ pub(crate) fn attributes(s: &Service, mut object: ObjectRecord) -> Result<GetAtt
     }
     let sizes = super::precreate::local_sizes(s, &object)?;
     Ok(GetAttrReply {
+        cap: caps::grant(s, cred, &object),
         object: Some(object),
         sizes,
     })
@@ -42,10 +58,9 @@ pub fn setattr(s: &Service, r: &Request) -> Result<Reply> {
     let has = |bit: SetAttrBits| q.mask & bit as u32 != 0;
     let (object, syncs) = change(s, |txn| {
         let mut rec = s.meta.get(q.handle)?;
+        let mode = perms::check_setattr(&r.cred, &rec, &q)?;
         let mut a = rec.attrs.unwrap_or_default();
-        if has(SetAttrBits::SetMode) {
-            a.mode = q.mode & 0o7777;
-        }
+        a.mode = mode;
         if has(SetAttrBits::SetUid) {
             a.uid = q.uid;
         }
@@ -56,8 +71,15 @@ pub fn setattr(s: &Service, r: &Request) -> Result<Reply> {
             a.atime_ns = q.atime_ns;
         }
         let now = now_ns();
-        if has(SetAttrBits::SetMtime) {
-            a.mtime_ns = q.mtime_ns;
+        if has(SetAttrBits::SetAtimeNow) {
+            a.atime_ns = now;
+        }
+        if has(SetAttrBits::SetMtime) || has(SetAttrBits::SetMtimeNow) {
+            a.mtime_ns = if has(SetAttrBits::SetMtime) {
+                q.mtime_ns
+            } else {
+                now
+            };
             rec.mtime_set_ns = now;
         }
         a.ctime_ns = now;
@@ -69,6 +91,12 @@ pub fn setattr(s: &Service, r: &Request) -> Result<Reply> {
         object: Some(object),
     })
     .with_syncs(syncs))
+}
+
+/// Checks that the caller may read (`write` false) or change the extended
+/// attribute `name` of object `h` (`perms::check_xattr`).
+fn xattr_access(s: &Service, r: &Request, h: u64, name: &str, write: bool) -> Result<()> {
+    perms::check_xattr(&r.cred, &s.meta.get(h)?, name, write)
 }
 
 fn check_xattr_name(name: &str) -> Result<()> {
@@ -84,6 +112,7 @@ fn check_xattr_name(name: &str) -> Result<()> {
 pub fn setxattr(s: &Service, r: &Request) -> Result<Reply> {
     let q: SetXattrRequest = r.decode()?;
     check_xattr_name(&q.name)?;
+    xattr_access(s, r, q.handle, &q.name, true)?;
     if let Some(hint) = Hint::from_xattr(&q.name) {
         return hints::set(s, q.handle, hint?, &q.value, q.create_only, q.replace_only);
     }
@@ -115,6 +144,7 @@ pub fn setxattr(s: &Service, r: &Request) -> Result<Reply> {
 pub fn getxattr(s: &Service, r: &Request) -> Result<Reply> {
     let q: GetXattrRequest = r.decode()?;
     check_xattr_name(&q.name)?;
+    xattr_access(s, r, q.handle, &q.name, false)?;
     if let Some(hint) = Hint::from_xattr(&q.name) {
         let value = hints::get(s, q.handle, hint?)?;
         return Ok(Reply::message(&GetXattrReply {
@@ -149,6 +179,7 @@ pub fn listxattr(s: &Service, r: &Request) -> Result<Reply> {
 pub fn removexattr(s: &Service, r: &Request) -> Result<Reply> {
     let q: RemoveXattrRequest = r.decode()?;
     check_xattr_name(&q.name)?;
+    xattr_access(s, r, q.handle, &q.name, true)?;
     if let Some(hint) = Hint::from_xattr(&q.name) {
         return hints::unset(s, q.handle, hint?);
     }

@@ -1,11 +1,15 @@
 //! Datafile I/O: read, write, truncate, fsync and sizes. File data follows
-//! POSIX: a write is visible at once and durable after fsync.
+//! POSIX: a write is visible at once and durable after fsync. Every request
+//! that moves or changes data is checked against the capability it carries
+//! (`caps`); sizes are attributes and need none.
 
+use shoal_proto::capability::{ANY, READ, WRITE};
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::frame::MAX_PAYLOAD;
 use shoal_proto::msg::*;
 use shoal_proto::ObjectKind;
 
+use super::caps;
 use crate::data_store::datafile;
 use crate::service::{Reply, Request, Service};
 
@@ -21,6 +25,7 @@ pub fn read(s: &Service, r: &Request) -> Result<Reply> {
         )));
     }
     let rec = datafile(&s.meta, q.handle)?;
+    caps::check(s, &r.cred, &rec, q.cap.as_ref(), READ)?;
     let data = s.data.read(&s.meta, &rec, q.offset, q.length)?;
     Ok(Reply {
         payload: data,
@@ -49,6 +54,8 @@ pub fn writes_in_memory(s: &Service, r: &Request) -> bool {
 
 pub fn write(s: &Service, r: &Request) -> Result<Reply> {
     let q: WriteRequest = r.decode()?;
+    let rec = datafile(&s.meta, q.handle)?;
+    caps::check(s, &r.cred, &rec, q.cap.as_ref(), WRITE)?;
     let written = s.data.write(&s.meta, q.handle, q.offset, r.payload)?;
     Ok(Reply::message(&WriteReply {
         written,
@@ -58,6 +65,8 @@ pub fn write(s: &Service, r: &Request) -> Result<Reply> {
 
 pub fn truncate(s: &Service, r: &Request) -> Result<Reply> {
     let q: TruncateRequest = r.decode()?;
+    let rec = datafile(&s.meta, q.handle)?;
+    caps::check(s, &r.cred, &rec, q.cap.as_ref(), WRITE)?;
     s.data.truncate(&s.meta, q.handle, q.size)?;
     Ok(Reply::message(&TruncateReply {
         verifier: s.verifier,
@@ -68,6 +77,7 @@ pub fn fsync(s: &Service, r: &Request) -> Result<Reply> {
     let q: FsyncRequest = r.decode()?;
     let rec = s.meta.get(q.handle)?;
     if rec.kind() == ObjectKind::Datafile {
+        caps::check(s, &r.cred, &rec, q.cap.as_ref(), ANY)?;
         s.data.fsync(&rec)?;
     }
     let syncs = s.commit.sync_now(&s.meta, &s.stats)?;
@@ -105,6 +115,8 @@ pub fn get_sizes(s: &Service, r: &Request) -> Result<Reply> {
 pub fn rendezvous(s: &Service, r: &Request) -> Result<Reply> {
     let q: RendezvousRequest = r.decode()?;
     let rec = datafile(&s.meta, q.handle)?;
+    let need = if q.write { WRITE } else { READ };
+    caps::check(s, &r.cred, &rec, q.cap.as_ref(), need)?;
     let ready = if q.write {
         q.length
     } else {

@@ -2,8 +2,10 @@
 //! its body, checks its arguments, changes the stores, and for a modifying
 //! request waits on the commit queue before it replies.
 
+mod access;
 mod admin;
 mod attrs;
+mod caps;
 mod hints;
 mod io;
 mod listattr;

@@ -3,16 +3,26 @@
 //! The client composes them; the ordering rules that keep a crash from leaving a
 //! dangling entry live on the client side (objects before entries on create,
 //! entries before objects on remove).
+//!
+//! Permissions are checked where the directory lives, on the steps that
+//! touch its entries (lookup, readdir, adding, removing and renaming
+//! entries; `perms`, `access`). The steps on objects alone (create an
+//! object before its entry, remove it after, set a distribution) follow a
+//! checked step of the same operation and check nothing themselves: the
+//! trust model (README, "Permissions and users") trusts a client that holds
+//! the cluster secret to compose them as the client library does.
 
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle;
 use shoal_proto::msg::*;
 use shoal_proto::names::check_name;
 use shoal_proto::time::now_ns;
-use shoal_proto::ObjectKind;
+use shoal_proto::{Handle, ObjectKind};
 
-use super::{change, check_handle, hints};
+use super::access::{record_anywhere, Owners};
+use super::{caps, change, check_handle, hints};
 use crate::meta_store::{new_attrs, Txn};
+use crate::perms::{self, R, W, X};
 use crate::service::{Reply, Request, Service};
 
 /// Most datafiles one CreateDatafiles request may ask for.
@@ -23,7 +33,8 @@ const MAX_READDIR: u32 = 4096;
 pub fn lookup(s: &Service, r: &Request) -> Result<Reply> {
     let q: LookupRequest = r.decode()?;
     check_name(&q.name)?;
-    s.meta.get_dir(q.dir)?;
+    let dir = s.meta.get_dir(q.dir)?;
+    perms::require(&r.cred, &dir, X, &format!("lookup of {:?}", q.name))?;
     let (handle, kind) = s
         .meta
         .lookup(q.dir, &q.name)?
@@ -37,9 +48,10 @@ pub fn lookup(s: &Service, r: &Request) -> Result<Reply> {
         // The entry is read without the store lock, so the object may have
         // gone since: then the client asks for it as it would have anyway.
         if let Some(rec) = s.meta.try_get(handle)? {
-            let attrs = super::attrs::attributes(s, rec)?;
+            let attrs = super::attrs::attributes(s, &r.cred, rec)?;
             reply.object = attrs.object;
             reply.sizes = attrs.sizes;
+            reply.cap = attrs.cap;
         }
     }
     Ok(Reply::message(&reply))
@@ -49,7 +61,7 @@ pub fn create_object(s: &Service, r: &Request) -> Result<Reply> {
     let q: CreateObjectRequest = r.decode()?;
     let kind = q.kind();
     let mode = q.attrs.as_ref().map(|a| a.mode).unwrap_or(0o644);
-    let attrs = new_attrs(mode, r.header.uid, r.header.gid);
+    let attrs = new_attrs(mode, r.cred.uid, r.cred.gid);
     let mut rec = ObjectRecord {
         kind: kind as i32,
         mtime_set_ns: attrs.mtime_ns,
@@ -130,7 +142,7 @@ pub fn set_dist(s: &Service, r: &Request) -> Result<Reply> {
     for h in &dist.datafiles {
         check_handle(s, *h)?;
     }
-    let ((), syncs) = change(s, |txn| {
+    let (rec, syncs) = change(s, |txn| {
         let mut rec = s.meta.get(q.handle)?;
         if rec.kind() != ObjectKind::Metafile {
             return Err(ShoalError::invalid(format!(
@@ -140,9 +152,10 @@ pub fn set_dist(s: &Service, r: &Request) -> Result<Reply> {
         }
         rec.dist = Some(dist);
         txn.put_object(&rec);
-        Ok(())
+        Ok(rec)
     })?;
-    Ok(Reply::default().with_syncs(syncs))
+    let cap = caps::grant(s, &r.cred, &rec);
+    Ok(Reply::message(&SetDistReply { cap }).with_syncs(syncs))
 }
 
 /// Directory mtime and ctime change when an entry is added or removed.
@@ -186,8 +199,11 @@ pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
             "a directory entry must name a directory, file or symlink",
         ));
     }
+    let doing = format!("adding entry {:?}", q.name);
+    let owners = Owners::prefetch(s, &r.cred, q.dir, &[&q.name])?;
     let (reply, syncs) = change(s, |txn| {
         let dir = s.meta.get_dir(q.dir)?;
+        perms::require(&r.cred, &dir, W | X, &doing)?;
         if dir.removing {
             return Err(ShoalError::not_found(format!(
                 "directory {:#x} (being removed)",
@@ -206,6 +222,7 @@ pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
                 ));
             }
             check_replace(kind, old_kind, &q.name)?;
+            owners.check(s, &r.cred, &dir, old, &doing)?;
             reply.replaced_handle = old;
             reply.replaced_kind = old_kind as i32;
         }
@@ -219,12 +236,14 @@ pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
 pub fn rmdirent(s: &Service, r: &Request) -> Result<Reply> {
     let q: RmDirEntRequest = r.decode()?;
     check_name(&q.name)?;
+    if q.check_only {
+        return check_move_out(s, r, &q);
+    }
+    let doing = format!("removing entry {:?}", q.name);
+    let owners = Owners::prefetch(s, &r.cred, q.dir, &[&q.name])?;
     let (reply, syncs) = change(s, |txn| {
-        let dir = s.meta.get_dir(q.dir)?;
-        let (handle, kind) = s
-            .meta
-            .lookup(q.dir, &q.name)?
-            .ok_or_else(|| ShoalError::not_found(&q.name))?;
+        let (dir, handle, kind) = entry_to_change(s, r, q.dir, &q.name, &doing)?;
+        owners.check(s, &r.cred, &dir, handle, &doing)?;
         if q.expect_handle != 0 && q.expect_handle != handle {
             return Err(ShoalError::new(
                 Errno::ESTALE,
@@ -267,20 +286,61 @@ pub fn rmdirent(s: &Service, r: &Request) -> Result<Reply> {
     Ok(Reply::message(&reply).with_syncs(syncs))
 }
 
+/// Directory `dir` and what its entry `name` names, for a request that
+/// removes, renames or moves the entry: the caller must be able to write
+/// and search the directory (`doing` says what it asked, for the refusal).
+fn entry_to_change(
+    s: &Service,
+    r: &Request,
+    dir: Handle,
+    name: &str,
+    doing: &str,
+) -> Result<(ObjectRecord, Handle, ObjectKind)> {
+    let rec = s.meta.get_dir(dir)?;
+    perms::require(&r.cred, &rec, W | X, doing)?;
+    let (h, kind) = s
+        .meta
+        .lookup(dir, name)?
+        .ok_or_else(|| ShoalError::not_found(name))?;
+    Ok((rec, h, kind))
+}
+
+/// The first step of a move to another directory (RmDirEnt with
+/// `check_only`): whether the caller may take the entry out of `q.dir` (write
+/// and search on it, the sticky rule), and for a directory, write permission
+/// on it (its ".." changes). Nothing changes; the reply names the entry.
+fn check_move_out(s: &Service, r: &Request, q: &RmDirEntRequest) -> Result<Reply> {
+    let doing = format!("moving entry {:?}", q.name);
+    let (dir, handle, kind) = entry_to_change(s, r, q.dir, &q.name, &doing)?;
+    let is_dir = kind == ObjectKind::Directory;
+    if is_dir || perms::sticky_applies(&r.cred, &dir) {
+        let object = record_anywhere(s, handle)?;
+        let owner = object.attrs.unwrap_or_default().uid;
+        perms::check_sticky(&r.cred, &dir, owner, &doing)?;
+        if is_dir {
+            perms::require(&r.cred, &object, W, &doing)?;
+        }
+    }
+    Ok(Reply::message(&RmDirEntReply {
+        handle,
+        kind: kind as i32,
+        ..Default::default()
+    }))
+}
+
 pub fn rename_entry(s: &Service, r: &Request) -> Result<Reply> {
     let q: RenameEntryRequest = r.decode()?;
     check_name(&q.old_name)?;
     check_name(&q.new_name)?;
+    let doing = format!("renaming {:?} to {:?}", q.old_name, q.new_name);
+    let owners = Owners::prefetch(s, &r.cred, q.dir, &[&q.old_name, &q.new_name])?;
     let (reply, syncs) = change(s, |txn| {
-        let dir = s.meta.get_dir(q.dir)?;
-        let (h, kind) = s
-            .meta
-            .lookup(q.dir, &q.old_name)?
-            .ok_or_else(|| ShoalError::not_found(&q.old_name))?;
+        let (dir, h, kind) = entry_to_change(s, r, q.dir, &q.old_name, &doing)?;
         let mut reply = RenameEntryReply::default();
         if q.old_name == q.new_name {
             return Ok(reply);
         }
+        owners.check(s, &r.cred, &dir, h, &doing)?;
         if let Some((old, old_kind)) = s.meta.lookup(q.dir, &q.new_name)? {
             if q.no_replace {
                 return Err(ShoalError::new(
@@ -289,6 +349,7 @@ pub fn rename_entry(s: &Service, r: &Request) -> Result<Reply> {
                 ));
             }
             check_replace(kind, old_kind, &q.new_name)?;
+            owners.check(s, &r.cred, &dir, old, &doing)?;
             reply.replaced_handle = old;
             reply.replaced_kind = old_kind as i32;
         }
@@ -302,10 +363,15 @@ pub fn rename_entry(s: &Service, r: &Request) -> Result<Reply> {
 
 pub fn readdir(s: &Service, r: &Request) -> Result<Reply> {
     let q: ReaddirRequest = r.decode()?;
-    s.meta.get_dir(q.dir)?;
+    let dir = s.meta.get_dir(q.dir)?;
+    perms::require(&r.cred, &dir, R, "listing")?;
     let max = q.max.clamp(1, MAX_READDIR) as usize;
     let (entries, done) = s.meta.readdir(q.dir, &q.start_after, max)?;
-    Ok(Reply::message(&ReaddirReply { entries, done }))
+    Ok(Reply::message(&ReaddirReply {
+        entries,
+        done,
+        searchable: perms::allows(&r.cred, &dir, X),
+    }))
 }
 
 pub fn remove(s: &Service, r: &Request) -> Result<Reply> {
@@ -429,6 +495,9 @@ pub fn set_parent(s: &Service, r: &Request) -> Result<Reply> {
     check_handle(s, q.parent)?;
     let ((), syncs) = change(s, |txn| {
         let mut rec = s.meta.get(q.dir)?;
+        if rec.kind() == ObjectKind::Directory && rec.parent != q.parent {
+            perms::require(&r.cred, &rec, W, "moving a directory to another parent")?;
+        }
         if !matches!(
             rec.kind(),
             ObjectKind::Directory

@@ -26,8 +26,9 @@ use shoal_proto::{Handle, ObjectKind};
 use std::time::Instant;
 
 use super::namespace::touch_dir;
-use super::{change, hints, require};
+use super::{caps, change, hints, require};
 use crate::meta_store::{new_attrs, Txn};
+use crate::perms::{self, W, X};
 use crate::pools::FILL_WAIT;
 use crate::service::{Reply, Request, Service};
 
@@ -79,9 +80,9 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
         None => requested_layout(s, &q)?,
     };
     let mode = q.attrs.as_ref().map(|a| a.mode).unwrap_or(0o644);
-    let attrs = new_attrs(mode, r.header.uid, r.header.gid);
+    let attrs = new_attrs(mode, r.cred.uid, r.cred.gid);
     if let (true, Some(under)) = (layout.no_metafile, &under) {
-        return create_without_metafile(s, &q, attrs, under);
+        return create_without_metafile(s, r, &q, attrs, under);
     }
     if !(settings.stuffing && q.stuffed) {
         require(settings.precreate, "precreate")?;
@@ -101,7 +102,7 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
             // Colocate: the entry goes in the same step; check it first so a
             // refused name takes nothing from the pools.
             let dir = match &under {
-                Some(under) => Some(entry_dir(s, q.dir, &q.name, under)?),
+                Some(under) => Some(entry_dir(s, r, q.dir, &q.name, under)?),
                 None => None,
             };
             let Some(taken) = s.pools.take(&s.meta, txn, &remote)? else {
@@ -134,6 +135,7 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
         if let Some((object, dir, taken)) = made {
             s.pools.taken(&taken);
             return Ok(Reply::message(&CreateFileReply {
+                cap: caps::grant(s, &r.cred, &object),
                 object: Some(object),
                 dir,
             })
@@ -172,12 +174,13 @@ fn requested_layout(s: &Service, q: &CreateFileRequest) -> Result<NewFile> {
 /// one step. No metafile, no pools.
 fn create_without_metafile(
     s: &Service,
+    r: &Request,
     q: &CreateFileRequest,
     attrs: Attributes,
     under: &DirHints,
 ) -> Result<Reply> {
     let ((object, dir), syncs) = change(s, |txn| {
-        let dir = entry_dir(s, q.dir, &q.name, under)?;
+        let dir = entry_dir(s, r, q.dir, &q.name, under)?;
         let rec = ObjectRecord {
             handle: s.meta.alloc(txn),
             kind: ObjectKind::Datafile as i32,
@@ -193,15 +196,24 @@ fn create_without_metafile(
     Ok(Reply::message(&CreateFileReply {
         object: Some(object),
         dir: Some(dir),
+        cap: None,
     })
     .with_syncs(syncs))
 }
 
 /// The directory `dir` (owned here) that a new entry `name` may go into:
-/// not being removed, no entry of that name yet, and still with the hints
-/// `under` the file was laid out by.
-fn entry_dir(s: &Service, dir: u64, name: &str, under: &DirHints) -> Result<ObjectRecord> {
+/// the caller may write and search it, it is not being removed, it has no
+/// entry of that name yet, and it still has the hints `under` the file was
+/// laid out by.
+fn entry_dir(
+    s: &Service,
+    r: &Request,
+    dir: u64,
+    name: &str,
+    under: &DirHints,
+) -> Result<ObjectRecord> {
     let rec = s.meta.get_dir(dir)?;
+    perms::require(&r.cred, &rec, W | X, &format!("create {name:?}"))?;
     hints::check_unchanged(&rec, under, name)?;
     if rec.removing {
         return Err(ShoalError::not_found(format!(
@@ -219,9 +231,27 @@ fn entry_dir(s: &Service, dir: u64, name: &str, under: &DirHints) -> Result<Obje
 
 pub fn unstuff(s: &Service, r: &Request) -> Result<Reply> {
     let q: UnstuffRequest = r.decode()?;
-    let dist = file_dist(s, q.handle)?;
+    let file = s.meta.get(q.handle)?;
+    let dist = file_dist(q.handle, &file)?;
+    let reply = |dist: Distribution| {
+        let mut file = file.clone();
+        file.dist = Some(dist.clone());
+        Reply::message(&UnstuffReply {
+            cap: caps::grant(s, &r.cred, &file),
+            dist: Some(dist),
+        })
+    };
+    if perms::data_rights(&r.cred, &file) & shoal_proto::capability::WRITE == 0 {
+        return Err(ShoalError::new(
+            Errno::EACCES,
+            format!(
+                "unstuff of file {:#x}: uid {} may not write it",
+                q.handle, r.cred.uid
+            ),
+        ));
+    }
     if !dist.stuffed {
-        return Ok(Reply::message(&UnstuffReply { dist: Some(dist) }));
+        return Ok(reply(dist));
     }
     let n = s.config.num_servers();
     let width = match dist.width {
@@ -252,7 +282,7 @@ pub fn unstuff(s: &Service, r: &Request) -> Result<Reply> {
             })?;
             if let Some((dist, taken)) = done {
                 s.pools.taken(&taken);
-                return Ok(Reply::message(&UnstuffReply { dist: Some(dist) }).with_syncs(syncs));
+                return Ok(reply(dist).with_syncs(syncs));
             }
         }
         return Err(pools_empty_error("unstuff"));
@@ -278,12 +308,11 @@ pub fn unstuff(s: &Service, r: &Request) -> Result<Reply> {
     if !used {
         s.pools.discard(created);
     }
-    Ok(Reply::message(&UnstuffReply { dist: Some(dist) }).with_syncs(syncs))
+    Ok(reply(dist).with_syncs(syncs))
 }
 
-/// The distribution of file `h` (which this server holds).
-fn file_dist(s: &Service, h: Handle) -> Result<Distribution> {
-    let rec = s.meta.get(h)?;
+/// The distribution of file `h`, whose record this server holds is `rec`.
+fn file_dist(h: Handle, rec: &ObjectRecord) -> Result<Distribution> {
     if rec.kind() != ObjectKind::Metafile {
         return Err(ShoalError::new(
             if rec.kind() == ObjectKind::Directory {
@@ -295,6 +324,7 @@ fn file_dist(s: &Service, h: Handle) -> Result<Distribution> {
         ));
     }
     rec.dist
+        .clone()
         .filter(|d| !d.datafiles.is_empty())
         // A metafile made without its distribution (a create that died
         // half way) is the caller's mistake to name, not an I/O failure.

@@ -1,0 +1,208 @@
+//! Permissions through the mount, as two non-root users (uids 1001 and
+//! 1002, used numerically) running everyday tools under `setpriv`: each
+//! reads what the modes let it read and gets "Permission denied" (EACCES)
+//! or "Operation not permitted" (EPERM, sticky directories) where POSIX
+//! says, with the exit status of a failure; a supplementary group opens
+//! what its group bits allow (the servers must not refuse what the kernel
+//! allows); and with root squash, root on the mount is refused by the
+//! servers where only root's privilege would have let it through.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use shoal_tests::{Cluster, SharedMount};
+
+const ALICE: u32 = 1001;
+const BOB: u32 = 1002;
+/// The team's group; neither user has it unless a test gives it.
+const TEAM: u32 = 2000;
+
+/// Runs `sh -c script` in `dir` as `uid` (its own gid) with the
+/// supplementary groups `groups`, under `timeout 120`.
+fn as_user(uid: u32, groups: &[u32], dir: &Path, script: &str) -> Output {
+    let groups = if groups.is_empty() {
+        "--clear-groups".to_string()
+    } else {
+        let list: Vec<String> = groups.iter().map(u32::to_string).collect();
+        format!("--groups={}", list.join(","))
+    };
+    Command::new("timeout")
+        .arg("120")
+        .arg("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg(groups)
+        .args(["sh", "-c", script])
+        .current_dir(dir)
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn setpriv")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `script` as `uid` succeeds; returns its stdout.
+#[track_caller]
+fn ok(uid: u32, groups: &[u32], dir: &Path, script: &str) -> String {
+    let out = as_user(uid, groups, dir, script);
+    assert!(
+        out.status.success(),
+        "uid {uid}: {script:?} failed ({}): {}",
+        out.status,
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// `script` as `uid` fails, and says `why` ("Permission denied").
+#[track_caller]
+fn refused(uid: u32, groups: &[u32], dir: &Path, script: &str, why: &str) {
+    let out = as_user(uid, groups, dir, script);
+    let stderr = text(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains(why),
+        "uid {uid}: {script:?} should fail with {why:?}; got {} and {stderr:?}",
+        out.status
+    );
+}
+
+const DENIED: &str = "Permission denied";
+
+/// As root: directory `name` in `mnt` with `mode`, owned by uid:gid.
+fn dir_of(mnt: &Path, name: &str, mode: u32, uid: u32, gid: u32) {
+    let p = mnt.join(name);
+    std::fs::create_dir(&p).unwrap();
+    std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn two_users_get_exactly_what_the_modes_give_them() {
+    let cluster = Cluster::builder().servers(3).start();
+    let shared = SharedMount::new(&cluster);
+    let mnt = shared.path();
+    dir_of(&mnt, "alice", 0o755, ALICE, ALICE);
+    dir_of(&mnt, "team", 0o770, 0, TEAM);
+    dir_of(&mnt, "shared", 0o777, 0, 0);
+    dir_of(&mnt, "tmp", 0o1777, 0, 0);
+    ok(
+        ALICE,
+        &[],
+        &mnt,
+        "echo mine > alice/private && chmod 600 alice/private && \
+         echo ours > alice/public && chmod 644 alice/public",
+    );
+    std::fs::write(mnt.join("team/plan"), "plan\n").unwrap();
+    std::os::unix::fs::chown(mnt.join("team/plan"), Some(0), Some(TEAM)).unwrap();
+    std::fs::set_permissions(mnt.join("team/plan"), PermissionsExt::from_mode(0o640)).unwrap();
+
+    // Bob, in no group: other for everything of alice's and the team's.
+    assert_eq!(ok(BOB, &[], &mnt, "id -u; id -G"), "1002\n1002\n");
+    refused(BOB, &[], &mnt, "cat alice/private", DENIED);
+    assert_eq!(ok(BOB, &[], &mnt, "cat alice/public"), "ours\n");
+    refused(BOB, &[], &mnt, "touch alice/new", DENIED);
+    refused(BOB, &[], &mnt, "cp /etc/hostname alice/copy", DENIED);
+    refused(BOB, &[], &mnt, "rm -f alice/public", DENIED);
+    refused(BOB, &[], &mnt, "echo more >> alice/public", DENIED);
+    refused(BOB, &[], &mnt, "mkdir alice/d", DENIED);
+    refused(BOB, &[], &mnt, "mv alice/public alice/moved", DENIED);
+    refused(BOB, &[], &mnt, "cat team/plan", DENIED);
+    refused(BOB, &[], &mnt, "ls team", DENIED);
+    refused(
+        BOB,
+        &[],
+        &mnt,
+        "chmod 666 alice/public",
+        "Operation not permitted",
+    );
+    // With the team as a supplementary group: the group's bits.
+    assert_eq!(ok(BOB, &[TEAM], &mnt, "cat team/plan"), "plan\n");
+    ok(BOB, &[TEAM], &mnt, "touch team/bob-was-here && ls team");
+    refused(BOB, &[TEAM], &mnt, "echo more >> team/plan", DENIED);
+    // What bob keeps to himself, alice cannot read; in a plain shared
+    // directory she may still remove it, in a sticky one she may not.
+    ok(
+        BOB,
+        &[],
+        &mnt,
+        "echo his > shared/his && chmod 600 shared/his && \
+         echo his > tmp/his && chmod 666 tmp/his",
+    );
+    refused(ALICE, &[], &mnt, "cat shared/his", DENIED);
+    refused(ALICE, &[], &mnt, "rm -f tmp/his", "Operation not permitted");
+    refused(
+        ALICE,
+        &[],
+        &mnt,
+        "mv tmp/his tmp/hers",
+        "Operation not permitted",
+    );
+    assert_eq!(ok(ALICE, &[], &mnt, "cat tmp/his"), "his\n");
+    ok(ALICE, &[], &mnt, "rm shared/his && touch alice/public");
+
+    // Nothing refused happened; what was allowed did.
+    let listing = |d: &str| {
+        let mut names: Vec<String> = std::fs::read_dir(mnt.join(d))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(listing("alice"), ["private", "public"]);
+    assert_eq!(listing("team"), ["bob-was-here", "plan"]);
+    assert_eq!(listing("shared"), Vec::<String>::new());
+    assert_eq!(listing("tmp"), ["his"]);
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("alice/public")).unwrap(),
+        "ours\n"
+    );
+    let made = std::fs::metadata(mnt.join("team/bob-was-here")).unwrap();
+    assert_eq!((made.uid(), made.gid()), (BOB, BOB));
+}
+
+#[test]
+fn with_root_squash_root_on_the_mount_is_nobody() {
+    let mut cluster = Cluster::builder().servers(2).start();
+    {
+        let shared = SharedMount::new(&cluster);
+        let mnt = shared.path();
+        dir_of(&mnt, "alice", 0o755, ALICE, ALICE);
+        dir_of(&mnt, "shared", 0o777, 0, 0);
+        ok(
+            ALICE,
+            &[],
+            &mnt,
+            "echo mine > alice/private && chmod 600 alice/private && echo ours > alice/public",
+        );
+        // Root, not squashed, may read anything.
+        assert_eq!(
+            std::fs::read_to_string(mnt.join("alice/private")).unwrap(),
+            "mine\n"
+        );
+    }
+    // The mount reads the cluster file when it starts: mount again.
+    cluster.restart_with("root_squash=true");
+    let shared = SharedMount::new(&cluster);
+    let mnt = shared.path();
+    // The kernel lets root through; the servers do not.
+    refused(0, &[], &mnt, "cat alice/private", DENIED);
+    assert_eq!(ok(0, &[], &mnt, "cat alice/public"), "ours\n");
+    refused(0, &[], &mnt, "touch alice/new", DENIED);
+    refused(
+        0,
+        &[],
+        &mnt,
+        "chown 0 alice/public",
+        "Operation not permitted",
+    );
+    ok(0, &[], &mnt, "echo r > shared/roots");
+    let made = std::fs::metadata(mnt.join("shared/roots")).unwrap();
+    assert_eq!((made.uid(), made.gid()), (65534, 65534));
+    // Alice is not affected.
+    assert_eq!(ok(ALICE, &[], &mnt, "cat alice/private"), "mine\n");
+}
