@@ -112,7 +112,10 @@ impl Client {
                 apply_sizes(&mut attr, rec, &dist, &sizes);
                 self.inner.dists.put(h, dist);
             }
-            _ => self.remember_hints(rec),
+            _ => {
+                self.remember_hints(rec);
+                self.inner.known_dirs.seen(rec);
+            }
         }
         Ok(Some(attr))
     }

@@ -16,6 +16,7 @@ pub mod conn;
 pub mod fsck;
 pub mod hints;
 pub mod io;
+mod known_dirs;
 pub mod namespace;
 pub mod pool;
 pub mod readdirplus;
@@ -60,6 +61,9 @@ struct Inner {
     dists: DistCache,
     /// Capabilities for file data, per (file, caller).
     caps: caps::Caps,
+    /// Directories made here whose every entry is known (negative lookups
+    /// without a message).
+    known_dirs: known_dirs::KnownDirs,
     /// Round-robin cursor for placing new objects.
     next_server: AtomicU32,
     /// File changes acknowledged and not yet fsynced, with their servers'
@@ -80,6 +84,7 @@ impl Client {
                 hints: TtlCache::new(cache::FOREVER),
                 dists: DistCache::new(ttl),
                 caps: TtlCache::new(caps::keep_for(config.settings.capability_ttl_s)),
+                known_dirs: known_dirs::KnownDirs::new(ttl),
                 next_server: AtomicU32::new(first),
                 unstable: Default::default(),
                 pool: Pool::new(config),
@@ -155,6 +160,7 @@ impl Client {
     /// Drops everything cached about `handle`.
     pub fn forget(&self, handle: Handle) {
         self.inner.attrs.remove(&handle);
+        self.inner.known_dirs.forget(handle);
     }
 }
 

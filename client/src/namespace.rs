@@ -10,6 +10,7 @@ use shoal_proto::msg::*;
 use shoal_proto::names::{check_name, split_path};
 use shoal_proto::{crash_points, ObjectKind, Op};
 
+use crate::known_dirs::EntryChange;
 use crate::{Attr, Client, DirEntry, FileKind};
 
 /// Symlinks followed while resolving one path.
@@ -69,6 +70,7 @@ impl Client {
         if let Some(hit) = self.inner.names.get(&key) {
             return Ok(hit);
         }
+        self.known_absent(dir, name)?;
         let reply = self.lookup_request(dir, name, false).await?;
         let found = (reply.handle, entry_kind(reply.kind)?);
         self.inner.names.put(key, found);
@@ -84,6 +86,7 @@ impl Client {
         if let Some((h, _)) = self.inner.names.get(&key) {
             return self.getattr(h).await;
         }
+        self.known_absent(dir, name)?;
         let want_attrs = self.config().settings.colocate;
         let reply = self.lookup_request(dir, name, want_attrs).await?;
         let (h, kind) = (reply.handle, entry_kind(reply.kind)?);
@@ -93,6 +96,32 @@ impl Client {
             Some(rec) => self.attr_of(rec, &reply.sizes).await,
             None => self.getattr(h).await,
         }
+    }
+
+    /// Ends a change of `dir`'s entries begun with `known_dirs.begin`: tells
+    /// `known_dirs` the directory's record the reply carried (`dir_of`), or
+    /// that the change failed, and passes the reply on.
+    fn entry_changed<R>(
+        &self,
+        dir: Handle,
+        reply: Result<R>,
+        dir_of: impl Fn(&R) -> Option<&ObjectRecord>,
+        change: EntryChange,
+    ) -> Result<R> {
+        let after = reply.as_ref().ok().and_then(&dir_of);
+        self.inner.known_dirs.finish(dir, after, change);
+        reply
+    }
+
+    /// ENOENT, without a message, if `dir` is a directory whose every entry
+    /// this client knows and `name` is not one (`known_dirs`).
+    fn known_absent(&self, dir: Handle, name: &str) -> Result<()> {
+        if self.inner.known_dirs.absent(dir, name, self.cred) {
+            return Err(ShoalError::not_found(format!(
+                "{name:?} in directory {dir:#x}"
+            )));
+        }
+        Ok(())
     }
 
     async fn lookup_request(
@@ -214,9 +243,10 @@ impl Client {
         kind: ObjectKind,
         created_under: Option<DirHints>,
     ) -> Result<()> {
-        let reply: CrDirEntReply = self
+        self.inner.known_dirs.begin(dir);
+        let reply = self
             .pool()
-            .call(
+            .call::<CrDirEntReply>(
                 server_of(dir),
                 self.cred,
                 Op::CrDirEnt,
@@ -229,7 +259,8 @@ impl Client {
                     created_under,
                 },
             )
-            .await?;
+            .await;
+        let reply = self.entry_changed(dir, reply, |r| r.dir.as_ref(), EntryChange::Added(name))?;
         self.refresh_dir(reply.dir);
         self.inner
             .names
@@ -425,9 +456,12 @@ impl Client {
         } else {
             self.pick_server()
         };
-        let reply: CreateFileReply = self
+        if colocate {
+            self.inner.known_dirs.begin(dir);
+        }
+        let reply = self
             .pool()
-            .call(
+            .call::<CreateFileReply>(
                 server,
                 self.cred,
                 Op::CreateFile,
@@ -445,7 +479,12 @@ impl Client {
                     },
                 },
             )
-            .await?;
+            .await;
+        let reply = if colocate {
+            self.entry_changed(dir, reply, |r| r.dir.as_ref(), EntryChange::Added(name))?
+        } else {
+            reply?
+        };
         self.remember_cap(reply.cap);
         let rec = reply
             .object
@@ -484,6 +523,10 @@ impl Client {
         made.parent = dir;
         let kind = made.kind();
         let h = self.create_object(self.pick_server(), made).await?;
+        if kind == ObjectKind::Directory {
+            // Nobody else can name it before the entry below exists.
+            self.inner.known_dirs.created(h, self.cred);
+        }
         shoal_proto::crash_point!(crash_points::CREATE_BEFORE_ENTRY);
         self.link_new(dir, name, h, kind, Some(hints)).await?;
         Ok(h)
@@ -560,10 +603,19 @@ impl Client {
 
     async fn remove_entry_reply(&self, req: RmDirEntRequest) -> Result<(RmDirEntReply, FileKind)> {
         let (dir, name) = (req.dir, req.name.clone());
-        let reply: RmDirEntReply = self
+        let changes = !req.check_only;
+        if changes {
+            self.inner.known_dirs.begin(dir);
+        }
+        let reply = self
             .pool()
-            .call(server_of(dir), self.cred, Op::RmDirEnt, &req)
-            .await?;
+            .call::<RmDirEntReply>(server_of(dir), self.cred, Op::RmDirEnt, &req)
+            .await;
+        let reply = if changes {
+            self.entry_changed(dir, reply, |r| r.dir.as_ref(), EntryChange::Removed(&name))?
+        } else {
+            reply?
+        };
         self.inner.names.remove(&self.name_key(dir, &name));
         self.refresh_dir(reply.dir.clone());
         let kind = kind_of(reply.kind)?;

@@ -811,7 +811,7 @@ impl Filesystem for ShoalFs {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
         let name = name_or_reply!("create", name, reply);
@@ -822,7 +822,21 @@ impl Filesystem for ShoalFs {
             reply,
             async move {
                 let (c, _) = Self::creator(c, parent.0).await?;
-                c.create(parent.0, &name, mode & 0o7777).await
+                match c.create(parent.0, &name, mode & 0o7777).await {
+                    // The kernel's lookup just before found no such name
+                    // (perhaps from what the client knew of the directory,
+                    // `known_dirs`, while another client made it). Without
+                    // O_EXCL the open must find that file: ESTALE has the
+                    // kernel walk the path again, asking the servers.
+                    Err(e) if e.errno == Errno::EEXIST && flags & libc::O_EXCL == 0 => {
+                        c.forget(parent.0);
+                        Err(ShoalError::new(
+                            Errno::ESTALE,
+                            format!("{name:?} was made meanwhile: look it up again"),
+                        ))
+                    }
+                    made => made,
+                }
             },
             move |reply, a| {
                 s.open.opened(a.handle);

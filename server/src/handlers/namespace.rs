@@ -76,7 +76,10 @@ pub fn create_object(s: &Service, r: &Request) -> Result<Reply> {
         // A datafile made this way is a file of a no_metafile directory: it
         // keeps its own attributes, as no metafile holds them.
         ObjectKind::Metafile | ObjectKind::Datafile => {}
-        ObjectKind::Directory => rec.hints = q.hints,
+        ObjectKind::Directory => {
+            rec.hints = q.hints;
+            rec.entries_version = 1;
+        }
         ObjectKind::Symlink => {
             if q.target.is_empty() || q.target.len() > shoal_proto::names::PATH_MAX {
                 return Err(ShoalError::invalid("symlink target must be 1..4096 bytes"));
@@ -158,13 +161,19 @@ pub fn set_dist(s: &Service, r: &Request) -> Result<Reply> {
     Ok(Reply::message(&SetDistReply { cap }).with_syncs(syncs))
 }
 
-/// Directory mtime and ctime change when an entry is added or removed.
-/// Returns the record as stored, for the reply.
+/// Directory mtime and ctime change when an entry is added, removed or
+/// renamed, and its entries_version counts the change (if it is counted).
+/// Every change of a directory's entries comes through here, under the
+/// store's write lock, so the count has no gaps. Returns the record as
+/// stored, for the reply.
 pub(crate) fn touch_dir(txn: &mut Txn, mut dir: ObjectRecord) -> ObjectRecord {
     if let Some(a) = dir.attrs.as_mut() {
         let now = now_ns();
         a.mtime_ns = now;
         a.ctime_ns = now;
+    }
+    if dir.entries_version > 0 {
+        dir.entries_version += 1;
     }
     txn.put_object(&dir);
     dir

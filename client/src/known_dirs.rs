@@ -1,0 +1,237 @@
+//! Directories whose every entry this client knows, so that it can say a
+//! name is absent without asking: the lookup the kernel makes before each
+//! create of a new file then costs no message.
+//!
+//! How a client comes to know (as NFS clients use a directory's change
+//! attribute): a directory's record counts the changes of its entries
+//! (`ObjectRecord.entries_version`: 1 when new and empty, one more per entry
+//! added, removed or renamed, under the server's write lock). A directory
+//! this client has just made, and not yet linked into its parent, is empty
+//! and unknown to anyone else: known from the start. Each change this client
+//! makes to it comes back with the directory's new record; if the count
+//! moved by exactly one, that change was the only one, and the names known
+//! stay complete. Anything else — a gap in the count, a failed or unanswered
+//! change, a move, two changes in flight whose replies cross, a record with
+//! another count — and the directory is forgotten for good: lookups go to
+//! its server again.
+//!
+//! What is known is as fresh as the last change confirmed it, and is used
+//! only within the client's cache TTL of that (100 ms by default), as the
+//! name cache's positive entries are: another client's entry made within
+//! that window may be missed for that long. A create that then meets the
+//! name gets EEXIST from the server, and the mount has the kernel look the
+//! name up again (`fuse/src/fs.rs`, create). Only the user that came to
+//! know a directory is answered from it (a lookup by another might have to
+//! be refused for want of search permission).
+//!
+//! Bounded: at most [`MAX_DIRS`] directories of at most [`MAX_NAMES`] names.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use shoal_proto::msg::ObjectRecord;
+use shoal_proto::{Cred, Handle, ObjectKind};
+
+/// Directories known at once (beyond, new ones are not taken).
+pub const MAX_DIRS: usize = 1024;
+/// Names known per directory (beyond, the directory is forgotten).
+pub const MAX_NAMES: usize = 1 << 16;
+
+/// What one of this client's changes did to a directory's entries.
+pub enum EntryChange<'a> {
+    Added(&'a str),
+    Removed(&'a str),
+}
+
+struct Known {
+    /// The directory's entries_version when `names` was exactly its entries.
+    version: u64,
+    names: HashSet<String>,
+    /// When the server last confirmed it (the reply of a change, or the
+    /// record that showed it new).
+    confirmed: Instant,
+    /// Changes sent and not yet answered: while any is, nothing is answered
+    /// from here.
+    in_flight: u32,
+    /// The user whose requests showed it.
+    who: Cred,
+}
+
+pub struct KnownDirs {
+    ttl: Duration,
+    dirs: Mutex<HashMap<Handle, Known>>,
+}
+
+impl KnownDirs {
+    pub fn new(ttl: Duration) -> KnownDirs {
+        KnownDirs {
+            ttl,
+            dirs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn dirs(&self) -> std::sync::MutexGuard<'_, HashMap<Handle, Known>> {
+        self.dirs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Directory `dir`, just made by user `who` and not yet linked: empty.
+    pub fn created(&self, dir: Handle, who: Cred) {
+        let mut dirs = self.dirs();
+        if dirs.len() < MAX_DIRS {
+            dirs.insert(
+                dir,
+                Known {
+                    version: 1,
+                    names: HashSet::new(),
+                    confirmed: Instant::now(),
+                    in_flight: 0,
+                    who,
+                },
+            );
+        }
+    }
+
+    /// A directory record fresh from a server: a known directory whose count
+    /// moved without one of this client's changes following it is forgotten.
+    pub fn seen(&self, rec: &ObjectRecord) {
+        if rec.kind() != ObjectKind::Directory {
+            return;
+        }
+        let mut dirs = self.dirs();
+        if dirs
+            .get(&rec.handle)
+            .is_some_and(|k| k.in_flight == 0 && k.version != rec.entries_version)
+        {
+            dirs.remove(&rec.handle);
+        }
+    }
+
+    /// A change of `dir`'s entries is about to be sent.
+    pub fn begin(&self, dir: Handle) {
+        if let Some(k) = self.dirs().get_mut(&dir) {
+            k.in_flight += 1;
+        }
+    }
+
+    /// The change begun on `dir` was answered: `after` is the directory's
+    /// record the reply carried (None if the change failed or the reply had
+    /// none). Known stays known only if the count moved by exactly one.
+    pub fn finish(&self, dir: Handle, after: Option<&ObjectRecord>, change: EntryChange) {
+        let mut dirs = self.dirs();
+        let Some(k) = dirs.get_mut(&dir) else {
+            return;
+        };
+        k.in_flight = k.in_flight.saturating_sub(1);
+        let next = after.filter(|rec| rec.handle == dir && rec.entries_version == k.version + 1);
+        let Some(rec) = next else {
+            dirs.remove(&dir);
+            return;
+        };
+        match change {
+            EntryChange::Added(name) => k.names.insert(name.to_string()),
+            EntryChange::Removed(name) => k.names.remove(name),
+        };
+        k.version = rec.entries_version;
+        k.confirmed = Instant::now();
+        if k.names.len() > MAX_NAMES {
+            dirs.remove(&dir);
+        }
+    }
+
+    /// Stops answering for `dir` (a change whose effect on it this does not
+    /// follow, such as a move).
+    pub fn forget(&self, dir: Handle) {
+        self.dirs().remove(&dir);
+    }
+
+    /// Whether `name` is certainly not in `dir` for user `who`, as of less
+    /// than the TTL ago.
+    pub fn absent(&self, dir: Handle, name: &str, who: Cred) -> bool {
+        self.dirs().get(&dir).is_some_and(|k| {
+            k.in_flight == 0
+                && k.who == who
+                && k.confirmed.elapsed() < self.ttl
+                && !k.names.contains(name)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(h: Handle, version: u64) -> ObjectRecord {
+        ObjectRecord {
+            handle: h,
+            kind: ObjectKind::Directory as i32,
+            entries_version: version,
+            ..Default::default()
+        }
+    }
+
+    fn me() -> Cred {
+        Cred::new(1000, 1000)
+    }
+
+    #[test]
+    fn a_new_directory_is_empty_and_follows_its_own_changes() {
+        let k = KnownDirs::new(Duration::from_secs(60));
+        k.created(7, me());
+        assert!(k.absent(7, "a", me()));
+        k.begin(7);
+        assert!(!k.absent(7, "a", me()), "nothing answered while in flight");
+        k.finish(7, Some(&dir(7, 2)), EntryChange::Added("a"));
+        assert!(!k.absent(7, "a", me()));
+        assert!(k.absent(7, "b", me()));
+        assert!(
+            !k.absent(7, "b", Cred::new(1001, 1001)),
+            "another user asks"
+        );
+        k.begin(7);
+        k.finish(7, Some(&dir(7, 3)), EntryChange::Removed("a"));
+        assert!(k.absent(7, "a", me()));
+    }
+
+    #[test]
+    fn a_gap_a_failure_or_a_foreign_change_forgets() {
+        let k = KnownDirs::new(Duration::from_secs(60));
+        k.created(7, me());
+        k.begin(7);
+        k.finish(7, Some(&dir(7, 3)), EntryChange::Added("a"));
+        assert!(!k.absent(7, "b", me()), "someone else changed it");
+
+        k.created(8, me());
+        k.begin(8);
+        k.finish(8, None, EntryChange::Added("a"));
+        assert!(!k.absent(8, "b", me()), "a failed change");
+
+        k.created(9, me());
+        k.seen(&dir(9, 1));
+        assert!(k.absent(9, "b", me()), "the same count");
+        k.seen(&dir(9, 2));
+        assert!(!k.absent(9, "b", me()), "a record with a newer count");
+        k.seen(&dir(9, 1));
+        assert!(!k.absent(9, "b", me()), "forgotten for good");
+
+        k.created(10, me());
+        k.forget(10);
+        assert!(!k.absent(10, "b", me()));
+    }
+
+    #[test]
+    fn crossing_replies_and_age_forget() {
+        let k = KnownDirs::new(Duration::from_secs(60));
+        k.created(7, me());
+        k.begin(7);
+        k.begin(7);
+        // The second change's reply comes first.
+        k.finish(7, Some(&dir(7, 3)), EntryChange::Added("b"));
+        k.finish(7, Some(&dir(7, 2)), EntryChange::Added("a"));
+        assert!(!k.absent(7, "c", me()));
+
+        let k = KnownDirs::new(Duration::ZERO);
+        k.created(7, me());
+        assert!(!k.absent(7, "a", me()), "older than the TTL");
+    }
+}
