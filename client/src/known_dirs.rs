@@ -24,7 +24,9 @@
 //! know a directory is answered from it (a lookup by another might have to
 //! be refused for want of search permission).
 //!
-//! Bounded: at most [`MAX_DIRS`] directories of at most [`MAX_NAMES`] names.
+//! Bounded: at most [`MAX_DIRS`] directories (those not confirmed within
+//! the TTL make room for new ones) and [`MAX_NAMES`] names in all (a
+//! directory that would pass it is forgotten).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -35,8 +37,8 @@ use shoal_proto::{Cred, Handle, ObjectKind};
 
 /// Directories known at once (beyond, new ones are not taken).
 pub const MAX_DIRS: usize = 1024;
-/// Names known per directory (beyond, the directory is forgotten).
-pub const MAX_NAMES: usize = 1 << 16;
+/// Names known in all directories together.
+pub const MAX_NAMES: usize = 1 << 20;
 
 /// What one of this client's changes did to a directory's entries.
 pub enum EntryChange<'a> {
@@ -60,26 +62,61 @@ struct Known {
 
 pub struct KnownDirs {
     ttl: Duration,
-    dirs: Mutex<HashMap<Handle, Known>>,
+    max_dirs: usize,
+    max_names: usize,
+    dirs: Mutex<Dirs>,
+}
+
+#[derive(Default)]
+struct Dirs {
+    known: HashMap<Handle, Known>,
+    /// Names in all of `known`.
+    names: usize,
+}
+
+impl Dirs {
+    fn remove(&mut self, dir: Handle) {
+        if let Some(k) = self.known.remove(&dir) {
+            self.names -= k.names.len();
+        }
+    }
 }
 
 impl KnownDirs {
     pub fn new(ttl: Duration) -> KnownDirs {
+        Self::bounded(ttl, MAX_DIRS, MAX_NAMES)
+    }
+
+    fn bounded(ttl: Duration, max_dirs: usize, max_names: usize) -> KnownDirs {
         KnownDirs {
             ttl,
-            dirs: Mutex::new(HashMap::new()),
+            max_dirs,
+            max_names,
+            dirs: Mutex::default(),
         }
     }
 
-    fn dirs(&self) -> std::sync::MutexGuard<'_, HashMap<Handle, Known>> {
+    fn dirs(&self) -> std::sync::MutexGuard<'_, Dirs> {
         self.dirs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Directory `dir`, just made by user `who` and not yet linked: empty.
     pub fn created(&self, dir: Handle, who: Cred) {
         let mut dirs = self.dirs();
-        if dirs.len() < MAX_DIRS {
-            dirs.insert(
+        if dirs.known.len() >= self.max_dirs {
+            let ttl = self.ttl;
+            let stale: Vec<Handle> = dirs
+                .known
+                .iter()
+                .filter(|(_, k)| k.confirmed.elapsed() >= ttl)
+                .map(|(h, _)| *h)
+                .collect();
+            for h in stale {
+                dirs.remove(h);
+            }
+        }
+        if dirs.known.len() < self.max_dirs {
+            dirs.known.insert(
                 dir,
                 Known {
                     version: 1,
@@ -100,16 +137,17 @@ impl KnownDirs {
         }
         let mut dirs = self.dirs();
         if dirs
+            .known
             .get(&rec.handle)
             .is_some_and(|k| k.in_flight == 0 && k.version != rec.entries_version)
         {
-            dirs.remove(&rec.handle);
+            dirs.remove(rec.handle);
         }
     }
 
     /// A change of `dir`'s entries is about to be sent.
     pub fn begin(&self, dir: Handle) {
-        if let Some(k) = self.dirs().get_mut(&dir) {
+        if let Some(k) = self.dirs().known.get_mut(&dir) {
             k.in_flight += 1;
         }
     }
@@ -119,36 +157,39 @@ impl KnownDirs {
     /// none). Known stays known only if the count moved by exactly one.
     pub fn finish(&self, dir: Handle, after: Option<&ObjectRecord>, change: EntryChange) {
         let mut dirs = self.dirs();
-        let Some(k) = dirs.get_mut(&dir) else {
+        let Some(k) = dirs.known.get_mut(&dir) else {
             return;
         };
         k.in_flight = k.in_flight.saturating_sub(1);
         let next = after.filter(|rec| rec.handle == dir && rec.entries_version == k.version + 1);
         let Some(rec) = next else {
-            dirs.remove(&dir);
+            dirs.remove(dir);
             return;
         };
+        let (before, version) = (k.names.len(), rec.entries_version);
         match change {
             EntryChange::Added(name) => k.names.insert(name.to_string()),
             EntryChange::Removed(name) => k.names.remove(name),
         };
-        k.version = rec.entries_version;
+        k.version = version;
         k.confirmed = Instant::now();
-        if k.names.len() > MAX_NAMES {
-            dirs.remove(&dir);
+        let after = k.names.len();
+        dirs.names = dirs.names + after - before;
+        if dirs.names > self.max_names {
+            dirs.remove(dir);
         }
     }
 
     /// Stops answering for `dir` (a change whose effect on it this does not
     /// follow, such as a move).
     pub fn forget(&self, dir: Handle) {
-        self.dirs().remove(&dir);
+        self.dirs().remove(dir);
     }
 
     /// Whether `name` is certainly not in `dir` for user `who`, as of less
     /// than the TTL ago.
     pub fn absent(&self, dir: Handle, name: &str, who: Cred) -> bool {
-        self.dirs().get(&dir).is_some_and(|k| {
+        self.dirs().known.get(&dir).is_some_and(|k| {
             k.in_flight == 0
                 && k.who == who
                 && k.confirmed.elapsed() < self.ttl
@@ -233,5 +274,36 @@ mod tests {
         let k = KnownDirs::new(Duration::ZERO);
         k.created(7, me());
         assert!(!k.absent(7, "a", me()), "older than the TTL");
+    }
+
+    #[test]
+    fn bounded_in_directories_and_names() {
+        let k = KnownDirs::bounded(Duration::from_secs(60), 2, 3);
+        k.created(1, me());
+        k.created(2, me());
+        k.created(3, me());
+        assert!(!k.absent(3, "a", me()), "no room: not taken");
+        for (v, name) in [(2, "a"), (3, "b"), (4, "c")] {
+            k.begin(1);
+            k.finish(1, Some(&dir(1, v)), EntryChange::Added(name));
+        }
+        assert!(k.absent(1, "d", me()), "three names fit");
+        k.begin(2);
+        k.finish(2, Some(&dir(2, 2)), EntryChange::Added("x"));
+        assert!(
+            !k.absent(2, "y", me()),
+            "the fourth name forgets its directory"
+        );
+        k.begin(1);
+        k.finish(1, Some(&dir(1, 5)), EntryChange::Removed("a"));
+        k.begin(1);
+        k.finish(1, Some(&dir(1, 6)), EntryChange::Added("e"));
+        assert!(k.absent(1, "a", me()), "a removal makes room");
+
+        let k = KnownDirs::bounded(Duration::ZERO, 1, 10);
+        k.created(1, me());
+        k.created(2, me());
+        assert_eq!(k.dirs().known.len(), 1, "an expired directory makes room");
+        assert!(k.dirs().known.contains_key(&2));
     }
 }
