@@ -156,6 +156,23 @@ pub(super) async fn requests(client: &Client) -> Result<u64> {
     Ok(total)
 }
 
+/// Requests all servers received so far, once they have stopped coming in:
+/// the servers' own background work (the precreate pools' first fill after
+/// a start, their refills) is over, so the next phase's count is its own.
+/// Gives up waiting after a few seconds.
+pub(super) async fn settled_requests(client: &Client) -> Result<u64> {
+    let mut seen = requests(client).await?;
+    for _ in 0..50 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let now = requests(client).await?;
+        if now == seen {
+            break;
+        }
+        seen = now;
+    }
+    Ok(seen)
+}
+
 /// Creates the directory and its files of `size` bytes, `FILL_CONCURRENCY`
 /// at a time, through the native client.
 async fn fill(client: &Client, files: usize, size: usize) -> Result<()> {

@@ -22,7 +22,7 @@ use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::handle::ROOT;
 use shoal_proto::hints::Hint;
 
-use super::ls::{requests, shoal};
+use super::ls::{requests, settled_requests, shoal};
 use super::nometafile_worker::PHASES;
 use super::report::mount_of;
 use super::workers::Workers;
@@ -234,7 +234,7 @@ fn one_run(
     })?;
     let mut run = Run::default();
     for phase in PHASES {
-        let before = rt.block_on(requests(client))?;
+        let before = rt.block_on(settled_requests(client))?;
         let times = workers.phase(phase)?;
         let after = rt.block_on(requests(client))?;
         if let Some(i) = OPS.iter().position(|op| *op == phase) {
