@@ -98,16 +98,23 @@ impl Client {
         }
     }
 
-    /// Ends a change of `dir`'s entries begun with `known_dirs.begin`: tells
-    /// `known_dirs` the directory's record the reply carried (`dir_of`), or
-    /// that the change failed, and passes the reply on.
-    fn entry_changed<R>(
+    /// Sends a change of `dir`'s entries (`send`, a request not yet sent) and
+    /// tells `known_dirs` what came of it: the directory's record the reply
+    /// carried (`dir_of`), or that the change failed. `tracked` false (the
+    /// request changes no entry of `dir`) just sends it.
+    async fn change_entries<R>(
         &self,
         dir: Handle,
-        reply: Result<R>,
+        tracked: bool,
+        send: impl std::future::Future<Output = Result<R>>,
         dir_of: impl Fn(&R) -> Option<&ObjectRecord>,
-        change: EntryChange,
+        change: EntryChange<'_>,
     ) -> Result<R> {
+        if !tracked {
+            return send.await;
+        }
+        self.inner.known_dirs.begin(dir);
+        let reply = send.await;
         let after = reply.as_ref().ok().and_then(&dir_of);
         self.inner.known_dirs.finish(dir, after, change);
         reply
@@ -243,24 +250,26 @@ impl Client {
         kind: ObjectKind,
         created_under: Option<DirHints>,
     ) -> Result<()> {
-        self.inner.known_dirs.begin(dir);
+        let request = CrDirEntRequest {
+            dir,
+            name: name.to_string(),
+            handle,
+            kind: kind as i32,
+            replace: false,
+            created_under,
+        };
+        let send =
+            self.pool()
+                .call::<CrDirEntReply>(server_of(dir), self.cred, Op::CrDirEnt, &request);
         let reply = self
-            .pool()
-            .call::<CrDirEntReply>(
-                server_of(dir),
-                self.cred,
-                Op::CrDirEnt,
-                &CrDirEntRequest {
-                    dir,
-                    name: name.to_string(),
-                    handle,
-                    kind: kind as i32,
-                    replace: false,
-                    created_under,
-                },
+            .change_entries(
+                dir,
+                true,
+                send,
+                |r| r.dir.as_ref(),
+                EntryChange::Added(name),
             )
-            .await;
-        let reply = self.entry_changed(dir, reply, |r| r.dir.as_ref(), EntryChange::Added(name))?;
+            .await?;
         self.refresh_dir(reply.dir);
         self.inner
             .names
@@ -456,35 +465,32 @@ impl Client {
         } else {
             self.pick_server()
         };
-        if colocate {
-            self.inner.known_dirs.begin(dir);
-        }
-        let reply = self
-            .pool()
-            .call::<CreateFileReply>(
-                server,
-                self.cred,
-                Op::CreateFile,
-                &CreateFileRequest {
-                    attrs: Some(mode_only(mode)),
-                    num_dfiles: layout.num_dfiles,
-                    strip_size: layout.strip_size,
-                    stuffed: settings.stuffing,
-                    dir: if colocate { dir } else { 0 },
-                    parent: dir,
-                    name: if colocate {
-                        name.to_string()
-                    } else {
-                        String::new()
-                    },
-                },
-            )
-            .await;
-        let reply = if colocate {
-            self.entry_changed(dir, reply, |r| r.dir.as_ref(), EntryChange::Added(name))?
-        } else {
-            reply?
+        let request = CreateFileRequest {
+            attrs: Some(mode_only(mode)),
+            num_dfiles: layout.num_dfiles,
+            strip_size: layout.strip_size,
+            stuffed: settings.stuffing,
+            dir: if colocate { dir } else { 0 },
+            parent: dir,
+            name: if colocate {
+                name.to_string()
+            } else {
+                String::new()
+            },
         };
+        let send = self
+            .pool()
+            .call::<CreateFileReply>(server, self.cred, Op::CreateFile, &request);
+        // With colocate the entry is made in the same request.
+        let reply = self
+            .change_entries(
+                dir,
+                colocate,
+                send,
+                |r| r.dir.as_ref(),
+                EntryChange::Added(name),
+            )
+            .await?;
         self.remember_cap(reply.cap);
         let rec = reply
             .object
@@ -603,19 +609,18 @@ impl Client {
 
     async fn remove_entry_reply(&self, req: RmDirEntRequest) -> Result<(RmDirEntReply, FileKind)> {
         let (dir, name) = (req.dir, req.name.clone());
-        let changes = !req.check_only;
-        if changes {
-            self.inner.known_dirs.begin(dir);
-        }
-        let reply = self
+        let send = self
             .pool()
-            .call::<RmDirEntReply>(server_of(dir), self.cred, Op::RmDirEnt, &req)
-            .await;
-        let reply = if changes {
-            self.entry_changed(dir, reply, |r| r.dir.as_ref(), EntryChange::Removed(&name))?
-        } else {
-            reply?
-        };
+            .call::<RmDirEntReply>(server_of(dir), self.cred, Op::RmDirEnt, &req);
+        let reply = self
+            .change_entries(
+                dir,
+                !req.check_only,
+                send,
+                |r| r.dir.as_ref(),
+                EntryChange::Removed(&name),
+            )
+            .await?;
         self.inner.names.remove(&self.name_key(dir, &name));
         self.refresh_dir(reply.dir.clone());
         let kind = kind_of(reply.kind)?;
