@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use shoal_proto::auth::Secret;
 use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings};
 use shoal_proto::error::{Result, ShoalError};
+use shoal_proto::ports::free_loopback_addr;
 
 #[derive(Default, Serialize, Deserialize)]
 pub struct State {
@@ -115,10 +116,6 @@ impl LocalCluster {
         config.save(&path)?;
         Ok(config)
     }
-}
-
-fn free_loopback_addr() -> Result<SocketAddr> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
 /// Starts `shoal ARGS...` in its own session (so a terminal's Ctrl-C reaches

@@ -5,8 +5,9 @@
 //! space ([`handle`]), striping arithmetic ([`dist`]), directory hints
 //! ([`hints`]), name validation ([`names`]), the cluster file ([`cluster`]),
 //! the authentication handshake ([`auth`]), who a request acts for
-//! ([`cred`]), the data rights a file's server grants ([`capability`]) and
-//! the sending side of a connection ([`sink`]).
+//! ([`cred`]), the data rights a file's server grants ([`capability`]),
+//! the sending side of a connection ([`sink`]) and free loopback ports for
+//! local clusters ([`ports`]).
 
 pub mod auth;
 pub mod capability;
@@ -20,6 +21,7 @@ pub mod handle;
 pub mod hints;
 pub mod names;
 pub mod op;
+pub mod ports;
 pub mod sink;
 pub mod time;
 

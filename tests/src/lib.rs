@@ -1,13 +1,13 @@
 //! The test kit: `Cluster::builder().servers(4).set("k=v").start()` starts real
-//! `shoal server` processes on free loopback ports in a temporary directory,
-//! mounts the file system when asked, and stops and removes everything on drop.
+//! `shoal server` processes on free loopback ports (`shoal_proto::ports`) in a
+//! temporary directory, mounts the file system when asked, and stops and
+//! removes everything on drop.
 //!
 //! It runs the `shoal` binary of this workspace's target directory (built by
 //! `cargo build -p shoal-cli` before the tests; `scripts/test` does that), or
 //! the one named by `SHOAL_BIN`.
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -98,10 +98,7 @@ impl Builder {
             servers: (0..self.servers)
                 .map(|id| ServerEntry {
                     id,
-                    addr: TcpListener::bind("127.0.0.1:0")
-                        .unwrap()
-                        .local_addr()
-                        .unwrap(),
+                    addr: shoal_proto::ports::free_loopback_addr().expect("a free port"),
                     data: self
                         .data_dirs
                         .get(&id)
