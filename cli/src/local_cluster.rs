@@ -70,11 +70,12 @@ impl LocalCluster {
     }
 
     /// The cluster file, created with `servers` servers on free loopback ports
-    /// if there is none yet. Servers whose port is now taken get a new one.
+    /// if there is none yet. Servers whose port is now taken, or shared with
+    /// another server, get a new one.
     pub fn cluster_config(&self, servers: Option<u32>, sets: &[String]) -> Result<ClusterConfig> {
         let path = self.cluster_file();
         let mut config = if path.exists() {
-            let c = ClusterConfig::load(&path)?;
+            let c = ClusterConfig::read(&path)?;
             if let Some(n) = servers.filter(|n| *n != c.num_servers()) {
                 return Err(ShoalError::invalid(format!(
                     "{} holds a cluster of {} servers, not {n}; use another --data directory",
@@ -107,10 +108,15 @@ impl LocalCluster {
         for s in sets {
             config.settings.set(s)?;
         }
+        // A port not chosen yet, taken now, or another server's (a file
+        // written before ports were handed out distinct) gets a new one.
+        let mut ports = std::collections::BTreeSet::new();
         for s in &mut config.servers {
-            if s.addr.port() == 0 || TcpListener::bind(s.addr).is_err() {
+            let port = s.addr.port();
+            if port == 0 || ports.contains(&port) || TcpListener::bind(s.addr).is_err() {
                 s.addr = free_loopback_addr()?;
             }
+            ports.insert(s.addr.port());
         }
         config.validate()?;
         config.save(&path)?;

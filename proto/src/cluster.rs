@@ -271,7 +271,18 @@ impl Settings {
 }
 
 impl ClusterConfig {
+    /// The cluster file at `path`, checked (`validate`).
     pub fn load(path: &Path) -> Result<ClusterConfig> {
+        let config = ClusterConfig::read(path)?;
+        config
+            .validate()
+            .map_err(|e| e.context(format!("cluster file {}", path.display())))?;
+        Ok(config)
+    }
+
+    /// The cluster file at `path` as written, not checked yet: for `shoal
+    /// up`, which repairs the ports of a file it wrote before checking it.
+    pub fn read(path: &Path) -> Result<ClusterConfig> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ShoalError::from(e).context(format!("cluster file {}", path.display())))?;
         let mut config: ClusterConfig = toml::from_str(&text)
@@ -280,9 +291,6 @@ impl ClusterConfig {
             let dir = path.parent().unwrap_or(Path::new("."));
             *secret = dir.join(&*secret);
         }
-        config
-            .validate()
-            .map_err(|e| e.context(format!("cluster file {}", path.display())))?;
         Ok(config)
     }
 
@@ -305,6 +313,18 @@ impl ClusterConfig {
                 return Err(ShoalError::invalid(format!(
                     "server ids must be 0..N in order; entry {i} has id {}",
                     s.id
+                )));
+            }
+            // Two entries at one address would be one server taking the
+            // requests meant for both (and, locally, two that cannot both
+            // listen). Port 0 is "not chosen yet" (`shoal up` chooses).
+            if let Some(other) = self.servers[..i]
+                .iter()
+                .find(|o| o.addr == s.addr && s.addr.port() != 0)
+            {
+                return Err(ShoalError::invalid(format!(
+                    "servers {} and {} both have the address {}",
+                    other.id, s.id, s.addr
                 )));
             }
         }
@@ -351,6 +371,26 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.settings, Settings::default());
         assert_eq!(c.dfiles_per_file(), 1);
+    }
+
+    #[test]
+    fn two_servers_at_one_address_are_refused() {
+        let file = |port1| {
+            format!(
+                "[[server]]\nid = 0\naddr = \"127.0.0.1:7000\"\ndata = \"/tmp/s0\"\n\
+                 [[server]]\nid = 1\naddr = \"127.0.0.1:{port1}\"\ndata = \"/tmp/s1\"\n"
+            )
+        };
+        let same: ClusterConfig = toml::from_str(&file(7000)).unwrap();
+        let e = same.validate().unwrap_err();
+        assert!(
+            e.message
+                .contains("servers 0 and 1 both have the address 127.0.0.1:7000"),
+            "{}",
+            e.message
+        );
+        let distinct: ClusterConfig = toml::from_str(&file(7001)).unwrap();
+        distinct.validate().unwrap();
     }
 
     #[test]

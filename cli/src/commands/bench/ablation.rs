@@ -93,6 +93,8 @@ fn one(opts: &AblationOptions, name: &str, count: usize, round: usize) -> Result
     let base = opts
         .work
         .join(format!("{}-{round}", name.replace(['+', ' '], "")));
+    // Fresh: whatever a failed earlier run left here goes first.
+    let _ = std::fs::remove_dir_all(&base);
     let data = base.join("data");
     let mnt = base.join("mnt");
     let mut up = vec![
