@@ -1,16 +1,16 @@
 //! Free loopback addresses for the servers of a local cluster (`shoal up`,
 //! the test kit).
 //!
-//! Why not port 0: the port the kernel hands out for a bind to port 0 comes
-//! from its ephemeral range, the range it also draws the local ports of
-//! outgoing connections from. Between choosing a port and the server binding
-//! it (a process start later) any connection on the machine may be given that
-//! port as its own, and the server then fails with EADDRINUSE (it stopped a
-//! 7-round `shoal bench ablation` at its fifth round). Ports below the
-//! ephemeral range are never given to outgoing connections, so one found free
-//! stays free unless somebody binds it on purpose; and this process
-//! remembers the ports it handed out, so that clusters it starts at the same
-//! time (tests) never get the same one.
+//! Why not port 0: the kernel may give two binds to port 0 in a row the same
+//! port once the first listener is closed, and `shoal up` closes each before
+//! the servers start (it gave two servers of one cluster the same port, and
+//! the fifth round of a 7-round `shoal bench ablation` failed with
+//! EADDRINUSE); and such ports come from the ephemeral range, from which the
+//! kernel also draws the local ports of outgoing connections, so any
+//! connection on the machine may take one before its server binds it. Here
+//! ports come from below the ephemeral range, where no outgoing connection
+//! is given one, are checked free, and are never handed out twice by one
+//! process.
 
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
