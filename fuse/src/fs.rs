@@ -39,7 +39,7 @@ use crate::groups::CallerGroups;
 use crate::inline_task;
 use crate::open_files::OpenFiles;
 use crate::readdir;
-use crate::xattr::{name_list, reply_value, xattr_name, NoCapability, CAPABILITY};
+use crate::xattr::{name_list, reply_value, xattr_name};
 
 /// Largest write the kernel may send in one request: big writes mean few
 /// round trips, and 1 MiB is the default strip, so one request fills a strip.
@@ -60,7 +60,6 @@ pub struct Shared {
     scratch: bool,
     dirs: OpenDirs,
     pub parents: Parents,
-    nocap: NoCapability,
     open: OpenFiles,
     groups: CallerGroups,
 }
@@ -93,7 +92,6 @@ impl ShoalFs {
                 scratch,
                 dirs: OpenDirs::default(),
                 parents: Parents::default(),
-                nocap: NoCapability::new(ttl),
                 open: OpenFiles::default(),
                 groups: CallerGroups::default(),
             }),
@@ -702,14 +700,10 @@ impl Filesystem for ShoalFs {
         let replace_only = flags & libc::XATTR_REPLACE != 0;
         let value = value.to_vec();
         let c = self.caller(req);
-        let s = self.shared.clone();
         self.run(
             "setxattr",
             reply,
             async move {
-                if name == CAPABILITY {
-                    s.nocap.changed(ino.0);
-                }
                 c.setxattr(ino.0, &name, &value, create_only, replace_only)
                     .await
             },
@@ -719,22 +713,11 @@ impl Filesystem for ShoalFs {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = or_reply!("getxattr", xattr_name(name), reply);
-        let capability = name == CAPABILITY;
-        if capability && self.shared.nocap.known_absent(ino.0) {
-            return reply.error(fuser::Errno::NO_XATTR);
-        }
         let c = self.caller(req);
-        let s = self.shared.clone();
         self.run(
             "getxattr",
             reply,
-            async move {
-                let got = c.getxattr(ino.0, &name).await;
-                if capability && matches!(&got, Err(e) if e.errno == Errno::ENODATA) {
-                    s.nocap.absent(ino.0);
-                }
-                got
-            },
+            async move { c.getxattr(ino.0, &name).await },
             move |reply, value| reply_value(reply, size, &value),
         );
     }
@@ -752,16 +735,10 @@ impl Filesystem for ShoalFs {
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = or_reply!("removexattr", xattr_name(name), reply);
         let c = self.caller(req);
-        let s = self.shared.clone();
         self.run(
             "removexattr",
             reply,
-            async move {
-                if name == CAPABILITY {
-                    s.nocap.changed(ino.0);
-                }
-                c.removexattr(ino.0, &name).await
-            },
+            async move { c.removexattr(ino.0, &name).await },
             |reply, ()| reply.ok(),
         );
     }
@@ -840,9 +817,6 @@ impl Filesystem for ShoalFs {
             },
             move |reply, a| {
                 s.open.opened(a.handle);
-                // A new file has no security.capability: the kernel asks
-                // before its first write, and need not ask a server.
-                s.nocap.absent(a.handle);
                 reply.created(
                     &s.ttl,
                     &s.attr(&a),

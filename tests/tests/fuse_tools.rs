@@ -856,6 +856,52 @@ fn getfattr_setfattr_round_trip() {
     );
 }
 
+/// File capabilities are not kept on Shoal (`fuse/src/xattr.rs`): setcap's
+/// attribute is refused, and the kernel's question for it before a write is
+/// answered by the mount, so that the write is its only message.
+#[test]
+fn file_capabilities_are_refused_and_a_small_write_is_one_message() {
+    use std::os::unix::fs::FileExt;
+
+    let mut c = Cluster::builder().servers(4).start();
+    let mnt = c.mount();
+    std::fs::write(mnt.join("f"), b"x").unwrap();
+    // A well-formed VFS_CAP_REVISION_2 value (the kernel checks the format).
+    let caps = "0x0100000200000000000000000000000000000000";
+    for (prog, args) in [
+        (
+            "setfattr",
+            vec!["-n", "security.capability", "-v", caps, "f"],
+        ),
+        ("getfattr", vec!["-n", "security.capability", "f"]),
+    ] {
+        let out = command(&mnt, prog, &args).output().unwrap();
+        assert!(!out.status.success(), "{prog} {args:?} succeeded");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("Operation not supported"),
+            "{prog}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = c.client();
+    rt.block_on(c.wait_for_pools(&client));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.join("f"))
+        .unwrap();
+    // Past the attribute TTL (100 ms), a stat refreshes the kernel's
+    // attributes, after which it asks about capabilities before a write.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::metadata(mnt.join("f")).unwrap();
+    let ((), messages) = rt.block_on(c.messages_during(&client, async {
+        f.write_all_at(b"hello", 0).unwrap();
+    }));
+    assert_eq!(messages, 1, "a small write through the mount");
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"hello");
+}
+
 fn now_secs() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
