@@ -13,8 +13,9 @@
 //!
 //! Limits a user may meet: names and symlink targets must be UTF-8 (others
 //! get EINVAL); hard links get EPERM; mknod makes regular files only (others
-//! EPERM); `rename` with RENAME_EXCHANGE gets EINVAL; POSIX ACLs and SELinux
-//! labels (`system.*`, `security.selinux` xattrs) get EOPNOTSUPP.
+//! EPERM); `rename` with RENAME_EXCHANGE gets EINVAL; POSIX ACLs, SELinux
+//! labels and file capabilities (`system.*`, `security.selinux`,
+//! `security.capability` xattrs) get EOPNOTSUPP.
 
 mod attr;
 mod dirs;
