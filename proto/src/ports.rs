@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use rand::Rng;
 
 /// Lowest port chosen: below it lie the well-known and most registered ports.
-const LOWEST: u16 = 10_000;
+pub const LOWEST: u16 = 10_000;
 /// Random ports tried before letting the kernel choose.
 const TRIES: usize = 200;
 /// Linux's default ephemeral range, for when /proc does not say.
@@ -48,7 +48,7 @@ pub fn free_loopback_addr() -> std::io::Result<SocketAddr> {
 }
 
 /// The kernel's range for the local ports of outgoing connections.
-fn ephemeral_range() -> (u16, u16) {
+pub fn ephemeral_range() -> (u16, u16) {
     std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|text| parse_range(&text))

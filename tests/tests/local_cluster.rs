@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use shoal_proto::cluster::ClusterConfig;
+use shoal_proto::ports::{ephemeral_range, LOWEST};
 use shoal_tests::shoal_bin;
 
 fn shoal(args: &[&str], data: &Path) -> Output {
@@ -43,13 +44,6 @@ fn ports(data: &Path) -> Vec<u16> {
     config.servers.iter().map(|s| s.addr.port()).collect()
 }
 
-fn ephemeral_low() -> u16 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|t| t.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32768)
-}
-
 fn assert_distinct(ports: &[u16]) {
     let mut sorted = ports.to_vec();
     sorted.sort_unstable();
@@ -69,8 +63,8 @@ fn each_server_gets_its_own_port_and_a_shared_one_is_repaired() {
     let first = ports(&data);
     down(&data);
     assert_distinct(&first);
-    let low = ephemeral_low();
-    if low > 10_000 {
+    let low = ephemeral_range().0;
+    if low > LOWEST {
         for p in &first {
             assert!(
                 *p < low,
