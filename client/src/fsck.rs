@@ -2,9 +2,13 @@
 //!
 //! Every server's objects and directory entries are scanned; reachability is
 //! computed from the root over the entries (and from files to their
-//! datafiles). An object's `parent` says which of its entries is true: one in
-//! another directory is the leftover of an interrupted move, dropped on
-//! repair. An entry may name a datafile directly: a file without a
+//! datafiles). A directory's `parent` says which of its entries is true: one
+//! in another directory is the leftover of an interrupted move, dropped on
+//! repair. Anything else may have several names (hard links): its link count
+//! must be the number of entries naming it from reachable directories, and a
+//! directory's `subdirs` the number of its entries naming directories; a
+//! crash between a link's two steps leaves a count too high, which repair
+//! sets right. An entry may name a datafile directly: a file without a
 //! metafile (made in a no_metafile directory, seed 002), reachable like any
 //! file and counted in the report. Creates add objects before the entry that names them and
 //! removes drop the entry first, so a crash leaves only orphans (unreachable
@@ -42,9 +46,13 @@ pub struct FsckReport {
     /// the object's true entry is in its `parent` directory; this one is
     /// not (dir, name, handle).
     pub leftover_entries: Vec<(Handle, String, Handle)>,
-    /// Objects whose `parent` directory has no entry for them, named from
-    /// another directory only: (object, that directory).
+    /// Directories whose `parent` directory has no entry for them, named
+    /// from another directory only: (directory, that other directory).
     pub stale_parents: Vec<(Handle, Handle)>,
+    /// Objects whose count of names is not what the entries say: (object,
+    /// the count found, the count recorded): a file's links, a directory's
+    /// subdirectories.
+    pub wrong_counts: Vec<(Handle, u32, u32)>,
     /// Reachable directories left marked for removal by an interrupted rmdir.
     pub stale_marks: Vec<Handle>,
     /// Local datafile files no record owns: (server, handle).
@@ -59,6 +67,7 @@ impl FsckReport {
             + self.dangling.len()
             + self.leftover_entries.len()
             + self.stale_parents.len()
+            + self.wrong_counts.len()
             + self.stale_marks.len()
             + self.orphan_files.len()
     }
@@ -140,13 +149,18 @@ impl Client {
             .chain([handle::ROOT])
             .collect();
         let mut queue = VecDeque::from([handle::ROOT]);
+        // Names found of each object, from reachable directories: a
+        // directory's subdirectories, anything else's entries.
+        let mut names: HashMap<Handle, u32> = HashMap::new();
         while let Some(dir) = queue.pop_front() {
+            names.entry(dir).or_default();
             for e in children.get(&dir).into_iter().flatten() {
                 let Some(obj) = objects.get(&e.handle) else {
                     report.dangling.push((dir, e.name.clone(), e.handle));
                     continue;
                 };
-                if obj.parent != 0 && obj.parent != dir && e.handle != handle::ROOT {
+                let is_dir = obj.kind() == ObjectKind::Directory;
+                if is_dir && obj.parent != 0 && obj.parent != dir && e.handle != handle::ROOT {
                     if named_from[&e.handle].contains(&obj.parent) {
                         // Its true entry is in `parent`; this one is the
                         // leftover of an interrupted move.
@@ -157,6 +171,9 @@ impl Client {
                     }
                     report.stale_parents.push((e.handle, dir));
                 }
+                *names
+                    .entry(if is_dir { dir } else { e.handle })
+                    .or_default() += 1;
                 if !reachable.insert(e.handle) {
                     continue;
                 }
@@ -177,6 +194,17 @@ impl Client {
                 }
             }
         }
+        for (h, found) in &names {
+            let Some(obj) = objects.get(h) else { continue };
+            let recorded = match obj.kind() {
+                ObjectKind::Directory => obj.subdirs.min(u32::MAX.into()) as u32,
+                _ => obj.links,
+            };
+            if recorded != *found {
+                report.wrong_counts.push((*h, *found, recorded));
+            }
+        }
+        report.wrong_counts.sort();
         let young = now_ns() - grace.as_nanos() as i64;
         let mut orphans: Vec<&ObjectRecord> = objects
             .values()
@@ -244,6 +272,23 @@ impl Client {
                     )
                     .await,
             )?;
+        }
+        for (h, found, _) in &report.wrong_counts {
+            ignore_missing(
+                self.pool()
+                    .call::<LinkReply>(
+                        server_of(*h),
+                        self.cred,
+                        Op::Link,
+                        &LinkRequest {
+                            handle: *h,
+                            fsck_set: Some(*found),
+                            ..Default::default()
+                        },
+                    )
+                    .await,
+            )?;
+            self.forget(*h);
         }
         for d in &report.stale_marks {
             ignore_missing(

@@ -17,6 +17,7 @@ pub mod fsck;
 pub mod hints;
 pub mod io;
 mod known_dirs;
+mod name_cache;
 pub mod namespace;
 pub mod pool;
 pub mod readdirplus;
@@ -30,17 +31,13 @@ use std::time::{Duration, Instant};
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::Result;
 use shoal_proto::msg::{DirHints, Distribution, PingReply};
-use shoal_proto::{Handle, ObjectKind, Op};
+use shoal_proto::{Handle, Op};
 
 pub use shoal_proto::error::{Errno, ShoalError};
 pub use types::*;
 
 use cache::TtlCache;
 use pool::Pool;
-
-/// An entry of the name cache: directory, name and the caller that looked
-/// it up.
-type NameKey = (Handle, String, Cred);
 
 /// A connection to a Shoal cluster.
 #[derive(Clone)]
@@ -51,9 +48,8 @@ pub struct Client {
 
 struct Inner {
     pool: Pool,
-    /// Entries: the handle and the kind of object named (a file is a
-    /// metafile, or a datafile without one), per caller.
-    names: TtlCache<NameKey, (Handle, ObjectKind)>,
+    /// Entries: the handle and the kind of object named.
+    names: name_cache::NameCache,
     attrs: TtlCache<Handle, Attr>,
     /// Directory hints as last seen, kept without a TTL (see [`hints`]).
     hints: TtlCache<Handle, DirHints>,
@@ -79,7 +75,7 @@ impl Client {
         let first = std::process::id() % config.num_servers();
         Client {
             inner: Arc::new(Inner {
-                names: TtlCache::new(ttl),
+                names: name_cache::NameCache::new(ttl),
                 attrs: TtlCache::new(ttl),
                 hints: TtlCache::new(cache::FOREVER),
                 dists: DistCache::new(ttl),

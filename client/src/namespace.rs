@@ -11,7 +11,7 @@ use shoal_proto::names::{check_name, split_path};
 use shoal_proto::{crash_points, ObjectKind, Op};
 
 use crate::known_dirs::EntryChange;
-use crate::{Attr, Client, DirEntry, FileKind};
+use crate::{Attr, Client, DirEntry, FileKind, Unlinked};
 
 /// Symlinks followed while resolving one path.
 const MAX_SYMLINKS: usize = 40;
@@ -49,14 +49,6 @@ impl Client {
         handle::ROOT
     }
 
-    /// The key of entry `name` of `dir` in the name cache: per caller, so
-    /// that a view acting as another user ([`Client::with_cred`]) asks the
-    /// servers, which check its search permission, instead of using a name
-    /// another user looked up.
-    fn name_key(&self, dir: Handle, name: &str) -> crate::NameKey {
-        (dir, name.to_string(), self.cred)
-    }
-
     /// Looks `name` up in directory `dir`.
     pub async fn lookup(&self, dir: Handle, name: &str) -> Result<(Handle, FileKind)> {
         let (h, kind) = self.lookup_entry(dir, name).await?;
@@ -66,14 +58,13 @@ impl Client {
     /// The entry `name` of `dir`: the handle and the kind of object it names.
     async fn lookup_entry(&self, dir: Handle, name: &str) -> Result<(Handle, ObjectKind)> {
         check_name(name)?;
-        let key = self.name_key(dir, name);
-        if let Some(hit) = self.inner.names.get(&key) {
+        if let Some(hit) = self.inner.names.get(dir, name, self.cred) {
             return Ok(hit);
         }
         self.known_absent(dir, name)?;
         let reply = self.lookup_request(dir, name, false).await?;
         let found = (reply.handle, entry_kind(reply.kind)?);
-        self.inner.names.put(key, found);
+        self.inner.names.put(dir, name, self.cred, found);
         Ok(found)
     }
 
@@ -82,15 +73,14 @@ impl Client {
     /// entry and comes back with the lookup: one message, not two.
     pub async fn lookup_attr(&self, dir: Handle, name: &str) -> Result<Attr> {
         check_name(name)?;
-        let key = self.name_key(dir, name);
-        if let Some((h, _)) = self.inner.names.get(&key) {
+        if let Some((h, _)) = self.inner.names.get(dir, name, self.cred) {
             return self.getattr(h).await;
         }
         self.known_absent(dir, name)?;
         let want_attrs = self.config().settings.colocate;
         let reply = self.lookup_request(dir, name, want_attrs).await?;
         let (h, kind) = (reply.handle, entry_kind(reply.kind)?);
-        self.inner.names.put(key, (h, kind));
+        self.inner.names.put(dir, name, self.cred, (h, kind));
         self.remember_cap(reply.cap.filter(|c| c.file == h));
         match reply.object.filter(|o| o.handle == h) {
             Some(rec) => self.attr_of(rec, &reply.sizes).await,
@@ -271,9 +261,7 @@ impl Client {
             )
             .await?;
         self.refresh_dir(reply.dir);
-        self.inner
-            .names
-            .put(self.name_key(dir, name), (handle, kind));
+        self.inner.names.put(dir, name, self.cred, (handle, kind));
         Ok(())
     }
 
@@ -288,7 +276,7 @@ impl Client {
         created_under: Option<DirHints>,
     ) -> Result<()> {
         if let Err(e) = self.add_entry(dir, name, handle, kind, created_under).await {
-            if let Err(cleanup) = self.remove_objects(handle, 0).await {
+            if let Err(cleanup) = self.remove_objects(handle).await {
                 tracing::warn!("could not remove orphan {handle:#x}: {cleanup}");
             }
             return Err(e);
@@ -420,6 +408,7 @@ impl Client {
             mtime_ns: now,
             ctime_ns: now,
             nlink: 1,
+            rdev: 0,
         };
         self.inner.attrs.put(h, attr.clone());
         attr
@@ -498,7 +487,7 @@ impl Client {
         let (h, kind) = (rec.handle, rec.kind());
         if colocate {
             self.refresh_dir(reply.dir);
-            self.inner.names.put(self.name_key(dir, name), (h, kind));
+            self.inner.names.put(dir, name, self.cred, (h, kind));
         } else {
             shoal_proto::crash_point!(crash_points::CREATE_BEFORE_ENTRY);
             self.link_new(dir, name, h, kind, Some(hints)).await?;
@@ -541,7 +530,7 @@ impl Client {
     /// Best-effort removal of a file's objects that no entry names yet.
     async fn remove_unnamed(&self, meta: Handle, dist: &Distribution) {
         for h in dist.datafiles.iter().copied().chain([meta]) {
-            if let Err(e) = self.remove_object(h, 0).await {
+            if let Err(e) = self.remove_unnamed_object(h).await {
                 tracing::warn!("could not remove orphan {h:#x}: {e}");
             }
         }
@@ -592,6 +581,37 @@ impl Client {
         self.getattr(h).await
     }
 
+    /// Creates a special file (a FIFO, socket or device, `kind`) with
+    /// permission bits `mode` and, for a device, number `rdev` (2 messages,
+    /// as a symlink). Opening it is the local kernel's business.
+    pub async fn mknod(
+        &self,
+        dir: Handle,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<Attr> {
+        check_name(name)?;
+        let object = kind.special_object().ok_or_else(|| {
+            ShoalError::invalid(format!("mknod makes special files, not a {kind:?}"))
+        })?;
+        let h = self
+            .create_object(
+                server_of(dir),
+                CreateObjectRequest {
+                    kind: object as i32,
+                    attrs: Some(mode_only(mode)),
+                    parent: dir,
+                    rdev,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        self.link_new(dir, name, h, object, None).await?;
+        self.getattr(h).await
+    }
+
     pub async fn readlink(&self, h: Handle) -> Result<String> {
         let rec = self.get_record(h).await?;
         if rec.kind() != ObjectKind::Symlink {
@@ -621,103 +641,184 @@ impl Client {
                 EntryChange::Removed(&name),
             )
             .await?;
-        self.inner.names.remove(&self.name_key(dir, &name));
+        if !req.check_only {
+            self.inner.names.remove(dir, &name);
+        }
         self.refresh_dir(reply.dir.clone());
         let kind = kind_of(reply.kind)?;
         Ok((reply, kind))
     }
 
-    /// Removes object `h`, unless `expect_parent` (the directory whose entry
-    /// was removed; 0: any) is not its true directory (see ObjectRecord's
-    /// `parent`): then the reply says it was kept.
-    async fn remove_object(&self, h: Handle, expect_parent: Handle) -> Result<RemoveReply> {
+    /// Removes object `h` as `req` says (see RemoveRequest: a directory
+    /// whose entry in `expect_parent` was removed, or anything else that no
+    /// entry names).
+    async fn remove_object(&self, h: Handle, req: RemoveRequest) -> Result<RemoveReply> {
+        debug_assert_eq!(req.handle, h);
         let reply: RemoveReply = self
             .pool()
-            .call(
-                server_of(h),
-                self.cred,
-                Op::Remove,
-                &RemoveRequest {
-                    handle: h,
-                    expect_parent,
-                },
-            )
+            .call(server_of(h), self.cred, Op::Remove, &req)
             .await?;
         self.forget(h);
         Ok(reply)
     }
 
+    /// Removes an object outright (one that no entry names: a create's
+    /// leftovers, a datafile).
+    async fn remove_unnamed_object(&self, h: Handle) -> Result<RemoveReply> {
+        self.remove_object(
+            h,
+            RemoveRequest {
+                handle: h,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
     /// Removes a datafile of a removed file.
     async fn remove_datafiles(&self, datafiles: &[Handle]) -> Result<()> {
-        futures::future::try_join_all(datafiles.iter().map(|d| self.remove_object(*d, 0))).await?;
+        futures::future::try_join_all(datafiles.iter().map(|d| self.remove_unnamed_object(*d)))
+            .await?;
         Ok(())
     }
 
-    /// Removes an object no entry of `parent` names any more, and a file's
-    /// datafiles (a stuffed file has one, on the metafile's server: 1 more
-    /// message; if that server already removed it with the metafile, so much
-    /// the better).
-    async fn remove_objects(&self, h: Handle, parent: Handle) -> Result<()> {
+    /// What is left to do once object `h` went on its server: the
+    /// datafiles its reply listed (none for a stuffed file: its server
+    /// removed the one it had).
+    async fn removed(&self, h: Handle, dist: Option<Distribution>) -> Result<()> {
+        self.forget(h);
         self.inner.unstable.forget(h);
-        // The reply lists only the datafiles still to remove (none for a
-        // stuffed file: its server removed the one it had).
-        let reply = self.remove_object(h, parent).await?;
-        self.remove_datafiles(&reply.dist.map(|d| d.datafiles).unwrap_or_default())
+        self.remove_datafiles(&dist.map(|d| d.datafiles).unwrap_or_default())
             .await
     }
 
-    /// Removes a file or symlink: the entry, then the metafile (whose reply
-    /// names the datafiles), then the datafiles (n+2 messages).
-    /// With colocate, a file whose metafile lives on the directory's server
-    /// goes with its entry in one request (a stuffed file entirely).
+    /// Removes objects no entry names yet (a create whose entry failed).
+    async fn remove_objects(&self, h: Handle) -> Result<()> {
+        let reply = self.remove_unnamed_object(h).await?;
+        self.removed(h, reply.dist).await
+    }
+
+    /// Removes a file, symlink or special file's name. The object goes with
+    /// its last name (see [`Client::unlink_keeping`]).
     pub async fn unlink(&self, dir: Handle, name: &str) -> Result<()> {
-        if !self.config().settings.colocate {
-            let h = self.unlink_detached(dir, name).await?;
-            shoal_proto::crash_point!(crash_points::UNLINK_AFTER_ENTRY);
-            return self.reclaim(h, dir).await;
-        }
+        self.unlink_keeping(dir, name, false).await.map(|_| ())
+    }
+
+    /// Removes a name that is not a directory's: the entry, then the
+    /// object's link (ObjectRecord.links); with its last link the object
+    /// goes, and a file's datafiles after it (n+2 messages). With colocate,
+    /// an object on the directory's server loses its link in the entry's
+    /// own request (a stuffed file goes entirely in that one message).
+    /// `keep`: the caller holds the file open, so an object left without a
+    /// name stays, for [`Client::reclaim`] at its last close (POSIX: an open
+    /// file stays readable after unlink until it is closed).
+    pub async fn unlink_keeping(&self, dir: Handle, name: &str, keep: bool) -> Result<Unlinked> {
         check_name(name)?;
         let (reply, _) = self
             .remove_entry_reply(RmDirEntRequest {
                 dir,
                 name: name.to_string(),
                 must_not_be_dir: true,
-                remove_local_object: true,
+                drop_local_link: self.config().settings.colocate,
+                keep_unlinked: keep,
                 ..Default::default()
             })
             .await?;
-        if !reply.removed {
-            return self.reclaim(reply.handle, dir).await;
+        let h = reply.handle;
+        if !reply.dropped {
+            shoal_proto::crash_point!(crash_points::UNLINK_AFTER_ENTRY);
+            return self.drop_link(h, keep).await;
         }
-        self.forget(reply.handle);
-        self.inner.unstable.forget(reply.handle);
-        self.remove_datafiles(&reply.dist.map(|d| d.datafiles).unwrap_or_default())
-            .await?;
-        Ok(())
+        if reply.removed {
+            self.removed(h, reply.dist).await?;
+            return Ok(Unlinked::Removed);
+        }
+        self.forget(h);
+        Ok(Unlinked::left(h, reply.links))
     }
 
-    /// Removes only the entry of a file or symlink and returns its handle; the
-    /// objects stay until [`Client::reclaim`] (POSIX: an open file stays
-    /// readable after unlink until it is closed).
-    pub async fn unlink_detached(&self, dir: Handle, name: &str) -> Result<Handle> {
-        check_name(name)?;
-        let (h, _) = self
-            .remove_entry(RmDirEntRequest {
-                dir,
-                name: name.to_string(),
-                must_not_be_dir: true,
-                ..Default::default()
-            })
-            .await?;
-        Ok(h)
+    /// Uncounts a link of `h`, whose entry is gone (an unlink, a rename
+    /// over it); with its last link it goes, unless `keep` (see
+    /// [`Client::unlink_keeping`]).
+    async fn drop_link(&self, h: Handle, keep: bool) -> Result<Unlinked> {
+        let sent: Result<LinkReply> = self
+            .pool()
+            .call(
+                server_of(h),
+                self.cred,
+                Op::Link,
+                &LinkRequest {
+                    handle: h,
+                    drop: true,
+                    keep_unlinked: keep,
+                    ..Default::default()
+                },
+            )
+            .await;
+        self.forget(h);
+        let reply = match sent {
+            // Already gone (fsck reclaimed it): nothing left to do.
+            Err(e) if e.errno == Errno::ENOENT => return Ok(Unlinked::Removed),
+            r => r?,
+        };
+        if reply.removed {
+            self.removed(h, reply.dist).await?;
+            return Ok(Unlinked::Removed);
+        }
+        let links = reply.object.map_or(0, |o| o.links);
+        Ok(Unlinked::left(h, links))
     }
 
-    /// Removes an object whose entry in `parent` was removed (and which no
-    /// other entry names), and a file's datafiles. If `parent` is not the
-    /// object's true directory, the entry was the leftover of an interrupted
-    /// move and the object stays (see ObjectRecord's `parent`).
-    pub async fn reclaim(&self, h: Handle, parent: Handle) -> Result<()> {
-        self.remove_objects(h, parent).await
+    /// Removes a file that lost its last name while open (an
+    /// [`Unlinked::Kept`] object) at its last close; one given a name again
+    /// meanwhile stays.
+    pub async fn reclaim(&self, h: Handle) -> Result<()> {
+        let reply = self
+            .remove_object(
+                h,
+                RemoveRequest {
+                    handle: h,
+                    unlinked_only: true,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if reply.kept {
+            return Ok(());
+        }
+        self.removed(h, reply.dist).await
+    }
+
+    /// Makes `new_dir/new_name` another name of `h` (a hard link; not of a
+    /// directory, EPERM): the link is counted on `h`'s server, then the
+    /// entry added (2 messages, and the attributes), so a crash in between
+    /// leaves a count one too high for fsck, never a name the count misses.
+    pub async fn link(&self, h: Handle, new_dir: Handle, new_name: &str) -> Result<Attr> {
+        check_name(new_name)?;
+        let reply: LinkReply = self
+            .pool()
+            .call(
+                server_of(h),
+                self.cred,
+                Op::Link,
+                &LinkRequest {
+                    handle: h,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        self.forget(h);
+        let rec = reply
+            .object
+            .ok_or_else(|| ShoalError::protocol("link reply without the object"))?;
+        shoal_proto::crash_point!(crash_points::LINK_BEFORE_ENTRY);
+        if let Err(e) = self.add_entry(new_dir, new_name, h, rec.kind(), None).await {
+            if let Err(undo) = self.drop_link(h, false).await {
+                tracing::warn!("could not uncount the link of {h:#x} just counted: {undo}");
+            }
+            return Err(e);
+        }
+        self.getattr(h).await
     }
 
     /// Removes an empty directory: mark it so nothing can be added (fails if
@@ -745,7 +846,23 @@ impl Client {
             self.abort_rmdir(h).await;
             return Err(e);
         }
-        if self.remove_object(h, dir).await?.kept {
+        self.remove_dir_object(h, dir).await
+    }
+
+    /// Removes directory `h`, empty and marked, whose entry in `parent` is
+    /// gone.
+    async fn remove_dir_object(&self, h: Handle, parent: Handle) -> Result<()> {
+        let reply = self
+            .remove_object(
+                h,
+                RemoveRequest {
+                    handle: h,
+                    expect_parent: parent,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if reply.kept {
             // The entry was a leftover of an interrupted move: the directory
             // lives on under its true name.
             self.abort_rmdir(h).await;
@@ -782,9 +899,8 @@ impl Client {
 
     /// Renames `dir/name` to `new_dir/new_name`, replacing a compatible target
     /// as POSIX says. Within one directory it is one atomic request; across
-    /// directories the new entry is added, the object's `parent` set to the
-    /// new directory, then the old entry removed: a crash can leave the object
-    /// named twice, never lost, and its `parent` says which name is true.
+    /// directories a crash can leave the object named twice, never lost
+    /// (see [`Client::rename_keeping`]).
     pub async fn rename(
         &self,
         dir: Handle,
@@ -793,25 +909,31 @@ impl Client {
         new_name: &str,
         no_replace: bool,
     ) -> Result<()> {
-        match self
-            .rename_detached(dir, name, new_dir, new_name, no_replace)
-            .await?
-        {
-            Some(replaced) => self.reclaim(replaced, new_dir).await,
-            None => Ok(()),
-        }
+        self.rename_keeping(dir, name, new_dir, new_name, no_replace, |_| false)
+            .await
+            .map(|_| ())
     }
 
-    /// Like [`Client::rename`], but a replaced file's objects are left for the
-    /// caller to [`Client::reclaim`]; returns the replaced handle, if any.
-    pub async fn rename_detached(
+    /// Like [`Client::rename`]; a replaced object that is not a directory
+    /// loses that name, and with its last one it goes, unless `keep(it)`
+    /// says the caller holds it open (see [`Client::unlink_keeping`]).
+    /// Returns what became of a replaced object, if any.
+    ///
+    /// Across directories a directory moves in three steps: the new entry,
+    /// its `parent` (the commit point), the old entry removed; a crash in
+    /// between leaves two names, and `parent` says which is true. Anything
+    /// else moves as a hard link and an unlink: its link counted, the new
+    /// entry, the old entry removed, the link uncounted; a crash in between
+    /// leaves two true names, or a count one too high for fsck.
+    pub async fn rename_keeping(
         &self,
         dir: Handle,
         name: &str,
         new_dir: Handle,
         new_name: &str,
         no_replace: bool,
-    ) -> Result<Option<Handle>> {
+        keep: impl Fn(Handle) -> bool,
+    ) -> Result<Option<Unlinked>> {
         check_name(name)?;
         check_name(new_name)?;
         let (h, entry) = self.lookup_entry(dir, name).await?;
@@ -822,9 +944,9 @@ impl Client {
             Err(e) => return Err(e),
         };
         if dir != new_dir {
-            // A move to another directory takes three steps on up to three
-            // servers; ask first whether the entry may leave `dir`, so that
-            // a refused move changes nothing.
+            // A move to another directory takes several steps on up to
+            // three servers; ask first whether the entry may leave `dir`, so
+            // that a refused move changes nothing.
             self.check_move_out(dir, name, h).await?;
         }
         // Before the target is marked for removal, so an EINVAL leaves no mark.
@@ -833,6 +955,7 @@ impl Client {
         }
         if let Some((t, tkind)) = target {
             if t == h {
+                // Two names of one object: POSIX says nothing happens.
                 return Ok(None);
             }
             if no_replace {
@@ -858,10 +981,10 @@ impl Client {
                 _ => {}
             }
         }
-        let result = self
+        let moved = self
             .move_entry(dir, name, new_dir, new_name, h, entry, no_replace)
             .await;
-        let replaced = match result {
+        let replaced = match moved {
             Ok(r) => r,
             Err(e) => {
                 if let Some((t, FileKind::Directory)) = target {
@@ -870,18 +993,21 @@ impl Client {
                 return Err(e);
             }
         };
-        match (replaced, target) {
-            (0, _) => Ok(None),
+        match replaced {
+            None => Ok(None),
             // A replaced directory is empty and marked: remove it now.
-            (d, Some((_, FileKind::Directory))) => self.reclaim(d, new_dir).await.map(|_| None),
-            (f, _) => Ok(Some(f)),
+            Some((d, ObjectKind::Directory)) => {
+                self.remove_dir_object(d, new_dir).await?;
+                Ok(Some(Unlinked::Removed))
+            }
+            Some((f, _)) => self.drop_link(f, keep(f)).await.map(Some),
         }
     }
 
-    /// Moves the entry; returns the handle of a replaced object (0 if none).
-    /// The new entry names the same kind of object as the old one: a file
-    /// without a metafile (no_metafile) stays one wherever it moves, since
-    /// hints apply to new files only.
+    /// Moves the entry; returns the object a replaced entry named, if any,
+    /// with its kind. The new entry names the same kind of object as the old
+    /// one: a file without a metafile (no_metafile) stays one wherever it
+    /// moves, since hints apply to new files only.
     #[allow(clippy::too_many_arguments)]
     async fn move_entry(
         &self,
@@ -892,11 +1018,37 @@ impl Client {
         h: Handle,
         kind: ObjectKind,
         no_replace: bool,
-    ) -> Result<Handle> {
-        self.inner.names.remove(&self.name_key(dir, name));
-        self.inner.names.remove(&self.name_key(new_dir, new_name));
+    ) -> Result<Option<(Handle, ObjectKind)>> {
+        let moved = self
+            .move_entry_steps(dir, name, new_dir, new_name, h, kind, no_replace)
+            .await;
+        // Whatever came of it, for every caller: what this client knew of
+        // both names, both directories and the object is out of date.
+        self.inner.names.remove(dir, name);
+        self.inner.names.remove(new_dir, new_name);
         self.forget(dir);
         self.forget(new_dir);
+        self.forget(h);
+        let replaced = moved?;
+        let kind_of = |k: i32| ObjectKind::try_from(k).unwrap_or(ObjectKind::Unspecified);
+        Ok(replaced
+            .filter(|(r, _)| *r != 0)
+            .map(|(r, k)| (r, kind_of(k))))
+    }
+
+    /// The steps of [`Client::move_entry`]; returns the replaced handle (0
+    /// if none) and its kind.
+    #[allow(clippy::too_many_arguments)]
+    async fn move_entry_steps(
+        &self,
+        dir: Handle,
+        name: &str,
+        new_dir: Handle,
+        new_name: &str,
+        h: Handle,
+        kind: ObjectKind,
+        no_replace: bool,
+    ) -> Result<Option<(Handle, i32)>> {
         if dir == new_dir {
             let reply: RenameEntryReply = self
                 .pool()
@@ -912,9 +1064,24 @@ impl Client {
                     },
                 )
                 .await?;
-            return Ok(reply.replaced_handle);
+            return Ok(Some((reply.replaced_handle, reply.replaced_kind)));
         }
-        let added: CrDirEntReply = self
+        let is_dir = kind == ObjectKind::Directory;
+        if !is_dir {
+            // The new name is counted before it exists.
+            self.pool()
+                .call::<LinkReply>(
+                    server_of(h),
+                    self.cred,
+                    Op::Link,
+                    &LinkRequest {
+                        handle: h,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+        }
+        let added: Result<CrDirEntReply> = self
             .pool()
             .call(
                 server_of(new_dir),
@@ -929,29 +1096,47 @@ impl Client {
                     created_under: None,
                 },
             )
-            .await?;
+            .await;
+        let added = match added {
+            Ok(a) => a,
+            Err(e) => {
+                if !is_dir {
+                    if let Err(undo) = self.drop_link(h, false).await {
+                        tracing::warn!("could not uncount the link of {h:#x} just counted: {undo}");
+                    }
+                }
+                return Err(e);
+            }
+        };
         shoal_proto::crash_point!(crash_points::MOVE_AFTER_LINK);
-        // The commit point: from here the new entry is the true one.
-        self.pool()
-            .call::<Empty>(
-                server_of(h),
-                self.cred,
-                Op::SetParent,
-                &SetParentRequest {
-                    dir: h,
-                    parent: new_dir,
-                },
-            )
+        if is_dir {
+            // The commit point: from here the new entry is the true one.
+            self.pool()
+                .call::<Empty>(
+                    server_of(h),
+                    self.cred,
+                    Op::SetParent,
+                    &SetParentRequest {
+                        dir: h,
+                        parent: new_dir,
+                    },
+                )
+                .await?;
+            shoal_proto::crash_point!(crash_points::MOVE_AFTER_PARENT);
+        }
+        let (removed, _) = self
+            .remove_entry_reply(RmDirEntRequest {
+                dir,
+                name: name.to_string(),
+                expect_handle: h,
+                drop_local_link: !is_dir,
+                ..Default::default()
+            })
             .await?;
-        shoal_proto::crash_point!(crash_points::MOVE_AFTER_PARENT);
-        self.remove_entry(RmDirEntRequest {
-            dir,
-            name: name.to_string(),
-            expect_handle: h,
-            ..Default::default()
-        })
-        .await?;
-        Ok(added.replaced_handle)
+        if !is_dir && !removed.dropped {
+            self.drop_link(h, false).await?;
+        }
+        Ok(Some((added.replaced_handle, added.replaced_kind)))
     }
 
     /// Whether the caller may move entry `name` of `dir` (naming `h`) to
@@ -1014,7 +1199,7 @@ impl Client {
                 if reply.searchable {
                     self.inner
                         .names
-                        .put(self.name_key(dir, &e.name), (e.handle, kind));
+                        .put(dir, &e.name, self.cred, (e.handle, kind));
                 }
                 Ok(DirEntry {
                     name: e.name,

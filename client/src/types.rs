@@ -13,6 +13,10 @@ pub enum FileKind {
     Directory,
     File,
     Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
 }
 
 impl FileKind {
@@ -23,6 +27,32 @@ impl FileKind {
             ObjectKind::Directory => Some(FileKind::Directory),
             ObjectKind::Metafile | ObjectKind::Datafile => Some(FileKind::File),
             ObjectKind::Symlink => Some(FileKind::Symlink),
+            ObjectKind::Fifo => Some(FileKind::Fifo),
+            ObjectKind::Socket => Some(FileKind::Socket),
+            ObjectKind::CharDevice => Some(FileKind::CharDevice),
+            ObjectKind::BlockDevice => Some(FileKind::BlockDevice),
+            ObjectKind::Unspecified => None,
+        }
+    }
+
+    /// The kind of a special file from the S_IFMT bits of a mode (mknod).
+    pub fn special_from_mode(mode: u32) -> Option<FileKind> {
+        match mode & libc::S_IFMT {
+            libc::S_IFIFO => Some(FileKind::Fifo),
+            libc::S_IFSOCK => Some(FileKind::Socket),
+            libc::S_IFCHR => Some(FileKind::CharDevice),
+            libc::S_IFBLK => Some(FileKind::BlockDevice),
+            _ => None,
+        }
+    }
+
+    /// The object kind that holds a special file of this kind.
+    pub fn special_object(self) -> Option<ObjectKind> {
+        match self {
+            FileKind::Fifo => Some(ObjectKind::Fifo),
+            FileKind::Socket => Some(ObjectKind::Socket),
+            FileKind::CharDevice => Some(ObjectKind::CharDevice),
+            FileKind::BlockDevice => Some(ObjectKind::BlockDevice),
             _ => None,
         }
     }
@@ -33,11 +63,16 @@ impl FileKind {
             FileKind::Directory => libc::S_IFDIR,
             FileKind::File => libc::S_IFREG,
             FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDevice => libc::S_IFCHR,
+            FileKind::BlockDevice => libc::S_IFBLK,
         }
     }
 }
 
-/// POSIX attributes of a file, directory or symlink. Times in ns since the epoch.
+/// POSIX attributes of a file, directory, symlink or special file. Times in
+/// ns since the epoch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attr {
     pub handle: Handle,
@@ -50,7 +85,11 @@ pub struct Attr {
     pub atime_ns: i64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+    /// Names: a directory's 2 plus its subdirectories; anything else's
+    /// entries (0 once unlinked while open).
     pub nlink: u32,
+    /// A device's number.
+    pub rdev: u64,
 }
 
 impl Attr {
@@ -67,14 +106,18 @@ impl Attr {
             size: match kind {
                 FileKind::Symlink => rec.target.len() as u64,
                 FileKind::Directory => 4096,
-                FileKind::File => 0,
+                _ => 0,
             },
             atime_ns: a.atime_ns,
             mtime_ns: a.mtime_ns,
             ctime_ns: a.ctime_ns,
-            // Directories report 1 like btrfs: "subdirectory count unknown",
-            // so tools such as find never skip a directory on a link count.
-            nlink: 1,
+            // POSIX: a directory is named by its entry, its own "." and
+            // each subdirectory's "..".
+            nlink: match kind {
+                FileKind::Directory => 2u32.saturating_add(rec.subdirs.min(u32::MAX as u64) as u32),
+                _ => rec.links,
+            },
+            rdev: rec.rdev,
         }
     }
 }
@@ -127,4 +170,28 @@ pub struct Layout {
     /// The file has no metafile (made in a no_metafile directory): its one
     /// datafile is the file itself and it never stripes.
     pub no_metafile: bool,
+}
+
+/// What removing a name (an unlink, a rename over it) left of the object
+/// it named, if that is not a directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unlinked {
+    /// It has other names (hard links).
+    Named,
+    /// It went with its last name.
+    Removed,
+    /// It lost its last name and stays, unnamed, because the caller holds it
+    /// open: [`crate::Client::reclaim`] it at the last close.
+    Kept(Handle),
+}
+
+impl Unlinked {
+    /// An object `h` that was kept with `links` names left.
+    pub(crate) fn left(h: Handle, links: u32) -> Unlinked {
+        if links == 0 {
+            Unlinked::Kept(h)
+        } else {
+            Unlinked::Named
+        }
+    }
 }

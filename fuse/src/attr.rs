@@ -12,6 +12,10 @@ pub fn file_type(kind: FileKind) -> FileType {
         FileKind::Directory => FileType::Directory,
         FileKind::File => FileType::RegularFile,
         FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
     }
 }
 
@@ -41,10 +45,11 @@ pub fn file_attr(a: &Attr, blksize: u32) -> FileAttr {
         crtime: ctime,
         kind: file_type(a.kind),
         perm: (a.mode & 0o7777) as u16,
-        nlink: a.nlink.max(1),
+        nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        // The kernel's dev_t is 32 bits in FUSE's attributes.
+        rdev: a.rdev as u32,
         blksize,
         flags: 0,
     }
@@ -65,7 +70,8 @@ mod tests {
             atime_ns: 1_500_000_000_123_456_789,
             mtime_ns: -5,
             ctime_ns: 0,
-            nlink: 0,
+            nlink: 1,
+            rdev: 0,
         }
     }
 

@@ -27,7 +27,7 @@ use fuser::{
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use shoal_client::{Attr, Client, Cred, FileKind, SetAttr, SetTime};
+use shoal_client::{Attr, Client, Cred, FileKind, SetAttr, SetTime, Unlinked};
 use shoal_proto::cluster::SyncMode;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::time::to_ns;
@@ -124,21 +124,13 @@ impl ShoalFs {
         Ok((c.with_cred(cred), libc::S_ISGID))
     }
 
-    /// Reclaims a file whose entry in `parent` is gone, now or at its last
-    /// close.
-    fn reclaim_when_closed(
-        s: &Arc<Shared>,
-        c: &Client,
-        h: u64,
-        parent: u64,
-    ) -> impl Future<Output = Result<()>> + use<> {
-        let now = !s.open.doom(h, parent);
-        let c = c.clone();
-        async move {
-            if now {
-                c.reclaim(h, parent).await?;
-            }
-            Ok(())
+    /// What follows an unlink or a rename over a file: one that lost its
+    /// last name while open here is reclaimed at its last close, or now if
+    /// that came meanwhile.
+    async fn after_unlink(s: &Shared, c: &Client, unlinked: Unlinked) -> Result<()> {
+        match unlinked {
+            Unlinked::Kept(h) if !s.open.doom(h) => c.reclaim(h).await,
+            _ => Ok(()),
         }
     }
 
@@ -211,8 +203,8 @@ impl Filesystem for ShoalFs {
     fn destroy(&mut self) {
         // Files unlinked while open and still open when the mount ends.
         let c = self.shared.client.clone();
-        for (h, parent) in self.shared.open.take_doomed() {
-            if let Err(e) = self.rt.block_on(c.reclaim(h, parent)) {
+        for h in self.shared.open.take_doomed() {
+            if let Err(e) = self.rt.block_on(c.reclaim(h)) {
                 tracing::warn!("could not reclaim unlinked file {h:#x}: {e}");
             }
         }
@@ -338,24 +330,28 @@ impl Filesystem for ShoalFs {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Shoal stores regular files, directories and symlinks only; devices,
-        // FIFOs and sockets are refused as on file systems that cannot hold them.
+        // FIFOs, sockets and devices are stored as what they are; opening
+        // one is the local kernel's business (it sends no OPEN for them).
+        let special = FileKind::special_from_mode(mode);
         let kind = mode & libc::S_IFMT;
-        if kind != 0 && kind != libc::S_IFREG {
-            let e = ShoalError::new(
-                Errno::EPERM,
-                "only regular files can be created with mknod on Shoal",
-            );
+        if special.is_none() && kind != 0 && kind != libc::S_IFREG {
+            let e = ShoalError::invalid(format!("mknod of unknown file type {kind:#o}"));
             return fail("mknod", reply, e);
         }
         let name = name_or_reply!("mknod", name, reply);
         let c = self.caller(req);
         self.run_entry("mknod", reply, async move {
             let (c, _) = Self::creator(c, parent.0).await?;
-            c.create(parent.0, &name, mode & 0o7777).await
+            match special {
+                Some(k) => {
+                    c.mknod(parent.0, &name, k, mode & 0o7777, rdev.into())
+                        .await
+                }
+                None => c.create(parent.0, &name, mode & 0o7777).await,
+            }
         });
     }
 
@@ -390,18 +386,16 @@ impl Filesystem for ShoalFs {
             "unlink",
             reply,
             async move {
-                // A file nobody holds open goes at once, in as few messages as
-                // the cluster allows (one, with colocate); the name is usually
-                // in the client's cache from the kernel's lookup just before.
+                // A file nobody holds open goes with its last name, in as few
+                // messages as the cluster allows (one, with colocate); the
+                // name is usually in the client's cache from the kernel's
+                // lookup just before.
                 let open = match c.lookup(parent.0, &name).await {
                     Ok((h, _)) => s.open.is_open(h),
                     Err(_) => true,
                 };
-                if !open {
-                    return c.unlink(parent.0, &name).await;
-                }
-                let h = c.unlink_detached(parent.0, &name).await?;
-                Self::reclaim_when_closed(&s, &c, h, parent.0).await
+                let unlinked = c.unlink_keeping(parent.0, &name, open).await?;
+                Self::after_unlink(&s, &c, unlinked).await
             },
             |reply, ()| reply.ok(),
         );
@@ -465,11 +459,12 @@ impl Filesystem for ShoalFs {
                 // Usually answered from the client's name cache (the kernel has
                 // just looked the name up), and the rename needs it anyway.
                 let moved = c.lookup(parent.0, &name).await.ok();
+                let open = |h| s.open.is_open(h);
                 let replaced = c
-                    .rename_detached(parent.0, &name, newparent.0, &newname, no_replace)
+                    .rename_keeping(parent.0, &name, newparent.0, &newname, no_replace, open)
                     .await?;
-                if let Some(f) = replaced {
-                    Self::reclaim_when_closed(&s, &c, f, newparent.0).await?;
+                if let Some(unlinked) = replaced {
+                    Self::after_unlink(&s, &c, unlinked).await?;
                 }
                 if let Some((h, FileKind::Directory)) = moved {
                     s.parents.set(h, newparent.0);
@@ -482,16 +477,17 @@ impl Filesystem for ShoalFs {
 
     fn link(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _newparent: INodeNo,
-        _newname: &OsStr,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        // A directory entry names its object's one and only parent; Shoal has
-        // no link counts, so hard links are refused as on FAT or most object stores.
-        let e = ShoalError::new(Errno::EPERM, "hard links are not supported by Shoal");
-        fail("link", reply, e);
+        let name = name_or_reply!("link", newname, reply);
+        let c = self.caller(req);
+        self.run_entry("link", reply, async move {
+            c.link(ino.0, newparent.0, &name).await
+        });
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -572,14 +568,14 @@ impl Filesystem for ShoalFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let Some(parent) = self.shared.open.closed(ino.0) else {
+        if !self.shared.open.closed(ino.0) {
             return reply.ok();
-        };
+        }
         let c = self.caller(req);
         self.run(
             "release",
             reply,
-            async move { c.reclaim(ino.0, parent).await },
+            async move { c.reclaim(ino.0).await },
             |reply, ()| reply.ok(),
         );
     }

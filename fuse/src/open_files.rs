@@ -16,9 +16,8 @@ pub struct OpenFiles {
 #[derive(Default)]
 struct Entry {
     opens: u32,
-    /// No entry names the file any more: reclaim it at the last close. The
-    /// directory whose entry named it (for `Client::reclaim`).
-    doomed: Option<Handle>,
+    /// No entry names the file any more: reclaim it at the last close.
+    doomed: bool,
 }
 
 impl OpenFiles {
@@ -30,40 +29,42 @@ impl OpenFiles {
         self.map.lock().unwrap().contains_key(&h)
     }
 
-    /// Records a close; if it was the last one of a doomed file, which the
-    /// caller must now reclaim, the directory whose entry named it.
-    pub fn closed(&self, h: Handle) -> Option<Handle> {
+    /// Records a close; true if it was the last one of a doomed file, which
+    /// the caller must now reclaim.
+    pub fn closed(&self, h: Handle) -> bool {
         let mut map = self.map.lock().unwrap();
-        let e = map.get_mut(&h)?;
+        let Some(e) = map.get_mut(&h) else {
+            return false;
+        };
         e.opens = e.opens.saturating_sub(1);
         if e.opens > 0 {
-            return None;
+            return false;
         }
-        map.remove(&h).and_then(|e| e.doomed)
+        map.remove(&h).is_some_and(|e| e.doomed)
     }
 
-    /// Marks `h`, whose entry in `parent` is gone, for reclaiming at its
-    /// last close; false if it is not open, in which case the caller
-    /// reclaims it now.
-    pub fn doom(&self, h: Handle, parent: Handle) -> bool {
+    /// Marks `h`, which lost its last name, for reclaiming at its last
+    /// close; false if it is not open, in which case the caller reclaims it
+    /// now.
+    pub fn doom(&self, h: Handle) -> bool {
         match self.map.lock().unwrap().get_mut(&h) {
             Some(e) => {
-                e.doomed = Some(parent);
+                e.doomed = true;
                 true
             }
             None => false,
         }
     }
 
-    /// Every doomed file still open, with its directory (to reclaim when the
-    /// mount ends).
-    pub fn take_doomed(&self) -> Vec<(Handle, Handle)> {
+    /// Every doomed file still open (to reclaim when the mount ends).
+    pub fn take_doomed(&self) -> Vec<Handle> {
         let mut map = self.map.lock().unwrap();
-        let doomed: Vec<(Handle, Handle)> = map
+        let doomed: Vec<Handle> = map
             .iter()
-            .filter_map(|(h, e)| Some((*h, e.doomed?)))
+            .filter(|(_, e)| e.doomed)
+            .map(|(h, _)| *h)
             .collect();
-        map.retain(|_, e| e.doomed.is_none());
+        map.retain(|_, e| !e.doomed);
         doomed
     }
 }
@@ -75,17 +76,17 @@ mod tests {
     #[test]
     fn a_doomed_file_is_reclaimed_at_its_last_close_only() {
         let f = OpenFiles::default();
-        assert!(!f.doom(7, 1), "not open: reclaim now");
+        assert!(!f.doom(7), "not open: reclaim now");
         f.opened(7);
         f.opened(7);
-        assert!(f.doom(7, 1));
-        assert_eq!(f.closed(7), None);
-        assert_eq!(f.closed(7), Some(1), "reclaim, with its directory");
-        assert_eq!(f.closed(7), None, "already gone");
+        assert!(f.doom(7));
+        assert!(!f.closed(7));
+        assert!(f.closed(7), "reclaim at the last close");
+        assert!(!f.closed(7), "already gone");
         f.opened(8);
-        assert_eq!(f.closed(8), None, "closed without being doomed");
+        assert!(!f.closed(8), "closed without being doomed");
         f.opened(9);
-        f.doom(9, 2);
-        assert_eq!(f.take_doomed(), vec![(9, 2)]);
+        f.doom(9);
+        assert_eq!(f.take_doomed(), vec![9]);
     }
 }

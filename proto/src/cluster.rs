@@ -128,6 +128,12 @@ pub struct Settings {
     /// server, so a create (with precreate or stuffing) is one message that
     /// also adds the entry, and removing a stuffed file is one message.
     pub colocate: bool,
+    /// Mounts of this cluster let every user of the machine use them (FUSE
+    /// `allow_other`; the kernel checks permissions from the attributes, and
+    /// the servers check them again), as a multi-user node needs. Off: only
+    /// the user who mounted may use a mount (`shoal mount --allow-other`
+    /// turns it on for one mount).
+    pub allow_other: bool,
 }
 
 impl Default for Settings {
@@ -156,6 +162,7 @@ impl Default for Settings {
             eager_limit: 16 << 10,
             readdirplus: true,
             colocate: true,
+            allow_other: false,
         }
     }
 }

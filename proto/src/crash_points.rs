@@ -19,16 +19,20 @@ pub const UNSTUFF_AFTER_CREATE: &str = "unstuff-after-create";
 /// does not: orphans.
 pub const CREATE_BEFORE_ENTRY: &str = "create-before-entry";
 /// Client, move to another directory: the new entry is there and the old
-/// one too, and the object's parent still says the old one is true.
+/// one too. A directory's parent still says the old one is true; anything
+/// else has both names counted (two true names).
 pub const MOVE_AFTER_LINK: &str = "move-after-link";
-/// Client, move to another directory: both entries are there and the
-/// object's parent says the new one is true.
+/// Client, move of a directory to another directory: both entries are
+/// there and the directory's parent says the new one is true.
 pub const MOVE_AFTER_PARENT: &str = "move-after-parent";
-/// Client, remove without colocate: the entry is gone, the objects are not:
-/// orphans.
+/// Client, remove without colocate: the entry is gone, the object's link
+/// is still counted: an orphan, or a count one too high.
 pub const UNLINK_AFTER_ENTRY: &str = "unlink-after-entry";
+/// Client, hard link: the new link is counted, its entry not made yet: a
+/// count one too high.
+pub const LINK_BEFORE_ENTRY: &str = "link-before-entry";
 
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     COMMIT_AFTER_APPLY,
     LOG_TURNED,
     REFILL_AFTER_CREATE,
@@ -37,4 +41,5 @@ pub const ALL: [&str; 8] = [
     MOVE_AFTER_LINK,
     MOVE_AFTER_PARENT,
     UNLINK_AFTER_ENTRY,
+    LINK_BEFORE_ENTRY,
 ];

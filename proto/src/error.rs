@@ -30,6 +30,7 @@ impl Errno {
     pub const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
     pub const EBUSY: Errno = Errno(libc::EBUSY);
     pub const ESTALE: Errno = Errno(libc::ESTALE);
+    pub const EMLINK: Errno = Errno(libc::EMLINK);
 
     pub fn describe(self) -> String {
         std::io::Error::from_raw_os_error(self.0).to_string()

@@ -35,10 +35,11 @@ pub enum Op {
     ListAttr = 29,
     Rendezvous = 30,
     Scan = 31,
+    Link = 32,
 }
 
 impl Op {
-    pub const ALL: [Op; 31] = [
+    pub const ALL: [Op; 32] = [
         Op::Ping,
         Op::Lookup,
         Op::GetAttr,
@@ -70,6 +71,7 @@ impl Op {
         Op::ListAttr,
         Op::Rendezvous,
         Op::Scan,
+        Op::Link,
     ];
 
     pub fn from_code(code: u16) -> Option<Op> {
@@ -115,6 +117,7 @@ impl Op {
             Op::ListAttr => "listattr",
             Op::Rendezvous => "rendezvous",
             Op::Scan => "scan",
+            Op::Link => "link",
         }
     }
 
@@ -138,6 +141,7 @@ impl Op {
                 | Op::RemoveXattr
                 | Op::CreateFile
                 | Op::Unstuff
+                | Op::Link
         )
     }
 }

@@ -23,10 +23,14 @@ const WORKER_DIR: &str = "SHOAL_TEST_WORKER_DIR";
 /// Set in a worker's environment instead of `WORKER_DIR`: one move to make,
 /// `FROM TO` (two paths).
 const WORKER_MOVE: &str = "SHOAL_TEST_WORKER_MOVE";
+/// Set in a worker's environment instead of `WORKER_DIR`: one hard link to
+/// make, `EXISTING NEW` (two paths).
+const WORKER_LINK: &str = "SHOAL_TEST_WORKER_LINK";
 
-/// The worker: creates, renames (within a directory and to another) and
-/// removes files until it is killed (or a crash point kills it); or makes
-/// one move. Does nothing in a normal test run.
+/// The worker: creates, renames (within a directory and to another),
+/// hard-links, renames linked files and removes files until it is killed (or
+/// a crash point kills it); or makes one move or one link. Does nothing in a
+/// normal test run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_loop() {
     let Ok(config) = std::env::var(WORKER_CLUSTER) else {
@@ -43,6 +47,13 @@ async fn worker_loop() {
         client.rename(fd, fname, td, tname, false).await.unwrap();
         return;
     }
+    if let Ok(paths) = std::env::var(WORKER_LINK) {
+        let (existing, new) = paths.split_once(' ').unwrap();
+        let (h, _) = client.resolve(existing).await.unwrap();
+        let (td, tname) = client.resolve_parent(new).await.unwrap();
+        client.link(h, td, tname).await.unwrap();
+        return;
+    }
     let dir = std::env::var(WORKER_DIR).unwrap();
     let (a, _) = client.resolve(&format!("{dir}/a")).await.unwrap();
     let (b, _) = client.resolve(&format!("{dir}/b")).await.unwrap();
@@ -53,7 +64,7 @@ async fn worker_loop() {
         if client.create(a, &name, 0o644).await.is_err() {
             continue;
         }
-        let _ = match rng.random_range(0..6) {
+        let _ = match rng.random_range(0..8) {
             0 | 1 => {
                 client
                     .rename(a, &name, a, &format!("r{me}-{i}"), false)
@@ -65,6 +76,33 @@ async fn worker_loop() {
                     .await
             }
             4 => client.unlink(a, &name).await,
+            5 => {
+                // A second name in the other directory, then the first name
+                // moved there too: a rename of a linked file.
+                let linked = match client.lookup(a, &name).await {
+                    Ok((h, _)) => client.link(h, b, &format!("l{me}-{i}")).await,
+                    Err(e) => Err(e),
+                };
+                match linked {
+                    Ok(_) => {
+                        client
+                            .rename(a, &name, b, &format!("n{me}-{i}"), false)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            6 => {
+                // A linked file losing one name, then the other.
+                let linked = match client.lookup(a, &name).await {
+                    Ok((h, _)) => client.link(h, a, &format!("k{me}-{i}")).await,
+                    Err(e) => Err(e),
+                };
+                match linked {
+                    Ok(_) => client.unlink(a, &name).await,
+                    Err(e) => Err(e),
+                }
+            }
             _ => Ok(()),
         };
     }
@@ -169,7 +207,8 @@ async fn clients_killed_at_random_leave_no_dangling_entry_all_on() {
 }
 
 /// A client dying at `point` (baseline protocol: every step is the
-/// client's) leaves orphans and never a dangling entry.
+/// client's) leaves orphans (or a link count too high) and never a
+/// dangling entry.
 async fn dies_at(point: &str) {
     let cluster = Cluster::builder().servers(4).baseline().start();
     let client = cluster.uncached_client();
@@ -185,8 +224,9 @@ async fn dies_at(point: &str) {
     assert!(!status.success(), "the worker died at {point}");
     entries_resolve(&client, "/w/a").await;
     let found = settled_fsck(&client).await;
+    // An unlink of one of two names leaves a count too high instead.
     assert!(
-        found.orphans.len() > before,
+        found.orphans.len() > before || !found.wrong_counts.is_empty(),
         "dying at {point} orphans objects: {found:?}"
     );
     repair_to_zero(&client).await;
@@ -216,8 +256,10 @@ fn move_dying_at(cluster: &Cluster, point: &str) {
 }
 
 /// A client dying in the middle of a move to another directory leaves the
-/// object named twice; its `parent` says which name is true. Removing the
-/// leftover name keeps the object; fsck finds exactly that leftover.
+/// object named twice. A directory's `parent` says which name is true:
+/// removing the leftover name keeps the directory, and fsck finds exactly
+/// that leftover. A file has both names counted: two true names (a hard
+/// link), and fsck finds nothing wrong.
 async fn dies_moving(point: &str, new_name_is_true: bool, directory: bool) {
     let cluster = Cluster::builder().servers(4).start();
     let client = cluster.uncached_client();
@@ -243,41 +285,46 @@ async fn dies_moving(point: &str, new_name_is_true: bool, directory: bool) {
     assert_eq!(client.lookup(b, "x").await.unwrap().0, h);
     let (true_dir, leftover_dir) = if new_name_is_true { (b, a) } else { (a, b) };
     let found = settled_fsck(&client).await;
+    if !directory {
+        assert_eq!(found.problems(), 0, "two true names: {found:?}");
+        assert_eq!(client.getattr(h).await.unwrap().nlink, 2);
+        client.unlink(leftover_dir, "x").await.unwrap();
+        assert!(client.read(h, 0, 200_000).await.unwrap() == data[..]);
+        assert_eq!(client.getattr(h).await.unwrap().nlink, 1);
+        assert_eq!(client.lookup(true_dir, "x").await.unwrap().0, h);
+        let after = client.fsck(false, Duration::ZERO).await.unwrap();
+        assert_eq!(after.problems(), 0, "{after:?}");
+        return;
+    }
     assert_eq!(
         found.leftover_entries,
         vec![(leftover_dir, "x".to_string(), h)],
         "{found:?}"
     );
-    if directory {
-        // rmdir through the leftover name sees the directory as it is: not
-        // empty. fsck --repair drops the leftover; the tree stays whole.
-        let e = client.rmdir(leftover_dir, "x").await.unwrap_err();
-        assert_eq!(e.errno, shoal_client::Errno::ENOTEMPTY);
-        repair_to_zero(&client).await;
-        let inside = client.lookup(h, "inside").await.unwrap().0;
-        assert!(client.read(inside, 0, 200_000).await.unwrap() == data[..]);
-        assert_eq!(
-            client.lookup(leftover_dir, "x").await.unwrap_err().errno,
-            shoal_client::Errno::ENOENT
-        );
-    } else {
-        // Removing the leftover name keeps the file under its true name.
-        client.unlink(leftover_dir, "x").await.unwrap();
-        assert!(client.read(h, 0, 200_000).await.unwrap() == data[..]);
-    }
+    // rmdir through the leftover name sees the directory as it is: not
+    // empty. fsck --repair drops the leftover; the tree stays whole.
+    let e = client.rmdir(leftover_dir, "x").await.unwrap_err();
+    assert_eq!(e.errno, shoal_client::Errno::ENOTEMPTY);
+    repair_to_zero(&client).await;
+    let inside = client.lookup(h, "inside").await.unwrap().0;
+    assert!(client.read(inside, 0, 200_000).await.unwrap() == data[..]);
+    assert_eq!(
+        client.lookup(leftover_dir, "x").await.unwrap_err().errno,
+        shoal_client::Errno::ENOENT
+    );
     assert_eq!(client.lookup(true_dir, "x").await.unwrap().0, h);
     let after = client.fsck(false, Duration::ZERO).await.unwrap();
     assert_eq!(after.problems(), 0, "{after:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_dying_after_the_new_entry_of_a_move_leaves_the_old_name_true() {
-    dies_moving(cp::MOVE_AFTER_LINK, false, false).await;
+async fn a_client_dying_in_the_middle_of_a_file_move_leaves_two_true_names() {
+    dies_moving(cp::MOVE_AFTER_LINK, true, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_dying_after_the_parent_of_a_move_leaves_the_new_name_true() {
-    dies_moving(cp::MOVE_AFTER_PARENT, true, false).await;
+async fn a_directory_moved_to_its_new_entry_only_lives_on_under_its_old_name() {
+    dies_moving(cp::MOVE_AFTER_LINK, false, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -300,4 +347,34 @@ async fn rmdir_through_the_leftover_name_of_an_empty_directory_keeps_it() {
     client.create(x, "new", 0o644).await.unwrap();
     let after = client.fsck(false, Duration::ZERO).await.unwrap();
     assert_eq!(after.problems(), 0, "{after:?}");
+}
+
+/// A client dying between counting a hard link and adding its entry leaves
+/// the file with one name and a count of two: fsck finds the count, repair
+/// sets it, and then removing the one name removes the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_dying_in_the_middle_of_a_link_leaves_a_count_fsck_repairs() {
+    let cluster = Cluster::builder().servers(4).start();
+    let client = cluster.uncached_client();
+    let a = client.mkdir(ROOT, "a", 0o755).await.unwrap().handle;
+    client.mkdir(ROOT, "b", 0o755).await.unwrap();
+    let f = client.create(a, "x", 0o644).await.unwrap().handle;
+    let mut w = worker_with(
+        &cluster,
+        (WORKER_LINK, "/a/x /b/y"),
+        &[format!("{}=return", cp::LINK_BEFORE_ENTRY)],
+    );
+    assert!(!wait_bounded(&mut w).success(), "the worker died linking");
+    let found = settled_fsck(&client).await;
+    assert_eq!(found.wrong_counts, vec![(f, 1, 2)], "{found:?}");
+    repair_to_zero(&client).await;
+    assert_eq!(client.getattr(f).await.unwrap().nlink, 1);
+    client.unlink(a, "x").await.unwrap();
+    let after = client.fsck(false, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        after.problems(),
+        0,
+        "the file went with its one name: {after:?}"
+    );
+    assert_eq!(after.orphans, vec![]);
 }

@@ -42,7 +42,7 @@ async fn fsck_reports_and_repairs_what_crashes_leave() {
 
     // A file whose entry went away before its objects (client died mid-remove).
     client.create(ROOT, "lost", 0o644).await.unwrap();
-    client.unlink_detached(ROOT, "lost").await.unwrap();
+    client.unlink_keeping(ROOT, "lost", true).await.unwrap();
     // A directory (with a file in it) whose entry went away.
     let od = client.mkdir(ROOT, "od", 0o755).await.unwrap().handle;
     client.create(od, "inner", 0o644).await.unwrap();

@@ -250,7 +250,9 @@ check("rename_dir_over_file", lambda: os.rename("e", "file"))
 check("rename_file_over_dir", lambda: os.rename("file", "e"))
 check("rename_dir_over_nonempty_dir", lambda: os.rename("e", "d"))
 check("rename_missing", lambda: os.rename("missing", "other"))
-check("hard_link", lambda: os.link("file", "hard"))
+check("hard_link_over_existing", lambda: os.link("file", "empty"))
+check("hard_link_of_dir", lambda: os.link("d", "dlink"))
+check("hard_link_into_missing_dir", lambda: os.link("file", "nodir/x"))
 check("symlink_over_existing", lambda: os.symlink("target", "file"))
 check("readlink_of_file", lambda: os.readlink("file"))
 check("getxattr_missing", lambda: os.getxattr("file", "user.nope"))
@@ -292,7 +294,9 @@ holds("state_after", lambda: (
             ("rename_file_over_dir", &["EISDIR"]),
             ("rename_dir_over_nonempty_dir", &["ENOTEMPTY", "EEXIST"]),
             ("rename_missing", &["ENOENT"]),
-            ("hard_link", &["EPERM", "ENOTSUP", "EOPNOTSUPP"]),
+            ("hard_link_over_existing", &["EEXIST"]),
+            ("hard_link_of_dir", &["EPERM"]),
+            ("hard_link_into_missing_dir", &["ENOENT"]),
             ("symlink_over_existing", &["EEXIST"]),
             ("readlink_of_file", &["EINVAL"]),
             ("getxattr_missing", &["ENODATA"]),

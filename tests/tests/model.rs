@@ -10,20 +10,31 @@
 //! grow a datafile past `inline_max`, so its bytes move from the KV store to a
 //! local file.
 //!
-//! `PROPTEST_CASES=n` runs more cases than the default 24.
+//! A second test runs the same operations as several users through two
+//! FUSE mounts and two native clients of one cluster (`Actor`): results must
+//! agree with the model exactly while one client (a mount, or a native
+//! client) does one operation after another, whichever user asks, and after
+//! the cache TTL when the next operation comes from another client. A change
+//! made through a client must be seen by every user of that client at once.
+//!
+//! `PROPTEST_CASES=n` runs more cases than the default 24 (12 for the test of
+//! several clients).
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use shoal_client::{Client, Errno, FileKind, ShoalError};
+use shoal_client::{Client, Cred, Errno, FileKind, ShoalError};
 use shoal_proto::handle::ROOT;
-use shoal_tests::Cluster;
+use shoal_tests::{Cluster, SharedMount};
 
 const STRIP: u64 = 4096;
 /// Bytes a datafile keeps inline; with 3 datafiles, files past ~48 KiB move to
@@ -79,6 +90,11 @@ enum Op<P> {
 }
 
 impl<P> Op<P> {
+    /// Whether the operation changes the tree (when it succeeds).
+    fn changes(&self) -> bool {
+        !matches!(self, Op::Read(..) | Op::Stat(_) | Op::Readdir(_))
+    }
+
     fn map<Q>(&self, mut f: impl FnMut(&P) -> Q) -> Op<Q> {
         match self {
             Op::Mkdir(p) => Op::Mkdir(f(p)),
@@ -268,6 +284,13 @@ fn op() -> impl Strategy<Value = Op<Sel>> {
 
 fn ops() -> impl Strategy<Value = Vec<Op<Sel>>> {
     prop::collection::vec(op(), 1..=40)
+}
+
+/// Operations, each with who runs it: the same actor as the one before
+/// (`None`, most often) or the n-th.
+fn ops_by_actors() -> impl Strategy<Value = Vec<(Option<u8>, Op<Sel>)>> {
+    let who = prop_oneof![3 => Just(None), 1 => any::<u8>().prop_map(Some)];
+    prop::collection::vec((who, op()), 1..=40)
 }
 
 // ---------------------------------------------------------------- outcomes
@@ -586,14 +609,178 @@ impl Model {
 
 // ---------------------------------------------------------------- Shoal
 
+/// Who runs an operation: a native client acting as some user, or a
+/// process of some user (`fsop`) on a FUSE mount.
+enum Actor {
+    Native {
+        client: Client,
+        /// Which client (caches) it is: views of one client acting as
+        /// different users share it.
+        domain: usize,
+    },
+    Mount {
+        fsop: Fsop,
+        /// The mount point.
+        root: String,
+        /// Which mount it is.
+        domain: usize,
+    },
+}
+
+impl Actor {
+    fn domain(&self) -> usize {
+        match self {
+            Actor::Native { domain, .. } | Actor::Mount { domain, .. } => *domain,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Actor::Native { client, domain } => {
+                format!("native client {domain} as uid {}", client.cred().uid)
+            }
+            Actor::Mount { fsop, domain, .. } => format!("mount {domain} as uid {}", fsop.uid),
+        }
+    }
+}
+
+/// A long-lived `fsop` process acting as one user (see `src/bin/fsop.rs`).
+struct Fsop {
+    uid: u32,
+    child: Child,
+    io: Mutex<(ChildStdin, BufReader<ChildStdout>)>,
+}
+
+impl Fsop {
+    fn start(uid: u32) -> Fsop {
+        let fsop = env!("CARGO_BIN_EXE_fsop");
+        let mut cmd = if uid == 0 {
+            Command::new(fsop)
+        } else {
+            let mut c = Command::new("setpriv");
+            let id = uid.to_string();
+            c.args(["--reuid", &id, "--regid", &id, "--clear-groups", fsop]);
+            c
+        };
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start fsop");
+        let io = (
+            child.stdin.take().unwrap(),
+            BufReader::new(child.stdout.take().unwrap()),
+        );
+        Fsop {
+            uid,
+            child,
+            io: Mutex::new(io),
+        }
+    }
+
+    /// Sends one request (fields joined by tabs) and returns the reply line.
+    fn ask(&self, fields: &[&str]) -> Result<String, ShoalError> {
+        let mut io = self.io.lock().unwrap();
+        let (stdin, stdout) = &mut *io;
+        writeln!(stdin, "{}", fields.join("\t")).map_err(ShoalError::from)?;
+        let mut line = String::new();
+        stdout.read_line(&mut line).map_err(ShoalError::from)?;
+        let line = line.trim_end().to_string();
+        match line.strip_prefix("err ") {
+            Some(n) => Err(ShoalError::new(
+                Errno(n.parse().unwrap_or(libc::EIO)),
+                format!("through the mount, as uid {}", self.uid),
+            )),
+            None if line.is_empty() => Err(ShoalError::io("fsop ended")),
+            None => Ok(line),
+        }
+    }
+}
+
+impl Drop for Fsop {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn fsop_kind(k: &str) -> FileKind {
+    match k {
+        "dir" => FileKind::Directory,
+        "file" => FileKind::File,
+        _ => FileKind::Symlink,
+    }
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// An operation done through a mount by `fsop`, as the model sees it.
+fn through_mount(
+    fsop: &Fsop,
+    abs: impl Fn(&Path) -> String,
+    op: &Op<Path>,
+) -> Result<Out, ShoalError> {
+    let done = |r: Result<String, ShoalError>| r.map(|_| Out::Done);
+    match op {
+        Op::Mkdir(p) => done(fsop.ask(&["mkdir", &abs(p)])),
+        Op::Create(p) => done(fsop.ask(&["create", &abs(p)])),
+        Op::Unlink(p) => done(fsop.ask(&["unlink", &abs(p)])),
+        Op::Rmdir(p) => done(fsop.ask(&["rmdir", &abs(p)])),
+        Op::Rename(a, b) => done(fsop.ask(&["rename", &abs(a), &abs(b)])),
+        Op::Write {
+            path,
+            offset,
+            len,
+            seed,
+        } => {
+            let data: String = pattern(*seed, *offset, *len)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            let r = fsop.ask(&["write", &abs(path), &offset.to_string(), &data])?;
+            Ok(Out::Written(r["wrote".len()..].trim().parse().unwrap()))
+        }
+        Op::Truncate(p, size) => done(fsop.ask(&["truncate", &abs(p), &size.to_string()])),
+        Op::Read(p, offset, len) => {
+            let r = fsop.ask(&["read", &abs(p), &offset.to_string(), &len.to_string()])?;
+            Ok(Out::Data(unhex(r["data".len()..].trim())))
+        }
+        Op::Stat(p) => {
+            let r = fsop.ask(&["stat", &abs(p)])?;
+            let mut f = r.split(' ').skip(1);
+            let kind = fsop_kind(f.next().unwrap_or(""));
+            let size = f.next().and_then(|n| n.parse().ok());
+            Ok(Out::Stat(kind, size.filter(|_| kind == FileKind::File)))
+        }
+        Op::Readdir(p) => {
+            let r = fsop.ask(&["readdir", &abs(p)])?;
+            let names = r["names".len()..]
+                .split_whitespace()
+                .map(|e| {
+                    let (name, kind) = e.rsplit_once('/').unwrap();
+                    (name.to_string(), fsop_kind(kind))
+                })
+                .collect();
+            Ok(Out::Names(names))
+        }
+    }
+}
+
 struct Shoal<'a> {
     rt: &'a tokio::runtime::Runtime,
-    client: &'a Client,
+    actors: &'a [Actor],
     /// A client without caches, which reads the final tree as the servers
     /// hold it.
     uncached: &'a Client,
     /// The case's own top-level directory, e.g. "/case-7".
     top: String,
+    /// How long another client may see what this one changed.
+    ttl: Duration,
 }
 
 impl Shoal<'_> {
@@ -613,20 +800,25 @@ impl Shoal<'_> {
         })
     }
 
-    fn apply(&self, op: &Op<Path>) -> Result<Out, ShoalError> {
-        let c = self.client;
+    fn apply(&self, who: usize, op: &Op<Path>) -> Result<Out, ShoalError> {
+        let c = match &self.actors[who] {
+            Actor::Native { client, .. } => client,
+            Actor::Mount { fsop, root, .. } => {
+                return through_mount(fsop, |p| format!("{root}{}", self.abs(p)), op)
+            }
+        };
         self.block_on(async {
             match op {
                 Op::Mkdir(p) => {
                     let path = self.abs(p);
                     let (dir, name) = c.resolve_parent(&path).await?;
-                    c.mkdir(dir, name, 0o755).await?;
+                    c.mkdir(dir, name, 0o777).await?;
                     Ok(Out::Done)
                 }
                 Op::Create(p) => {
                     let path = self.abs(p);
                     let (dir, name) = c.resolve_parent(&path).await?;
-                    c.create(dir, name, 0o644).await?;
+                    c.create(dir, name, 0o666).await?;
                     Ok(Out::Done)
                 }
                 Op::Unlink(p) => {
@@ -716,9 +908,7 @@ fn snapshot_dir(
                     }
                     Node::File(data.to_vec())
                 }
-                FileKind::Symlink => {
-                    return Err(ShoalError::io(format!("{}: unexpected symlink", e.name)))
-                }
+                other => return Err(ShoalError::io(format!("{}: unexpected {other:?}", e.name))),
             };
             out.insert(e.name, node);
         }
@@ -768,15 +958,37 @@ fn outcome(r: &Result<Out, Fail>) -> String {
     }
 }
 
-fn run_case(shoal: &Shoal, ops: &[Op<Sel>]) -> Result<(), TestCaseError> {
+fn run_case(shoal: &Shoal, ops: &[(Option<u8>, Op<Sel>)]) -> Result<(), TestCaseError> {
     let mut model = Model::default();
     // The concrete operations so far, for the failure message.
     let mut trace = String::new();
-    for (i, op) in ops.iter().enumerate() {
+    let n = shoal.actors.len();
+    let mut who = 0;
+    // Clients that another client changed something for since they last
+    // acted: they may see the old state until the TTL has passed.
+    let mut stale = vec![false; n];
+    for (i, (pick, op)) in ops.iter().enumerate() {
+        if let Some(p) = pick {
+            who = *p as usize % n;
+        }
+        let domain = shoal.actors[who].domain();
+        if std::mem::take(&mut stale[domain]) {
+            std::thread::sleep(shoal.ttl + Duration::from_millis(50));
+        }
         let op = op.map(|sel| model.pick(sel));
         let shown = op.map(|p| Concrete(p.clone()));
         let want = model.apply(&op);
-        let got = shoal.apply(&op);
+        let got = shoal.apply(who, &op);
+        if want.is_ok() && op.changes() {
+            for a in shoal.actors.iter().filter(|a| a.domain() != domain) {
+                stale[a.domain()] = true;
+            }
+        }
+        let by = if n > 1 {
+            format!(" by {}", shoal.actors[who].describe())
+        } else {
+            String::new()
+        };
         let same = match (&want, &got) {
             (Ok(a), Ok(b)) => a == b,
             (Err(a), Err(b)) => a.accepts(b.errno),
@@ -792,11 +1004,11 @@ fn run_case(shoal: &Shoal, ops: &[Op<Sel>]) -> Result<(), TestCaseError> {
                 Err(e) => format!("{} ({})", e.errno.describe(), e.message),
             };
             return Err(TestCaseError::fail(format!(
-                "{trace}op {i} `{shown:?}`: model expects {}, Shoal gives {got}{detail}",
+                "{trace}op {i} `{shown:?}`{by}: model expects {}, Shoal gives {got}{detail}",
                 outcome(&want)
             )));
         }
-        trace += &format!("op {i} `{shown:?}` -> {}\n", outcome(&want));
+        trace += &format!("op {i} `{shown:?}`{by} -> {}\n", outcome(&want));
     }
     let tree = shoal
         .snapshot()
@@ -804,13 +1016,71 @@ fn run_case(shoal: &Shoal, ops: &[Op<Sel>]) -> Result<(), TestCaseError> {
     compare_trees(&model.root, &tree).map_err(|e| TestCaseError::fail(format!("{trace}{e}")))
 }
 
-#[test]
-fn shoal_agrees_with_an_in_memory_model() {
-    let cluster = Cluster::builder()
+fn model_cluster() -> Cluster {
+    Cluster::builder()
         .servers(3)
         .set(&format!("strip_size={STRIP}"))
         .set(&format!("inline_max={INLINE_MAX}"))
-        .start();
+        .start()
+}
+
+#[test]
+fn shoal_agrees_with_an_in_memory_model() {
+    let cluster = model_cluster();
+    let client = cluster.client();
+    let actors = [Actor::Native { client, domain: 0 }];
+    let ops = ops().prop_map(|ops| ops.into_iter().map(|op| (None, op)).collect());
+    check_against_model(&cluster, &actors, ops, 24);
+}
+
+/// Several users on two mounts and two native clients of one cluster.
+#[test]
+fn several_users_and_clients_agree_with_the_model() {
+    let cluster = model_cluster();
+    let (m1, m2) = (SharedMount::new(&cluster), SharedMount::new(&cluster));
+    let on = |m: &SharedMount| m.path().to_string_lossy().into_owned();
+    let c1 = cluster.client();
+    let c2 = cluster.client();
+    let actors = [
+        Actor::Mount {
+            fsop: Fsop::start(0),
+            root: on(&m1),
+            domain: 0,
+        },
+        Actor::Mount {
+            fsop: Fsop::start(65534),
+            root: on(&m1),
+            domain: 0,
+        },
+        Actor::Mount {
+            fsop: Fsop::start(1001),
+            root: on(&m2),
+            domain: 1,
+        },
+        Actor::Native {
+            client: c1.with_cred(Cred::new(1002, 1002)),
+            domain: 2,
+        },
+        Actor::Native {
+            client: c1,
+            domain: 2,
+        },
+        Actor::Native {
+            client: c2.with_cred(Cred::new(1003, 1003)),
+            domain: 3,
+        },
+    ];
+    check_against_model(&cluster, &actors, ops_by_actors(), 12);
+}
+
+/// Runs `default_cases` cases (or `PROPTEST_CASES`) of `ops` by `actors`,
+/// each in a fresh directory, against the model.
+fn check_against_model(
+    cluster: &Cluster,
+    actors: &[Actor],
+    ops: impl Strategy<Value = Vec<(Option<u8>, Op<Sel>)>>,
+    default_cases: u32,
+) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -818,10 +1088,11 @@ fn shoal_agrees_with_an_in_memory_model() {
         .unwrap();
     let client = cluster.client();
     let uncached = cluster.uncached_client();
+    let ttl = Duration::from_millis(cluster.config().settings.cache_ttl_ms);
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(24);
+        .unwrap_or(default_cases);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
@@ -829,16 +1100,19 @@ fn shoal_agrees_with_an_in_memory_model() {
         ..Config::default()
     });
     let next_case = AtomicU32::new(0);
-    let result = runner.run(&ops(), |ops| {
+    let result = runner.run(&ops, |ops| {
         // Every run, shrinking ones included, gets a fresh directory.
         let top = format!("case-{}", next_case.fetch_add(1, Ordering::Relaxed));
-        rt.block_on(client.mkdir(ROOT, &top, 0o755))
+        rt.block_on(client.mkdir(ROOT, &top, 0o777))
             .map_err(|e| TestCaseError::fail(format!("mkdir /{top}: {e}")))?;
+        // Every client starts from what the servers hold.
+        std::thread::sleep(ttl);
         let shoal = Shoal {
             rt: &rt,
-            client: &client,
+            actors,
             uncached: &uncached,
             top: format!("/{top}"),
+            ttl,
         };
         run_case(&shoal, &ops)
     });

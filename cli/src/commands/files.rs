@@ -19,6 +19,10 @@ pub fn mode_string(kind: FileKind, mode: u32) -> String {
         FileKind::Directory => 'd',
         FileKind::Symlink => 'l',
         FileKind::File => '-',
+        FileKind::Fifo => 'p',
+        FileKind::Socket => 's',
+        FileKind::CharDevice => 'c',
+        FileKind::BlockDevice => 'b',
     });
     for shift in [6, 3, 0] {
         let bits = (mode >> shift) & 7;

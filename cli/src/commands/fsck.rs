@@ -35,6 +35,9 @@ pub fn run(
                 "stale_parents": r.stale_parents.iter().map(|(h, d)| serde_json::json!({
                     "handle": format!("{h:#x}"), "named_from": format!("{d:#x}"),
                 })).collect::<Vec<_>>(),
+                "wrong_link_counts": r.wrong_counts.iter().map(|(h, found, recorded)| serde_json::json!({
+                    "handle": format!("{h:#x}"), "found": found, "recorded": recorded,
+                })).collect::<Vec<_>>(),
                 "stale_removal_marks": r.stale_marks.iter().map(|h| format!("{h:#x}")).collect::<Vec<_>>(),
                 "orphan_files": r.orphan_files.iter().map(|(s, h)| serde_json::json!({
                     "server": s, "handle": format!("{h:#x}"),
@@ -59,6 +62,9 @@ pub fn run(
             }
             for (h, d) in &r.stale_parents {
                 println!("{h:#x} is named from {d:#x} only, not from the directory it records");
+            }
+            for (h, found, recorded) in &r.wrong_counts {
+                println!("{h:#x} has {found} names but records {recorded}");
             }
             for h in &r.stale_marks {
                 println!("directory {h:#x} still marked for removal");

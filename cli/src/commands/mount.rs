@@ -58,7 +58,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     rt.block_on(client.ping_all())?;
     let opts = shoal_fuse::MountOptions {
         fsname: cluster_file.to_string_lossy().into_owned(),
-        allow_other: args.allow_other,
+        allow_other: args.allow_other || config.settings.allow_other,
         ttl: Duration::from_millis(config.settings.cache_ttl_ms),
     };
     let served = shoal_fuse::mount(client, rt.handle().clone(), &dir, &opts);

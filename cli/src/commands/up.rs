@@ -36,6 +36,11 @@ pub struct UpArgs {
     /// the seed's baseline protocol; `--set` still applies after it.
     #[arg(long)]
     pub baseline: bool,
+    /// Let every user of this machine use the mount (the cluster file's
+    /// `allow_other`, so later `shoal mount`s of the cluster do too), as a
+    /// multi-user node needs; permissions are checked as on a local disk.
+    #[arg(long)]
+    pub allow_other: bool,
 }
 
 pub fn run(args: UpArgs) -> Result<()> {
@@ -57,6 +62,9 @@ pub fn run(args: UpArgs) -> Result<()> {
     let mut sets: Vec<String> = Vec::new();
     if args.baseline {
         sets.extend(Settings::switches().map(|t| format!("{t}=false")));
+    }
+    if args.allow_other {
+        sets.push("allow_other=true".to_string());
     }
     sets.extend(args.set.iter().cloned());
     let config = cluster.cluster_config(args.servers, &sets)?;

@@ -8,6 +8,7 @@ mod attrs;
 mod caps;
 mod hints;
 mod io;
+mod links;
 mod listattr;
 mod namespace;
 mod precreate;
@@ -52,6 +53,7 @@ pub fn dispatch(s: &Service, r: &Request) -> Result<Reply> {
         Op::Unstuff => precreate::unstuff(s, r),
         Op::ListAttr => listattr::listattr(s, r),
         Op::Scan => scan::scan(s, r),
+        Op::Link => links::link(s, r),
     }
 }
 

@@ -20,7 +20,7 @@ use shoal_proto::time::now_ns;
 use shoal_proto::{Handle, ObjectKind};
 
 use super::access::{record_anywhere, Owners};
-use super::{caps, change, check_handle, hints};
+use super::{caps, change, check_handle, hints, links};
 use crate::meta_store::{new_attrs, Txn};
 use crate::perms::{self, R, W, X};
 use crate::service::{Reply, Request, Service};
@@ -66,6 +66,8 @@ pub fn create_object(s: &Service, r: &Request) -> Result<Reply> {
         kind: kind as i32,
         mtime_set_ns: attrs.mtime_ns,
         attrs: Some(attrs),
+        // Counted before its entry exists (see ObjectRecord.links).
+        links: u32::from(kind != ObjectKind::Directory),
         ..Default::default()
     };
     if q.parent != 0 || kind == ObjectKind::Directory {
@@ -89,6 +91,8 @@ pub fn create_object(s: &Service, r: &Request) -> Result<Reply> {
                 a.mode = 0o777;
             }
         }
+        ObjectKind::Fifo | ObjectKind::Socket => {}
+        ObjectKind::CharDevice | ObjectKind::BlockDevice => rec.rdev = q.rdev,
         other => {
             return Err(ShoalError::invalid(format!(
                 "create_object cannot create a {other:?}"
@@ -162,11 +166,25 @@ pub fn set_dist(s: &Service, r: &Request) -> Result<Reply> {
 }
 
 /// Directory mtime and ctime change when an entry is added, removed or
-/// renamed, and its entries_version counts the change (if it is counted).
-/// Every change of a directory's entries comes through here, under the
-/// store's write lock, so the count has no gaps. Returns the record as
-/// stored, for the reply.
-pub(crate) fn touch_dir(txn: &mut Txn, mut dir: ObjectRecord) -> ObjectRecord {
+/// renamed, its entries_version counts the change (if it is counted), and
+/// `subdirs` its entries naming directories: `added` and `removed` are the
+/// kinds of object the change added and took away an entry for. Every change
+/// of a directory's entries comes through here, under the store's write
+/// lock, so the counts have no gaps. Returns the record as stored, for the
+/// reply.
+pub(crate) fn touch_dir(
+    txn: &mut Txn,
+    mut dir: ObjectRecord,
+    added: Option<ObjectKind>,
+    removed: Option<ObjectKind>,
+) -> ObjectRecord {
+    let is_dir = |k: Option<ObjectKind>| u64::from(k == Some(ObjectKind::Directory));
+    debug_assert!(
+        dir.subdirs + is_dir(added) >= is_dir(removed),
+        "directory {:#x} loses a subdirectory it did not count",
+        dir.handle
+    );
+    dir.subdirs = (dir.subdirs + is_dir(added)).saturating_sub(is_dir(removed));
     if let Some(a) = dir.attrs.as_mut() {
         let now = now_ns();
         a.mtime_ns = now;
@@ -200,12 +218,9 @@ pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
     check_handle(s, q.handle)?;
     let kind = q.kind();
     // A DATAFILE entry is a file without a metafile (no_metafile).
-    if !matches!(
-        kind,
-        ObjectKind::Directory | ObjectKind::Metafile | ObjectKind::Datafile | ObjectKind::Symlink
-    ) {
+    if !names_an_entry(kind) {
         return Err(ShoalError::invalid(
-            "a directory entry must name a directory, file or symlink",
+            "a directory entry must name a directory, file, symlink or special file",
         ));
     }
     let doing = format!("adding entry {:?}", q.name);
@@ -223,6 +238,7 @@ pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
             hints::check_unchanged(&dir, under, &q.name)?;
         }
         let mut reply = CrDirEntReply::default();
+        let mut replaced = None;
         if let Some((old, old_kind)) = s.meta.lookup(q.dir, &q.name)? {
             if !q.replace {
                 return Err(ShoalError::new(
@@ -234,9 +250,10 @@ pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
             owners.check(s, &r.cred, &dir, old, &doing)?;
             reply.replaced_handle = old;
             reply.replaced_kind = old_kind as i32;
+            replaced = Some(old_kind);
         }
         txn.put_entry(q.dir, &q.name, q.handle, kind);
-        reply.dir = Some(touch_dir(txn, dir));
+        reply.dir = Some(touch_dir(txn, dir, Some(kind), replaced));
         Ok(reply)
     })?;
     Ok(Reply::message(&reply).with_syncs(syncs))
@@ -276,16 +293,18 @@ pub fn rmdirent(s: &Service, r: &Request) -> Result<Reply> {
         let mut reply = RmDirEntReply {
             handle,
             kind: kind as i32,
-            dir: Some(touch_dir(txn, dir)),
+            dir: Some(touch_dir(txn, dir, None, Some(kind))),
             ..Default::default()
         };
         let mut gone = Vec::new();
-        if q.remove_local_object && !is_dir && handle::server_of(handle) == s.id {
-            if let Some(rec) = s.meta.try_get(handle)?.filter(|r| named_from(r, q.dir)) {
-                let (dist, deleted) = delete_object(s, txn, rec)?;
-                reply.removed = true;
-                reply.dist = dist;
-                gone = deleted;
+        if q.drop_local_link && !is_dir && handle::server_of(handle) == s.id {
+            if let Some(rec) = s.meta.try_get(handle)? {
+                let dropped = links::drop_link(s, txn, rec, q.keep_unlinked)?;
+                reply.dropped = true;
+                reply.links = dropped.kept.as_ref().map_or(0, |k| k.links);
+                reply.removed = dropped.kept.is_none();
+                reply.dist = dropped.dist;
+                gone = dropped.gone;
             }
         }
         Ok((reply, gone))
@@ -349,6 +368,7 @@ pub fn rename_entry(s: &Service, r: &Request) -> Result<Reply> {
         if q.old_name == q.new_name {
             return Ok(reply);
         }
+        let mut replaced = None;
         owners.check(s, &r.cred, &dir, h, &doing)?;
         if let Some((old, old_kind)) = s.meta.lookup(q.dir, &q.new_name)? {
             if q.no_replace {
@@ -361,10 +381,11 @@ pub fn rename_entry(s: &Service, r: &Request) -> Result<Reply> {
             owners.check(s, &r.cred, &dir, old, &doing)?;
             reply.replaced_handle = old;
             reply.replaced_kind = old_kind as i32;
+            replaced = Some(old_kind);
         }
         txn.delete_entry(q.dir, &q.old_name);
         txn.put_entry(q.dir, &q.new_name, h, kind);
-        touch_dir(txn, dir);
+        touch_dir(txn, dir, None, replaced);
         Ok(reply)
     })?;
     Ok(Reply::message(&reply).with_syncs(syncs))
@@ -393,7 +414,11 @@ pub fn remove(s: &Service, r: &Request) -> Result<Reply> {
     }
     let (removed, syncs) = change(s, |txn| {
         let rec = s.meta.get(q.handle)?;
-        if q.expect_parent != 0 && !named_from(&rec, q.expect_parent) {
+        let is_dir = rec.kind() == ObjectKind::Directory;
+        if is_dir && q.expect_parent != 0 && !named_from(&rec, q.expect_parent) {
+            return Ok(None);
+        }
+        if !is_dir && q.unlinked_only && rec.links > 0 {
             return Ok(None);
         }
         if rec.kind() == ObjectKind::Directory && !s.meta.is_empty_dir(q.handle)? {
@@ -411,9 +436,9 @@ pub fn remove(s: &Service, r: &Request) -> Result<Reply> {
     Ok(Reply::message(&RemoveReply { dist, kept: false }).with_syncs(syncs))
 }
 
-/// Whether an entry of directory `dir` is a true name of `rec`: the one its
-/// `parent` says, or any if it does not say (a record older than that
-/// field). The other entry of an interrupted move is not.
+/// Whether an entry of directory `dir` is a true name of the directory
+/// `rec`: the one its `parent` says, or any if it does not say (a record
+/// older than that field). The other entry of an interrupted move is not.
 fn named_from(rec: &ObjectRecord, dir: shoal_proto::Handle) -> bool {
     rec.parent == 0 || rec.parent == dir
 }
@@ -423,7 +448,7 @@ fn named_from(rec: &ObjectRecord, dir: shoal_proto::Handle) -> bool {
 /// server. Returns the distribution listing the datafiles still to remove
 /// elsewhere, and the deleted datafiles whose local files must go once the
 /// transaction is applied.
-fn delete_object(
+pub(super) fn delete_object(
     s: &Service,
     txn: &mut Txn,
     rec: ObjectRecord,
@@ -464,7 +489,7 @@ fn delete_keys(s: &Service, txn: &mut Txn, rec: &ObjectRecord) -> Result<()> {
     Ok(())
 }
 
-fn remove_local_files(s: &Service, gone: &[ObjectRecord]) -> Result<()> {
+pub(super) fn remove_local_files(s: &Service, gone: &[ObjectRecord]) -> Result<()> {
     for df in gone {
         s.data.remove_file(df)?;
     }
@@ -524,4 +549,11 @@ pub fn set_parent(s: &Service, r: &Request) -> Result<Reply> {
         Ok(())
     })?;
     Ok(Reply::default().with_syncs(syncs))
+}
+
+/// Whether a directory entry may name an object of `kind`: a directory, a
+/// file (a metafile, or a datafile without one: no_metafile), a symlink or a
+/// special file.
+pub(crate) fn names_an_entry(kind: ObjectKind) -> bool {
+    !matches!(kind, ObjectKind::Unspecified)
 }

@@ -117,6 +117,7 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
                 attrs: Some(attrs),
                 mtime_set_ns: attrs.mtime_ns,
                 parent: if q.parent != 0 { q.parent } else { q.dir },
+                links: 1,
                 dist: Some(Distribution {
                     strip_size,
                     datafiles,
@@ -128,7 +129,7 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
             txn.insert_object(&rec);
             let dir = dir.map(|dir| {
                 txn.put_entry(q.dir, &q.name, meta, ObjectKind::Metafile);
-                touch_dir(txn, dir)
+                touch_dir(txn, dir, Some(ObjectKind::Metafile), None)
             });
             Ok(Some((rec, dir, taken)))
         })?;
@@ -187,11 +188,12 @@ fn create_without_metafile(
             attrs: Some(attrs),
             mtime_set_ns: attrs.mtime_ns,
             parent: q.dir,
+            links: 1,
             ..Default::default()
         };
         txn.insert_object(&rec);
         txn.put_entry(q.dir, &q.name, rec.handle, ObjectKind::Datafile);
-        Ok((rec, touch_dir(txn, dir)))
+        Ok((rec, touch_dir(txn, dir, Some(ObjectKind::Datafile), None)))
     })?;
     Ok(Reply::message(&CreateFileReply {
         object: Some(object),

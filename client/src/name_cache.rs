@@ -1,0 +1,130 @@
+//! The name cache: directory entries this client has seen, kept for the
+//! cache TTL (default 100 ms) so another client's change is seen within that
+//! time.
+//!
+//! An entry is one per (directory, name), whoever looked it up: a change
+//! this client makes to a name, as any caller, drops it for every caller at
+//! once. (Keyed per caller, a rename by one user left the old name alive for
+//! the others on the same mount until the TTL ran out, and a write to the old
+//! name landed in the renamed file.) Who may use the entry is still per
+//! caller: a lookup needs search permission on the directory, which the
+//! servers check, so each caller's first use within the TTL is its own
+//! lookup or listing, remembered beside the entry with its own age.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use shoal_proto::{Cred, Handle, ObjectKind};
+
+/// Entries kept before the cache is emptied and starts again.
+const MAX_ENTRIES: usize = 200_000;
+/// Callers remembered per entry; the oldest goes when another comes.
+const MAX_CALLERS: usize = 8;
+
+/// What an entry names: the handle and the kind of object (a file is a
+/// metafile, or a datafile without one).
+pub type Named = (Handle, ObjectKind);
+
+struct Entry {
+    named: Named,
+    /// The callers the servers answered with `named`, and when.
+    seen_by: Vec<(Cred, Instant)>,
+}
+
+pub struct NameCache {
+    ttl: Duration,
+    map: Mutex<HashMap<(Handle, String), Entry>>,
+}
+
+impl NameCache {
+    pub fn new(ttl: Duration) -> NameCache {
+        NameCache {
+            ttl,
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// What `name` in `dir` names, if `who` was told so within the TTL.
+    pub fn get(&self, dir: Handle, name: &str, who: Cred) -> Option<Named> {
+        if self.ttl.is_zero() {
+            return None;
+        }
+        let map = self.map.lock().unwrap();
+        let e = map.get(&(dir, name.to_string()))?;
+        e.seen_by
+            .iter()
+            .any(|(c, at)| *c == who && at.elapsed() < self.ttl)
+            .then_some(e.named)
+    }
+
+    /// Records that `who` was told (or made) `name` in `dir` naming `named`.
+    /// An entry naming something else is replaced, with every caller's claim.
+    pub fn put(&self, dir: Handle, name: &str, who: Cred, named: Named) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut map = self.map.lock().unwrap();
+        if map.len() >= MAX_ENTRIES {
+            map.clear();
+        }
+        let e = map.entry((dir, name.to_string())).or_insert(Entry {
+            named,
+            seen_by: Vec::new(),
+        });
+        if e.named != named {
+            e.named = named;
+            e.seen_by.clear();
+        }
+        e.seen_by.retain(|(c, _)| *c != who);
+        if e.seen_by.len() >= MAX_CALLERS {
+            e.seen_by.remove(0);
+        }
+        e.seen_by.push((who, Instant::now()));
+    }
+
+    /// Drops `name` in `dir` for every caller (this client changed it).
+    pub fn remove(&self, dir: Handle, name: &str) {
+        self.map.lock().unwrap().remove(&(dir, name.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: Cred = Cred::new(1001, 1001);
+    const B: Cred = Cred::new(1002, 1002);
+
+    #[test]
+    fn an_entry_is_per_caller_to_use_but_one_to_drop() {
+        let c = NameCache::new(Duration::from_secs(60));
+        c.put(1, "a", A, (7, ObjectKind::Metafile));
+        assert_eq!(c.get(1, "a", A), Some((7, ObjectKind::Metafile)));
+        assert_eq!(c.get(1, "a", B), None, "B has not been allowed to look");
+        c.put(1, "a", B, (7, ObjectKind::Metafile));
+        c.remove(1, "a");
+        assert_eq!(c.get(1, "a", A), None, "a change by anyone drops it for A");
+        assert_eq!(c.get(1, "a", B), None);
+    }
+
+    #[test]
+    fn a_new_answer_replaces_every_callers_claim() {
+        let c = NameCache::new(Duration::from_secs(60));
+        c.put(1, "a", A, (7, ObjectKind::Metafile));
+        c.put(1, "a", B, (8, ObjectKind::Metafile));
+        assert_eq!(c.get(1, "a", A), None, "A was told of the old object");
+        assert_eq!(c.get(1, "a", B), Some((8, ObjectKind::Metafile)));
+    }
+
+    #[test]
+    fn entries_expire_and_zero_ttl_disables() {
+        let c = NameCache::new(Duration::from_millis(20));
+        c.put(1, "a", A, (7, ObjectKind::Metafile));
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(c.get(1, "a", A), None);
+        let off = NameCache::new(Duration::ZERO);
+        off.put(1, "a", A, (7, ObjectKind::Metafile));
+        assert_eq!(off.get(1, "a", A), None);
+    }
+}

@@ -1,0 +1,142 @@
+//! Link counts of objects that are not directories (ObjectRecord.links):
+//! hard links count one before their entry is added, unlinks and renames
+//! over an object uncount one after its entry is gone. So a crash between
+//! the two steps leaves a count too high, which fsck sets right, and never
+//! an entry that the count misses, which would let the object go while a
+//! name still names it.
+
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::msg::*;
+use shoal_proto::time::now_ns;
+use shoal_proto::ObjectKind;
+
+use super::change;
+use super::namespace::{delete_object, remove_local_files};
+use crate::meta_store::Txn;
+use crate::service::{Reply, Request, Service};
+
+/// Most names one object may have (as ext4).
+pub const MAX_LINKS: u32 = 65_000;
+
+/// What uncounting a link did.
+pub(super) struct Dropped {
+    /// The object as stored, unless it went: it had no link left and
+    /// nobody asked to keep it.
+    pub kept: Option<ObjectRecord>,
+    /// If removed: the file's datafiles still to remove on other servers.
+    pub dist: Option<Distribution>,
+    /// Deleted datafiles whose local files go once the transaction applied.
+    pub gone: Vec<ObjectRecord>,
+}
+
+pub fn link(s: &Service, r: &Request) -> Result<Reply> {
+    let q: LinkRequest = r.decode()?;
+    let ((reply, gone), syncs) = change(s, |txn| {
+        let rec = s.meta.get(q.handle)?;
+        if let Some(count) = q.fsck_set {
+            return Ok((
+                LinkReply {
+                    object: Some(set_count(txn, rec, count)),
+                    ..Default::default()
+                },
+                Vec::new(),
+            ));
+        }
+        if rec.kind() == ObjectKind::Directory {
+            return Err(ShoalError::new(
+                Errno::EPERM,
+                format!(
+                    "{:#x} is a directory: directories have no hard links",
+                    q.handle
+                ),
+            ));
+        }
+        if !q.drop {
+            return Ok((
+                LinkReply {
+                    object: Some(count_link(txn, rec)?),
+                    ..Default::default()
+                },
+                Vec::new(),
+            ));
+        }
+        let dropped = drop_link(s, txn, rec, q.keep_unlinked)?;
+        Ok((
+            LinkReply {
+                removed: dropped.kept.is_none(),
+                object: dropped.kept,
+                dist: dropped.dist,
+            },
+            dropped.gone,
+        ))
+    })?;
+    remove_local_files(s, &gone)?;
+    Ok(Reply::message(&reply).with_syncs(syncs))
+}
+
+/// fsck's repair: `rec`'s count made `count`, the names fsck found (a
+/// directory's subdirectories, anything else's entries).
+fn set_count(txn: &mut Txn, mut rec: ObjectRecord, count: u32) -> ObjectRecord {
+    if rec.kind() == ObjectKind::Directory {
+        rec.subdirs = count.into();
+    } else {
+        rec.links = count;
+    }
+    txn.put_object(&rec);
+    rec
+}
+
+/// Counts a new link of `rec` in `txn`; returns the record as stored.
+fn count_link(txn: &mut Txn, mut rec: ObjectRecord) -> Result<ObjectRecord> {
+    if rec.links == 0 {
+        return Err(ShoalError::not_found(format!(
+            "{:#x} (unlinked: no name left to link to)",
+            rec.handle
+        )));
+    }
+    if rec.links >= MAX_LINKS {
+        return Err(ShoalError::new(
+            Errno::EMLINK,
+            format!("{:#x} has {MAX_LINKS} links already", rec.handle),
+        ));
+    }
+    rec.links += 1;
+    touch_ctime(&mut rec);
+    txn.put_object(&rec);
+    Ok(rec)
+}
+
+/// Uncounts a link of `rec` (not a directory) in `txn`, whose entry is
+/// gone; removes the object with its last link unless `keep` (a client
+/// holds it open and removes it at its last close).
+pub(super) fn drop_link(
+    s: &Service,
+    txn: &mut Txn,
+    mut rec: ObjectRecord,
+    keep: bool,
+) -> Result<Dropped> {
+    debug_assert_ne!(rec.kind(), ObjectKind::Directory);
+    rec.links = rec.links.saturating_sub(1);
+    if rec.links > 0 || keep {
+        touch_ctime(&mut rec);
+        txn.put_object(&rec);
+        return Ok(Dropped {
+            kept: Some(rec),
+            dist: None,
+            gone: Vec::new(),
+        });
+    }
+    let (dist, gone) = delete_object(s, txn, rec)?;
+    Ok(Dropped {
+        kept: None,
+        dist,
+        gone,
+    })
+}
+
+/// POSIX: a link count's change is a change of the file's status.
+fn touch_ctime(rec: &mut ObjectRecord) {
+    if let Some(a) = rec.attrs.as_mut() {
+        a.ctime_ns = now_ns();
+    }
+}
