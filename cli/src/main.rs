@@ -9,11 +9,11 @@ mod target;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "shoal", version, about = "Shoal parallel file system")]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -153,6 +153,28 @@ enum Command {
         /// A path under a mount, when no --config is given.
         path: Option<String>,
     },
+    /// The cluster file: every setting with its default and documentation.
+    Config {
+        #[command(subcommand)]
+        command: commands::config::ConfigCommand,
+    },
+    /// Write the manual pages (shoal.1 and one per subcommand) into DIR.
+    ///
+    /// For example `shoal man /usr/local/share/man/man1`;
+    /// `scripts/install-docs PREFIX` installs pages and completions.
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Print the completion script for a shell.
+    ///
+    /// For example `shoal completions bash >
+    /// ~/.local/share/bash-completion/completions/shoal`, or for this shell
+    /// only: `source <(shoal completions bash)`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -225,6 +247,9 @@ fn main() -> ExitCode {
             server,
             path,
         } => commands::stats::run(&cfg, path.as_deref(), server, json),
+        Command::Config { command } => commands::config::run(command),
+        Command::Man { dir } => commands::docs::man(Cli::command(), &dir),
+        Command::Completions { shell } => commands::docs::completions(Cli::command(), shell),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
