@@ -125,6 +125,10 @@ enum Command {
         command: commands::hint::HintCommand,
     },
     /// Run a benchmark.
+    ///
+    /// Papers are cited by key, such as [Carns 2009]; their titles, authors
+    /// and venues are under References in docs/design.md. What each benchmark
+    /// measured, and how to reproduce it: bench/README.md.
     Bench(commands::bench::BenchArgs),
     /// Find what crashes left behind (orphan objects, stale marks, orphan
     /// local files); with --repair, reclaim it. Run --repair on a quiet cluster.

@@ -57,7 +57,7 @@ impl Phase {
         }
     }
 
-    /// Per run, the phase time: the slowest worker's (the seed's method).
+    /// Per run, the phase time: the slowest worker's (the method of [Carns 2009]).
     pub fn seconds(&self) -> Vec<f64> {
         self.worker_seconds
             .iter()

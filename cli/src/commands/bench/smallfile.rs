@@ -1,4 +1,4 @@
-//! The small-file microbenchmark of seed 000: P processes, each in its own
+//! The small-file microbenchmark of [Carns 2009]: P processes, each in its own
 //! subdirectory, run nine phases separated by barriers: (1) mkdir, (2) create
 //! N files (kept open), (3) readdir + stat each, (4) write M bytes to each,
 //! (5) read and verify them, (6) readdir + stat again, (7) close, (8) unlink,
