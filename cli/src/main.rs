@@ -9,11 +9,11 @@ mod target;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "shoal", version, about = "Shoal parallel file system")]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -125,6 +125,10 @@ enum Command {
         command: commands::hint::HintCommand,
     },
     /// Run a benchmark.
+    ///
+    /// Papers are cited by key, such as [Carns 2009]; their titles, authors
+    /// and venues are under References in docs/design.md. What each benchmark
+    /// measured, and how to reproduce it: bench/README.md.
     Bench(commands::bench::BenchArgs),
     /// Find what crashes left behind (orphan objects, stale marks, orphan
     /// local files); with --repair, reclaim it. Run --repair on a quiet cluster.
@@ -152,6 +156,28 @@ enum Command {
         server: Option<u32>,
         /// A path under a mount, when no --config is given.
         path: Option<String>,
+    },
+    /// The cluster file: every setting with its default and documentation.
+    Config {
+        #[command(subcommand)]
+        command: commands::config::ConfigCommand,
+    },
+    /// Write the manual pages (shoal.1 and one per subcommand) into DIR.
+    ///
+    /// For example `shoal man /usr/local/share/man/man1`;
+    /// `scripts/install-docs PREFIX` installs pages and completions.
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Print the completion script for a shell.
+    ///
+    /// For example `shoal completions bash >
+    /// ~/.local/share/bash-completion/completions/shoal`, or for this shell
+    /// only: `source <(shoal completions bash)`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
 }
 
@@ -225,6 +251,9 @@ fn main() -> ExitCode {
             server,
             path,
         } => commands::stats::run(&cfg, path.as_deref(), server, json),
+        Command::Config { command } => commands::config::run(command),
+        Command::Man { dir } => commands::docs::man(Cli::command(), &dir),
+        Command::Completions { shell } => commands::docs::completions(Cli::command(), shell),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

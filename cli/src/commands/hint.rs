@@ -1,4 +1,4 @@
-//! `shoal hint set|get|unset DIR ...`: a directory's hints (seed 002), which
+//! `shoal hint set|get|unset DIR ...`: a directory's hints ([Kuhn 2008]), which
 //! lay out the files created in it from then on and are copied to new
 //! subdirectories. The same hints are the extended attributes
 //! `user.shoal.<hint>` of the directory on a mount.

@@ -1,5 +1,5 @@
-//! `shoal lsplus [-l] PATH`: a directory listing through readdirplus (seed
-//! 000's pvfs2-lsplus). Entries and their attributes come in batches: one
+//! `shoal lsplus [-l] PATH`: a directory listing through readdirplus
+//! (pvfs2-lsplus of [Carns 2009]). Entries and their attributes come in batches: one
 //! readdir per batch of entries, one listattr per server holding their
 //! objects, at most one get_sizes per server for striped files, instead of
 //! the getattr per entry (n+1 messages each) that `shoal ls -l` sends. With

@@ -1,7 +1,9 @@
 //! One module per subcommand (or family of small ones).
 
 pub mod bench;
+pub mod config;
 pub mod copy;
+pub mod docs;
 pub mod down;
 pub mod files;
 pub mod fsck;

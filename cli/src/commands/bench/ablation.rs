@@ -1,8 +1,8 @@
-//! `shoal bench ablation`: seed 000's comparison. The smallfile workload runs
+//! `shoal bench ablation`: the comparison of [Carns 2009]. The smallfile workload runs
 //! on a fresh local cluster per configuration, each configuration adding one
 //! technique to the one before: baseline, +precreate, +stuffing, +coalescing,
-//! +eager, +readdirplus (the seed's five), then +colocate (Shoal's default,
-//! beyond the seed). Configurations alternate within each round
+//! +eager, +readdirplus (the paper's five), then +colocate (Shoal's default,
+//! beyond the paper). Configurations alternate within each round
 //! (the machine is shared and noisy: ratios from one invocation hold).
 //! Writes `ablation.csv`, `ablation.md` and, with matplotlib, `ablation.png`.
 
@@ -17,7 +17,7 @@ use super::report::{fmt_rate, median, Report};
 use super::smallfile::{smallfile, SmallfileOptions};
 
 /// (name, switches on, in `Settings::switches()` order), cumulative as in
-/// the seed's Figure 3.
+/// Figure 3 of [Carns 2009].
 const CONFIGS: [(&str, usize); 7] = [
     ("baseline", 0),
     ("+precreate", 1),

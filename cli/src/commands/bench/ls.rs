@@ -1,4 +1,4 @@
-//! `shoal bench ls`: seed 000's Table I, listing one directory of 12,000 files
+//! `shoal bench ls`: Table I of [Carns 2009], listing one directory of 12,000 files
 //! of 8 KiB with three tools, on a baseline cluster (`shoal up --baseline`)
 //! and an all-on cluster:
 //!
@@ -315,7 +315,7 @@ fn markdown(opts: &LsOptions, all: &[Measured]) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "# Listing a directory of {} files (seed 000, Table I)\n",
+        "# Listing a directory of {} files ([Carns 2009], Table I)\n",
         opts.files
     );
     let _ = writeln!(
@@ -384,7 +384,7 @@ fn markdown(opts: &LsOptions, all: &[Measured]) -> String {
     let _ = writeln!(md);
     let _ = writeln!(
         md,
-        "The seed's Table I (PVFS, 12,000 files, Linux cluster): `/bin/ls -al` 9.65 s \
+        "Table I of [Carns 2009] (PVFS, 12,000 files, Linux cluster): `/bin/ls -al` 9.65 s \
          baseline / 8.53 s with stuffing, `pvfs2-ls -al` 6.19 / 4.85, `pvfs2-lsplus -al` \
          2.72 / 2.65.\n"
     );

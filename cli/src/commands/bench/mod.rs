@@ -28,20 +28,20 @@ pub struct BenchArgs {
 
 #[derive(Subcommand)]
 pub enum Workload {
-    /// The 9-phase small-file microbenchmark (seed 000): mkdir, create,
+    /// The 9-phase small-file microbenchmark of [Carns 2009]: mkdir, create,
     /// readdir+stat, write, read (verified), readdir+stat, close, unlink, rmdir.
     Smallfile(SmallfileArgs),
     /// Write then read (verified) SIZE per process in BLOCK transfers, a file
     /// per process or one shared file.
     Streaming(StreamingArgs),
-    /// Seed 000's comparison: smallfile on fresh local clusters, adding one
+    /// The comparison of [Carns 2009]: smallfile on fresh local clusters, adding one
     /// technique at a time; writes ablation.{csv,md,png}.
     Ablation(AblationArgs),
-    /// Seed 000's Table I: `ls -al` on the mount, `shoal ls -l` and `shoal
+    /// Table I of [Carns 2009]: `ls -al` on the mount, `shoal ls -l` and `shoal
     /// lsplus -l` on a directory of 12,000 files, on a baseline and an all-on
     /// local cluster; writes ls.md.
     Ls(LsArgs),
-    /// Seed 002's evaluation: create, list (with attributes) and remove
+    /// The evaluation of [Kuhn 2008]: create, list (with attributes) and remove
     /// empty files with and without the no_metafile hint, 1 and 5 client
     /// processes, storage on disk and on tmpfs, baseline and all-on local
     /// clusters; writes no_metafile.{csv,md,png}.
@@ -59,10 +59,10 @@ pub struct NometafileArgs {
     pub work: PathBuf,
     #[arg(long, default_value_t = 4)]
     pub servers: u32,
-    /// Directories each client makes (the seed: 100).
+    /// Directories each client makes (the paper: 100).
     #[arg(long, default_value_t = 10)]
     pub dirs: usize,
-    /// Empty files in each directory (the seed: 500).
+    /// Empty files in each directory (the paper: 500).
     #[arg(long, default_value_t = 50)]
     pub files: usize,
     /// Concurrent client processes, each count run in turn.

@@ -1,8 +1,8 @@
-//! `shoal bench nometafile`: seed 002's evaluation. Client processes each
+//! `shoal bench nometafile`: the evaluation of [Kuhn 2008]. Client processes each
 //! create DIRS directories x FILES empty files, list them with attributes
 //! and remove them, with and without the `no_metafile` hint on their
 //! directory; 1 and 5 concurrent clients; the servers' storage on disk and
-//! on a tmpfs of its own; on the baseline protocol (the seed's PVFS) and
+//! on a tmpfs of its own; on the baseline protocol (the paper's PVFS) and
 //! with every technique on (Shoal's default).
 //!
 //! Each round brings up a fresh local cluster per storage and protocol and
@@ -43,7 +43,7 @@ pub enum Storage {
 /// What the cluster speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Protocol {
-    /// Every switch off: seed 000's baseline, as the seed's PVFS.
+    /// Every switch off: the baseline protocol of [Carns 2009].
     Baseline,
     /// Every technique on: Shoal's default.
     AllOn,

@@ -1,5 +1,5 @@
-//! The results of `shoal bench nometafile` on paper, in the form of seed
-//! 002's Figures 1 to 4: per operation, each client's time with and without
+//! The results of `shoal bench nometafile` on paper, in the form of
+//! Figures 1 to 4 of [Kuhn 2008]: per operation, each client's time with and without
 //! the hint, on disk and on tmpfs, for 1 and 5 clients, and the time with
 //! the hint as a percentage of the time without it. Writes
 //! `no_metafile.csv`, `no_metafile.md` and, with matplotlib,
@@ -14,7 +14,7 @@ use shoal_proto::error::Result;
 use super::nometafile::{Case, NometafileOptions, Protocol, Results, Run, OPS};
 use super::report::{git_commit, median};
 
-/// Seed 002's targets for the baseline protocol on disk with 5 clients:
+/// [Kuhn 2008]'s targets for the baseline protocol on disk with 5 clients:
 /// the time with the hint at most this percentage of the time without.
 const TARGETS: [(&str, f64); 3] = [("create", 50.0), ("list", 60.0), ("remove", 50.0)];
 
@@ -118,7 +118,7 @@ pub fn markdown(results: &Results, opts: &NometafileOptions) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "# The no_metafile hint: create, list and remove (seed 002)\n"
+        "# The no_metafile hint: create, list and remove ([Kuhn 2008])\n"
     );
     let storages: Vec<String> = results
         .fs_types
@@ -160,7 +160,8 @@ pub fn markdown(results: &Results, opts: &NometafileOptions) -> String {
             md,
             "## {}\n",
             match protocol {
-                Protocol::Baseline => "Baseline protocol (every switch off, as the seed's PVFS)",
+                Protocol::Baseline =>
+                    "Baseline protocol (every switch off, as the PVFS of [Kuhn 2008])",
                 Protocol::AllOn => "Every technique on (Shoal's default)",
             }
         );
@@ -223,7 +224,7 @@ pub fn markdown(results: &Results, opts: &NometafileOptions) -> String {
     md
 }
 
-/// The seed's targets on the baseline protocol, on disk, with the most
+/// The paper's targets on the baseline protocol, on disk, with the most
 /// clients measured; and what the hint buys with everything on.
 fn targets(md: &mut String, rows: &[Row]) {
     let most = rows.iter().map(|r| r.case.clients).max().unwrap_or(0);

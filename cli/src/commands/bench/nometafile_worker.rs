@@ -1,12 +1,12 @@
-//! One client process of `shoal bench nometafile`: seed 002's benchmark
-//! program. In its own directory it makes DIRS subdirectories (untimed),
+//! One client process of `shoal bench nometafile`: the benchmark
+//! program of [Kuhn 2008]. In its own directory it makes DIRS subdirectories (untimed),
 //! creates FILES empty files in each, lists them with their attributes,
 //! removes them, and removes the subdirectories (untimed); each phase behind
 //! the parent's barrier (`workers`), one operation after another, as the
-//! seed's program did.
+//! paper's program did.
 //!
 //! The native client runs with its caches off, so each phase pays its whole
-//! cost, as the seed's separate runs of its program did. (Directory hints
+//! cost, as the paper's separate runs of its program did. (Directory hints
 //! are kept regardless: the servers correct a stale copy.)
 
 use std::path::Path;

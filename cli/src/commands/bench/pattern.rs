@@ -27,16 +27,16 @@ pub fn mix(x: u64) -> u64 {
 
 /// A buffer of `len` bytes of worker `worker`'s pattern (unstamped).
 pub fn base(len: usize, worker: usize) -> Vec<u8> {
-    let seed = mix(worker as u64);
+    let start = mix(worker as u64);
     let mut buf = vec![0u8; len];
     let mut words = buf.chunks_exact_mut(8);
     let mut w = 0u64;
     for chunk in &mut words {
-        chunk.copy_from_slice(&mix(seed.wrapping_add(w)).to_le_bytes());
+        chunk.copy_from_slice(&mix(start.wrapping_add(w)).to_le_bytes());
         w += 1;
     }
     let tail = words.into_remainder();
-    let last = mix(seed.wrapping_add(w)).to_le_bytes();
+    let last = mix(start.wrapping_add(w)).to_le_bytes();
     tail.copy_from_slice(&last[..tail.len()]);
     buf
 }

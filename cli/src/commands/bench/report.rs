@@ -57,7 +57,7 @@ impl Phase {
         }
     }
 
-    /// Per run, the phase time: the slowest worker's (the seed's method).
+    /// Per run, the phase time: the slowest worker's (the method of [Carns 2009]).
     pub fn seconds(&self) -> Vec<f64> {
         self.worker_seconds
             .iter()
@@ -65,8 +65,13 @@ impl Phase {
             .collect()
     }
 
-    /// Per run, the aggregate rate: total amount / phase time.
+    /// Per run, the aggregate rate: total amount / phase time. None for a
+    /// phase with nothing to time (amount 0: the native client's close),
+    /// whose few nanoseconds would make an absurd rate.
     pub fn rates(&self) -> Vec<f64> {
+        if self.amount == 0 {
+            return Vec::new();
+        }
         self.seconds()
             .into_iter()
             .map(|s| rate(self.amount, s))
@@ -139,8 +144,12 @@ impl Report {
                 p.name.clone(),
                 p.amount.to_string(),
                 p.median_seconds().map(fmt_seconds).unwrap_or_default(),
-                p.median_rate().map(fmt_rate).unwrap_or_default(),
-                runs.join(" "),
+                p.median_rate().map_or(NO_RATE.to_string(), fmt_rate),
+                if runs.is_empty() {
+                    NO_RATE.to_string()
+                } else {
+                    runs.join(" ")
+                },
             ]);
         }
         let mut widths = vec![0; rows[0].len()];
@@ -203,8 +212,14 @@ impl Report {
                     .unwrap_or_default(),
                 p.median_rate().map(|r| r.to_string()).unwrap_or_default(),
             ));
-            for r in p.rates() {
-                out.push_str(&format!(",{r}"));
+            let rates = p.rates();
+            for r in 0..runs {
+                // An empty cell where a phase has no rate, so every row has
+                // as many columns as the header.
+                match rates.get(r) {
+                    Some(rate) => out.push_str(&format!(",{rate}")),
+                    None => out.push(','),
+                }
             }
             out.push('\n');
         }
@@ -255,6 +270,9 @@ impl Report {
 fn write_file(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(|e| ShoalError::from(e).context(path.display()))
 }
+
+/// What the table shows for a phase with nothing to time.
+pub const NO_RATE: &str = "-";
 
 /// Rates: whole numbers once they are large enough that decimals are noise.
 pub fn fmt_rate(r: f64) -> String {
@@ -473,6 +491,28 @@ mod tests {
         assert!(lines[2].contains("mkdir") && lines[2].contains("0.002000"));
         assert!(lines[3].contains("create") && lines[3].contains("400 800 200"));
         assert_eq!(lines[4], "note: a caveat");
+    }
+
+    #[test]
+    fn a_phase_with_nothing_to_time_has_no_rate() {
+        // The native client's close: no operations, a few nanoseconds each run.
+        let mut r = report();
+        r.phases[0] = Phase {
+            name: "close".into(),
+            amount: 0,
+            worker_seconds: vec![vec![1e-8, 2e-8]; 3],
+        };
+        assert_eq!(r.phases[0].rates(), Vec::<f64>::new());
+        assert_eq!(r.phases[0].median_rate(), None);
+        let t = r.table();
+        let close = t.lines().find(|l| l.contains("close")).unwrap();
+        assert!(close.ends_with(&format!("{NO_RATE}  {NO_RATE}")), "{close}");
+        let csv = r.csv();
+        assert_eq!(
+            csv.lines().nth(1).unwrap(),
+            "smallfile,1,close,0,0.00000002,,,,"
+        );
+        assert!(r.json()["phases"][0]["median_ops_per_s"].is_null());
     }
 
     #[test]

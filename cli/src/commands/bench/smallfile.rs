@@ -1,4 +1,4 @@
-//! The small-file microbenchmark of seed 000: P processes, each in its own
+//! The small-file microbenchmark of [Carns 2009]: P processes, each in its own
 //! subdirectory, run nine phases separated by barriers: (1) mkdir, (2) create
 //! N files (kept open), (3) readdir + stat each, (4) write M bytes to each,
 //! (5) read and verify them, (6) readdir + stat again, (7) close, (8) unlink,
@@ -25,10 +25,13 @@ pub const PHASES: [(&str, bool); 9] = [
     ("write", false),
     ("read", false),
     ("readdir+stat-2", false),
-    ("close", false),
+    (CLOSE, false),
     ("unlink", false),
     ("rmdir", true),
 ];
+
+/// The phase that closes the descriptors the create phase left open.
+const CLOSE: &str = "close";
 
 /// Most worker processes a run may start: far beyond what one machine gains
 /// from, low enough that a typo does not fork-bomb it.
@@ -85,6 +88,9 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
         .map(|&(name, per_process)| {
             let ops = if per_process {
                 opts.procs as u64
+            } else if opts.native && name == CLOSE {
+                // The native client keeps nothing open: no closes, no rate.
+                0
             } else {
                 per_files
             };
@@ -127,18 +133,26 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
         opts.runs,
         if opts.runs == 1 { "" } else { "s" }
     );
+    let mut notes = vec![
+        "phase time = slowest process; rate = all processes' operations / that time".into(),
+        "before the read phase each file's cached pages are dropped (posix_fadvise \
+         DONTNEED, untimed); tmpfs keeps them, so its reads are from memory"
+            .into(),
+    ];
+    if opts.native {
+        notes.push(format!(
+            "{CLOSE}: the native client keeps no file open, so there is nothing to close \
+             and no rate ({})",
+            report::NO_RATE
+        ));
+    }
     Ok(Report {
         benchmark: "smallfile".into(),
         title,
         unit: Unit::Ops,
         context,
         phases,
-        notes: vec![
-            "phase time = slowest process; rate = all processes' operations / that time".into(),
-            "before the read phase each file's cached pages are dropped (posix_fadvise \
-             DONTNEED, untimed); tmpfs keeps them, so its reads are from memory"
-                .into(),
-        ],
+        notes,
     })
 }
 

@@ -1,10 +1,10 @@
-//! Worker processes and the barrier before each phase, after the seed's
-//! microbenchmark method (its Algorithm 1): every worker waits at a barrier,
+//! Worker processes and the barrier before each phase, after the
+//! microbenchmark method of [Carns 2009] (its Algorithm 1): every worker waits at a barrier,
 //! times its own phase, and the phase time is the maximum over workers.
 //!
 //! Workers are copies of this executable started with a hidden `--worker K`
 //! flag. Processes, not threads, so each has its own file table and its own
-//! kernel and FUSE context, as the MPI ranks of the seed had. The barrier runs
+//! kernel and FUSE context, as the paper's MPI ranks had. The barrier runs
 //! over each child's stdin and stdout, one line per message:
 //!
 //! ```text
