@@ -1064,6 +1064,10 @@ impl Client {
                     },
                 )
                 .await?;
+            if !reply.touched {
+                // The object lives elsewhere: its ctime changes there.
+                self.set_parent(h, dir).await?;
+            }
             return Ok(Some((reply.replaced_handle, reply.replaced_kind)));
         }
         let is_dir = kind == ObjectKind::Directory;
@@ -1111,17 +1115,7 @@ impl Client {
         shoal_proto::crash_point!(crash_points::MOVE_AFTER_LINK);
         if is_dir {
             // The commit point: from here the new entry is the true one.
-            self.pool()
-                .call::<Empty>(
-                    server_of(h),
-                    self.cred,
-                    Op::SetParent,
-                    &SetParentRequest {
-                        dir: h,
-                        parent: new_dir,
-                    },
-                )
-                .await?;
+            self.set_parent(h, new_dir).await?;
             shoal_proto::crash_point!(crash_points::MOVE_AFTER_PARENT);
         }
         let (removed, _) = self
@@ -1137,6 +1131,20 @@ impl Client {
             self.drop_link(h, false).await?;
         }
         Ok(Some((added.replaced_handle, added.replaced_kind)))
+    }
+
+    /// Sets the directory that names `h` (and its ctime, see
+    /// SetParentRequest).
+    async fn set_parent(&self, h: Handle, parent: Handle) -> Result<()> {
+        self.pool()
+            .call::<Empty>(
+                server_of(h),
+                self.cred,
+                Op::SetParent,
+                &SetParentRequest { dir: h, parent },
+            )
+            .await
+            .map(|_| ())
     }
 
     /// Whether the caller may move entry `name` of `dir` (naming `h`) to

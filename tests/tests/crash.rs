@@ -1,6 +1,6 @@
-//! Crash suite (CI form): while 4 clients create, write (with fsync), rename
-//! and remove files, a server chosen at random is killed with SIGKILL every
-//! 1–3 s and restarted. Afterwards every operation acknowledged as durable is
+//! Crash suite (CI form): while 4 clients create, write (with fsync), rename,
+//! hard-link, move linked files to another directory and remove files, a
+//! server chosen at random is killed with SIGKILL every 1–3 s and restarted. Afterwards every operation acknowledged as durable is
 //! present with its bytes, no directory entry names a missing object, and
 //! fsck reports the orphans a crash may leave and `--repair` reclaims them,
 //! leaving zero.
@@ -41,11 +41,11 @@ fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 /// What one worker's acknowledged operations say must (not) exist in its
-/// directory.
+/// two directories. Names are `a/NAME` or `b/NAME`.
 #[derive(Default, Debug)]
 struct Model {
-    /// Files whose create, write and fsync (and any rename) all succeeded:
-    /// name → (seed, len).
+    /// Files whose create, write and fsync (and any rename or link) all
+    /// succeeded: name → (seed, len).
     files: BTreeMap<String, (u64, usize)>,
     /// Names whose unlink or rename-away was acknowledged.
     gone: BTreeSet<String>,
@@ -53,9 +53,12 @@ struct Model {
     /// name exists, its bytes are known (an acknowledged file whose unlink or
     /// rename failed).
     maybe: BTreeMap<String, Option<(u64, usize)>>,
-    /// Interrupted renames of acknowledged files: the file is under exactly
-    /// one of the two names.
+    /// Interrupted renames of acknowledged files within a directory: the
+    /// file is under exactly one of the two names.
     either: Vec<(String, String)>,
+    /// Interrupted moves of acknowledged files to the other directory: the
+    /// file is under one of the two names, or both (never neither).
+    either_or_both: Vec<(String, String)>,
     acked: u64,
     failed: u64,
     errors: BTreeMap<String, u64>,
@@ -84,19 +87,33 @@ async fn bounded<T>(
         .map_err(|_| format!("{what} hung for more than {OP_TIMEOUT:?}"))
 }
 
+/// A worker's two directories: `a` and `b`.
+type Dirs = [Handle; 2];
+
+/// The directory and entry name of a model name (`a/NAME` or `b/NAME`).
+fn place<'n>(dirs: &Dirs, name: &'n str) -> (Handle, &'n str) {
+    match name.split_once('/') {
+        Some(("a", n)) => (dirs[0], n),
+        Some(("b", n)) => (dirs[1], n),
+        _ => panic!("model name {name:?} is not a/NAME or b/NAME"),
+    }
+}
+
 async fn worker(
     client: Client,
     id: u64,
-    dir: Handle,
+    dirs: Dirs,
     until: Instant,
     seed: u64,
 ) -> Result<Model, String> {
     let mut rng = StdRng::seed_from_u64(seed ^ (id << 32));
     let mut m = Model::default();
     let mut i = 0u64;
+    let dir = dirs[0];
     while Instant::now() < until {
         i += 1;
-        let name = format!("f{id}-{i}");
+        let short = format!("f{id}-{i}");
+        let name = format!("a/{short}");
         let fseed = id * 1_000_000 + i;
         let len = match rng.random_range(0..4) {
             0 => 0,
@@ -104,7 +121,7 @@ async fn worker(
             2 => rng.random_range(4096..(64 << 10)),
             _ => rng.random_range((64 << 10)..MAX_LEN),
         };
-        let h = match bounded(format!("create {name}"), client.create(dir, &name, 0o644)).await? {
+        let h = match bounded(format!("create {name}"), client.create(dir, &short, 0o644)).await? {
             Ok(a) => a.handle,
             Err(e) => {
                 m.fail("create", &e).await;
@@ -132,33 +149,40 @@ async fn worker(
         m.acked += 1;
         m.files.insert(name.clone(), (fseed, len));
 
+        let mut name = name;
         if rng.random_bool(0.3) {
-            let to = format!("r{id}-{i}");
+            let to = format!("a/r{id}-{i}");
             let content = m.files.remove(&name).unwrap();
             match bounded(
                 format!("rename {name}"),
-                client.rename(dir, &name, dir, &to, false),
+                client.rename(dir, place(&dirs, &name).1, dir, place(&dirs, &to).1, false),
             )
             .await?
             {
                 Ok(()) => {
                     m.acked += 1;
                     m.gone.insert(name);
-                    m.files.insert(to, content);
+                    m.files.insert(to.clone(), content);
+                    name = to;
                 }
                 Err(e) => {
                     m.fail("rename", &e).await;
                     m.maybe.insert(name.clone(), Some(content));
                     m.maybe.insert(to.clone(), Some(content));
                     m.either.push((name, to));
+                    continue;
                 }
             }
+        }
+        if rng.random_bool(0.3) {
+            link_and_move(&client, &dirs, &mut m, &mut rng, id, i, &name).await?;
         }
         if rng.random_bool(0.3) && !m.files.is_empty() {
             let k = rng.random_range(0..m.files.len());
             let victim = m.files.keys().nth(k).unwrap().clone();
             let content = m.files.remove(&victim).unwrap();
-            match bounded(format!("unlink {victim}"), client.unlink(dir, &victim)).await? {
+            let (vdir, vname) = place(&dirs, &victim);
+            match bounded(format!("unlink {victim}"), client.unlink(vdir, vname)).await? {
                 Ok(()) => {
                     m.acked += 1;
                     m.gone.insert(victim);
@@ -173,8 +197,73 @@ async fn worker(
     Ok(m)
 }
 
-/// Reads `name` in `dir` whole; `None` if the name does not exist.
-async fn read_name(client: &Client, dir: Handle, name: &str) -> Option<Vec<u8>> {
+/// Gives the acknowledged file `name` a second name in the other directory
+/// (a hard link), and now and then moves that name back to the first
+/// directory under a third (a rename of a linked file across directories).
+async fn link_and_move(
+    client: &Client,
+    dirs: &Dirs,
+    m: &mut Model,
+    rng: &mut StdRng,
+    id: u64,
+    i: u64,
+    name: &str,
+) -> Result<(), String> {
+    let content = m.files[name];
+    let (h, _) = match bounded(format!("lookup {name}"), async {
+        let (d, n) = place(dirs, name);
+        client.lookup(d, n).await
+    })
+    .await?
+    {
+        Ok(found) => found,
+        Err(e) => {
+            m.fail("lookup", &e).await;
+            return Ok(());
+        }
+    };
+    let linked = format!("b/l{id}-{i}");
+    let (ld, ln) = place(dirs, &linked);
+    match bounded(format!("link {name} {linked}"), client.link(h, ld, ln)).await? {
+        Ok(_) => {
+            m.acked += 1;
+            m.files.insert(linked.clone(), content);
+        }
+        Err(e) => {
+            m.fail("link", &e).await;
+            m.maybe.insert(linked, Some(content));
+            return Ok(());
+        }
+    }
+    if rng.random_bool(0.5) {
+        let to = format!("a/m{id}-{i}");
+        let (td, tn) = place(dirs, &to);
+        m.files.remove(&linked);
+        match bounded(
+            format!("rename {linked} {to}"),
+            client.rename(ld, ln, td, tn, false),
+        )
+        .await?
+        {
+            Ok(()) => {
+                m.acked += 1;
+                m.gone.insert(linked);
+                m.files.insert(to, content);
+            }
+            Err(e) => {
+                m.fail("move", &e).await;
+                m.maybe.insert(linked.clone(), Some(content));
+                m.maybe.insert(to.clone(), Some(content));
+                m.either_or_both.push((linked, to));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads `name` (`a/NAME` or `b/NAME`) whole; `None` if it does not exist.
+async fn read_name(client: &Client, dirs: &Dirs, name: &str) -> Option<Vec<u8>> {
+    let (dir, name) = place(dirs, name);
     match client.lookup(dir, name).await {
         Ok((h, kind)) => {
             assert_eq!(kind, FileKind::File, "{name} is a regular file");
@@ -190,10 +279,10 @@ async fn read_name(client: &Client, dir: Handle, name: &str) -> Option<Vec<u8>> 
 }
 
 /// Checks every worker directory against its model.
-async fn verify(client: &Client, dirs: &[Handle], models: &[Model], stage: &str) {
-    for (dir, m) in dirs.iter().zip(models) {
+async fn verify(client: &Client, dirs: &[Dirs], models: &[Model], stage: &str) {
+    for (dirs, m) in dirs.iter().zip(models) {
         for (name, (seed, len)) in &m.files {
-            let data = read_name(client, *dir, name)
+            let data = read_name(client, dirs, name)
                 .await
                 .unwrap_or_else(|| panic!("{stage}: acknowledged {name} is missing"));
             assert_eq!(data.len(), *len, "{stage}: length of acknowledged {name}");
@@ -204,7 +293,8 @@ async fn verify(client: &Client, dirs: &[Handle], models: &[Model], stage: &str)
                     .zip(&want)
                     .position(|(a, b)| a != b)
                     .unwrap_or(0);
-                let (h, _) = client.lookup(*dir, name).await.unwrap();
+                let (d, n) = place(dirs, name);
+                let (h, _) = client.lookup(d, n).await.unwrap();
                 panic!(
                     "{stage}: bytes of acknowledged {name} ({len} bytes) differ from byte {at} \
                      (handle {h:#x}, layout {:?})",
@@ -214,12 +304,12 @@ async fn verify(client: &Client, dirs: &[Handle], models: &[Model], stage: &str)
         }
         for name in &m.gone {
             assert!(
-                read_name(client, *dir, name).await.is_none(),
+                read_name(client, dirs, name).await.is_none(),
                 "{stage}: {name} was removed or renamed away (acknowledged) but exists"
             );
         }
         for (name, content) in &m.maybe {
-            let data = read_name(client, *dir, name).await;
+            let data = read_name(client, dirs, name).await;
             if let (Some(data), Some((seed, len))) = (data, content) {
                 assert!(
                     data == pattern(*seed, *len),
@@ -229,9 +319,17 @@ async fn verify(client: &Client, dirs: &[Handle], models: &[Model], stage: &str)
                 );
             }
         }
+        for (from, to) in &m.either_or_both {
+            let a = read_name(client, dirs, from).await.is_some();
+            let b = read_name(client, dirs, to).await.is_some();
+            assert!(
+                a || b,
+                "{stage}: interrupted move {from} -> {to}: the file is under neither name (lost)"
+            );
+        }
         for (from, to) in &m.either {
-            let a = read_name(client, *dir, from).await.is_some();
-            let b = read_name(client, *dir, to).await.is_some();
+            let a = read_name(client, dirs, from).await.is_some();
+            let b = read_name(client, dirs, to).await.is_some();
             assert!(
                 a ^ b,
                 "{stage}: interrupted rename {from} -> {to}: exists under {}",
@@ -242,19 +340,20 @@ async fn verify(client: &Client, dirs: &[Handle], models: &[Model], stage: &str)
             );
         }
         // No entry names a missing object, and no entry appears from nowhere.
-        let entries = client.readdir_all(*dir).await.expect("readdir");
-        for e in entries {
-            assert!(
-                m.files.contains_key(&e.name) || m.maybe.contains_key(&e.name),
-                "{stage}: unexpected entry {}",
-                e.name
-            );
-            // Acknowledged files were read above.
-            assert!(
-                m.files.contains_key(&e.name) || read_name(client, *dir, &e.name).await.is_some(),
-                "{stage}: listed entry {} does not resolve",
-                e.name
-            );
+        for (prefix, dir) in ["a", "b"].iter().zip(dirs) {
+            let entries = client.readdir_all(*dir).await.expect("readdir");
+            for e in entries {
+                let name = format!("{prefix}/{}", e.name);
+                assert!(
+                    m.files.contains_key(&name) || m.maybe.contains_key(&name),
+                    "{stage}: unexpected entry {name}"
+                );
+                // Acknowledged files were read above.
+                assert!(
+                    m.files.contains_key(&name) || read_name(client, dirs, &name).await.is_some(),
+                    "{stage}: listed entry {name} does not resolve"
+                );
+            }
         }
     }
 }
@@ -269,15 +368,17 @@ async fn acknowledged_work_survives_random_sigkills_and_fsck_reclaims_the_rest()
         .set("strip_size=65536")
         .start();
     let setup = cluster.client();
-    let mut dirs = Vec::new();
+    let mut dirs: Vec<Dirs> = Vec::new();
     for w in 0..WORKERS {
-        dirs.push(
-            setup
-                .mkdir(ROOT, &format!("w{w}"), 0o755)
+        let mut pair = [0; 2];
+        for (d, side) in pair.iter_mut().zip(["a", "b"]) {
+            *d = setup
+                .mkdir(ROOT, &format!("w{w}{side}"), 0o755)
                 .await
                 .unwrap()
-                .handle,
-        );
+                .handle;
+        }
+        dirs.push(pair);
     }
 
     let started = Instant::now();
@@ -360,7 +461,7 @@ async fn acknowledged_work_survives_random_sigkills_and_fsck_reclaims_the_rest()
 
     verify(&client, &dirs, &models, "after fsck --repair").await;
     // Creates still work (the pools were not damaged by the repair).
-    for (w, dir) in dirs.iter().enumerate() {
+    for (w, [dir, _]) in dirs.iter().enumerate() {
         let h = client
             .create(*dir, "after-repair", 0o644)
             .await

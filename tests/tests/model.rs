@@ -286,10 +286,20 @@ fn ops() -> impl Strategy<Value = Vec<Op<Sel>>> {
     prop::collection::vec(op(), 1..=40)
 }
 
-/// Operations, each with who runs it: the same actor as the one before
-/// (`None`, most often) or the n-th.
-fn ops_by_actors() -> impl Strategy<Value = Vec<(Option<u8>, Op<Sel>)>> {
-    let who = prop_oneof![3 => Just(None), 1 => any::<u8>().prop_map(Some)];
+/// Who runs an operation: the client (a mount, a native client) of the one
+/// before (`None`, most often) or the n-th, and which of that client's users.
+#[derive(Clone, Copy, Debug)]
+struct Who {
+    client: Option<u8>,
+    user: u8,
+}
+
+/// Operations, each with who runs it. Users of one client change often (a
+/// change by one user must be seen by the next at once); clients less often
+/// (each change of client waits out the cache TTL).
+fn ops_by_actors() -> impl Strategy<Value = Vec<(Who, Op<Sel>)>> {
+    let client = prop_oneof![6 => Just(None), 1 => any::<u8>().prop_map(Some)];
+    let who = (client, any::<u8>()).prop_map(|(client, user)| Who { client, user });
     prop::collection::vec((who, op()), 1..=40)
 }
 
@@ -588,6 +598,12 @@ impl Model {
             }
             let kind_error = match (src_is_dir, target) {
                 (true, Node::File(_)) => Some(Errno::ENOTDIR),
+                // A file onto a non-empty directory: POSIX allows ENOTEMPTY
+                // too, which Linux gives when the directory is the file's
+                // own parent.
+                (false, Node::Dir(d)) if !d.is_empty() => {
+                    return Err(Fail(Errno::EISDIR, Some(Errno::ENOTEMPTY)))
+                }
                 (false, Node::Dir(_)) => Some(Errno::EISDIR),
                 (true, Node::Dir(d)) if !d.is_empty() => Some(Errno::ENOTEMPTY),
                 _ => None,
@@ -958,20 +974,24 @@ fn outcome(r: &Result<Out, Fail>) -> String {
     }
 }
 
-fn run_case(shoal: &Shoal, ops: &[(Option<u8>, Op<Sel>)]) -> Result<(), TestCaseError> {
+fn run_case(shoal: &Shoal, ops: &[(Who, Op<Sel>)]) -> Result<(), TestCaseError> {
     let mut model = Model::default();
     // The concrete operations so far, for the failure message.
     let mut trace = String::new();
     let n = shoal.actors.len();
-    let mut who = 0;
+    let domains = shoal.actors.iter().map(Actor::domain).max().unwrap_or(0) + 1;
+    let mut domain = 0;
     // Clients that another client changed something for since they last
     // acted: they may see the old state until the TTL has passed.
-    let mut stale = vec![false; n];
+    let mut stale = vec![false; domains];
     for (i, (pick, op)) in ops.iter().enumerate() {
-        if let Some(p) = pick {
-            who = *p as usize % n;
+        if let Some(c) = pick.client {
+            domain = c as usize % domains;
         }
-        let domain = shoal.actors[who].domain();
+        let users: Vec<usize> = (0..n)
+            .filter(|a| shoal.actors[*a].domain() == domain)
+            .collect();
+        let who = users[pick.user as usize % users.len()];
         if std::mem::take(&mut stale[domain]) {
             std::thread::sleep(shoal.ttl + Duration::from_millis(50));
         }
@@ -1029,11 +1049,15 @@ fn shoal_agrees_with_an_in_memory_model() {
     let cluster = model_cluster();
     let client = cluster.client();
     let actors = [Actor::Native { client, domain: 0 }];
-    let ops = ops().prop_map(|ops| ops.into_iter().map(|op| (None, op)).collect());
+    let me = Who {
+        client: None,
+        user: 0,
+    };
+    let ops = ops().prop_map(move |ops| ops.into_iter().map(|op| (me, op)).collect());
     check_against_model(&cluster, &actors, ops, 24);
 }
 
-/// Several users on two mounts and two native clients of one cluster.
+/// Two users on each of two mounts and two native clients of one cluster.
 #[test]
 fn several_users_and_clients_agree_with_the_model() {
     let cluster = model_cluster();
@@ -1057,6 +1081,11 @@ fn several_users_and_clients_agree_with_the_model() {
             root: on(&m2),
             domain: 1,
         },
+        Actor::Mount {
+            fsop: Fsop::start(1004),
+            root: on(&m2),
+            domain: 1,
+        },
         Actor::Native {
             client: c1.with_cred(Cred::new(1002, 1002)),
             domain: 2,
@@ -1069,6 +1098,10 @@ fn several_users_and_clients_agree_with_the_model() {
             client: c2.with_cred(Cred::new(1003, 1003)),
             domain: 3,
         },
+        Actor::Native {
+            client: c2,
+            domain: 3,
+        },
     ];
     check_against_model(&cluster, &actors, ops_by_actors(), 12);
 }
@@ -1078,7 +1111,7 @@ fn several_users_and_clients_agree_with_the_model() {
 fn check_against_model(
     cluster: &Cluster,
     actors: &[Actor],
-    ops: impl Strategy<Value = Vec<(Option<u8>, Op<Sel>)>>,
+    ops: impl Strategy<Value = Vec<(Who, Op<Sel>)>>,
     default_cases: u32,
 ) {
     let rt = tokio::runtime::Builder::new_multi_thread()

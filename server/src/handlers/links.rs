@@ -134,8 +134,9 @@ pub(super) fn drop_link(
     })
 }
 
-/// POSIX: a link count's change is a change of the file's status.
-fn touch_ctime(rec: &mut ObjectRecord) {
+/// A change of an object's status (POSIX: a link count's change, and on
+/// Linux file systems a rename) changes its ctime.
+pub(super) fn touch_ctime(rec: &mut ObjectRecord) {
     if let Some(a) = rec.attrs.as_mut() {
         a.ctime_ns = now_ns();
     }

@@ -20,7 +20,8 @@ use shoal_proto::time::now_ns;
 use shoal_proto::{Handle, ObjectKind};
 
 use super::access::{record_anywhere, Owners};
-use super::{caps, change, check_handle, hints, links};
+use super::links::{self, touch_ctime};
+use super::{caps, change, check_handle, hints};
 use crate::meta_store::{new_attrs, Txn};
 use crate::perms::{self, R, W, X};
 use crate::service::{Reply, Request, Service};
@@ -386,6 +387,11 @@ pub fn rename_entry(s: &Service, r: &Request) -> Result<Reply> {
         txn.delete_entry(q.dir, &q.old_name);
         txn.put_entry(q.dir, &q.new_name, h, kind);
         touch_dir(txn, dir, None, replaced);
+        if let Some(mut moved) = s.meta.try_get(h)? {
+            touch_ctime(&mut moved);
+            txn.put_object(&moved);
+            reply.touched = true;
+        }
         Ok(reply)
     })?;
     Ok(Reply::message(&reply).with_syncs(syncs))
@@ -532,19 +538,14 @@ pub fn set_parent(s: &Service, r: &Request) -> Result<Reply> {
         if rec.kind() == ObjectKind::Directory && rec.parent != q.parent {
             perms::require(&r.cred, &rec, W, "moving a directory to another parent")?;
         }
-        if !matches!(
-            rec.kind(),
-            ObjectKind::Directory
-                | ObjectKind::Metafile
-                | ObjectKind::Symlink
-                | ObjectKind::Datafile
-        ) {
+        if !names_an_entry(rec.kind()) {
             return Err(ShoalError::invalid(format!(
                 "object {:#x} has no parent",
                 q.dir
             )));
         }
         rec.parent = q.parent;
+        touch_ctime(&mut rec);
         txn.put_object(&rec);
         Ok(())
     })?;
