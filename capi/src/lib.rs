@@ -153,6 +153,14 @@ pub unsafe extern "C" fn shoal_write(fd: c_int, buf: *const c_void, count: size_
     })
 }
 
+/// The object a path argument names (its last symlink followed or not).
+unsafe fn path_target<'a>(path: *const c_char, follow: bool) -> ffi::Result<Target<'a>> {
+    Ok(Target::Path {
+        path: c_path(path)?,
+        follow,
+    })
+}
+
 fn offset(off: off_t) -> ffi::Result<u64> {
     u64::try_from(off).map_err(|_| err(libc::EINVAL, format!("negative offset {off}")))
 }
@@ -234,18 +242,13 @@ unsafe fn stat_of(name: &str, t: ffi::Result<Target>, st: *mut libc::stat) -> c_
 /// stat(2): follows a symlink.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_stat(path: *const c_char, st: *mut libc::stat) -> c_int {
-    let t = c_path(path).map(|path| Target::Path { path, follow: true });
-    stat_of("shoal_stat", t, st)
+    stat_of("shoal_stat", path_target(path, true), st)
 }
 
 /// lstat(2): a symlink itself.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_lstat(path: *const c_char, st: *mut libc::stat) -> c_int {
-    let t = c_path(path).map(|path| Target::Path {
-        path,
-        follow: false,
-    });
-    stat_of("shoal_lstat", t, st)
+    stat_of("shoal_lstat", path_target(path, false), st)
 }
 
 /// fstat(2).
@@ -339,11 +342,7 @@ fn chown_set(uid: uid_t, gid: gid_t) -> SetAttr {
 #[no_mangle]
 pub unsafe extern "C" fn shoal_chmod(path: *const c_char, mode: mode_t) -> c_int {
     call("shoal_chmod", -1, || {
-        let t = Target::Path {
-            path: c_path(path)?,
-            follow: true,
-        };
-        ops::setattr(&t, chmod_set(mode)).map(|_| 0)
+        ops::setattr(&path_target(path, true)?, chmod_set(mode)).map(|_| 0)
     })
 }
 
@@ -359,11 +358,7 @@ pub extern "C" fn shoal_fchmod(fd: c_int, mode: mode_t) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn shoal_chown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
     call("shoal_chown", -1, || {
-        let t = Target::Path {
-            path: c_path(path)?,
-            follow: true,
-        };
-        ops::setattr(&t, chown_set(uid, gid)).map(|_| 0)
+        ops::setattr(&path_target(path, true)?, chown_set(uid, gid)).map(|_| 0)
     })
 }
 
@@ -371,11 +366,7 @@ pub unsafe extern "C" fn shoal_chown(path: *const c_char, uid: uid_t, gid: gid_t
 #[no_mangle]
 pub unsafe extern "C" fn shoal_lchown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
     call("shoal_lchown", -1, || {
-        let t = Target::Path {
-            path: c_path(path)?,
-            follow: false,
-        };
-        ops::setattr(&t, chown_set(uid, gid)).map(|_| 0)
+        ops::setattr(&path_target(path, false)?, chown_set(uid, gid)).map(|_| 0)
     })
 }
 
@@ -497,13 +488,6 @@ pub extern "C" fn shoal_closedir(dirfd: c_int) -> c_int {
     })
 }
 
-unsafe fn xattr_target<'a>(path: *const c_char, follow: bool) -> ffi::Result<Target<'a>> {
-    Ok(Target::Path {
-        path: c_path(path)?,
-        follow,
-    })
-}
-
 unsafe fn getxattr(
     name: &str,
     t: ffi::Result<Target>,
@@ -581,13 +565,7 @@ pub unsafe extern "C" fn shoal_getxattr(
     value: *mut c_void,
     size: size_t,
 ) -> ssize_t {
-    getxattr(
-        "shoal_getxattr",
-        xattr_target(path, true),
-        name,
-        value,
-        size,
-    )
+    getxattr("shoal_getxattr", path_target(path, true), name, value, size)
 }
 
 /// lgetxattr(2).
@@ -600,7 +578,7 @@ pub unsafe extern "C" fn shoal_lgetxattr(
 ) -> ssize_t {
     getxattr(
         "shoal_lgetxattr",
-        xattr_target(path, false),
+        path_target(path, false),
         name,
         value,
         size,
@@ -627,7 +605,7 @@ pub unsafe extern "C" fn shoal_setxattr(
     size: size_t,
     flags: c_int,
 ) -> c_int {
-    let t = xattr_target(path, true);
+    let t = path_target(path, true);
     setxattr("shoal_setxattr", t, name, value, size, flags)
 }
 
@@ -640,7 +618,7 @@ pub unsafe extern "C" fn shoal_lsetxattr(
     size: size_t,
     flags: c_int,
 ) -> c_int {
-    let t = xattr_target(path, false);
+    let t = path_target(path, false);
     setxattr("shoal_lsetxattr", t, name, value, size, flags)
 }
 
@@ -671,7 +649,7 @@ pub unsafe extern "C" fn shoal_listxattr(
     list: *mut c_char,
     size: size_t,
 ) -> ssize_t {
-    listxattr("shoal_listxattr", xattr_target(path, true), list, size)
+    listxattr("shoal_listxattr", path_target(path, true), list, size)
 }
 
 /// llistxattr(2).
@@ -681,7 +659,7 @@ pub unsafe extern "C" fn shoal_llistxattr(
     list: *mut c_char,
     size: size_t,
 ) -> ssize_t {
-    listxattr("shoal_llistxattr", xattr_target(path, false), list, size)
+    listxattr("shoal_llistxattr", path_target(path, false), list, size)
 }
 
 /// flistxattr(2).
@@ -693,13 +671,13 @@ pub unsafe extern "C" fn shoal_flistxattr(fd: c_int, list: *mut c_char, size: si
 /// removexattr(2).
 #[no_mangle]
 pub unsafe extern "C" fn shoal_removexattr(path: *const c_char, name: *const c_char) -> c_int {
-    removexattr("shoal_removexattr", xattr_target(path, true), name)
+    removexattr("shoal_removexattr", path_target(path, true), name)
 }
 
 /// lremovexattr(2).
 #[no_mangle]
 pub unsafe extern "C" fn shoal_lremovexattr(path: *const c_char, name: *const c_char) -> c_int {
-    removexattr("shoal_lremovexattr", xattr_target(path, false), name)
+    removexattr("shoal_lremovexattr", path_target(path, false), name)
 }
 
 /// fremovexattr(2).
@@ -708,10 +686,32 @@ pub unsafe extern "C" fn shoal_fremovexattr(fd: c_int, name: *const c_char) -> c
     removexattr("shoal_fremovexattr", Ok(Target::Fd(fd)), name)
 }
 
-/// Capacity of the whole cluster (every server summed), in 4 KiB blocks.
-fn capacity() -> ffi::Result<(shoal_client::StatFs, u64)> {
+/// The cluster's capacity (every server summed) in the terms statvfs and
+/// statfs share, for a `path` that must exist.
+struct Capacity {
+    bsize: u64,
+    blocks: u64,
+    bfree: u64,
+    bavail: u64,
+    files: u64,
+    ffree: u64,
+}
+
+fn capacity(path: &str) -> ffi::Result<Capacity> {
+    const BSIZE: u64 = 4096;
+    Target::Path { path, follow: true }.attr()?;
     let s = ops::session()?;
-    Ok((s.run(s.client.statfs())?, 4096))
+    let st = s.run(s.client.statfs())?;
+    let bavail = st.avail_bytes / BSIZE;
+    Ok(Capacity {
+        bsize: BSIZE,
+        blocks: st.total_bytes / BSIZE,
+        bfree: st.free_bytes / BSIZE,
+        bavail,
+        // Objects have no fixed table: as many more fit as free blocks.
+        files: st.objects.saturating_add(bavail),
+        ffree: bavail,
+    })
 }
 
 /// statvfs(3) of the cluster (`path` must exist in it).
@@ -720,19 +720,12 @@ pub unsafe extern "C" fn shoal_statvfs(path: *const c_char, buf: *mut libc::stat
     call("shoal_statvfs", -1, || {
         let path = c_path(path)?;
         let out = out_struct(buf, "statvfs buffer")?;
-        Target::Path { path, follow: true }.attr()?;
-        let (st, bsize) = capacity()?;
+        let c = capacity(path)?;
         // SAFETY: plain data; all zeros is valid.
         *out = std::mem::zeroed();
-        out.f_bsize = bsize as _;
-        out.f_frsize = bsize as _;
-        out.f_blocks = st.total_bytes / bsize;
-        out.f_bfree = st.free_bytes / bsize;
-        out.f_bavail = st.avail_bytes / bsize;
-        // Objects have no fixed table: as many more fit as free blocks.
-        out.f_ffree = out.f_bavail;
-        out.f_favail = out.f_bavail;
-        out.f_files = st.objects.saturating_add(out.f_ffree);
+        (out.f_bsize, out.f_frsize) = (c.bsize as _, c.bsize as _);
+        (out.f_blocks, out.f_bfree, out.f_bavail) = (c.blocks, c.bfree, c.bavail);
+        (out.f_files, out.f_ffree, out.f_favail) = (c.files, c.ffree, c.ffree);
         out.f_fsid = ops::SHOAL_DEV as _;
         out.f_namemax = SHOAL_NAME_MAX as _;
         Ok(0)
@@ -745,18 +738,13 @@ pub unsafe extern "C" fn shoal_statfs(path: *const c_char, buf: *mut libc::statf
     call("shoal_statfs", -1, || {
         let path = c_path(path)?;
         let out = out_struct(buf, "statfs buffer")?;
-        Target::Path { path, follow: true }.attr()?;
-        let (st, bsize) = capacity()?;
+        let c = capacity(path)?;
         // SAFETY: plain data; all zeros is valid.
         *out = std::mem::zeroed();
         out.f_type = SHOAL_SUPER_MAGIC as _;
-        out.f_bsize = bsize as _;
-        out.f_frsize = bsize as _;
-        out.f_blocks = st.total_bytes / bsize;
-        out.f_bfree = st.free_bytes / bsize;
-        out.f_bavail = st.avail_bytes / bsize;
-        out.f_ffree = out.f_bavail;
-        out.f_files = st.objects.saturating_add(out.f_ffree);
+        (out.f_bsize, out.f_frsize) = (c.bsize as _, c.bsize as _);
+        (out.f_blocks, out.f_bfree, out.f_bavail) = (c.blocks, c.bfree, c.bavail);
+        (out.f_files, out.f_ffree) = (c.files, c.ffree);
         out.f_namelen = SHOAL_NAME_MAX as _;
         Ok(0)
     })

@@ -232,20 +232,26 @@ pub fn dup(fd: i32) -> Result<i32> {
     files::insert_shared(files::get(fd)?)
 }
 
-fn regular(file: &OpenFile) -> Result<()> {
-    match file.kind {
-        FileKind::Directory => Err(err(libc::EISDIR, format!("{}: is a directory", file.path))),
-        _ => Ok(()),
+/// The file behind `fd`, checked to be open for reading (or writing) and
+/// not a directory.
+fn open_for(fd: i32, writing: bool) -> Result<Arc<OpenFile>> {
+    let file = files::get(fd)?;
+    let (allowed, what) = match writing {
+        true => (file.writable, "writing"),
+        false => (file.readable, "reading"),
+    };
+    if !allowed {
+        return Err(err(libc::EBADF, format!("{fd}: not open for {what}")));
     }
+    if file.kind == FileKind::Directory {
+        return Err(err(libc::EISDIR, format!("{}: is a directory", file.path)));
+    }
+    Ok(file)
 }
 
 /// pread(2); `at` None reads at the descriptor's offset (read(2)).
 pub fn read(fd: i32, buf: &mut [u8], at: Option<u64>) -> Result<usize> {
-    let file = files::get(fd)?;
-    if !file.readable {
-        return Err(err(libc::EBADF, format!("{fd}: not open for reading")));
-    }
-    regular(&file)?;
+    let file = open_for(fd, false)?;
     if buf.is_empty() {
         return Ok(0);
     }
@@ -265,11 +271,7 @@ pub fn read(fd: i32, buf: &mut [u8], at: Option<u64>) -> Result<usize> {
 /// pwrite(2); `at` None writes at the descriptor's offset (write(2)), or at
 /// the end of the file with O_APPEND.
 pub fn write(fd: i32, buf: &[u8], at: Option<u64>) -> Result<usize> {
-    let file = files::get(fd)?;
-    if !file.writable {
-        return Err(err(libc::EBADF, format!("{fd}: not open for writing")));
-    }
-    regular(&file)?;
+    let file = open_for(fd, true)?;
     if buf.is_empty() {
         return Ok(0);
     }
