@@ -135,6 +135,11 @@ pub fn is_open(h: Handle) -> bool {
     lock_table().open.contains_key(&h)
 }
 
+/// Whether any descriptor of this process is open.
+pub fn any_open() -> bool {
+    !lock_table().open.is_empty()
+}
+
 /// `h`'s entry in `parent` is gone. If a descriptor is still open on it,
 /// marks it to be reclaimed at its last close and returns false; if not,
 /// returns true: the caller reclaims it now.

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use shoal_client::{Attr, Client, Cred, DirEntry, FileKind, SetAttr, SetTime, ShoalError};
 use shoal_proto::hints::{self, Hint};
+use shoal_proto::names::split_path;
 use shoal_proto::Handle;
 
 use crate::ffi::{err, Result};
@@ -81,6 +82,44 @@ pub async fn resolve_parent<'p>(c: &Client, path: &'p str) -> Result<(Handle, &'
     c.resolve_parent(path).await.map_err(about(path))
 }
 
+/// The attributes of what `path` names, symlinks followed as in
+/// [`resolve`]. The last component costs one lookup that brings its
+/// attributes (one message with colocate), not a lookup and a getattr.
+pub async fn resolve_attr(c: &Client, path: &str, follow: bool) -> Result<Attr> {
+    let slash = path.len() > 1 && path.ends_with('/');
+    let mut current = path.to_string();
+    for _ in 0..=MAX_SYMLINKS {
+        let a = if split_path(&current).map_err(about(path))?.is_empty() {
+            c.getattr(c.root()).await
+        } else {
+            match c.resolve_parent(&current).await {
+                Ok((dir, name)) => c.lookup_attr(dir, name).await,
+                Err(e) => Err(e),
+            }
+        }
+        .map_err(|e| match e.errno.0 {
+            libc::ENOENT => err(libc::ENOENT, format!("{path}: no such file or directory")),
+            _ => about(path)(e),
+        })?;
+        if a.kind != FileKind::Symlink || !(follow || slash) {
+            if slash && a.kind != FileKind::Directory {
+                return Err(err(libc::ENOTDIR, format!("{path}: not a directory")));
+            }
+            return Ok(a);
+        }
+        let target = c.readlink(a.handle).await.map_err(about(path))?;
+        current = if target.starts_with('/') {
+            target
+        } else {
+            format!("{}/{target}", parent_of(&current))
+        };
+    }
+    Err(err(
+        libc::ELOOP,
+        format!("{path}: too many levels of symbolic links"),
+    ))
+}
+
 /// This process's umask (Linux has it in /proc since 4.7; 022 otherwise).
 fn umask() -> u32 {
     std::fs::read_to_string("/proc/self/status")
@@ -132,11 +171,11 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
         if flags & libc::O_CREAT != 0 {
             open_or_create(c, path, flags, mode, follow).await
         } else {
-            let (h, kind) = resolve(c, path, follow).await?;
-            if kind == FileKind::Symlink {
+            let a = resolve_attr(c, path, follow).await?;
+            if a.kind == FileKind::Symlink {
                 return Err(err(libc::ELOOP, format!("{path}: a symlink (O_NOFOLLOW)")));
             }
-            Ok((c.getattr(h).await.map_err(about(path))?, false))
+            Ok((a, false))
         }
     })?;
     match attr.kind {
@@ -382,10 +421,7 @@ pub fn ftruncate(fd: i32, length: i64) -> Result<()> {
 
 pub fn truncate(path: &str, length: i64) -> Result<()> {
     let s = session()?;
-    let attr = s.run(async {
-        let (h, _) = resolve(&s.client, path, true).await?;
-        s.client.getattr(h).await.map_err(about(path))
-    })?;
+    let attr = s.run(resolve_attr(&s.client, path, true))?;
     match attr.kind {
         FileKind::Directory => return Err(err(libc::EISDIR, format!("{path}: is a directory"))),
         _ if !permitted(&attr, s.client.cred(), 2) => return Err(denied(path)),
@@ -424,11 +460,14 @@ impl Target<'_> {
 
     pub fn attr(&self) -> Result<Attr> {
         let s = session()?;
-        s.run(async {
-            let h = self.handle(&s.client).await?;
-            s.client.getattr(h).await
-        })
-        .map_err(about(&self.name()))
+        match self {
+            Target::Path { path, follow } => s.run(resolve_attr(&s.client, path, *follow)),
+            Target::Fd(fd) => {
+                let file = files::get(*fd)?;
+                s.run(s.client.getattr(file.handle))
+                    .map_err(about(&file.path))
+            }
+        }
     }
 
     /// Runs `f` on the object's handle.
@@ -509,6 +548,11 @@ pub fn unlink(path: &str) -> Result<()> {
     let c = &s.client;
     s.run(async {
         let (dir, name) = resolve_parent(c, path).await?;
+        if !files::any_open() {
+            // Nothing open here to keep: the one-step unlink (EISDIR for a
+            // directory comes from its server).
+            return c.unlink(dir, name).await;
+        }
         let (h, kind) = c.lookup(dir, name).await?;
         if kind == FileKind::Directory {
             return Err(err(libc::EISDIR, format!("{path}: is a directory")));
