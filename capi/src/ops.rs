@@ -51,15 +51,45 @@ fn parent_of(path: &str) -> &str {
 /// `follow` (or the path ends in '/'). A path ending in '/' must name a
 /// directory.
 pub async fn resolve(c: &Client, path: &str, follow: bool) -> Result<(Handle, FileKind)> {
+    let (h, kind, _) = walk(c, path, follow, false).await?;
+    Ok((h, kind))
+}
+
+/// The attributes of what `path` names, symlinks followed as in
+/// [`resolve`]. The last component costs one lookup that brings its
+/// attributes (one message with colocate), not a lookup and a getattr.
+pub async fn resolve_attr(c: &Client, path: &str, follow: bool) -> Result<Attr> {
+    let (_, _, attr) = walk(c, path, follow, true).await?;
+    Ok(attr.expect("asked for"))
+}
+
+/// What `path` names, and with `want_attr` its attributes.
+async fn walk(
+    c: &Client,
+    path: &str,
+    follow: bool,
+    want_attr: bool,
+) -> Result<(Handle, FileKind, Option<Attr>)> {
     let slash = path.len() > 1 && path.ends_with('/');
     let mut current = path.to_string();
     for _ in 0..=MAX_SYMLINKS {
-        let (h, kind) = c.resolve(&current).await.map_err(about(path))?;
+        let (h, kind, attr) = if want_attr {
+            let a = lookup_attr(c, &current)
+                .await
+                .map_err(|e| match e.errno.0 {
+                    libc::ENOENT => err(libc::ENOENT, format!("{path}: no such file or directory")),
+                    _ => about(path)(e),
+                })?;
+            (a.handle, a.kind, Some(a))
+        } else {
+            let (h, kind) = c.resolve(&current).await.map_err(about(path))?;
+            (h, kind, None)
+        };
         if kind != FileKind::Symlink || !(follow || slash) {
             if slash && kind != FileKind::Directory {
                 return Err(err(libc::ENOTDIR, format!("{path}: not a directory")));
             }
-            return Ok((h, kind));
+            return Ok((h, kind, attr));
         }
         let target = c.readlink(h).await.map_err(about(path))?;
         current = if target.starts_with('/') {
@@ -74,50 +104,21 @@ pub async fn resolve(c: &Client, path: &str, follow: bool) -> Result<(Handle, Fi
     ))
 }
 
+/// The attributes of what `path` names, its last symlink not followed.
+async fn lookup_attr(c: &Client, path: &str) -> Result<Attr> {
+    if split_path(path)?.is_empty() {
+        return c.getattr(c.root()).await;
+    }
+    let (dir, name) = c.resolve_parent(path).await?;
+    c.lookup_attr(dir, name).await
+}
+
 /// The parent directory of `path` and its last name.
 pub async fn resolve_parent<'p>(c: &Client, path: &'p str) -> Result<(Handle, &'p str)> {
     if path.trim_matches('/').is_empty() {
         return Err(err(libc::EBUSY, "/: the root cannot be changed so"));
     }
     c.resolve_parent(path).await.map_err(about(path))
-}
-
-/// The attributes of what `path` names, symlinks followed as in
-/// [`resolve`]. The last component costs one lookup that brings its
-/// attributes (one message with colocate), not a lookup and a getattr.
-pub async fn resolve_attr(c: &Client, path: &str, follow: bool) -> Result<Attr> {
-    let slash = path.len() > 1 && path.ends_with('/');
-    let mut current = path.to_string();
-    for _ in 0..=MAX_SYMLINKS {
-        let a = if split_path(&current).map_err(about(path))?.is_empty() {
-            c.getattr(c.root()).await
-        } else {
-            match c.resolve_parent(&current).await {
-                Ok((dir, name)) => c.lookup_attr(dir, name).await,
-                Err(e) => Err(e),
-            }
-        }
-        .map_err(|e| match e.errno.0 {
-            libc::ENOENT => err(libc::ENOENT, format!("{path}: no such file or directory")),
-            _ => about(path)(e),
-        })?;
-        if a.kind != FileKind::Symlink || !(follow || slash) {
-            if slash && a.kind != FileKind::Directory {
-                return Err(err(libc::ENOTDIR, format!("{path}: not a directory")));
-            }
-            return Ok(a);
-        }
-        let target = c.readlink(a.handle).await.map_err(about(path))?;
-        current = if target.starts_with('/') {
-            target
-        } else {
-            format!("{}/{target}", parent_of(&current))
-        };
-    }
-    Err(err(
-        libc::ELOOP,
-        format!("{path}: too many levels of symbolic links"),
-    ))
 }
 
 /// This process's umask (Linux has it in /proc since 4.7; 022 otherwise).
