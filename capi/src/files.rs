@@ -1,0 +1,239 @@
+//! The descriptor table: small integers (the lowest free one, from 0, as the
+//! kernel hands out) naming open files and directories of this process.
+//!
+//! The table's lock is held only to look a descriptor up or change the
+//! table, never across a request to a server. A file's offset is an atomic
+//! counter: a read or write reserves its range with one atomic add, so
+//! concurrent calls on one descriptor get disjoint ranges, as POSIX asks,
+//! without a lock a thread could hold at fork.
+//!
+//! A file unlinked (or renamed over) while this process has it open keeps
+//! its objects until its last descriptor closes, as POSIX says: the entry
+//! goes at once, the objects at the last close (`doom`, `close`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+
+use shoal_client::{Attr, DirEntry, FileKind};
+use shoal_proto::Handle;
+
+use crate::ffi::{err, Result};
+
+/// Most descriptors open at once (EMFILE beyond).
+const MAX_DESCRIPTORS: usize = 1 << 20;
+
+pub struct OpenFile {
+    pub handle: Handle,
+    pub kind: FileKind,
+    pub readable: bool,
+    pub writable: bool,
+    pub append: bool,
+    /// The path it was opened by (messages; `..` of a directory).
+    pub path: String,
+    pub offset: AtomicU64,
+    /// A directory's listing cursor.
+    pub dir: Option<Mutex<DirStream>>,
+}
+
+/// Where a listing stands: entries fetched and not returned yet (with their
+/// attributes once a readdirplus asked for them) and the name to continue
+/// after.
+#[derive(Default)]
+pub struct DirStream {
+    /// `.` and `..` returned so far (0, 1 or 2).
+    pub dots: u8,
+    pub buffered: VecDeque<(DirEntry, Option<Attr>)>,
+    pub after: String,
+    pub done: bool,
+}
+
+impl DirStream {
+    pub fn rewind(&mut self) {
+        *self = DirStream::default();
+    }
+}
+
+pub struct Table {
+    slots: Vec<Option<Arc<OpenFile>>>,
+    /// Per file handle: descriptors open on it, and if its entry is gone,
+    /// the directory that named it (to reclaim it at the last close).
+    open: HashMap<Handle, (usize, Option<Handle>)>,
+}
+
+static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(|| {
+    Mutex::new(Table {
+        slots: Vec::new(),
+        open: HashMap::new(),
+    })
+});
+
+pub type TableGuard = MutexGuard<'static, Table>;
+
+pub fn lock_table() -> TableGuard {
+    TABLE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Adds `file` under the lowest free descriptor.
+pub fn insert(file: OpenFile) -> Result<i32> {
+    insert_shared(Arc::new(file))
+}
+
+/// Adds another descriptor for an open file (dup: the offset is shared).
+pub fn insert_shared(file: Arc<OpenFile>) -> Result<i32> {
+    let mut t = lock_table();
+    let handle = file.handle;
+    let fd = match t.slots.iter().position(Option::is_none) {
+        Some(free) => free,
+        None if t.slots.len() < MAX_DESCRIPTORS => {
+            t.slots.push(None);
+            t.slots.len() - 1
+        }
+        None => return Err(err(libc::EMFILE, "too many open Shoal descriptors")),
+    };
+    t.slots[fd] = Some(file);
+    t.open.entry(handle).or_insert((0, None)).0 += 1;
+    Ok(fd as i32)
+}
+
+/// The open file behind `fd`.
+pub fn get(fd: i32) -> Result<Arc<OpenFile>> {
+    let t = lock_table();
+    usize::try_from(fd)
+        .ok()
+        .and_then(|i| t.slots.get(i).cloned().flatten())
+        .ok_or_else(|| bad_fd(fd))
+}
+
+pub fn bad_fd(fd: i32) -> shoal_client::ShoalError {
+    err(libc::EBADF, format!("{fd} is not an open Shoal descriptor"))
+}
+
+/// Removes `fd`; returns the file and, if that was the last descriptor of
+/// a file whose entry is gone, the directory to reclaim it from.
+pub fn remove(fd: i32) -> Result<(Arc<OpenFile>, Option<Handle>)> {
+    let mut t = lock_table();
+    let file = usize::try_from(fd)
+        .ok()
+        .and_then(|i| t.slots.get_mut(i).and_then(Option::take))
+        .ok_or_else(|| bad_fd(fd))?;
+    let reclaim = release(&mut t, file.handle);
+    Ok((file, reclaim))
+}
+
+fn release(t: &mut Table, h: Handle) -> Option<Handle> {
+    let entry = t.open.get_mut(&h)?;
+    entry.0 -= 1;
+    if entry.0 > 0 {
+        return None;
+    }
+    t.open.remove(&h).and_then(|(_, doomed)| doomed)
+}
+
+/// Whether some descriptor of this process is open on `h`.
+pub fn is_open(h: Handle) -> bool {
+    lock_table().open.contains_key(&h)
+}
+
+/// Whether any descriptor of this process is open.
+pub fn any_open() -> bool {
+    !lock_table().open.is_empty()
+}
+
+/// `h`'s entry in `parent` is gone. If a descriptor is still open on it,
+/// marks it to be reclaimed at its last close and returns false; if not,
+/// returns true: the caller reclaims it now.
+pub fn doom(h: Handle, parent: Handle) -> bool {
+    let mut t = lock_table();
+    match t.open.get_mut(&h) {
+        Some(entry) => {
+            entry.1 = Some(parent);
+            false
+        }
+        None => true,
+    }
+}
+
+/// Closes every descriptor (disconnect); returns the files to reclaim.
+pub fn close_all() -> Vec<(Handle, Handle)> {
+    let mut t = lock_table();
+    t.slots.clear();
+    t.open
+        .drain()
+        .filter_map(|(h, (_, doomed))| doomed.map(|p| (h, p)))
+        .collect()
+}
+
+impl OpenFile {
+    /// Reserves `len` bytes at the offset; returns where they start.
+    pub fn reserve(&self, len: u64) -> u64 {
+        self.offset.fetch_add(len, Ordering::SeqCst)
+    }
+
+    /// A transfer reserved at `start` for `reserved` bytes moved `done`:
+    /// gives back the rest if nothing moved the offset since.
+    pub fn settle(&self, start: u64, reserved: u64, done: u64) {
+        if done < reserved {
+            let _ = self.offset.compare_exchange(
+                start + reserved,
+                start + done,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(h: Handle) -> OpenFile {
+        OpenFile {
+            handle: h,
+            kind: FileKind::File,
+            readable: true,
+            writable: true,
+            append: false,
+            path: "/f".into(),
+            offset: AtomicU64::new(0),
+            dir: None,
+        }
+    }
+
+    #[test]
+    fn descriptors_are_the_lowest_free_and_a_doomed_file_goes_at_its_last_close() {
+        // One test: the table is process-wide.
+        let a = insert(file(7001)).unwrap();
+        let b = insert(file(7001)).unwrap();
+        assert_eq!(b, a + 1);
+        assert!(get(a).is_ok());
+        assert_eq!(get(-1).err().unwrap().errno.0, libc::EBADF);
+        assert!(!doom(7001, 1), "open: reclaimed later");
+        assert_eq!(remove(a).unwrap().1, None, "one descriptor left");
+        assert_eq!(remove(a).err().unwrap().errno.0, libc::EBADF);
+        let c = insert(file(7002)).unwrap();
+        assert_eq!(c, a, "the lowest free number again");
+        assert_eq!(remove(b).unwrap().1, Some(1), "last close reclaims");
+        assert!(!is_open(7001));
+        assert!(doom(7001, 1), "not open: reclaim now");
+        remove(c).unwrap();
+    }
+
+    #[test]
+    fn a_short_transfer_gives_back_its_unused_reservation() {
+        let f = file(1);
+        let start = f.reserve(100);
+        f.settle(start, 100, 40);
+        assert_eq!(f.offset.load(Ordering::SeqCst), 40);
+        let start = f.reserve(100);
+        let other = f.reserve(10);
+        f.settle(start, 100, 0);
+        assert_eq!(other, 140);
+        assert_eq!(
+            f.offset.load(Ordering::SeqCst),
+            150,
+            "a later reservation stands"
+        );
+    }
+}

@@ -1,0 +1,848 @@
+//! libshoal: the C interface of Shoal's native client (`shoal.h`, generated
+//! from this crate by cbindgen; see capi/README.md).
+//!
+//! The rules every function follows:
+//! - paths are absolute paths inside the Shoal namespace ("/dir/file"),
+//!   NUL-terminated UTF-8;
+//! - on failure a function returns -1 (or NULL) and sets `errno` to a POSIX
+//!   error number; `shoal_last_error()` gives this thread's message for it;
+//! - every function is thread-safe; the process has one connection per
+//!   server, shared by all descriptors and threads;
+//! - descriptors are small integers of libshoal's own (not kernel
+//!   descriptors), the lowest free one first;
+//! - a NULL pointer is EFAULT, a descriptor that is not open EBADF, and a
+//!   panic inside the library EIO: nothing unwinds into C;
+//! - after fork the child gets its own connections on its first call; its
+//!   descriptors stay open, with offsets copied rather than shared.
+//!
+//! Pointer arguments must be NULL or valid for the call as the C prototype
+//! says (the usual contract of the POSIX call each function mirrors).
+
+#![allow(clippy::missing_safety_doc)]
+
+mod ffi;
+mod files;
+mod ops;
+mod session;
+
+use std::path::Path;
+
+use libc::{c_char, c_int, c_void, gid_t, mode_t, off_t, size_t, ssize_t, uid_t};
+use shoal_client::{FileKind, SetAttr};
+
+use ffi::{c_path, c_str, call, copy_sized, err, in_buf, out_buf, out_struct};
+use ops::Target;
+
+/// Longest entry name, in bytes (without the NUL).
+pub const SHOAL_NAME_MAX: usize = 255;
+
+/// `f_type` that `shoal_statfs` reports ("SHOL").
+pub const SHOAL_SUPER_MAGIC: i64 = 0x5348_4f4c;
+
+/// One directory entry, as `shoal_readdir` and `shoal_readdirplus` return it.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct shoal_dirent {
+    /// The object's handle (`st_ino` of its `struct stat`).
+    pub d_ino: u64,
+    /// DT_DIR, DT_REG or DT_LNK.
+    pub d_type: u8,
+    /// NUL-terminated name.
+    pub d_name: [c_char; 256],
+}
+
+/// Where a file's bytes live.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct shoal_layout {
+    /// Bytes of one strip: the file is striped round robin over its datafiles.
+    pub strip_size: u64,
+    /// Datafiles (servers) the file is striped over.
+    pub num_datafiles: u32,
+    /// 1 if the file has no metafile (made under the no_metafile hint).
+    pub no_metafile: u32,
+}
+
+/// This thread's message for the last call that failed on it ("" if none).
+/// Valid until the next failing call on the same thread.
+#[no_mangle]
+pub extern "C" fn shoal_last_error() -> *const c_char {
+    ffi::last_error()
+}
+
+/// The library's version, e.g. "0.1.0".
+#[no_mangle]
+pub extern "C" fn shoal_version() -> *const c_char {
+    static VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
+    VERSION.as_ptr() as *const c_char
+}
+
+/// Connects this process to the cluster described by `cluster_file` (as
+/// `shoal up` writes it) and checks that every server answers. Calling it
+/// again with the same file counts one more user (each needs its own
+/// `shoal_disconnect`); with another file it fails with EISCONN.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_connect(cluster_file: *const c_char) -> c_int {
+    call("shoal_connect", -1, || {
+        let file = c_str(cluster_file, "cluster_file")?;
+        session::connect(Path::new(file)).map(|_| 0)
+    })
+}
+
+/// Drops one user of the connection; the last one closes every descriptor
+/// and the connections. ENOTCONN if not connected.
+#[no_mangle]
+pub extern "C" fn shoal_disconnect() -> c_int {
+    call("shoal_disconnect", -1, || session::disconnect().map(|_| 0))
+}
+
+/// 1 if this process is connected, 0 if not.
+#[no_mangle]
+pub extern "C" fn shoal_is_connected() -> c_int {
+    call("shoal_is_connected", 0, || {
+        Ok(session::is_connected() as c_int)
+    })
+}
+
+/// open(2): O_RDONLY/O_WRONLY/O_RDWR with O_CREAT, O_EXCL, O_TRUNC,
+/// O_APPEND, O_DIRECTORY, O_NOFOLLOW (others are accepted and ignored,
+/// O_TMPFILE is EOPNOTSUPP). `mode` (less the umask) applies to a new file.
+/// Returns a libshoal descriptor.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    call("shoal_open", -1, || ops::open(c_path(path)?, flags, mode))
+}
+
+/// creat(2): open(path, O_CREAT | O_WRONLY | O_TRUNC, mode).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_creat(path: *const c_char, mode: mode_t) -> c_int {
+    call("shoal_creat", -1, || {
+        ops::open(
+            c_path(path)?,
+            libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+            mode,
+        )
+    })
+}
+
+/// close(2). The descriptor is released even when it fails.
+#[no_mangle]
+pub extern "C" fn shoal_close(fd: c_int) -> c_int {
+    call("shoal_close", -1, || ops::close(fd).map(|_| 0))
+}
+
+/// dup(2): a new descriptor sharing `fd`'s open file and offset.
+#[no_mangle]
+pub extern "C" fn shoal_dup(fd: c_int) -> c_int {
+    call("shoal_dup", -1, || ops::dup(fd))
+}
+
+/// read(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+    call("shoal_read", -1, || {
+        Ok(ops::read(fd, out_buf(buf, count)?, None)? as ssize_t)
+    })
+}
+
+/// write(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_write(fd: c_int, buf: *const c_void, count: size_t) -> ssize_t {
+    call("shoal_write", -1, || {
+        Ok(ops::write(fd, in_buf(buf, count)?, None)? as ssize_t)
+    })
+}
+
+/// The object a path argument names (its last symlink followed or not).
+unsafe fn path_target<'a>(path: *const c_char, follow: bool) -> ffi::Result<Target<'a>> {
+    Ok(Target::Path {
+        path: c_path(path)?,
+        follow,
+    })
+}
+
+fn offset(off: off_t) -> ffi::Result<u64> {
+    u64::try_from(off).map_err(|_| err(libc::EINVAL, format!("negative offset {off}")))
+}
+
+/// pread(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_pread(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    off: off_t,
+) -> ssize_t {
+    call("shoal_pread", -1, || {
+        let buf = out_buf(buf, count)?;
+        Ok(ops::read(fd, buf, Some(offset(off)?))? as ssize_t)
+    })
+}
+
+/// pwrite(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_pwrite(
+    fd: c_int,
+    buf: *const c_void,
+    count: size_t,
+    off: off_t,
+) -> ssize_t {
+    call("shoal_pwrite", -1, || {
+        let buf = in_buf(buf, count)?;
+        Ok(ops::write(fd, buf, Some(offset(off)?))? as ssize_t)
+    })
+}
+
+/// lseek(2): SEEK_SET, SEEK_CUR, SEEK_END, SEEK_DATA, SEEK_HOLE. On a
+/// directory descriptor only lseek(fd, 0, SEEK_SET), which rewinds it.
+#[no_mangle]
+pub extern "C" fn shoal_lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    call("shoal_lseek", -1, || ops::lseek(fd, off, whence))
+}
+
+/// fsync(2): the file's data (and in scratch mode its metadata) durable on
+/// every server holding it.
+#[no_mangle]
+pub extern "C" fn shoal_fsync(fd: c_int) -> c_int {
+    call("shoal_fsync", -1, || ops::fsync(fd).map(|_| 0))
+}
+
+/// fdatasync(2): as shoal_fsync.
+#[no_mangle]
+pub extern "C" fn shoal_fdatasync(fd: c_int) -> c_int {
+    call("shoal_fdatasync", -1, || ops::fsync(fd).map(|_| 0))
+}
+
+/// ftruncate(2).
+#[no_mangle]
+pub extern "C" fn shoal_ftruncate(fd: c_int, length: off_t) -> c_int {
+    call("shoal_ftruncate", -1, || {
+        ops::ftruncate(fd, length).map(|_| 0)
+    })
+}
+
+/// truncate(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_truncate(path: *const c_char, length: off_t) -> c_int {
+    call("shoal_truncate", -1, || {
+        ops::truncate(c_path(path)?, length).map(|_| 0)
+    })
+}
+
+unsafe fn stat_of(name: &str, t: ffi::Result<Target>, st: *mut libc::stat) -> c_int {
+    call(name, -1, || {
+        let t = t?;
+        let st = out_struct(st, "stat buffer")?;
+        let a = t.attr()?;
+        ops::fill_stat(st, &a, ops::blksize());
+        Ok(0)
+    })
+}
+
+/// stat(2): follows a symlink.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_stat(path: *const c_char, st: *mut libc::stat) -> c_int {
+    stat_of("shoal_stat", path_target(path, true), st)
+}
+
+/// lstat(2): a symlink itself.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_lstat(path: *const c_char, st: *mut libc::stat) -> c_int {
+    stat_of("shoal_lstat", path_target(path, false), st)
+}
+
+/// fstat(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_fstat(fd: c_int, st: *mut libc::stat) -> c_int {
+    stat_of("shoal_fstat", Ok(Target::Fd(fd)), st)
+}
+
+/// access(2) for the real uid and gid (F_OK, R_OK, W_OK, X_OK).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_access(path: *const c_char, mode: c_int) -> c_int {
+    call("shoal_access", -1, || {
+        ops::access(c_path(path)?, mode).map(|_| 0)
+    })
+}
+
+/// mkdir(2); `mode` less the umask.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_mkdir(path: *const c_char, mode: mode_t) -> c_int {
+    call("shoal_mkdir", -1, || {
+        ops::mkdir(c_path(path)?, mode).map(|_| 0)
+    })
+}
+
+/// rmdir(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_rmdir(path: *const c_char) -> c_int {
+    call("shoal_rmdir", -1, || ops::rmdir(c_path(path)?).map(|_| 0))
+}
+
+/// unlink(2). A file open in this process stays readable until its last
+/// descriptor here closes.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_unlink(path: *const c_char) -> c_int {
+    call("shoal_unlink", -1, || ops::unlink(c_path(path)?).map(|_| 0))
+}
+
+/// rename(2): replaces an existing target of a compatible kind atomically.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_rename(from: *const c_char, to: *const c_char) -> c_int {
+    call("shoal_rename", -1, || {
+        ops::rename(c_path(from)?, c_path(to)?).map(|_| 0)
+    })
+}
+
+/// symlink(2): makes `linkpath` a symlink holding `target` (any text).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_symlink(target: *const c_char, linkpath: *const c_char) -> c_int {
+    call("shoal_symlink", -1, || {
+        ops::symlink(c_str(target, "target")?, c_path(linkpath)?).map(|_| 0)
+    })
+}
+
+/// readlink(2): copies at most `size` bytes of the target, without a NUL;
+/// returns the bytes copied.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_readlink(
+    path: *const c_char,
+    buf: *mut c_char,
+    size: size_t,
+) -> ssize_t {
+    call("shoal_readlink", -1, || {
+        let path = c_path(path)?;
+        if size == 0 {
+            return Err(err(libc::EINVAL, "buffer size 0"));
+        }
+        let buf = out_buf(buf as *mut c_void, size)?;
+        let target = ops::readlink(path)?;
+        let n = target.len().min(buf.len());
+        buf[..n].copy_from_slice(&target.as_bytes()[..n]);
+        Ok(n as ssize_t)
+    })
+}
+
+fn chmod_set(mode: mode_t) -> SetAttr {
+    SetAttr {
+        mode: Some(mode & 0o7777),
+        ..Default::default()
+    }
+}
+
+fn chown_set(uid: uid_t, gid: gid_t) -> SetAttr {
+    SetAttr {
+        uid: (uid != uid_t::MAX).then_some(uid),
+        gid: (gid != gid_t::MAX).then_some(gid),
+        ..Default::default()
+    }
+}
+
+/// chmod(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_chmod(path: *const c_char, mode: mode_t) -> c_int {
+    call("shoal_chmod", -1, || {
+        ops::setattr(&path_target(path, true)?, chmod_set(mode)).map(|_| 0)
+    })
+}
+
+/// fchmod(2).
+#[no_mangle]
+pub extern "C" fn shoal_fchmod(fd: c_int, mode: mode_t) -> c_int {
+    call("shoal_fchmod", -1, || {
+        ops::setattr(&Target::Fd(fd), chmod_set(mode)).map(|_| 0)
+    })
+}
+
+/// chown(2): (uid_t)-1 or (gid_t)-1 leaves that id as it is.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_chown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
+    call("shoal_chown", -1, || {
+        ops::setattr(&path_target(path, true)?, chown_set(uid, gid)).map(|_| 0)
+    })
+}
+
+/// lchown(2): a symlink itself.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_lchown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
+    call("shoal_lchown", -1, || {
+        ops::setattr(&path_target(path, false)?, chown_set(uid, gid)).map(|_| 0)
+    })
+}
+
+/// fchown(2).
+#[no_mangle]
+pub extern "C" fn shoal_fchown(fd: c_int, uid: uid_t, gid: gid_t) -> c_int {
+    call("shoal_fchown", -1, || {
+        ops::setattr(&Target::Fd(fd), chown_set(uid, gid)).map(|_| 0)
+    })
+}
+
+unsafe fn times_arg<'a>(times: *const libc::timespec) -> Option<&'a [libc::timespec; 2]> {
+    (times as *const [libc::timespec; 2]).as_ref()
+}
+
+/// utimensat(2) on a path: `times` NULL sets both to now, else
+/// {atime, mtime}, each possibly UTIME_NOW or UTIME_OMIT. `flags` 0 or
+/// AT_SYMLINK_NOFOLLOW.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_utimens(
+    path: *const c_char,
+    times: *const libc::timespec,
+    flags: c_int,
+) -> c_int {
+    call("shoal_utimens", -1, || {
+        if flags & !libc::AT_SYMLINK_NOFOLLOW != 0 {
+            return Err(err(libc::EINVAL, format!("bad flags {flags:#x}")));
+        }
+        let t = Target::Path {
+            path: c_path(path)?,
+            follow: flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+        };
+        ops::setattr(&t, ops::times(times_arg(times))?).map(|_| 0)
+    })
+}
+
+/// futimens(3).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_futimens(fd: c_int, times: *const libc::timespec) -> c_int {
+    call("shoal_futimens", -1, || {
+        ops::setattr(&Target::Fd(fd), ops::times(times_arg(times))?).map(|_| 0)
+    })
+}
+
+/// opendir(3) as a descriptor: open(path, O_RDONLY | O_DIRECTORY). Read it
+/// with shoal_readdir or shoal_readdirplus, close it with shoal_closedir.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_opendir(path: *const c_char) -> c_int {
+    call("shoal_opendir", -1, || {
+        ops::open(c_path(path)?, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+    })
+}
+
+unsafe fn next_entry(
+    name: &str,
+    fd: c_int,
+    ent: *mut shoal_dirent,
+    st: Option<*mut libc::stat>,
+) -> c_int {
+    call(name, -1, || {
+        let ent = out_struct(ent, "entry")?;
+        let st = st.map(|p| out_struct(p, "stat buffer")).transpose()?;
+        let Some((e, attr)) = ops::readdir(fd, st.is_some())? else {
+            return Ok(0);
+        };
+        ent.d_ino = e.handle;
+        ent.d_type = match e.kind {
+            FileKind::Directory => libc::DT_DIR,
+            FileKind::File => libc::DT_REG,
+            FileKind::Symlink => libc::DT_LNK,
+        };
+        let bytes = e.name.as_bytes();
+        let n = bytes.len().min(SHOAL_NAME_MAX);
+        for (d, s) in ent.d_name.iter_mut().zip(&bytes[..n]) {
+            *d = *s as c_char;
+        }
+        ent.d_name[n] = 0;
+        if let (Some(st), Some(a)) = (st, attr) {
+            ops::fill_stat(st, &a, ops::blksize());
+        }
+        Ok(1)
+    })
+}
+
+/// readdir(3): fills `ent` with the next entry ("." and ".." first) and
+/// returns 1; returns 0 at the end, -1 on an error.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_readdir(dirfd: c_int, ent: *mut shoal_dirent) -> c_int {
+    next_entry("shoal_readdir", dirfd, ent, None)
+}
+
+/// As shoal_readdir, and fills `st` with the entry's attributes (what
+/// shoal_lstat would give), fetched for a whole batch of entries at a time.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_readdirplus(
+    dirfd: c_int,
+    ent: *mut shoal_dirent,
+    st: *mut libc::stat,
+) -> c_int {
+    next_entry("shoal_readdirplus", dirfd, ent, Some(st))
+}
+
+/// rewinddir(3): the next shoal_readdir starts over.
+#[no_mangle]
+pub extern "C" fn shoal_rewinddir(dirfd: c_int) -> c_int {
+    call("shoal_rewinddir", -1, || {
+        ops::lseek(dirfd, 0, libc::SEEK_SET).map(|_| 0)
+    })
+}
+
+/// closedir(3).
+#[no_mangle]
+pub extern "C" fn shoal_closedir(dirfd: c_int) -> c_int {
+    call("shoal_closedir", -1, || {
+        if files::get(dirfd)?.dir.is_none() {
+            return Err(err(libc::ENOTDIR, format!("{dirfd}: not a directory")));
+        }
+        ops::close(dirfd).map(|_| 0)
+    })
+}
+
+unsafe fn getxattr(
+    name: &str,
+    t: ffi::Result<Target>,
+    attr: *const c_char,
+    value: *mut c_void,
+    size: size_t,
+) -> ssize_t {
+    call(name, -1, || {
+        let t = t?;
+        let attr = c_str(attr, "name")?.to_string();
+        let buf = out_buf(value, size)?;
+        let v = t.with(|c, h| async move { c.getxattr(h, &attr).await })?;
+        copy_sized(&v, buf, "value")
+    })
+}
+
+unsafe fn setxattr(
+    name: &str,
+    t: ffi::Result<Target>,
+    attr: *const c_char,
+    value: *const c_void,
+    size: size_t,
+    flags: c_int,
+) -> c_int {
+    call(name, -1, || {
+        let t = t?;
+        let attr = c_str(attr, "name")?.to_string();
+        let v = in_buf(value, size)?.to_vec();
+        if flags & !(libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
+            return Err(err(libc::EINVAL, format!("bad flags {flags:#x}")));
+        }
+        let (create, replace) = (
+            flags & libc::XATTR_CREATE != 0,
+            flags & libc::XATTR_REPLACE != 0,
+        );
+        t.with(|c, h| async move { c.setxattr(h, &attr, &v, create, replace).await })?;
+        Ok(0)
+    })
+}
+
+unsafe fn listxattr(
+    name: &str,
+    t: ffi::Result<Target>,
+    list: *mut c_char,
+    size: size_t,
+) -> ssize_t {
+    call(name, -1, || {
+        let t = t?;
+        let buf = out_buf(list as *mut c_void, size)?;
+        let names = t.with(|c, h| async move { c.listxattr(h).await })?;
+        let mut all = Vec::new();
+        for n in names {
+            all.extend_from_slice(n.as_bytes());
+            all.push(0);
+        }
+        copy_sized(&all, buf, "name list")
+    })
+}
+
+unsafe fn removexattr(name: &str, t: ffi::Result<Target>, attr: *const c_char) -> c_int {
+    call(name, -1, || {
+        let t = t?;
+        let attr = c_str(attr, "name")?.to_string();
+        t.with(|c, h| async move { c.removexattr(h, &attr).await })?;
+        Ok(0)
+    })
+}
+
+/// getxattr(2): with `size` 0 returns the value's length; ERANGE if it
+/// does not fit; ENODATA if not set.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_getxattr(
+    path: *const c_char,
+    name: *const c_char,
+    value: *mut c_void,
+    size: size_t,
+) -> ssize_t {
+    getxattr("shoal_getxattr", path_target(path, true), name, value, size)
+}
+
+/// lgetxattr(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_lgetxattr(
+    path: *const c_char,
+    name: *const c_char,
+    value: *mut c_void,
+    size: size_t,
+) -> ssize_t {
+    getxattr(
+        "shoal_lgetxattr",
+        path_target(path, false),
+        name,
+        value,
+        size,
+    )
+}
+
+/// fgetxattr(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_fgetxattr(
+    fd: c_int,
+    name: *const c_char,
+    value: *mut c_void,
+    size: size_t,
+) -> ssize_t {
+    getxattr("shoal_fgetxattr", Ok(Target::Fd(fd)), name, value, size)
+}
+
+/// setxattr(2): `flags` 0, XATTR_CREATE or XATTR_REPLACE.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_setxattr(
+    path: *const c_char,
+    name: *const c_char,
+    value: *const c_void,
+    size: size_t,
+    flags: c_int,
+) -> c_int {
+    let t = path_target(path, true);
+    setxattr("shoal_setxattr", t, name, value, size, flags)
+}
+
+/// lsetxattr(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_lsetxattr(
+    path: *const c_char,
+    name: *const c_char,
+    value: *const c_void,
+    size: size_t,
+    flags: c_int,
+) -> c_int {
+    let t = path_target(path, false);
+    setxattr("shoal_lsetxattr", t, name, value, size, flags)
+}
+
+/// fsetxattr(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_fsetxattr(
+    fd: c_int,
+    name: *const c_char,
+    value: *const c_void,
+    size: size_t,
+    flags: c_int,
+) -> c_int {
+    setxattr(
+        "shoal_fsetxattr",
+        Ok(Target::Fd(fd)),
+        name,
+        value,
+        size,
+        flags,
+    )
+}
+
+/// listxattr(2): the names, each NUL-terminated, one after another; with
+/// `size` 0 returns the length needed.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_listxattr(
+    path: *const c_char,
+    list: *mut c_char,
+    size: size_t,
+) -> ssize_t {
+    listxattr("shoal_listxattr", path_target(path, true), list, size)
+}
+
+/// llistxattr(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_llistxattr(
+    path: *const c_char,
+    list: *mut c_char,
+    size: size_t,
+) -> ssize_t {
+    listxattr("shoal_llistxattr", path_target(path, false), list, size)
+}
+
+/// flistxattr(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_flistxattr(fd: c_int, list: *mut c_char, size: size_t) -> ssize_t {
+    listxattr("shoal_flistxattr", Ok(Target::Fd(fd)), list, size)
+}
+
+/// removexattr(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_removexattr(path: *const c_char, name: *const c_char) -> c_int {
+    removexattr("shoal_removexattr", path_target(path, true), name)
+}
+
+/// lremovexattr(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_lremovexattr(path: *const c_char, name: *const c_char) -> c_int {
+    removexattr("shoal_lremovexattr", path_target(path, false), name)
+}
+
+/// fremovexattr(2).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_fremovexattr(fd: c_int, name: *const c_char) -> c_int {
+    removexattr("shoal_fremovexattr", Ok(Target::Fd(fd)), name)
+}
+
+/// The cluster's capacity (every server summed) in the terms statvfs and
+/// statfs share, for a `path` that must exist.
+struct Capacity {
+    bsize: u64,
+    blocks: u64,
+    bfree: u64,
+    bavail: u64,
+    files: u64,
+    ffree: u64,
+}
+
+fn capacity(path: &str) -> ffi::Result<Capacity> {
+    const BSIZE: u64 = 4096;
+    Target::Path { path, follow: true }.attr()?;
+    let s = ops::session()?;
+    let st = s.run(s.client.statfs())?;
+    let bavail = st.avail_bytes / BSIZE;
+    Ok(Capacity {
+        bsize: BSIZE,
+        blocks: st.total_bytes / BSIZE,
+        bfree: st.free_bytes / BSIZE,
+        bavail,
+        // Objects have no fixed table: as many more fit as free blocks.
+        files: st.objects.saturating_add(bavail),
+        ffree: bavail,
+    })
+}
+
+/// statvfs(3) of the cluster (`path` must exist in it).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_statvfs(path: *const c_char, buf: *mut libc::statvfs) -> c_int {
+    call("shoal_statvfs", -1, || {
+        let path = c_path(path)?;
+        let out = out_struct(buf, "statvfs buffer")?;
+        let c = capacity(path)?;
+        // SAFETY: plain data; all zeros is valid.
+        *out = std::mem::zeroed();
+        (out.f_bsize, out.f_frsize) = (c.bsize as _, c.bsize as _);
+        (out.f_blocks, out.f_bfree, out.f_bavail) = (c.blocks, c.bfree, c.bavail);
+        (out.f_files, out.f_ffree, out.f_favail) = (c.files, c.ffree, c.ffree);
+        out.f_fsid = ops::SHOAL_DEV as _;
+        out.f_namemax = SHOAL_NAME_MAX as _;
+        Ok(0)
+    })
+}
+
+/// statfs(2) of the cluster; `f_type` is SHOAL_SUPER_MAGIC.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_statfs(path: *const c_char, buf: *mut libc::statfs) -> c_int {
+    call("shoal_statfs", -1, || {
+        let path = c_path(path)?;
+        let out = out_struct(buf, "statfs buffer")?;
+        let c = capacity(path)?;
+        // SAFETY: plain data; all zeros is valid.
+        *out = std::mem::zeroed();
+        out.f_type = SHOAL_SUPER_MAGIC as _;
+        (out.f_bsize, out.f_frsize) = (c.bsize as _, c.bsize as _);
+        (out.f_blocks, out.f_bfree, out.f_bavail) = (c.blocks, c.bfree, c.bavail);
+        (out.f_files, out.f_ffree) = (c.files, c.ffree);
+        out.f_namelen = SHOAL_NAME_MAX as _;
+        Ok(0)
+    })
+}
+
+/// The layout of file `path` (followed if a symlink): strip size and width.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_get_layout(path: *const c_char, out: *mut shoal_layout) -> c_int {
+    call("shoal_get_layout", -1, || {
+        let t = Target::Path {
+            path: c_path(path)?,
+            follow: true,
+        };
+        let out = out_struct(out, "layout")?;
+        let l = t.with(|c, h| async move { c.layout(h).await })?;
+        out.strip_size = l.strip_size;
+        out.num_datafiles = l.datafiles.len() as u32;
+        out.no_metafile = l.no_metafile as u32;
+        Ok(0)
+    })
+}
+
+/// Copies `text` and a NUL into `buf`: with `size` 0 returns the length
+/// (without the NUL); ERANGE if text and NUL do not fit.
+fn copy_text(text: &str, buf: &mut [u8]) -> ffi::Result<ssize_t> {
+    if buf.is_empty() {
+        return Ok(text.len() as ssize_t);
+    }
+    if text.len() >= buf.len() {
+        return Err(err(
+            libc::ERANGE,
+            format!("{} bytes and a NUL do not fit in {}", text.len(), buf.len()),
+        ));
+    }
+    buf[..text.len()].copy_from_slice(text.as_bytes());
+    buf[text.len()] = 0;
+    Ok(text.len() as ssize_t)
+}
+
+/// The value of directory hint `hint` ("strip_size", "num_dfiles", "dist",
+/// "no_metafile"; see `shoal hint`) of directory `dir`, as a NUL-terminated
+/// string in `value`; returns its length. With `size` 0 returns the length
+/// only; ERANGE if it does not fit; ENODATA if the hint is not set; EINVAL
+/// for an unknown hint; ENOTDIR if `dir` is not a directory.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_hint_get(
+    dir: *const c_char,
+    hint: *const c_char,
+    value: *mut c_char,
+    size: size_t,
+) -> ssize_t {
+    call("shoal_hint_get", -1, || {
+        let (dir, hint) = (c_path(dir)?, c_str(hint, "hint")?);
+        let buf = out_buf(value as *mut c_void, size)?;
+        copy_text(&ops::hint_get(dir, hint)?, buf)
+    })
+}
+
+/// Every hint set on directory `dir` as NUL-terminated text of
+/// "hint=value\n" lines; returns its length; `size` as in shoal_hint_get.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_hint_list(
+    dir: *const c_char,
+    buf: *mut c_char,
+    size: size_t,
+) -> ssize_t {
+    call("shoal_hint_list", -1, || {
+        let dir = c_path(dir)?;
+        let buf = out_buf(buf as *mut c_void, size)?;
+        let text: String = ops::hint_list(dir)?
+            .into_iter()
+            .map(|(h, v)| format!("{}={v}\n", h.name()))
+            .collect();
+        copy_text(&text, buf)
+    })
+}
+
+/// Sets directory hint `hint` of `dir` to `value` (e.g. "strip_size",
+/// "65536"); files created in `dir` from then on follow it. A bad value is
+/// EINVAL (see shoal_last_error for what the hint accepts).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_hint_set(
+    dir: *const c_char,
+    hint: *const c_char,
+    value: *const c_char,
+) -> c_int {
+    call("shoal_hint_set", -1, || {
+        let (dir, hint) = (c_path(dir)?, c_str(hint, "hint")?);
+        let value = c_str(value, "value")?;
+        ops::hint_set(dir, hint, Some(value)).map(|_| 0)
+    })
+}
+
+/// Clears directory hint `hint` of `dir`; ENODATA if it was not set.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_hint_unset(dir: *const c_char, hint: *const c_char) -> c_int {
+    call("shoal_hint_unset", -1, || {
+        let (dir, hint) = (c_path(dir)?, c_str(hint, "hint")?);
+        ops::hint_set(dir, hint, None).map(|_| 0)
+    })
+}

@@ -1,0 +1,755 @@
+//! The calls behind the C entry points, on Rust types: paths resolved with
+//! POSIX's symlink rules, open with its flags, permission checks at open,
+//! directory streams with readdirplus batches, and attribute conversion to
+//! `struct stat` and `struct statvfs`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use shoal_client::{Attr, Client, Cred, DirEntry, FileKind, SetAttr, SetTime, ShoalError};
+use shoal_proto::hints::{self, Hint};
+use shoal_proto::names::split_path;
+use shoal_proto::Handle;
+
+use crate::ffi::{err, Result};
+use crate::files::{self, DirStream, OpenFile};
+use crate::session::{self, Session};
+
+/// Symlinks followed for one path, as Linux's limit.
+const MAX_SYMLINKS: usize = 40;
+
+/// `st_dev` of every Shoal object (one file system per process).
+pub const SHOAL_DEV: u64 = 0x5348_4f4c;
+
+/// Adds `path` in front of a message that does not name it yet.
+pub fn about(path: &str) -> impl Fn(ShoalError) -> ShoalError + '_ {
+    move |e| {
+        if e.message.contains(path) {
+            e
+        } else {
+            e.context(path)
+        }
+    }
+}
+
+/// The session, and the client acting as this process's caller.
+pub fn session() -> Result<Arc<Session>> {
+    session::current()
+}
+
+/// The lexical parent of `path` ("/" for a top-level name).
+fn parent_of(path: &str) -> &str {
+    let trimmed = path.trim_end_matches('/');
+    match trimmed.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &trimmed[..i],
+    }
+}
+
+/// Resolves `path`; a symlink as the last component is followed if
+/// `follow` (or the path ends in '/'). A path ending in '/' must name a
+/// directory.
+pub async fn resolve(c: &Client, path: &str, follow: bool) -> Result<(Handle, FileKind)> {
+    let (h, kind, _) = walk(c, path, follow, false).await?;
+    Ok((h, kind))
+}
+
+/// The attributes of what `path` names, symlinks followed as in
+/// [`resolve`]. The last component costs one lookup that brings its
+/// attributes (one message with colocate), not a lookup and a getattr.
+pub async fn resolve_attr(c: &Client, path: &str, follow: bool) -> Result<Attr> {
+    let (_, _, attr) = walk(c, path, follow, true).await?;
+    Ok(attr.expect("asked for"))
+}
+
+/// What `path` names, and with `want_attr` its attributes.
+async fn walk(
+    c: &Client,
+    path: &str,
+    follow: bool,
+    want_attr: bool,
+) -> Result<(Handle, FileKind, Option<Attr>)> {
+    let slash = path.len() > 1 && path.ends_with('/');
+    let mut current = path.to_string();
+    for _ in 0..=MAX_SYMLINKS {
+        let (h, kind, attr) = if want_attr {
+            let a = lookup_attr(c, &current)
+                .await
+                .map_err(|e| match e.errno.0 {
+                    libc::ENOENT => err(libc::ENOENT, format!("{path}: no such file or directory")),
+                    _ => about(path)(e),
+                })?;
+            (a.handle, a.kind, Some(a))
+        } else {
+            let (h, kind) = c.resolve(&current).await.map_err(about(path))?;
+            (h, kind, None)
+        };
+        if kind != FileKind::Symlink || !(follow || slash) {
+            if slash && kind != FileKind::Directory {
+                return Err(err(libc::ENOTDIR, format!("{path}: not a directory")));
+            }
+            return Ok((h, kind, attr));
+        }
+        let target = c.readlink(h).await.map_err(about(path))?;
+        current = if target.starts_with('/') {
+            target
+        } else {
+            format!("{}/{target}", parent_of(&current))
+        };
+    }
+    Err(err(
+        libc::ELOOP,
+        format!("{path}: too many levels of symbolic links"),
+    ))
+}
+
+/// The attributes of what `path` names, its last symlink not followed.
+async fn lookup_attr(c: &Client, path: &str) -> Result<Attr> {
+    if split_path(path)?.is_empty() {
+        return c.getattr(c.root()).await;
+    }
+    let (dir, name) = c.resolve_parent(path).await?;
+    c.lookup_attr(dir, name).await
+}
+
+/// The parent directory of `path` and its last name.
+pub async fn resolve_parent<'p>(c: &Client, path: &'p str) -> Result<(Handle, &'p str)> {
+    if path.trim_matches('/').is_empty() {
+        return Err(err(libc::EBUSY, "/: the root cannot be changed so"));
+    }
+    c.resolve_parent(path).await.map_err(about(path))
+}
+
+/// This process's umask (Linux has it in /proc since 4.7; 022 otherwise).
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
+/// Whether `cred` may `want` (R_OK | W_OK | X_OK bits) object `a`, as
+/// the kernel's permission check decides.
+pub fn permitted(a: &Attr, cred: Cred, want: u32) -> bool {
+    if cred.is_root() {
+        return want & 1 == 0 || a.kind == FileKind::Directory || a.mode & 0o111 != 0;
+    }
+    let bits = if cred.uid == a.uid {
+        a.mode >> 6
+    } else if cred.in_group(a.gid) {
+        a.mode >> 3
+    } else {
+        a.mode
+    } & 7;
+    bits & want == want
+}
+
+fn denied(path: &str) -> ShoalError {
+    err(libc::EACCES, format!("{path}: permission denied"))
+}
+
+/// open(2): returns the new descriptor.
+pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
+    let s = session()?;
+    let c = &s.client;
+    let access = flags & libc::O_ACCMODE;
+    let (readable, writable) = match access {
+        libc::O_RDONLY => (true, false),
+        libc::O_WRONLY => (false, true),
+        libc::O_RDWR => (true, true),
+        _ => return Err(err(libc::EINVAL, "bad access mode in flags")),
+    };
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        return Err(err(libc::EOPNOTSUPP, "O_TMPFILE is not supported by Shoal"));
+    }
+    let follow = flags & libc::O_NOFOLLOW == 0;
+    let (attr, created) = s.run(async {
+        if flags & libc::O_CREAT != 0 {
+            open_or_create(c, path, flags, mode, follow).await
+        } else {
+            let a = resolve_attr(c, path, follow).await?;
+            if a.kind == FileKind::Symlink {
+                return Err(err(libc::ELOOP, format!("{path}: a symlink (O_NOFOLLOW)")));
+            }
+            Ok((a, false))
+        }
+    })?;
+    match attr.kind {
+        FileKind::Directory if writable || flags & libc::O_CREAT != 0 => {
+            return Err(err(libc::EISDIR, format!("{path}: is a directory")))
+        }
+        FileKind::File if flags & libc::O_DIRECTORY != 0 => {
+            return Err(err(libc::ENOTDIR, format!("{path}: not a directory")))
+        }
+        _ => {}
+    }
+    if !created {
+        let want = if readable { 4 } else { 0 } | if writable { 2 } else { 0 };
+        if !permitted(&attr, c.cred(), want) {
+            return Err(denied(path));
+        }
+        if flags & libc::O_TRUNC != 0 && writable && attr.kind == FileKind::File {
+            s.run(c.truncate(attr.handle, 0)).map_err(about(path))?;
+        }
+    }
+    let dir = (attr.kind == FileKind::Directory).then(|| Mutex::new(DirStream::default()));
+    files::insert(OpenFile {
+        handle: attr.handle,
+        kind: attr.kind,
+        readable,
+        writable,
+        append: flags & libc::O_APPEND != 0,
+        path: path.to_string(),
+        offset: AtomicU64::new(0),
+        dir,
+    })
+}
+
+/// The O_CREAT half of open: the attributes, and whether this call made it.
+async fn open_or_create(
+    c: &Client,
+    path: &str,
+    flags: i32,
+    mode: u32,
+    follow: bool,
+) -> Result<(Attr, bool)> {
+    let excl = flags & libc::O_EXCL != 0;
+    if path.ends_with('/') {
+        return Err(err(libc::EISDIR, format!("{path}: O_CREAT of a directory")));
+    }
+    for _ in 0..=MAX_SYMLINKS {
+        let (dir, name) = resolve_parent(c, path).await?;
+        match c.lookup_attr(dir, name).await {
+            Ok(_) if excl => return Err(err(libc::EEXIST, format!("{path}: file exists"))),
+            Ok(a) if a.kind == FileKind::Symlink => {
+                if !follow {
+                    return Err(err(libc::ELOOP, format!("{path}: a symlink (O_NOFOLLOW)")));
+                }
+                // The target may not exist yet: O_CREAT makes it.
+                let target = c.readlink(a.handle).await.map_err(about(path))?;
+                let next = if target.starts_with('/') {
+                    target
+                } else {
+                    format!("{}/{target}", parent_of(path))
+                };
+                return Box::pin(open_or_create(c, &next, flags, mode, follow)).await;
+            }
+            Ok(a) => return Ok((a, false)),
+            Err(e) if e.errno.0 == libc::ENOENT => {}
+            Err(e) => return Err(about(path)(e)),
+        }
+        match c.create(dir, name, mode & 0o7777 & !umask()).await {
+            Ok(a) => return Ok((a, true)),
+            // Made by someone else since the lookup: open theirs.
+            Err(e) if e.errno.0 == libc::EEXIST && !excl => continue,
+            Err(e) => return Err(about(path)(e)),
+        }
+    }
+    Err(err(
+        libc::ELOOP,
+        format!("{path}: too many levels of symbolic links"),
+    ))
+}
+
+/// close(2). A file unlinked while open goes with its last descriptor.
+pub fn close(fd: i32) -> Result<()> {
+    let (file, reclaim) = files::remove(fd)?;
+    if let Some(parent) = reclaim {
+        let s = session()?;
+        s.run(s.client.reclaim(file.handle, parent))
+            .map_err(about(&file.path))?;
+    }
+    Ok(())
+}
+
+/// dup(2): a second descriptor for the same open file (offset shared).
+pub fn dup(fd: i32) -> Result<i32> {
+    files::insert_shared(files::get(fd)?)
+}
+
+/// The file behind `fd`, checked to be open for reading (or writing) and
+/// not a directory.
+fn open_for(fd: i32, writing: bool) -> Result<Arc<OpenFile>> {
+    let file = files::get(fd)?;
+    let (allowed, what) = match writing {
+        true => (file.writable, "writing"),
+        false => (file.readable, "reading"),
+    };
+    if !allowed {
+        return Err(err(libc::EBADF, format!("{fd}: not open for {what}")));
+    }
+    if file.kind == FileKind::Directory {
+        return Err(err(libc::EISDIR, format!("{}: is a directory", file.path)));
+    }
+    Ok(file)
+}
+
+/// pread(2); `at` None reads at the descriptor's offset (read(2)).
+pub fn read(fd: i32, buf: &mut [u8], at: Option<u64>) -> Result<usize> {
+    let file = open_for(fd, false)?;
+    if buf.is_empty() {
+        return Ok(0);
+    }
+    let s = session()?;
+    let len = buf.len() as u64;
+    let start = at.unwrap_or_else(|| file.reserve(len));
+    let got = s.run(s.client.read(file.handle, start, buf.len()));
+    let n = got.as_ref().map_or(0, |d| d.len());
+    if at.is_none() {
+        file.settle(start, len, n as u64);
+    }
+    let data = got.map_err(about(&file.path))?;
+    buf[..n].copy_from_slice(&data);
+    Ok(n)
+}
+
+/// pwrite(2); `at` None writes at the descriptor's offset (write(2)), or at
+/// the end of the file with O_APPEND.
+pub fn write(fd: i32, buf: &[u8], at: Option<u64>) -> Result<usize> {
+    let file = open_for(fd, true)?;
+    if buf.is_empty() {
+        return Ok(0);
+    }
+    let s = session()?;
+    let c = &s.client;
+    let len = buf.len() as u64;
+    let data = Bytes::copy_from_slice(buf);
+    let start = match at {
+        Some(off) => off,
+        None if file.append => {
+            // Appends go at the size the servers report now (another
+            // client's appends included), and leave the offset at the end.
+            c.forget(file.handle);
+            let size = s
+                .run(c.getattr(file.handle))
+                .map_err(about(&file.path))?
+                .size;
+            file.offset.store(size + len, Ordering::SeqCst);
+            size
+        }
+        None => file.reserve(len),
+    };
+    let done = s.run(c.write(file.handle, start, data));
+    if at.is_none() && !file.append {
+        file.settle(start, len, *done.as_ref().unwrap_or(&0) as u64);
+    }
+    done.map_err(about(&file.path))
+}
+
+/// lseek(2).
+pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<i64> {
+    let file = files::get(fd)?;
+    let invalid = || {
+        err(
+            libc::EINVAL,
+            format!("lseek({offset}, whence {whence}): bad offset"),
+        )
+    };
+    if let Some(dir) = &file.dir {
+        // A listing can only start over.
+        if whence != libc::SEEK_SET || offset != 0 {
+            return Err(invalid());
+        }
+        dir.lock().unwrap_or_else(|e| e.into_inner()).rewind();
+        return Ok(0);
+    }
+    let size = || -> Result<i64> {
+        let s = session()?;
+        s.client.forget(file.handle);
+        let a = s
+            .run(s.client.getattr(file.handle))
+            .map_err(about(&file.path))?;
+        Ok(a.size as i64)
+    };
+    let target = match whence {
+        libc::SEEK_SET => offset,
+        libc::SEEK_CUR => {
+            // One atomic step, so concurrent seeks each move the offset.
+            let mut out = Err(invalid());
+            let _ = file
+                .offset
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| {
+                    let next = (cur as i64).checked_add(offset).filter(|n| *n >= 0)?;
+                    out = Ok(next);
+                    Some(next as u64)
+                });
+            return out;
+        }
+        libc::SEEK_END => size()?.checked_add(offset).ok_or_else(invalid)?,
+        // No holes are tracked: data runs to the end of the file.
+        libc::SEEK_DATA | libc::SEEK_HOLE => {
+            let end = size()?;
+            if offset < 0 || offset >= end {
+                return Err(err(libc::ENXIO, format!("offset {offset} is past the end")));
+            }
+            if whence == libc::SEEK_DATA {
+                offset
+            } else {
+                end
+            }
+        }
+        _ => return Err(invalid()),
+    };
+    if target < 0 {
+        return Err(invalid());
+    }
+    file.offset.store(target as u64, Ordering::SeqCst);
+    Ok(target)
+}
+
+pub fn fsync(fd: i32) -> Result<()> {
+    let file = files::get(fd)?;
+    let s = session()?;
+    s.run(s.client.fsync(file.handle))
+        .map_err(about(&file.path))
+}
+
+pub fn ftruncate(fd: i32, length: i64) -> Result<()> {
+    let file = files::get(fd)?;
+    if !file.writable || file.kind != FileKind::File {
+        return Err(err(
+            libc::EINVAL,
+            format!("{fd}: not a file open for writing"),
+        ));
+    }
+    truncate_handle(file.handle, length, &file.path)
+}
+
+pub fn truncate(path: &str, length: i64) -> Result<()> {
+    let s = session()?;
+    let attr = s.run(resolve_attr(&s.client, path, true))?;
+    match attr.kind {
+        FileKind::Directory => return Err(err(libc::EISDIR, format!("{path}: is a directory"))),
+        _ if !permitted(&attr, s.client.cred(), 2) => return Err(denied(path)),
+        _ => {}
+    }
+    truncate_handle(attr.handle, length, path)
+}
+
+fn truncate_handle(h: Handle, length: i64, path: &str) -> Result<()> {
+    let size = u64::try_from(length)
+        .map_err(|_| err(libc::EINVAL, format!("negative length {length}")))?;
+    let s = session()?;
+    s.run(s.client.truncate(h, size)).map_err(about(path))
+}
+
+/// The object a path or descriptor names.
+pub enum Target<'a> {
+    Path { path: &'a str, follow: bool },
+    Fd(i32),
+}
+
+impl Target<'_> {
+    fn name(&self) -> String {
+        match self {
+            Target::Path { path, .. } => path.to_string(),
+            Target::Fd(fd) => format!("descriptor {fd}"),
+        }
+    }
+
+    pub async fn handle(&self, c: &Client) -> Result<Handle> {
+        match self {
+            Target::Path { path, follow } => Ok(resolve(c, path, *follow).await?.0),
+            Target::Fd(fd) => Ok(files::get(*fd)?.handle),
+        }
+    }
+
+    pub fn attr(&self) -> Result<Attr> {
+        let s = session()?;
+        match self {
+            Target::Path { path, follow } => s.run(resolve_attr(&s.client, path, *follow)),
+            Target::Fd(fd) => {
+                let file = files::get(*fd)?;
+                s.run(s.client.getattr(file.handle))
+                    .map_err(about(&file.path))
+            }
+        }
+    }
+
+    /// Runs `f` on the object's handle.
+    pub fn with<T, F>(&self, f: impl FnOnce(Client, Handle) -> F) -> Result<T>
+    where
+        F: std::future::Future<Output = shoal_proto::error::Result<T>>,
+    {
+        let s = session()?;
+        s.run(async {
+            let h = self.handle(&s.client).await?;
+            f(s.client.clone(), h).await
+        })
+        .map_err(about(&self.name()))
+    }
+}
+
+/// Fills `st` from `a`.
+pub fn fill_stat(st: &mut libc::stat, a: &Attr, blksize: u64) {
+    // SAFETY: struct stat is plain data; all zeros is a valid value.
+    *st = unsafe { std::mem::zeroed() };
+    st.st_dev = SHOAL_DEV;
+    st.st_ino = a.handle;
+    st.st_mode = a.kind.mode_bits() | (a.mode & 0o7777);
+    st.st_nlink = a.nlink as _;
+    st.st_uid = a.uid;
+    st.st_gid = a.gid;
+    st.st_size = a.size as i64;
+    st.st_blksize = blksize.clamp(4096, 16 << 20) as _;
+    st.st_blocks = a.size.div_ceil(512) as _;
+    let split = |ns: i64| (ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000));
+    (st.st_atime, st.st_atime_nsec) = split(a.atime_ns);
+    (st.st_mtime, st.st_mtime_nsec) = split(a.mtime_ns);
+    (st.st_ctime, st.st_ctime_nsec) = split(a.ctime_ns);
+}
+
+/// `st_blksize`: the cluster's strip size, the unit one server stores.
+pub fn blksize() -> u64 {
+    session().map_or(1 << 20, |s| s.client.config().settings.strip_size)
+}
+
+/// access(2) for the real uid and gid.
+pub fn access(path: &str, mode: i32) -> Result<()> {
+    if mode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
+        return Err(err(libc::EINVAL, format!("bad access mode {mode}")));
+    }
+    let a = Target::Path { path, follow: true }.attr()?;
+    let s = session()?;
+    if permitted(&a, s.client.cred(), mode as u32) {
+        Ok(())
+    } else {
+        Err(denied(path))
+    }
+}
+
+pub fn mkdir(path: &str, mode: u32) -> Result<()> {
+    let s = session()?;
+    s.run(async {
+        let (dir, name) = resolve_parent(&s.client, path).await?;
+        s.client.mkdir(dir, name, mode & 0o7777 & !umask()).await
+    })
+    .map(|_| ())
+    .map_err(about(path))
+}
+
+pub fn rmdir(path: &str) -> Result<()> {
+    let s = session()?;
+    s.run(async {
+        let (dir, name) = resolve_parent(&s.client, path).await?;
+        s.client.rmdir(dir, name).await
+    })
+    .map_err(about(path))
+}
+
+/// unlink(2). A file some descriptor of this process has open loses its
+/// entry now and its objects at its last close.
+pub fn unlink(path: &str) -> Result<()> {
+    let s = session()?;
+    let c = &s.client;
+    s.run(async {
+        let (dir, name) = resolve_parent(c, path).await?;
+        if !files::any_open() {
+            // Nothing open here to keep: the one-step unlink (EISDIR for a
+            // directory comes from its server).
+            return c.unlink(dir, name).await;
+        }
+        let (h, kind) = c.lookup(dir, name).await?;
+        if kind == FileKind::Directory {
+            return Err(err(libc::EISDIR, format!("{path}: is a directory")));
+        }
+        if !files::is_open(h) {
+            return c.unlink(dir, name).await;
+        }
+        let h = c.unlink_detached(dir, name).await?;
+        reclaim_unless_open(c, h, dir).await
+    })
+    .map_err(about(path))
+}
+
+async fn reclaim_unless_open(c: &Client, h: Handle, dir: Handle) -> shoal_proto::error::Result<()> {
+    if files::doom(h, dir) {
+        c.reclaim(h, dir).await?;
+    }
+    Ok(())
+}
+
+/// rename(2), replacing a compatible target atomically.
+pub fn rename(from: &str, to: &str) -> Result<()> {
+    let s = session()?;
+    let c = &s.client;
+    s.run(async {
+        let (dir, name) = resolve_parent(c, from).await?;
+        let (new_dir, new_name) = resolve_parent(c, to).await?;
+        if let Some(replaced) = c
+            .rename_detached(dir, name, new_dir, new_name, false)
+            .await?
+        {
+            reclaim_unless_open(c, replaced, new_dir).await?;
+        }
+        Ok(())
+    })
+    .map_err(about(from))
+}
+
+pub fn symlink(target: &str, link: &str) -> Result<()> {
+    let s = session()?;
+    s.run(async {
+        let (dir, name) = resolve_parent(&s.client, link).await?;
+        s.client.symlink(dir, name, target).await
+    })
+    .map(|_| ())
+    .map_err(about(link))
+}
+
+pub fn readlink(path: &str) -> Result<String> {
+    let s = session()?;
+    s.run(async {
+        let (h, kind) = resolve(&s.client, path, false).await?;
+        if kind != FileKind::Symlink {
+            return Err(err(libc::EINVAL, format!("{path}: not a symbolic link")));
+        }
+        s.client.readlink(h).await
+    })
+    .map_err(about(path))
+}
+
+pub fn setattr(t: &Target, set: SetAttr) -> Result<()> {
+    t.with(|c, h| async move { c.setattr(h, &set).await.map(|_| ()) })
+}
+
+/// utimensat(2)'s times: NULL sets both to now.
+pub fn times(times: Option<&[libc::timespec; 2]>) -> Result<SetAttr> {
+    let one = |t: &libc::timespec| -> Result<Option<SetTime>> {
+        match t.tv_nsec {
+            libc::UTIME_NOW => Ok(Some(SetTime::Now)),
+            libc::UTIME_OMIT => Ok(None),
+            0..=999_999_999 => Ok(Some(SetTime::At(
+                t.tv_sec
+                    .checked_mul(1_000_000_000)
+                    .and_then(|ns| ns.checked_add(t.tv_nsec))
+                    .ok_or_else(|| err(libc::EINVAL, "time out of range"))?,
+            ))),
+            n => Err(err(libc::EINVAL, format!("tv_nsec {n} is out of range"))),
+        }
+    };
+    Ok(match times {
+        None => SetAttr {
+            atime: Some(SetTime::Now),
+            mtime: Some(SetTime::Now),
+            ..Default::default()
+        },
+        Some([a, m]) => SetAttr {
+            atime: one(a)?,
+            mtime: one(m)?,
+            ..Default::default()
+        },
+    })
+}
+
+/// One entry of a listing (with its attributes for a readdirplus), or None
+/// at the end.
+pub fn readdir(fd: i32, plus: bool) -> Result<Option<(DirEntry, Option<Attr>)>> {
+    let file = files::get(fd)?;
+    let dir = file
+        .dir
+        .as_ref()
+        .ok_or_else(|| err(libc::ENOTDIR, format!("{fd}: not a directory")))?;
+    let s = session()?;
+    let c = &s.client;
+    let mut st = dir.lock().unwrap_or_else(|e| e.into_inner());
+    if st.dots < 2 {
+        let dot = st.dots == 0;
+        let name = if dot { "." } else { ".." };
+        let h = if dot || file.path.trim_matches('/').is_empty() {
+            file.handle
+        } else {
+            s.run(resolve(c, parent_of(&file.path), true))?.0
+        };
+        let attr = match plus {
+            true => Some(s.run(c.getattr(h)).map_err(about(&file.path))?),
+            false => None,
+        };
+        st.dots += 1;
+        let entry = DirEntry {
+            name: name.into(),
+            handle: h,
+            kind: FileKind::Directory,
+        };
+        return Ok(Some((entry, attr)));
+    }
+    loop {
+        if st.buffered.is_empty() {
+            if st.done {
+                return Ok(None);
+            }
+            let batch = c.config().settings.readdir_batch.max(1);
+            let (entries, done) = s
+                .run(c.readdir(file.handle, &st.after, batch))
+                .map_err(about(&file.path))?;
+            st.done = done || entries.is_empty();
+            if let Some(last) = entries.last() {
+                st.after = last.name.clone();
+            }
+            st.buffered.extend(entries.into_iter().map(|e| (e, None)));
+            continue;
+        }
+        if plus && st.buffered.front().is_some_and(|(_, a)| a.is_none()) {
+            // Attributes for every buffered entry at once: the batch's
+            // ListAttr round, not a getattr per entry.
+            let handles: Vec<Handle> = st.buffered.iter().map(|(e, _)| e.handle).collect();
+            let attrs = s.run(c.listattr(&handles)).map_err(about(&file.path))?;
+            let entries = std::mem::take(&mut st.buffered);
+            // Entries whose object went since the listing are left out.
+            st.buffered = entries
+                .into_iter()
+                .zip(attrs)
+                .filter_map(|((e, _), a)| a.map(|a| (e, Some(a))))
+                .collect();
+            continue;
+        }
+        return Ok(st.buffered.pop_front());
+    }
+}
+
+/// A hint named `name` of directory `path`, the directory's handle and the
+/// client.
+fn hint_dir(path: &str, name: Option<&str>) -> Result<(Arc<Session>, Handle, Option<Hint>)> {
+    let hint = name.map(Hint::parse).transpose()?;
+    let s = session()?;
+    let (h, kind) = s.run(resolve(&s.client, path, true))?;
+    if kind != FileKind::Directory {
+        return Err(err(
+            libc::ENOTDIR,
+            format!("{path}: hints are set on directories, and this is not one"),
+        ));
+    }
+    Ok((s, h, hint))
+}
+
+pub fn hint_list(path: &str) -> Result<Vec<(Hint, String)>> {
+    let (s, h, _) = hint_dir(path, None)?;
+    let set = s.run(s.client.hints(h)).map_err(about(path))?;
+    Ok(hints::list(&set))
+}
+
+pub fn hint_get(path: &str, name: &str) -> Result<String> {
+    let wanted = Hint::parse(name)?;
+    hint_list(path)?
+        .into_iter()
+        .find(|(h, _)| *h == wanted)
+        .map(|(_, v)| v)
+        .ok_or_else(|| err(libc::ENODATA, format!("{path}: hint {name} is not set")))
+}
+
+pub fn hint_set(path: &str, name: &str, value: Option<&str>) -> Result<()> {
+    let (s, h, hint) = hint_dir(path, Some(name))?;
+    let hint = hint.expect("asked for");
+    s.run(async {
+        match value {
+            Some(v) => s.client.set_hint(h, hint, v).await,
+            None => s.client.unset_hint(h, hint).await,
+        }
+    })
+    .map_err(about(path))
+}

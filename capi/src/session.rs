@@ -1,0 +1,210 @@
+//! The one client of the process: a `shoal_client::Client` (one multiplexed
+//! connection per server, shared by every descriptor and thread) and the
+//! tokio runtime its async API runs on, owned by the library.
+//!
+//! Fork: a child must never use its parent's sockets (replies would go to
+//! whichever process reads first) nor its runtime (whose threads did not
+//! survive the fork). Every call compares the pid that built the session with
+//! the caller's; in a child the session is rebuilt from the cluster file's
+//! contents (new runtime, new connections, opened lazily), and the parent's is
+//! leaked, never dropped: dropping it would wait for threads that do not
+//! exist in the child. Descriptors survive the fork (the table is memory),
+//! with their offsets copied, not shared. `pthread_atfork` handlers hold the
+//! library's locks across `fork` so that a child never starts with a lock a
+//! vanished thread held.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Once, RwLock, RwLockWriteGuard};
+
+use shoal_client::Client;
+use shoal_proto::cluster::ClusterConfig;
+
+use crate::ffi::{err, Result};
+use crate::files;
+
+/// Worker threads of the library's runtime: they drive the sockets; the
+/// caller's thread runs each call itself (`block_on`).
+const WORKER_THREADS: usize = 2;
+
+pub struct Session {
+    pub client: Client,
+    rt: tokio::runtime::Runtime,
+    pid: u32,
+}
+
+impl Session {
+    fn new(config: ClusterConfig) -> Result<Session> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(WORKER_THREADS)
+            .thread_name("shoal-io")
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                err(
+                    libc::EAGAIN,
+                    format!("cannot start libshoal's runtime: {e}"),
+                )
+            })?;
+        // Client::new registers nothing with the runtime (connections open
+        // lazily), but entering it costs nothing and keeps that true.
+        let client = {
+            let _in_rt = rt.enter();
+            Client::new(config)
+        };
+        Ok(Session {
+            client,
+            rt,
+            pid: std::process::id(),
+        })
+    }
+
+    /// Runs `fut` to completion on the calling thread.
+    pub fn run<T>(&self, fut: impl std::future::Future<Output = T>) -> T {
+        self.rt.block_on(fut)
+    }
+}
+
+struct Connected {
+    cluster_file: PathBuf,
+    config: ClusterConfig,
+    /// shoal_connect calls not matched by shoal_disconnect yet.
+    users: usize,
+    session: Arc<Session>,
+}
+
+static STATE: RwLock<Option<Connected>> = RwLock::new(None);
+
+fn write_state() -> RwLockWriteGuard<'static, Option<Connected>> {
+    STATE.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The session of this process; in a forked child, a new one.
+pub fn current() -> Result<Arc<Session>> {
+    {
+        let state = STATE.read().unwrap_or_else(|e| e.into_inner());
+        let c = state.as_ref().ok_or_else(not_connected)?;
+        if c.session.pid == std::process::id() {
+            return Ok(c.session.clone());
+        }
+    }
+    let mut state = write_state();
+    let c = state.as_mut().ok_or_else(not_connected)?;
+    if c.session.pid != std::process::id() {
+        let fresh = Arc::new(Session::new(c.config.clone())?);
+        let parents = std::mem::replace(&mut c.session, fresh);
+        std::mem::forget(parents);
+    }
+    Ok(c.session.clone())
+}
+
+fn not_connected() -> shoal_client::ShoalError {
+    err(
+        libc::ENOTCONN,
+        "not connected to a Shoal cluster: call shoal_connect first",
+    )
+}
+
+/// Connects to the cluster described by `cluster_file` and checks that every
+/// server answers. Connecting again to the same file counts one more user;
+/// to another file is EISCONN.
+pub fn connect(cluster_file: &Path) -> Result<()> {
+    install_fork_handlers();
+    let canonical = std::fs::canonicalize(cluster_file).map_err(|e| {
+        shoal_client::ShoalError::from(e)
+            .context(format!("cluster file {}", cluster_file.display()))
+    })?;
+    let mut state = write_state();
+    if let Some(c) = state.as_mut() {
+        if c.cluster_file != canonical {
+            return Err(err(
+                libc::EISCONN,
+                format!(
+                    "already connected to {}; one cluster per process",
+                    c.cluster_file.display()
+                ),
+            ));
+        }
+        c.users += 1;
+        return Ok(());
+    }
+    let config = ClusterConfig::load(&canonical)?;
+    let session = Session::new(config.clone())?;
+    if let Err(e) = session.run(session.client.ping_all()) {
+        return Err(e.context(format!("cluster {}", canonical.display())));
+    }
+    *state = Some(Connected {
+        cluster_file: canonical,
+        config,
+        users: 1,
+        session: Arc::new(session),
+    });
+    Ok(())
+}
+
+/// Drops one user; the last closes every descriptor and the connections.
+pub fn disconnect() -> Result<()> {
+    let mut state = write_state();
+    let c = state.as_mut().ok_or_else(not_connected)?;
+    c.users -= 1;
+    if c.users > 0 {
+        return Ok(());
+    }
+    let c = state.take().expect("checked above");
+    drop(state);
+    let doomed = files::close_all();
+    if c.session.pid != std::process::id() {
+        // A child that made no call since fork: the parent's, never dropped.
+        std::mem::forget(c.session);
+        return Ok(());
+    }
+    let mut first_error = None;
+    for (h, parent) in doomed {
+        if let Err(e) = c.session.run(c.session.client.reclaim(h, parent)) {
+            first_error.get_or_insert(e);
+        }
+    }
+    // The runtime shuts down when the last call still running lets go of it.
+    drop(c.session);
+    first_error.map_or(Ok(()), Err)
+}
+
+pub fn is_connected() -> bool {
+    STATE.read().unwrap_or_else(|e| e.into_inner()).is_some()
+}
+
+thread_local! {
+    /// The locks the forking thread holds from prepare to parent/child.
+    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+}
+
+struct Held {
+    // Dropped in field order: files first, state last (the reverse of taking).
+    _files: files::TableGuard,
+    _state: RwLockWriteGuard<'static, Option<Connected>>,
+}
+
+extern "C" fn before_fork() {
+    let state = write_state();
+    let files = files::lock_table();
+    HELD.with(|h| {
+        *h.borrow_mut() = Some(Held {
+            _files: files,
+            _state: state,
+        })
+    });
+}
+
+extern "C" fn after_fork() {
+    HELD.with(|h| h.borrow_mut().take());
+}
+
+fn install_fork_handlers() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: the handlers are plain functions that live forever. If
+        // registration fails, the pid check alone still gives a child new
+        // connections.
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+    });
+}
