@@ -56,9 +56,9 @@ impl DirStream {
 
 pub struct Table {
     slots: Vec<Option<Arc<OpenFile>>>,
-    /// Per file handle: descriptors open on it, and if its entry is gone,
-    /// the directory that named it (to reclaim it at the last close).
-    open: HashMap<Handle, (usize, Option<Handle>)>,
+    /// Per file handle: descriptors open on it, and whether it lost its
+    /// last name (to reclaim it at the last close).
+    open: HashMap<Handle, (usize, bool)>,
 }
 
 static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(|| {
@@ -92,7 +92,7 @@ pub fn insert_shared(file: Arc<OpenFile>) -> Result<i32> {
         None => return Err(err(libc::EMFILE, "too many open Shoal descriptors")),
     };
     t.slots[fd] = Some(file);
-    t.open.entry(handle).or_insert((0, None)).0 += 1;
+    t.open.entry(handle).or_insert((0, false)).0 += 1;
     Ok(fd as i32)
 }
 
@@ -109,9 +109,9 @@ pub fn bad_fd(fd: i32) -> shoal_client::ShoalError {
     err(libc::EBADF, format!("{fd} is not an open Shoal descriptor"))
 }
 
-/// Removes `fd`; returns the file and, if that was the last descriptor of
-/// a file whose entry is gone, the directory to reclaim it from.
-pub fn remove(fd: i32) -> Result<(Arc<OpenFile>, Option<Handle>)> {
+/// Removes `fd`; returns the file and whether that was the last descriptor
+/// of a file that lost its last name, which the caller reclaims.
+pub fn remove(fd: i32) -> Result<(Arc<OpenFile>, bool)> {
     let mut t = lock_table();
     let file = usize::try_from(fd)
         .ok()
@@ -121,13 +121,15 @@ pub fn remove(fd: i32) -> Result<(Arc<OpenFile>, Option<Handle>)> {
     Ok((file, reclaim))
 }
 
-fn release(t: &mut Table, h: Handle) -> Option<Handle> {
-    let entry = t.open.get_mut(&h)?;
+fn release(t: &mut Table, h: Handle) -> bool {
+    let Some(entry) = t.open.get_mut(&h) else {
+        return false;
+    };
     entry.0 -= 1;
     if entry.0 > 0 {
-        return None;
+        return false;
     }
-    t.open.remove(&h).and_then(|(_, doomed)| doomed)
+    t.open.remove(&h).is_some_and(|(_, doomed)| doomed)
 }
 
 /// Whether some descriptor of this process is open on `h`.
@@ -140,14 +142,14 @@ pub fn any_open() -> bool {
     !lock_table().open.is_empty()
 }
 
-/// `h`'s entry in `parent` is gone. If a descriptor is still open on it,
-/// marks it to be reclaimed at its last close and returns false; if not,
-/// returns true: the caller reclaims it now.
-pub fn doom(h: Handle, parent: Handle) -> bool {
+/// `h` lost its last name. If a descriptor is still open on it, marks it
+/// to be reclaimed at its last close and returns false; if not, returns
+/// true: the caller reclaims it now.
+pub fn doom(h: Handle) -> bool {
     let mut t = lock_table();
     match t.open.get_mut(&h) {
         Some(entry) => {
-            entry.1 = Some(parent);
+            entry.1 = true;
             false
         }
         None => true,
@@ -155,12 +157,13 @@ pub fn doom(h: Handle, parent: Handle) -> bool {
 }
 
 /// Closes every descriptor (disconnect); returns the files to reclaim.
-pub fn close_all() -> Vec<(Handle, Handle)> {
+pub fn close_all() -> Vec<Handle> {
     let mut t = lock_table();
     t.slots.clear();
     t.open
         .drain()
-        .filter_map(|(h, (_, doomed))| doomed.map(|p| (h, p)))
+        .filter(|(_, (_, doomed))| *doomed)
+        .map(|(h, _)| h)
         .collect()
 }
 
@@ -209,14 +212,14 @@ mod tests {
         assert_eq!(b, a + 1);
         assert!(get(a).is_ok());
         assert_eq!(get(-1).err().unwrap().errno.0, libc::EBADF);
-        assert!(!doom(7001, 1), "open: reclaimed later");
-        assert_eq!(remove(a).unwrap().1, None, "one descriptor left");
+        assert!(!doom(7001), "open: reclaimed later");
+        assert!(!remove(a).unwrap().1, "one descriptor left");
         assert_eq!(remove(a).err().unwrap().errno.0, libc::EBADF);
         let c = insert(file(7002)).unwrap();
         assert_eq!(c, a, "the lowest free number again");
-        assert_eq!(remove(b).unwrap().1, Some(1), "last close reclaims");
+        assert!(remove(b).unwrap().1, "last close reclaims");
         assert!(!is_open(7001));
-        assert!(doom(7001, 1), "not open: reclaim now");
+        assert!(doom(7001), "not open: reclaim now");
         remove(c).unwrap();
     }
 

@@ -437,6 +437,10 @@ unsafe fn next_entry(
             FileKind::Directory => libc::DT_DIR,
             FileKind::File => libc::DT_REG,
             FileKind::Symlink => libc::DT_LNK,
+            FileKind::Fifo => libc::DT_FIFO,
+            FileKind::Socket => libc::DT_SOCK,
+            FileKind::CharDevice => libc::DT_CHR,
+            FileKind::BlockDevice => libc::DT_BLK,
         };
         let bytes = e.name.as_bytes();
         let n = bytes.len().min(SHOAL_NAME_MAX);

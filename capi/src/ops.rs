@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use shoal_client::{Attr, Client, Cred, DirEntry, FileKind, SetAttr, SetTime, ShoalError};
+use shoal_client::{
+    Attr, Client, Cred, DirEntry, FileKind, SetAttr, SetTime, ShoalError, Unlinked,
+};
 use shoal_proto::hints::{self, Hint};
 use shoal_proto::names::split_path;
 use shoal_proto::Handle;
@@ -259,9 +261,9 @@ async fn open_or_create(
 /// close(2). A file unlinked while open goes with its last descriptor.
 pub fn close(fd: i32) -> Result<()> {
     let (file, reclaim) = files::remove(fd)?;
-    if let Some(parent) = reclaim {
+    if reclaim {
         let s = session()?;
-        s.run(s.client.reclaim(file.handle, parent))
+        s.run(s.client.reclaim(file.handle))
             .map_err(about(&file.path))?;
     }
     Ok(())
@@ -558,20 +560,19 @@ pub fn unlink(path: &str) -> Result<()> {
         if kind == FileKind::Directory {
             return Err(err(libc::EISDIR, format!("{path}: is a directory")));
         }
-        if !files::is_open(h) {
-            return c.unlink(dir, name).await;
-        }
-        let h = c.unlink_detached(dir, name).await?;
-        reclaim_unless_open(c, h, dir).await
+        let unlinked = c.unlink_keeping(dir, name, files::is_open(h)).await?;
+        reclaim_unless_open(c, unlinked).await
     })
     .map_err(about(path))
 }
 
-async fn reclaim_unless_open(c: &Client, h: Handle, dir: Handle) -> shoal_proto::error::Result<()> {
-    if files::doom(h, dir) {
-        c.reclaim(h, dir).await?;
+/// A file that lost its last name while open here goes at its last close
+/// (or now, if that came meanwhile).
+async fn reclaim_unless_open(c: &Client, unlinked: Unlinked) -> shoal_proto::error::Result<()> {
+    match unlinked {
+        Unlinked::Kept(h) if files::doom(h) => c.reclaim(h).await,
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// rename(2), replacing a compatible target atomically.
@@ -582,10 +583,10 @@ pub fn rename(from: &str, to: &str) -> Result<()> {
         let (dir, name) = resolve_parent(c, from).await?;
         let (new_dir, new_name) = resolve_parent(c, to).await?;
         if let Some(replaced) = c
-            .rename_detached(dir, name, new_dir, new_name, false)
+            .rename_keeping(dir, name, new_dir, new_name, false, files::is_open)
             .await?
         {
-            reclaim_unless_open(c, replaced, new_dir).await?;
+            reclaim_unless_open(c, replaced).await?;
         }
         Ok(())
     })

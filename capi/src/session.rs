@@ -159,8 +159,8 @@ pub fn disconnect() -> Result<()> {
         return Ok(());
     }
     let mut first_error = None;
-    for (h, parent) in doomed {
-        if let Err(e) = c.session.run(c.session.client.reclaim(h, parent)) {
+    for h in doomed {
+        if let Err(e) = c.session.run(c.session.client.reclaim(h)) {
             first_error.get_or_insert(e);
         }
     }
