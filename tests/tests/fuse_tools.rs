@@ -575,6 +575,90 @@ fn tar_round_trip_preserves_bytes_and_modes() {
     assert_eq!(members(src.path()), members(&x));
 }
 
+/// A tree with hard links (two names in one directory, one across
+/// directories), a FIFO, a socket and a character device, made on `dir` by
+/// ordinary tools.
+fn linked_tree(dir: &Path) {
+    sh(
+        dir,
+        "mkdir -p t/a t/b && printf 'shared data' > t/a/f && ln t/a/f t/a/g && ln t/a/f t/b/h \
+         && mkfifo t/a/pipe && mknod t/b/null c 1 3 \
+         && python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"t/b/sock\")'",
+    );
+}
+
+/// Per entry of `dir`'s tree: type, link count, size (not a directory's:
+/// file systems differ) and which of the tree's inodes it is (numbered in
+/// order of first appearance, so two trees compare whatever their inode
+/// numbers).
+fn link_shape(dir: &Path) -> String {
+    sh(
+        dir,
+        "find . -mindepth 1 -printf '%P %y %n %s %i\\n' | sort \
+         | awk '{ if (!($5 in seen)) seen[$5] = ++n; $5 = seen[$5]; if ($2 == \"d\") $4 = \"-\"; print }'",
+    )
+}
+
+#[test]
+fn hard_links_and_special_files_survive_tar_and_rsync_h() {
+    let mut c = Cluster::builder().servers(4).start();
+    let mnt = c.mount();
+    let local = tempdir();
+    linked_tree(local.path());
+    let shape = link_shape(&local.path().join("t"));
+    assert!(
+        shape.contains("a/f f 3 11 2") && shape.contains("b/h f 3 11 2"),
+        "the tree made on the local disk: {shape}"
+    );
+    // Made on the mount directly: the same shape.
+    linked_tree(&mnt);
+    assert_eq!(link_shape(&mnt.join("t")), shape);
+    // tar into the mount and back out keeps every link and file type but
+    // the socket (tar never archives sockets).
+    let tarred: String = shape
+        .lines()
+        .filter(|l| !l.contains(" s "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    ok(&mnt, "mkdir", ["x"]);
+    let x = mnt.join("x");
+    sh(
+        Path::new("/"),
+        &format!(
+            "tar -C '{}' -cf - t | tar -C '{}' -xf -",
+            local.path().display(),
+            x.display()
+        ),
+    );
+    assert_eq!(link_shape(&x.join("t")), tarred);
+    let out = tempdir();
+    sh(
+        Path::new("/"),
+        &format!(
+            "tar -C '{}' -cf - t | tar -C '{}' -xf -",
+            x.display(),
+            out.path().display()
+        ),
+    );
+    assert_eq!(link_shape(&out.path().join("t")), tarred);
+    // rsync -aH (hard links, devices, specials) into the mount.
+    let s = format!("{}/", local.path().join("t").display());
+    let d = format!("{}/", mnt.join("r").display());
+    ok(
+        Path::new("/"),
+        "rsync",
+        ["-aH", "--devices", "--specials", &s, &d],
+    );
+    assert_eq!(link_shape(&mnt.join("r")), shape);
+    // Removing names one by one: the data lives until the last one goes.
+    ok(&mnt, "rm", ["r/a/f", "r/b/h"]);
+    assert_eq!(stat_fmt(&mnt.join("r/a/g"), "%h %s"), "1 11");
+    assert_eq!(ok(&mnt, "cat", ["r/a/g"]), "shared data");
+    // The directories' link counts: 2 plus their subdirectories.
+    assert_eq!(stat_fmt(&mnt.join("r"), "%h"), "4");
+    ok(&mnt, "rm", ["-r", "r", "t", "x"]);
+}
+
 #[test]
 fn rsync_a_then_nothing_to_do() {
     let mut c = Cluster::builder().servers(4).start();

@@ -261,6 +261,42 @@ async fn renamed_or_moved_it_stays_a_readable_file_without_metafile() {
     assert_eq!(all_objects(&cluster, &fresh).await.len(), objects - 5);
 }
 
+/// Hard links to such a file name its datafile from several directories;
+/// the datafile counts them and goes with the last one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hard_links_name_the_datafile_and_it_goes_with_the_last() {
+    let cluster = Cluster::builder().servers(3).start();
+    let client = cluster.client();
+    let fresh = cluster.uncached_client();
+    // Objects are counted: no pool refill may run meanwhile.
+    cluster.wait_for_pools(&client).await;
+    let nm = no_metafile_dir(&client, "nm").await;
+    let plain = client.mkdir(ROOT, "plain", 0o755).await.unwrap().handle;
+    let h = client.create(nm, "a", 0o644).await.unwrap().handle;
+    client
+        .write(h, 0, Bytes::from_static(b"kept"))
+        .await
+        .unwrap();
+    let objects = all_objects(&cluster, &fresh).await.len();
+    assert_eq!(client.link(h, plain, "b").await.unwrap().nlink, 2);
+    assert_eq!(client.link(h, nm, "c").await.unwrap().nlink, 3);
+    assert_eq!(
+        all_objects(&cluster, &fresh).await.len(),
+        objects,
+        "no new object"
+    );
+    assert_eq!(fresh.lookup(plain, "b").await.unwrap(), (h, FileKind::File));
+    client.unlink(nm, "a").await.unwrap();
+    client.unlink(nm, "c").await.unwrap();
+    assert_eq!(fresh.getattr(h).await.unwrap().nlink, 1);
+    assert_eq!(fresh.read(h, 0, 100).await.unwrap(), &b"kept"[..]);
+    assert_eq!(record(&fresh, h).await.kind(), ObjectKind::Datafile);
+    client.unlink(plain, "b").await.unwrap();
+    assert_eq!(all_objects(&cluster, &fresh).await.len(), objects - 1);
+    let report = fresh.fsck(false, Duration::ZERO).await.unwrap();
+    assert_eq!(report.problems(), 0, "{report:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listing_with_attributes_asks_each_datafile_once() {
     const FILES: usize = 60;
