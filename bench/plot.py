@@ -4,11 +4,11 @@
     bench/plot.py ablation bench/results/ablation.csv bench/results/ablation.png
     bench/plot.py no_metafile bench/results/no_metafile.csv bench/results/no_metafile.png
 
-The ablation chart has the form of seed 000's Figures 3 and 4: per phase, the
+The ablation chart has the form of [Carns 2009]'s Figures 3 and 4: per phase, the
 rate of each configuration (each adding one technique), and each one's
 factor over the baseline.
 
-The no_metafile chart has the form of seed 002's Figures 1 to 4, one row per
+The no_metafile chart has the form of [Kuhn 2008]'s Figures 1 to 4, one row per
 protocol: for create, list and remove, each client's time with and without
 the hint, for every client count on disk and on tmpfs; then the time with the
 hint as a percentage of the time without it.
@@ -65,7 +65,7 @@ def no_metafile(csv_path, png_path):
     rows = list(csv.DictReader(open(csv_path)))
     protocols = list(dict.fromkeys(r["protocol"] for r in rows))
     ops = ["create", "list", "remove"]
-    # The seed's groups: (storage, clients), disk first as in its figures.
+    # [Kuhn 2008]'s groups: (storage, clients), disk first as in its figures.
     groups = sorted(
         dict.fromkeys((r["storage"], int(r["clients"])) for r in rows),
         key=lambda g: (g[0] != "disk", g[0], g[1]),
@@ -94,7 +94,7 @@ def no_metafile(csv_path, png_path):
                 pct.append(float(r["with_pct_of_without"]) if r else 0)
             ax.bar([x + (o - 1) * width for x in xs], pct, width, label=op)
         ax.axhline(100, color="black", linewidth=0.8)
-        title = f"{protocol}: efficiency (seed 002, Fig. 4)"
+        title = f"{protocol}: efficiency ([Kuhn 2008], Fig. 4)"
         label(ax, labels, "time with hint, % of without", title)
     fig.tight_layout()
     fig.savefig(png_path, dpi=100)

@@ -75,7 +75,7 @@ impl Client {
     /// file's distribution and a directory's hints. Shared by getattr, lookup
     /// and readdirplus so that all report exactly the same attributes.
     ///
-    /// A file without a metafile (no_metafile, seed 002) is its datafile's
+    /// A file without a metafile (no_metafile, [Kuhn 2008]) is its datafile's
     /// record, which carries the file's own attributes and, as its server
     /// sends it, its size: nothing else to ask.
     pub(crate) fn attr_with(

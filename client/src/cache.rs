@@ -1,4 +1,4 @@
-//! Small TTL caches (name -> entry, handle -> attributes), as the seed's client
+//! Small TTL caches (name -> entry, handle -> attributes), as the client of [Vilayannur 2004]
 //! keeps them: entries live `ttl` (default 100 ms) so another client's change is
 //! seen within that time, and this client drops what its own changes outdate.
 

@@ -9,7 +9,7 @@
 //! directory's `subdirs` the number of its entries naming directories; a
 //! crash between a link's two steps leaves a count too high, which repair
 //! sets right. An entry may name a datafile directly: a file without a
-//! metafile (made in a no_metafile directory, seed 002), reachable like any
+//! metafile (made in a no_metafile directory, [Kuhn 2008]), reachable like any
 //! file and counted in the report. Creates add objects before the entry that names them and
 //! removes drop the entry first, so a crash leaves only orphans (unreachable
 //! objects), a directory left marked for removal, or local files no record

@@ -1,4 +1,4 @@
-//! Directory hints on the client (seed 002): reading and changing them, and
+//! Directory hints on the client ([Kuhn 2008]): reading and changing them, and
 //! making new objects under them.
 //!
 //! A directory's hints travel in its record, so the client learns them from

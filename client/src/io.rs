@@ -2,12 +2,12 @@
 //! goes straight to the server holding it, all in parallel; pieces larger than
 //! `max_transfer` are split again so large transfers are pipelined.
 //!
-//! Eager I/O (seed 000): a transfer of at most `eager_limit` bytes carries its
+//! Eager I/O ([Carns 2009]): a transfer of at most `eager_limit` bytes carries its
 //! data inside the write request or the read reply, one round trip. Larger
 //! ones, and every one with `eager` off, first make a rendezvous (the server
 //! checks the datafile and says it is ready), then move the data.
 //!
-//! Stuffing (seed 000): a stuffed file has only datafile 0, which holds its
+//! Stuffing ([Carns 2009]): a stuffed file has only datafile 0, which holds its
 //! first strip. A write past the first strip, or a truncate beyond it, first
 //! sends `unstuff` (idempotent) and uses the distribution it returns; a read
 //! past it re-reads the layout (another client may have unstuffed the file)

@@ -284,7 +284,7 @@ impl Client {
         Ok(())
     }
 
-    /// Creates a regular file, laid out as `dir`'s hints say (seed 002):
+    /// Creates a regular file, laid out as `dir`'s hints say ([Kuhn 2008]):
     ///
     /// - with precreate or stuffing on: one augmented create to the chosen
     ///   server, then the directory entry (2 messages); with colocate the
@@ -414,7 +414,7 @@ impl Client {
         attr
     }
 
-    /// A file of a no_metafile directory (seed 002), made by the client: one
+    /// A file of a no_metafile directory ([Kuhn 2008]), made by the client: one
     /// datafile, which keeps the file's attributes, on the next server round
     /// the ring, then the entry naming it directly: 2 messages, no metafile.
     async fn create_without_metafile(

@@ -1,4 +1,4 @@
-//! Readdirplus (seed 000, section III-E): a directory listing with the
+//! Readdirplus ([Carns 2009], section III-E): a directory listing with the
 //! attributes of every entry, at the cost of a few messages per batch of
 //! entries instead of a getattr (n+1 messages) per entry.
 //!

@@ -21,7 +21,7 @@ pub enum FileKind {
 
 impl FileKind {
     /// A file is a metafile, or a datafile named directly by its entry (a
-    /// file of a no_metafile directory, seed 002).
+    /// file of a no_metafile directory, [Kuhn 2008]).
     pub fn from_object(kind: ObjectKind) -> Option<FileKind> {
         match kind {
             ObjectKind::Directory => Some(FileKind::Directory),

@@ -211,7 +211,7 @@ impl Filesystem for ShoalFs {
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // Answer listings with attributes (seed 000's readdirplus), only when
+        // Answer listings with attributes ([Carns 2009]'s readdirplus), only when
         // the cluster has the technique on: with it off the kernel lists with
         // READDIR and then looks up and stats each entry (the baseline). With
         // AUTO the kernel asks for attributes on a directory's first read

@@ -98,7 +98,7 @@ pub struct Settings {
     /// already holds one within this time. Default 60.
     pub capability_ttl_s: u32,
 
-    // The small-file techniques of seed 000, each a switch (all on by default;
+    // The small-file techniques of [Carns 2009], each a switch (all on by default;
     // `shoal up --baseline` turns all five off).
     /// Precreate: servers keep pools of datafile handles created ahead on every
     /// other server, so a create is one augmented request plus the entry.
@@ -124,7 +124,7 @@ pub struct Settings {
     /// Readdirplus: directory listings with attributes fetched in batches
     /// (one listattr per server) instead of one getattr per entry.
     pub readdirplus: bool,
-    /// Beyond the seed: a new file's metafile lives on its parent directory's
+    /// Beyond the papers: a new file's metafile lives on its parent directory's
     /// server, so a create (with precreate or stuffing) is one message that
     /// also adds the entry, and removing a stuffed file is one message.
     pub colocate: bool,
@@ -168,7 +168,7 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// The names of the five technique switches of seed 000.
+    /// The names of the five technique switches of [Carns 2009].
     pub const TECHNIQUES: [&'static str; 5] = [
         "precreate",
         "stuffing",
@@ -177,10 +177,10 @@ impl Settings {
         "readdirplus",
     ];
 
-    /// Switches for what Shoal adds beyond the seed, on by default too.
-    pub const BEYOND_SEED: [&'static str; 1] = ["colocate"];
+    /// Switches for what Shoal adds beyond the papers, on by default too.
+    pub const BEYOND_PAPERS: [&'static str; 1] = ["colocate"];
 
-    /// Every switch off: the baseline protocol of seed 000.
+    /// Every switch off: the baseline protocol of [Carns 2009].
     pub fn baseline() -> Settings {
         Settings {
             precreate: false,
@@ -193,9 +193,9 @@ impl Settings {
         }
     }
 
-    /// Every switch name, the seed's five first.
+    /// Every switch name, [Carns 2009]'s five first.
     pub fn switches() -> impl Iterator<Item = &'static str> {
-        Self::TECHNIQUES.into_iter().chain(Self::BEYOND_SEED)
+        Self::TECHNIQUES.into_iter().chain(Self::BEYOND_PAPERS)
     }
 
     /// Applies `key=value` (as given to `shoal up --set`).

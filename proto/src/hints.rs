@@ -1,4 +1,4 @@
-//! Directory hints (seed 002, DESIGN section 4): their names, the values each
+//! Directory hints [Kuhn 2008], docs/design.md section 4: their names, the values each
 //! accepts, and what they make of a new file. The servers validate every
 //! change with [`set`]; clients and tools show hints with [`list`].
 //!
@@ -30,7 +30,7 @@ pub const XATTR_PREFIX: &str = "user.shoal.";
 
 const STRIP_MIN: u64 = 4096;
 const STRIP_MAX: u64 = 1 << 30;
-/// The one distribution Shoal has (DESIGN section 1).
+/// The one distribution Shoal has (docs/design.md, section 1).
 const SIMPLE_STRIPE: &str = "simple_stripe";
 /// The parameter of `simple_stripe`.
 const STRIP_PARAM: &str = "strip_size";

@@ -3,8 +3,8 @@
 //!
 //! A change reaches the KV store in two steps (see `kv`): `apply` makes it
 //! visible at once, `sync` (one fsync) makes everything applied so far durable.
-//! The baseline of seed 000 pays one sync per modifying request. With the
-//! `coalescing` switch on, this module implements the seed's metadata commit
+//! The baseline of [Carns 2009] pays one sync per modifying request. With the
+//! `coalescing` switch on, this module implements [Carns 2009]'s metadata commit
 //! coalescing (section III.C, Figure 1) with threads instead of PVFS's state
 //! machines:
 //!
@@ -14,7 +14,7 @@
 //!   blocking pool; the request leaves it when its changes are applied
 //!   ([`CommitQueue::make_durable`]) or, if it never applies anything (an
 //!   error, a request that changes nothing in the KV store), when its handler
-//!   returns. Its length is the seed's measure of load: how many more changes
+//!   returns. Its length is [Carns 2009]'s measure of load: how many more changes
 //!   are about to arrive.
 //! * When a request has been applied it decides, from the scheduling queue
 //!   *after* leaving it: under `low_watermark`, nothing else is coming, so sync
@@ -49,7 +49,7 @@
 //!   request that joins the queue checks for itself.
 //! * **Failures are not acknowledged.** If the sync fails (or panics), every
 //!   member of its group gets EIO; none of them is told its change is durable.
-//! * **A safety valve.** The seed waits for the scheduling queue without a
+//! * **A safety valve.** [Carns 2009] waits for the scheduling queue without a
 //!   time limit, which is only safe while every queued request makes progress
 //!   on its own. If one could not (it waits on another server whose requests
 //!   are themselves deferred, or the blocking pool is exhausted by waiters) the
@@ -333,7 +333,7 @@ impl CommitQueue {
         }
     }
 
-    /// The seed's decision, taken by an applied request (or an fsync, with
+    /// [Carns 2009]'s decision, taken by an applied request (or an fsync, with
     /// `urgent`), and its wait for the sync that covers it.
     fn join_and_wait(
         &self,

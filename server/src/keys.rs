@@ -19,7 +19,7 @@
 //! Directory entries of one directory are contiguous and sorted by name, so a
 //! readdir is one prefix scan that resumes after the last name returned.
 //!
-//! Directory hints (seed 002) have no key of their own: they are a field of
+//! Directory hints ([Kuhn 2008]) have no key of their own: they are a field of
 //! the directory's `O` record (`ObjectRecord.hints`), read with it. An `E`
 //! entry of kind DATAFILE names a file without a metafile (made in a
 //! no_metafile directory); its `O` record holds the file's attributes.

@@ -1,4 +1,4 @@
-//! Precreate pools (seed 000, server-driven precreate): for every other server
+//! Precreate pools ([Carns 2009], server-driven precreate): for every other server
 //! this server keeps a pool of empty datafiles created ahead on that server
 //! with one batch request (`CreateDatafiles { count: precreate_batch }`).
 //! An augmented create (`CreateFile`) or an `Unstuff` takes its remote

@@ -48,7 +48,7 @@ impl Builder {
         self
     }
 
-    /// All five small-file techniques off (seed 000's baseline protocol).
+    /// All five small-file techniques off ([Carns 2009]'s baseline protocol).
     pub fn baseline(mut self) -> Self {
         for t in Settings::switches() {
             self.sets.push(format!("{t}=false"));

@@ -1,4 +1,4 @@
-//! Commit coalescing (seed 000, section III.C), counted by the servers: under
+//! Commit coalescing ([Carns 2009], section III.C), counted by the servers: under
 //! concurrent creates the modifying requests share KV syncs, a lone sequential
 //! client still pays one sync per modifying request (low-latency mode), with
 //! `coalescing=false` every modifying request syncs for itself, and nothing

@@ -1,4 +1,4 @@
-//! Directory hints (seed 002, DESIGN section 4): `strip_size`, `num_dfiles`,
+//! Directory hints [Kuhn 2008], docs/design.md section 4: `strip_size`, `num_dfiles`,
 //! `dist` and `no_metafile`, set per directory through the client, the
 //! `shoal hint` command and the extended attributes `user.shoal.<hint>` on
 //! the mount; copied to new subdirectories; bad values refused with an error

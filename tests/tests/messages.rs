@@ -1,4 +1,4 @@
-//! Message accounting of the baseline protocol (seed 000, section II), counted
+//! Message accounting of the baseline protocol ([Carns 2009], section II), counted
 //! by the servers themselves: on n servers, create costs n+3 client messages,
 //! stat n+1 and remove n+2.
 

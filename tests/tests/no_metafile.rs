@@ -1,4 +1,4 @@
-//! The `no_metafile` hint (seed 002): in such a directory a file is one
+//! The `no_metafile` hint ([Kuhn 2008]): in such a directory a file is one
 //! datafile named directly by its entry. Create, stat, list and remove skip
 //! every metafile step; the file keeps its own attributes on the datafile;
 //! it never stripes however far it grows; it stays readable wherever it is
@@ -98,7 +98,7 @@ async fn create_stat_remove(cluster: &Cluster) -> [u64; 3] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn baseline_create_2_stat_1_remove_2_and_no_metafile_anywhere() {
-    // Seed 002's steps: create the datafile, add the entry naming it; get
+    // [Kuhn 2008]'s steps: create the datafile, add the entry naming it; get
     // the datafile's attributes; remove the entry, remove the datafile (the
     // entry says what it names, so no getattr first).
     let cluster = Cluster::builder().servers(4).baseline().start();

@@ -1,4 +1,4 @@
-//! Precreate (seed 000, section III.A): every server keeps pools of datafiles
+//! Precreate ([Carns 2009], section III.A): every server keeps pools of datafiles
 //! created ahead on the other servers, so a create is one augmented request
 //! plus the directory entry (2 messages instead of n+3). Pools persist in each
 //! server's KV store: a restart (clean or kill -9) neither loses an

@@ -1,4 +1,4 @@
-//! Readdirplus (seed 000, section III-E): a listing with attributes costs one
+//! Readdirplus ([Carns 2009], section III-E): a listing with attributes costs one
 //! readdir per batch of entries, at most one listattr per server and at most
 //! one get_sizes per server per batch, not a getattr per entry; with the
 //! switch off it falls back to one getattr per entry. The FUSE mount answers

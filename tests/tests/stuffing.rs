@@ -1,4 +1,4 @@
-//! Stuffing (seed 000, section III.B): a new file has one datafile, on its
+//! Stuffing ([Carns 2009], section III.B): a new file has one datafile, on its
 //! metafile's server, until something goes past its first strip; then
 //! `unstuff` gives it the rest (from the precreate pools) without moving the
 //! first strip. A stuffed file's stat is one message and its remove needs no
@@ -79,7 +79,7 @@ async fn small_file_costs(colocate: bool) -> [u64; 4] {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn everything_on_as_in_the_seed_create_2_stat_1_remove_2() {
+async fn everything_on_as_in_carns_2009_create_2_stat_1_remove_2() {
     // create + entry; eager write; stat answered with the stuffed size;
     // entry + metafile (its server removes the stuffed datafile with it).
     assert_eq!(small_file_costs(false).await, [2, 1, 1, 2]);

@@ -33,7 +33,7 @@ pub struct UpArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
     /// Turn every switch off (the five small-file techniques and colocate):
-    /// the seed's baseline protocol; `--set` still applies after it.
+    /// the baseline protocol of [Carns 2009]; `--set` still applies after it.
     #[arg(long)]
     pub baseline: bool,
     /// Let every user of this machine use the mount (the cluster file's

@@ -1,5 +1,5 @@
 //! Attributes and extended attributes of any object. Extended attributes
-//! named `user.shoal.<hint>` are a directory's hints (seed 002) and are
+//! named `user.shoal.<hint>` are a directory's hints ([Kuhn 2008]) and are
 //! handled by `hints`, which keeps them in the directory's record.
 //!
 //! Reading attributes needs no permission (search permission on the path

@@ -1,4 +1,4 @@
-//! Directory hints on the server (seed 002). A directory's hints live in its
+//! Directory hints on the server ([Kuhn 2008]). A directory's hints live in its
 //! own record (`ObjectRecord.hints`, no key of their own), so every getattr,
 //! lookup and listing of the directory carries them at no cost, and a
 //! subdirectory copies them when it is created.

@@ -1,4 +1,4 @@
-//! Readdirplus listattr (seed 000, section III-E): the records of many objects
+//! Readdirplus listattr ([Carns 2009], section III-E): the records of many objects
 //! held by this server in one request, plus the sizes of those objects'
 //! datafiles that live here, so a client lists a directory with one request
 //! per server instead of one getattr per entry.

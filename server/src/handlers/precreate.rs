@@ -1,4 +1,4 @@
-//! The augmented create and unstuff (seed 000, sections III.A and III.B).
+//! The augmented create and unstuff ([Carns 2009], sections III.A and III.B).
 //!
 //! `CreateFile` does, on the server that will hold the metafile, the first
 //! three steps of the baseline create in ONE transaction and ONE durable
@@ -14,7 +14,7 @@
 //! unstuffs of one file agree on one distribution.
 //!
 //! Colocated (`colocate`), the create names its directory, which lives here:
-//! the directory's hints (seed 002) decide the layout, and in a no_metafile
+//! the directory's hints ([Kuhn 2008]) decide the layout, and in a no_metafile
 //! directory the file is one local datafile named by the entry, made in the
 //! same single step.
 
@@ -170,7 +170,7 @@ fn requested_layout(s: &Service, q: &CreateFileRequest) -> Result<NewFile> {
     })
 }
 
-/// A colocated create in a no_metafile directory (seed 002): one local
+/// A colocated create in a no_metafile directory ([Kuhn 2008]): one local
 /// datafile that keeps the file's attributes, and the entry naming it, in
 /// one step. No metafile, no pools.
 fn create_without_metafile(
