@@ -407,6 +407,11 @@ impl Inner {
         })?;
         let mut hpage = HeaderPage::new(p as usize)?;
         for (i, (chunk, off, segruns)) in plan.iter().enumerate() {
+            if i > 0 {
+                // Crash point for tests (`FAILPOINTS=pfa::store::between_segments=
+                // N*off->return`): the process aborts as if SIGKILLed mid-store.
+                fail::fail_point!("pfa::store::between_segments", |_| std::process::abort());
+            }
             let slices: Vec<&[u8]> = segruns
                 .iter()
                 .map(|r| {

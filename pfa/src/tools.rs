@@ -155,7 +155,26 @@ pub fn ls(path: &Path, extents: bool, out: &mut impl Write) -> io::Result<()> {
             writeln!(out, "cut: {w}")?;
         }
     }
+    for w in cut_stores(&cat) {
+        writeln!(out, "cut: {w}")?;
+    }
     Ok(())
+}
+
+/// Stores whose segments are not all there (their writer died mid-store).
+fn cut_stores(cat: &Catalog) -> Vec<String> {
+    let mut cut = Vec::new();
+    for ((name, rank), stores) in cat {
+        for s in stores.iter().filter(|s| !s.complete) {
+            cut.push(format!(
+                "rank {rank}: {name} step {}: {} of {} segments written",
+                s.step,
+                s.segs.len(),
+                s.segs.first().map(|g| g.hdr.seg_count).unwrap_or(0)
+            ));
+        }
+    }
+    cut
 }
 
 /// Rebuilds step `step` (or the last) of `name` of `rank`.
@@ -346,16 +365,9 @@ pub fn check(path: &Path) -> io::Result<Report> {
             }
         }
     }
+    r.cut.extend(cut_stores(&cat));
     for ((name, rank), stores) in &cat {
         r.logical_files += 1;
-        for s in stores.iter().filter(|s| !s.complete) {
-            r.cut.push(format!(
-                "rank {rank}: {name} step {}: {} of {} segments written",
-                s.step,
-                s.segs.len(),
-                s.segs.first().map(|g| g.hdr.seg_count).unwrap_or(0)
-            ));
-        }
         let ok = readable(stores);
         if ok.len() < stores.iter().filter(|s| s.complete).count() {
             r.problems.push(format!(

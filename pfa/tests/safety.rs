@@ -38,6 +38,7 @@ fn child() {
     if std::env::var_os("PFA_CHILD").is_none() {
         return;
     }
+    let _crash_points = fail::FailScenario::setup();
     let path = PathBuf::from(std::env::var("PFA_PATH").unwrap());
     let rank: u32 = std::env::var("PFA_RANK").unwrap().parse().unwrap();
     let steps: u64 = std::env::var("PFA_STEPS").unwrap().parse().unwrap();
@@ -101,7 +102,18 @@ fn expected(i: usize, rank: u32, step: u64, first: u64) -> Vec<u8> {
 }
 
 fn spawn(path: &Path, rank: u32, steps: u64, chunk: u64) -> std::process::Child {
+    spawn_with(path, rank, steps, chunk, "")
+}
+
+fn spawn_with(
+    path: &Path,
+    rank: u32,
+    steps: u64,
+    chunk: u64,
+    failpoints: &str,
+) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
+        .env("FAILPOINTS", failpoints)
         .args(["--exact", "child", "--nocapture", "--test-threads=1", "-q"])
         .env("PFA_CHILD", "writer")
         .env("PFA_PATH", path)
@@ -225,6 +237,46 @@ fn killed_writer_leaves_a_readable_container() {
         }
     }
     eprintln!("cut stores seen over 6 kills: {cut_seen}");
+}
+
+/// A writer that dies between two segments of a store (a crash point that
+/// aborts the process there): the store is cut, `check` says so, and the
+/// steps before it read back.
+#[test]
+fn writer_dying_mid_store_leaves_the_store_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.pfa");
+    let rank = 4;
+    // 128 KiB chunks: the 737,534-byte image is 6 or 7 segments a store.
+    let mut kid = spawn_with(
+        &path,
+        rank,
+        10,
+        128 << 10,
+        "pfa::store::between_segments=20*off->return",
+    );
+    assert!(
+        !kid.wait().unwrap().success(),
+        "the writer should have died"
+    );
+    let r = check(&path).unwrap();
+    assert!(r.problems.is_empty(), "{r:?}");
+    assert_eq!(r.cut.len(), 1, "{r:?}");
+    assert!(
+        r.cut[0].contains("rank 4: ckpt/image step") && r.cut[0].contains("segments written"),
+        "{:?}",
+        r.cut
+    );
+    let c = Container::open_read_only(&path).unwrap();
+    let got = read_steps(&c, 0, rank);
+    assert!(!got.is_empty());
+    for (s, img) in got.iter().enumerate() {
+        assert!(*img == expected(0, rank, s as u64, 0), "step {s}");
+    }
+    let mut out = Vec::new();
+    shoal_pfa::tools::ls(&path, false, &mut out).unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("ckpt/image") && out.contains("cut:"), "{out}");
 }
 
 /// A torn last write (as a crash in the middle of `pwritev` leaves it):
