@@ -16,6 +16,21 @@ pub struct Segment {
     pub offset: u64,
 }
 
+impl Segment {
+    /// "rank R: NAME step S segment I/N", for reports.
+    pub fn describe(&self) -> String {
+        let h = &self.hdr;
+        format!(
+            "rank {}: {} step {} segment {}/{}",
+            h.rank,
+            h.name,
+            h.step,
+            h.seg_index + 1,
+            h.seg_count
+        )
+    }
+}
+
 /// A rank's chain, as far as it is whole.
 #[derive(Clone, Debug, Default)]
 pub struct Chain {
@@ -171,11 +186,8 @@ pub fn scan_chain(file: &File, h: &Header, rank: u32, verify: Verify) -> io::Res
             bad.pop();
             chain.segs.pop();
             chain.cut.push(format!(
-                "rank {rank}: {} step {} segment {}/{} torn at offset {} ({} data bytes not all written)",
-                last.hdr.name,
-                last.hdr.step,
-                last.hdr.seg_index + 1,
-                last.hdr.seg_count,
+                "{} torn at offset {} ({} data bytes not all written)",
+                last.describe(),
                 last.offset,
                 last.hdr.data_len
             ));
@@ -187,11 +199,8 @@ pub fn scan_chain(file: &File, h: &Header, rank: u32, verify: Verify) -> io::Res
     for i in bad {
         let s = &chain.segs[i];
         chain.problems.push(format!(
-            "rank {rank}: {} step {} segment {}/{}: data checksum mismatch at offset {}",
-            s.hdr.name,
-            s.hdr.step,
-            s.hdr.seg_index + 1,
-            s.hdr.seg_count,
+            "{}: data checksum mismatch at offset {}",
+            s.describe(),
             s.offset + p
         ));
     }
