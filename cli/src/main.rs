@@ -130,6 +130,8 @@ enum Command {
     /// and venues are under References in docs/design.md. What each benchmark
     /// measured, and how to reproduce it: bench/README.md.
     Bench(commands::bench::BenchArgs),
+    /// Parallel file aggregation containers ([Kato 2011]): ls, cat, extract, check.
+    Pfa(shoal_pfa::tools::PfaArgs),
     /// Find what crashes left behind (orphan objects, stale marks, orphan
     /// local files); with --repair, reclaim it. Run --repair on a quiet cluster.
     Fsck {
@@ -238,6 +240,7 @@ fn main() -> ExitCode {
         Command::Touch { cfg, paths } => commands::files::touch(&cfg, &paths),
         Command::Hint { command } => commands::hint::run(command),
         Command::Bench(args) => commands::bench::run(args),
+        Command::Pfa(args) => shoal_pfa::tools::run(args).map_err(Into::into),
         Command::Fsck {
             cfg,
             repair,
