@@ -17,6 +17,7 @@ pub mod fsck;
 pub mod hints;
 pub mod io;
 mod known_dirs;
+pub mod mounts;
 mod name_cache;
 pub mod namespace;
 pub mod pool;
