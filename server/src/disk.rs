@@ -22,11 +22,11 @@ pub fn space(path: &Path) -> std::io::Result<Space> {
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let bytes = |blocks| (blocks as u64).saturating_mul(st.f_frsize as u64);
+    let frsize = st.f_frsize as u64;
     Ok(Space {
-        total: bytes(st.f_blocks),
-        free: bytes(st.f_bfree),
-        avail: bytes(st.f_bavail),
+        total: (st.f_blocks as u64).saturating_mul(frsize),
+        free: (st.f_bfree as u64).saturating_mul(frsize),
+        avail: (st.f_bavail as u64).saturating_mul(frsize),
     })
 }
 
