@@ -3,7 +3,6 @@
 
 mod commands;
 mod local_cluster;
-mod mounts;
 mod target;
 
 use std::path::PathBuf;
@@ -129,7 +128,7 @@ enum Command {
     /// Papers are cited by key, such as [Carns 2009]; their titles, authors
     /// and venues are under References in docs/design.md. What each benchmark
     /// measured, and how to reproduce it: bench/README.md.
-    Bench(commands::bench::BenchArgs),
+    Bench(shoal_bench::BenchArgs),
     /// Parallel file aggregation containers ([Kato 2011]): ls, cat, extract, check.
     Pfa(shoal_pfa::tools::PfaArgs),
     /// Find what crashes left behind (orphan objects, stale marks, orphan
@@ -239,7 +238,7 @@ fn main() -> ExitCode {
         } => commands::files::mkdir(&cfg, &paths, parents),
         Command::Touch { cfg, paths } => commands::files::touch(&cfg, &paths),
         Command::Hint { command } => commands::hint::run(command),
-        Command::Bench(args) => commands::bench::run(args),
+        Command::Bench(args) => shoal_bench::run(args),
         Command::Pfa(args) => shoal_pfa::tools::run(args).map_err(Into::into),
         Command::Fsck {
             cfg,

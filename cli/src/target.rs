@@ -5,11 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use shoal_client::Client;
+use shoal_client::{mounts, Client};
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Result, ShoalError};
 
-use crate::mounts;
 use crate::ConfigArg;
 
 /// Prefix that marks a Shoal path where a local path could also stand (cp).

@@ -371,7 +371,7 @@ impl Client {
     /// Makes the data of file `h` durable on every server holding it. In
     /// scratch mode (`sync = "none"`) the metadata is synced too. Fails with
     /// EIO if a server restarted since it acknowledged a change to the file
-    /// that was not durable yet (see `unstable`).
+    /// that was not durable yet (see `uncommitted_writes`).
     pub async fn fsync(&self, h: Handle) -> Result<()> {
         let replies = match self.distribution(h).await {
             Ok(_) => {

@@ -1,28 +1,33 @@
 //! Shoal's native client library: the system interface every other front end
 //! (FUSE mount, `shoal` CLI, C ABI) is built on.
 //!
-//! A [`Client`] holds one multiplexed connection per server ([`pool`]), name and
+//! A [`Client`] holds one multiplexed connection per server (`pool`), name and
 //! attribute caches with a short TTL ([`cache`]), and implements the namespace
-//! ([`namespace`]), attribute ([`attrs`]) and striped data ([`io`]) operations,
+//! (`namespace`), attribute (`attrs`) and striped data (`io`) operations,
 //! whose data requests carry the capabilities the servers grant (`caps`).
 //! Clones are cheap and share everything; [`Client::with_cred`] gives a view
 //! that acts as another user (the servers check each request against the
 //! user it names).
+//!
+//! Other crates see the [`Client`] and its types, [`cache::TtlCache`] (the
+//! mount keeps callers' groups in one), [`fsck`]'s report and [`mounts`] (how
+//! a path under a live mount names its cluster); the rest is private.
 
-pub mod attrs;
+mod attrs;
 pub mod cache;
 mod caps;
-pub mod conn;
+mod conn;
 pub mod fsck;
-pub mod hints;
-pub mod io;
+mod hints;
+mod io;
 mod known_dirs;
+pub mod mounts;
 mod name_cache;
-pub mod namespace;
-pub mod pool;
-pub mod readdirplus;
-pub mod types;
-pub mod unstable;
+mod namespace;
+mod pool;
+mod readdirplus;
+mod types;
+mod uncommitted_writes;
 
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
@@ -51,7 +56,7 @@ struct Inner {
     /// Entries: the handle and the kind of object named.
     names: name_cache::NameCache,
     attrs: TtlCache<Handle, Attr>,
-    /// Directory hints as last seen, kept without a TTL (see [`hints`]).
+    /// Directory hints as last seen, kept without a TTL (see `hints`).
     hints: TtlCache<Handle, DirHints>,
     /// Distributions: kept without a TTL, except stuffed ones (see [`DistCache`]).
     dists: DistCache,
@@ -62,9 +67,9 @@ struct Inner {
     known_dirs: known_dirs::KnownDirs,
     /// Round-robin cursor for placing new objects.
     next_server: AtomicU32,
-    /// File changes acknowledged and not yet fsynced, with their servers'
-    /// verifiers.
-    unstable: unstable::Unstable,
+    /// File changes acknowledged and not yet fsynced (unstable writes
+    /// awaiting commit), with their servers' verifiers.
+    unstable: uncommitted_writes::UncommittedWrites,
 }
 
 impl Client {

@@ -1,7 +1,9 @@
 //! The `fuser::Filesystem` implementation.
 //!
-//! Every handler that needs a server runs a task that replies when done
-//! (fuser replies are `Send`): its first step runs on the loop thread (it
+//! Every handler that needs a server states its work and hands it to
+//! `ShoalFs::serve`, which runs it as a task acting as the caller and
+//! replies when done (fuser replies are `Send`; `Answer` says how each
+//! kind of reply answers): the task's first step runs on the loop thread (it
 //! sends the request, or answers from the client's caches), the rest on the
 //! tokio runtime (`inline_task`), so no request ever waits behind an
 //! unrelated one. Handlers
@@ -22,23 +24,19 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use fuser::{
-    AccessFlags, BsdFileFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use shoal_client::{Attr, Client, Cred, FileKind, SetAttr, SetTime, Unlinked};
-use shoal_proto::cluster::SyncMode;
+use shoal_client::{Attr, Client, Cred, FileKind, SetAttr, SetTime, StatFs};
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::time::to_ns;
 
-use crate::attr::{blksize_for, file_attr};
-use crate::dirs::{OpenDirs, Parents};
 use crate::errors::{fail, name_str, ErrorReply};
-use crate::groups::CallerGroups;
 use crate::inline_task;
-use crate::open_files::OpenFiles;
 use crate::readdir;
+use crate::shared::Shared;
 use crate::xattr::{name_list, reply_value, xattr_name};
 
 /// Largest write the kernel may send in one request: big writes mean few
@@ -52,25 +50,69 @@ const MAX_BACKGROUND: u16 = 64;
 /// `statfs` unit.
 const STATFS_BSIZE: u64 = 4096;
 
-/// What every request task needs; shared by the loop thread and the tasks.
-pub struct Shared {
-    client: Client,
-    pub ttl: Duration,
-    blksize: u32,
-    scratch: bool,
-    dirs: OpenDirs,
-    pub parents: Parents,
-    open: OpenFiles,
-    groups: CallerGroups,
+/// How a kind of reply answers with what a handler's work yields.
+trait Answer<T>: ErrorReply {
+    fn answer(self, s: &Shared, v: T);
 }
 
-impl Shared {
-    pub fn attr(&self, a: &Attr) -> FileAttr {
-        file_attr(a, self.blksize)
+impl Answer<()> for ReplyEmpty {
+    fn answer(self, _: &Shared, (): ()) {
+        self.ok();
     }
+}
 
-    fn entry(&self, reply: ReplyEntry, a: &Attr) {
-        reply.entry(&self.ttl, &self.attr(a), Generation(0));
+impl Answer<Attr> for ReplyEntry {
+    fn answer(self, s: &Shared, a: Attr) {
+        self.entry(&s.ttl, &s.attr(&a), Generation(0));
+    }
+}
+
+impl Answer<Attr> for ReplyAttr {
+    fn answer(self, s: &Shared, a: Attr) {
+        self.attr(&s.ttl, &s.attr(&a));
+    }
+}
+
+/// A create answers with the new file, open.
+impl Answer<Attr> for ReplyCreate {
+    fn answer(self, s: &Shared, a: Attr) {
+        s.open.opened(a.handle);
+        self.created(
+            &s.ttl,
+            &s.attr(&a),
+            Generation(0),
+            FileHandle(0),
+            FopenFlags::empty(),
+        );
+    }
+}
+
+/// A file's data.
+impl Answer<Bytes> for ReplyData {
+    fn answer(self, _: &Shared, data: Bytes) {
+        self.data(&data);
+    }
+}
+
+/// A symlink's target.
+impl Answer<String> for ReplyData {
+    fn answer(self, _: &Shared, target: String) {
+        self.data(target.as_bytes());
+    }
+}
+
+impl Answer<StatFs> for ReplyStatfs {
+    fn answer(self, _: &Shared, st: StatFs) {
+        let blocks = st.total_bytes / STATFS_BSIZE;
+        let bfree = st.free_bytes / STATFS_BSIZE;
+        let bavail = st.avail_bytes / STATFS_BSIZE;
+        // Objects have no fixed table: as many more fit as free blocks
+        // (a small file's bytes live next to its attributes).
+        let ffree = bavail;
+        let files = st.objects.saturating_add(ffree);
+        let bsize = STATFS_BSIZE as u32;
+        let namelen = shoal_proto::names::NAME_MAX as u32;
+        self.statfs(blocks, bfree, bavail, files, ffree, bsize, namelen, bsize);
     }
 }
 
@@ -81,20 +123,8 @@ pub struct ShoalFs {
 
 impl ShoalFs {
     pub fn new(client: Client, rt: tokio::runtime::Handle, ttl: Duration) -> ShoalFs {
-        let settings = &client.config().settings;
-        let blksize = blksize_for(settings.strip_size);
-        let scratch = settings.sync == SyncMode::None;
         ShoalFs {
-            shared: Arc::new(Shared {
-                client,
-                ttl,
-                blksize,
-                scratch,
-                dirs: OpenDirs::default(),
-                parents: Parents::default(),
-                open: OpenFiles::default(),
-                groups: CallerGroups::default(),
-            }),
+            shared: Arc::new(Shared::new(client, ttl)),
             rt,
         }
     }
@@ -124,16 +154,6 @@ impl ShoalFs {
         Ok((c.with_cred(cred), libc::S_ISGID))
     }
 
-    /// What follows an unlink or a rename over a file: one that lost its
-    /// last name while open here is reclaimed at its last close, or now if
-    /// that came meanwhile.
-    async fn after_unlink(s: &Shared, c: &Client, unlinked: Unlinked) -> Result<()> {
-        match unlinked {
-            Unlinked::Kept(h) if !s.open.doom(h) => c.reclaim(h).await,
-            _ => Ok(()),
-        }
-    }
-
     /// Runs `work` on the runtime and answers with `done` or with its error.
     /// If the runtime is gone the task (and `reply`) is dropped, and fuser
     /// answers EIO for a dropped reply: never a hang, never a panic.
@@ -152,6 +172,35 @@ impl ShoalFs {
         });
     }
 
+    /// The shell of every handler that asks the servers: `work`, given the
+    /// client acting as the caller of `req` and the shared state, runs as a
+    /// task, and `reply` answers with its result (see `Answer`) or with its
+    /// error.
+    fn serve<R, T, F, W>(&self, req: &Request, op: &'static str, reply: R, work: F)
+    where
+        R: Answer<T>,
+        T: Send + 'static,
+        F: FnOnce(Client, Arc<Shared>) -> W,
+        W: Future<Output = Result<T>> + Send + 'static,
+    {
+        self.serve_then(req, op, reply, work, R::answer);
+    }
+
+    /// `ShoalFs::serve`, answering with `done` (for replies that need more
+    /// than the result, such as the size the caller's buffer has).
+    fn serve_then<R, T, F, W, D>(&self, req: &Request, op: &'static str, reply: R, work: F, done: D)
+    where
+        R: ErrorReply,
+        T: Send + 'static,
+        F: FnOnce(Client, Arc<Shared>) -> W,
+        W: Future<Output = Result<T>> + Send + 'static,
+        D: FnOnce(R, &Shared, T) + Send + 'static,
+    {
+        let s = self.shared.clone();
+        let work = work(self.caller(req), s.clone());
+        self.run(op, reply, work, move |reply, v| done(reply, &s, v));
+    }
+
     fn dir_read(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64) -> readdir::Read {
         readdir::Read {
             shared: self.shared.clone(),
@@ -160,15 +209,6 @@ impl ShoalFs {
             dir: ino.0,
             offset,
         }
-    }
-
-    /// A task that replies with an entry for the object `work` yields.
-    fn run_entry<W>(&self, op: &'static str, reply: ReplyEntry, work: W)
-    where
-        W: Future<Output = Result<Attr>> + Send + 'static,
-    {
-        let s = self.shared.clone();
-        self.run(op, reply, work, move |reply, a| s.entry(reply, &a));
     }
 }
 
@@ -253,9 +293,7 @@ impl Filesystem for ShoalFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!("lookup", name, reply);
-        let c = self.caller(req);
-        let s = self.shared.clone();
-        self.run_entry("lookup", reply, async move {
+        self.serve(req, "lookup", reply, |c, s| async move {
             let a = c.lookup_attr(parent.0, &name).await?;
             if a.kind == FileKind::Directory {
                 s.parents.set(a.handle, parent.0);
@@ -265,14 +303,9 @@ impl Filesystem for ShoalFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let c = self.caller(req);
-        let s = self.shared.clone();
-        self.run(
-            "getattr",
-            reply,
-            async move { c.getattr(ino.0).await },
-            move |reply, a| reply.attr(&s.ttl, &s.attr(&a)),
-        );
+        self.serve(req, "getattr", reply, |c, _| async move {
+            c.getattr(ino.0).await
+        });
     }
 
     fn setattr(
@@ -303,24 +336,15 @@ impl Filesystem for ShoalFs {
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
         };
-        let c = self.caller(req);
-        let s = self.shared.clone();
-        self.run(
-            "setattr",
-            reply,
-            async move { c.setattr(ino.0, &set).await },
-            move |reply, a| reply.attr(&s.ttl, &s.attr(&a)),
-        );
+        self.serve(req, "setattr", reply, |c, _| async move {
+            c.setattr(ino.0, &set).await
+        });
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        let c = self.caller(req);
-        self.run(
-            "readlink",
-            reply,
-            async move { c.readlink(ino.0).await },
-            |reply, target| reply.data(target.as_bytes()),
-        );
+        self.serve(req, "readlink", reply, |c, _| async move {
+            c.readlink(ino.0).await
+        });
     }
 
     fn mknod(
@@ -342,8 +366,7 @@ impl Filesystem for ShoalFs {
             return fail("mknod", reply, e);
         }
         let name = name_or_reply!("mknod", name, reply);
-        let c = self.caller(req);
-        self.run_entry("mknod", reply, async move {
+        self.serve(req, "mknod", reply, |c, _| async move {
             let (c, _) = Self::creator(c, parent.0).await?;
             match special {
                 Some(k) => {
@@ -366,9 +389,7 @@ impl Filesystem for ShoalFs {
     ) {
         // The kernel has already applied the umask (FUSE_DONT_MASK is not set).
         let name = name_or_reply!("mkdir", name, reply);
-        let c = self.caller(req);
-        let s = self.shared.clone();
-        self.run_entry("mkdir", reply, async move {
+        self.serve(req, "mkdir", reply, |c, s| async move {
             let (c, inherited) = Self::creator(c, parent.0).await?;
             let a = c
                 .mkdir(parent.0, &name, (mode & 0o7777) | inherited)
@@ -380,36 +401,25 @@ impl Filesystem for ShoalFs {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!("unlink", name, reply);
-        let c = self.caller(req);
-        let s = self.shared.clone();
-        self.run(
-            "unlink",
-            reply,
-            async move {
-                // A file nobody holds open goes with its last name, in as few
-                // messages as the cluster allows (one, with colocate); the
-                // name is usually in the client's cache from the kernel's
-                // lookup just before.
-                let open = match c.lookup(parent.0, &name).await {
-                    Ok((h, _)) => s.open.is_open(h),
-                    Err(_) => true,
-                };
-                let unlinked = c.unlink_keeping(parent.0, &name, open).await?;
-                Self::after_unlink(&s, &c, unlinked).await
-            },
-            |reply, ()| reply.ok(),
-        );
+        self.serve(req, "unlink", reply, |c, s| async move {
+            // A file nobody holds open goes with its last name, in as few
+            // messages as the cluster allows (one, with colocate); the name
+            // is usually in the client's cache from the kernel's lookup just
+            // before.
+            let open = match c.lookup(parent.0, &name).await {
+                Ok((h, _)) => s.open.is_open(h),
+                Err(_) => true,
+            };
+            let unlinked = c.unlink_keeping(parent.0, &name, open).await?;
+            s.after_unlink(&c, unlinked).await
+        });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!("rmdir", name, reply);
-        let c = self.caller(req);
-        self.run(
-            "rmdir",
-            reply,
-            async move { c.rmdir(parent.0, &name).await },
-            |reply, ()| reply.ok(),
-        );
+        self.serve(req, "rmdir", reply, |c, _| async move {
+            c.rmdir(parent.0, &name).await
+        });
     }
 
     fn symlink(
@@ -425,8 +435,7 @@ impl Filesystem for ShoalFs {
             let e = ShoalError::invalid("symlink target is not UTF-8; Shoal stores UTF-8");
             return fail("symlink", reply, e);
         };
-        let c = self.caller(req);
-        self.run_entry("symlink", reply, async move {
+        self.serve(req, "symlink", reply, |c, _| async move {
             let (c, _) = Self::creator(c, parent.0).await?;
             c.symlink(parent.0, &name, &target).await
         });
@@ -450,29 +459,22 @@ impl Filesystem for ShoalFs {
         let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
         let name = name_or_reply!("rename", name, reply);
         let newname = name_or_reply!("rename", newname, reply);
-        let c = self.caller(req);
-        let s = self.shared.clone();
-        self.run(
-            "rename",
-            reply,
-            async move {
-                // Usually answered from the client's name cache (the kernel has
-                // just looked the name up), and the rename needs it anyway.
-                let moved = c.lookup(parent.0, &name).await.ok();
-                let open = |h| s.open.is_open(h);
-                let replaced = c
-                    .rename_keeping(parent.0, &name, newparent.0, &newname, no_replace, open)
-                    .await?;
-                if let Some(unlinked) = replaced {
-                    Self::after_unlink(&s, &c, unlinked).await?;
-                }
-                if let Some((h, FileKind::Directory)) = moved {
-                    s.parents.set(h, newparent.0);
-                }
-                Ok(())
-            },
-            |reply, ()| reply.ok(),
-        );
+        self.serve(req, "rename", reply, |c, s| async move {
+            // Usually answered from the client's name cache (the kernel has
+            // just looked the name up), and the rename needs it anyway.
+            let moved = c.lookup(parent.0, &name).await.ok();
+            let open = |h| s.open.is_open(h);
+            let replaced = c
+                .rename_keeping(parent.0, &name, newparent.0, &newname, no_replace, open)
+                .await?;
+            if let Some(unlinked) = replaced {
+                s.after_unlink(&c, unlinked).await?;
+            }
+            if let Some((h, FileKind::Directory)) = moved {
+                s.parents.set(h, newparent.0);
+            }
+            Ok(())
+        });
     }
 
     fn link(
@@ -484,8 +486,7 @@ impl Filesystem for ShoalFs {
         reply: ReplyEntry,
     ) {
         let name = name_or_reply!("link", newname, reply);
-        let c = self.caller(req);
-        self.run_entry("link", reply, async move {
+        self.serve(req, "link", reply, |c, _| async move {
             c.link(ino.0, newparent.0, &name).await
         });
     }
@@ -511,13 +512,9 @@ impl Filesystem for ShoalFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let c = self.caller(req);
-        self.run(
-            "read",
-            reply,
-            async move { c.read(ino.0, offset, size as usize).await },
-            |reply, data| reply.data(&data),
-        );
+        self.serve(req, "read", reply, |c, _| async move {
+            c.read(ino.0, offset, size as usize).await
+        });
     }
 
     fn write(
@@ -571,13 +568,9 @@ impl Filesystem for ShoalFs {
         if !self.shared.open.closed(ino.0) {
             return reply.ok();
         }
-        let c = self.caller(req);
-        self.run(
-            "release",
-            reply,
-            async move { c.reclaim(ino.0).await },
-            |reply, ()| reply.ok(),
-        );
+        self.serve(req, "release", reply, |c, _| async move {
+            c.reclaim(ino.0).await
+        });
     }
 
     fn fsync(
@@ -588,12 +581,11 @@ impl Filesystem for ShoalFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let c = self.caller(req);
-        self.run(
+        self.serve(
+            req,
             "fsync",
             reply,
-            async move { c.fsync(ino.0).await },
-            |reply, ()| reply.ok(),
+            |c, _| async move { c.fsync(ino.0).await },
         );
     }
 
@@ -651,34 +643,13 @@ impl Filesystem for ShoalFs {
         if !self.shared.scratch {
             return reply.ok();
         }
-        let c = self.caller(req);
-        self.run(
-            "fsyncdir",
-            reply,
-            async move { c.fsync(ino.0).await },
-            |reply, ()| reply.ok(),
-        );
+        self.serve(req, "fsyncdir", reply, |c, _| async move {
+            c.fsync(ino.0).await
+        });
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let c = self.caller(req);
-        self.run(
-            "statfs",
-            reply,
-            async move { c.statfs().await },
-            |reply, st| {
-                let blocks = st.total_bytes / STATFS_BSIZE;
-                let bfree = st.free_bytes / STATFS_BSIZE;
-                let bavail = st.avail_bytes / STATFS_BSIZE;
-                // Objects have no fixed table: as many more fit as free blocks
-                // (a small file's bytes live next to its attributes).
-                let ffree = bavail;
-                let files = st.objects.saturating_add(ffree);
-                let bsize = STATFS_BSIZE as u32;
-                let namelen = shoal_proto::names::NAME_MAX as u32;
-                reply.statfs(blocks, bfree, bavail, files, ffree, bsize, namelen, bsize);
-            },
-        );
+        self.serve(req, "statfs", reply, |c, _| async move { c.statfs().await });
     }
 
     fn setxattr(
@@ -695,48 +666,38 @@ impl Filesystem for ShoalFs {
         let create_only = flags & libc::XATTR_CREATE != 0;
         let replace_only = flags & libc::XATTR_REPLACE != 0;
         let value = value.to_vec();
-        let c = self.caller(req);
-        self.run(
-            "setxattr",
-            reply,
-            async move {
-                c.setxattr(ino.0, &name, &value, create_only, replace_only)
-                    .await
-            },
-            |reply, ()| reply.ok(),
-        );
+        self.serve(req, "setxattr", reply, |c, _| async move {
+            c.setxattr(ino.0, &name, &value, create_only, replace_only)
+                .await
+        });
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = or_reply!("getxattr", xattr_name(name), reply);
-        let c = self.caller(req);
-        self.run(
+        self.serve_then(
+            req,
             "getxattr",
             reply,
-            async move { c.getxattr(ino.0, &name).await },
-            move |reply, value| reply_value(reply, size, &value),
+            |c, _| async move { c.getxattr(ino.0, &name).await },
+            move |reply, _, value| reply_value(reply, size, &value),
         );
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let c = self.caller(req);
-        self.run(
+        self.serve_then(
+            req,
             "listxattr",
             reply,
-            async move { c.listxattr(ino.0).await },
-            move |reply, names| reply_value(reply, size, &name_list(&names)),
+            |c, _| async move { c.listxattr(ino.0).await },
+            move |reply, _, names| reply_value(reply, size, &name_list(&names)),
         );
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = or_reply!("removexattr", xattr_name(name), reply);
-        let c = self.caller(req);
-        self.run(
-            "removexattr",
-            reply,
-            async move { c.removexattr(ino.0, &name).await },
-            |reply, ()| reply.ok(),
-        );
+        self.serve(req, "removexattr", reply, |c, _| async move {
+            c.removexattr(ino.0, &name).await
+        });
     }
 
     fn ioctl(
@@ -788,39 +749,23 @@ impl Filesystem for ShoalFs {
         reply: ReplyCreate,
     ) {
         let name = name_or_reply!("create", name, reply);
-        let c = self.caller(req);
-        let s = self.shared.clone();
-        self.run(
-            "create",
-            reply,
-            async move {
-                let (c, _) = Self::creator(c, parent.0).await?;
-                match c.create(parent.0, &name, mode & 0o7777).await {
-                    // The kernel's lookup just before found no such name
-                    // (perhaps from what the client knew of the directory,
-                    // `known_dirs`, while another client made it). Without
-                    // O_EXCL the open must find that file: ESTALE has the
-                    // kernel walk the path again, asking the servers.
-                    Err(e) if e.errno == Errno::EEXIST && flags & libc::O_EXCL == 0 => {
-                        c.forget(parent.0);
-                        Err(ShoalError::new(
-                            Errno::ESTALE,
-                            format!("{name:?} was made meanwhile: look it up again"),
-                        ))
-                    }
-                    made => made,
+        self.serve(req, "create", reply, |c, _| async move {
+            let (c, _) = Self::creator(c, parent.0).await?;
+            match c.create(parent.0, &name, mode & 0o7777).await {
+                // The kernel's lookup just before found no such name (perhaps
+                // from what the client knew of the directory, `known_dirs`,
+                // while another client made it). Without O_EXCL the open must
+                // find that file: ESTALE has the kernel walk the path again,
+                // asking the servers.
+                Err(e) if e.errno == Errno::EEXIST && flags & libc::O_EXCL == 0 => {
+                    c.forget(parent.0);
+                    Err(ShoalError::new(
+                        Errno::ESTALE,
+                        format!("{name:?} was made meanwhile: look it up again"),
+                    ))
                 }
-            },
-            move |reply, a| {
-                s.open.opened(a.handle);
-                reply.created(
-                    &s.ttl,
-                    &s.attr(&a),
-                    Generation(0),
-                    FileHandle(0),
-                    FopenFlags::empty(),
-                )
-            },
-        );
+                made => made,
+            }
+        });
     }
 }

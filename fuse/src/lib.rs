@@ -26,6 +26,7 @@ mod inline_task;
 mod open_files;
 mod readahead;
 mod readdir;
+mod shared;
 mod xattr;
 
 use std::path::Path;

@@ -15,7 +15,7 @@ use shoal_proto::Handle;
 use crate::attr::file_type;
 use crate::dirs::{Listing, FIRST_ENTRY};
 use crate::errors::fail;
-use crate::fs::Shared;
+use crate::shared::Shared;
 
 /// Entries taken from the listing per step while filling a readdir reply.
 const READDIR_STEP: usize = 256;

@@ -27,7 +27,7 @@ use shoal_proto::msg::ObjectRecord;
 use shoal_proto::time::{now_ns, to_ns};
 use shoal_proto::ObjectKind;
 
-use crate::disk::fs_space;
+use crate::disk;
 use crate::keys;
 use crate::meta_store::{MetaStore, Txn};
 
@@ -90,7 +90,7 @@ impl DataStore {
             writing: &self.writing,
             bytes: len,
         };
-        let Ok((total, avail)) = fs_space(&self.files_dir) else {
+        let Ok(disk::Space { total, avail, .. }) = disk::space(&self.files_dir) else {
             return Ok(admitted);
         };
         let reserve = reserve_for(total);

@@ -8,12 +8,11 @@ use std::path::Path;
 
 use bytes::Bytes;
 use indicatif::{ProgressBar, ProgressStyle};
-use shoal_client::{Client, FileKind};
+use shoal_client::{mounts, Client, FileKind};
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::Handle;
 use tokio::task::JoinSet;
 
-use crate::mounts;
 use crate::target::{connect, locate, runtime, SHOAL_PREFIX};
 use crate::ConfigArg;
 

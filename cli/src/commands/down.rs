@@ -4,10 +4,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+use shoal_client::mounts;
 use shoal_proto::error::{Result, ShoalError};
 
 use crate::local_cluster::{self, LocalCluster};
-use crate::mounts;
 
 /// Time a process gets to stop after SIGTERM before SIGKILL.
 const GRACE: Duration = Duration::from_secs(10);

@@ -1,6 +1,5 @@
 //! One module per subcommand (or family of small ones).
 
-pub mod bench;
 pub mod config;
 pub mod copy;
 pub mod docs;

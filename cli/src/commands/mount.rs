@@ -5,12 +5,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use shoal_client::Client;
+use shoal_client::{mounts, Client};
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Result, ShoalError};
 
 use crate::local_cluster;
-use crate::mounts;
 use crate::target::runtime;
 
 #[derive(clap::Args)]

@@ -5,11 +5,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use shoal_client::mounts;
 use shoal_proto::cluster::Settings;
 use shoal_proto::error::{Result, ShoalError};
 
 use crate::local_cluster::{self, LocalCluster, MountState};
-use crate::mounts;
 use crate::target::runtime;
 
 /// How long servers and the mount get to come up.

@@ -1,9 +1,10 @@
 //! Ping, statfs and statistics.
 
-use shoal_proto::error::{Result, ShoalError};
+use shoal_proto::error::Result;
 use shoal_proto::handle;
 use shoal_proto::msg::{PingReply, StatfsReply, StatsReply};
 
+use crate::disk;
 use crate::service::{Reply, Service};
 
 pub fn ping(s: &Service) -> Result<Reply> {
@@ -17,18 +18,11 @@ pub fn ping(s: &Service) -> Result<Reply> {
 }
 
 pub fn statfs(s: &Service) -> Result<Reply> {
-    let path = std::ffi::CString::new(s.data_dir.as_os_str().as_encoded_bytes())
-        .map_err(|_| ShoalError::invalid("data directory path contains NUL"))?;
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is a valid C string and `st` a valid out-pointer.
-    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    let frsize = st.f_frsize as u64;
+    let space = disk::space(&s.data_dir)?;
     Ok(Reply::message(&StatfsReply {
-        total_bytes: st.f_blocks as u64 * frsize,
-        free_bytes: st.f_bfree as u64 * frsize,
-        avail_bytes: st.f_bavail as u64 * frsize,
+        total_bytes: space.total,
+        free_bytes: space.free,
+        avail_bytes: space.avail,
         objects: s.meta.object_count(),
     }))
 }

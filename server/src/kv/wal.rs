@@ -40,7 +40,7 @@ use shoal_proto::error::Result;
 use super::memtable::{merged_scan, MemTable};
 use super::wal_log::{encode, io_err, read_run, LogFile, LOG_FILES};
 use super::{Batch, KvEngine, Pair};
-use crate::disk::fs_space;
+use crate::disk;
 use crate::keys;
 
 /// Length of one log file, and so how much is logged between checkpoints:
@@ -108,7 +108,7 @@ impl<E: KvEngine> WalEngine<E> {
     /// Opens the log in `dir` in front of `inner`, after replaying onto
     /// `inner`, durably, whatever the log holds that `inner` may not.
     pub fn open(inner: E, dir: &Path) -> Result<WalEngine<E>> {
-        let total = fs_space(dir).map(|(total, _)| total).unwrap_or(0);
+        let total = disk::space(dir).map(|s| s.total).unwrap_or(0);
         let checkpoint_bytes = (total / 64).clamp(CHECKPOINT_MIN, CHECKPOINT_MAX);
         WalEngine::open_with(inner, dir, checkpoint_bytes)
     }

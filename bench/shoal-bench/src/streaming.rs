@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 use shoal_proto::error::{Result, ShoalError};
 
-use super::fsops::{self, at};
-use super::pattern;
-use super::report::{self, Phase, Report, Unit};
-use super::smallfile::{canonical_dir, MAX_PROCS};
-use super::workers::{run_phases, Barrier};
+use crate::fsops::{self, at};
+use crate::pattern;
+use crate::report::{self, Phase, Report, Unit};
+use crate::smallfile::{canonical_dir, MAX_PROCS};
+use crate::workers::{run_phases, Barrier};
 
 const MIB: u64 = 1 << 20;
 const KIB: u64 = 1 << 10;

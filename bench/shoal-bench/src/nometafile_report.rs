@@ -11,8 +11,8 @@ use std::process::Command;
 
 use shoal_proto::error::Result;
 
-use super::nometafile::{Case, NometafileOptions, Protocol, Results, Run, OPS};
-use super::report::{git_commit, median};
+use crate::nometafile::{Case, NometafileOptions, Protocol, Results, Run, OPS};
+use crate::report::{git_commit, median};
 
 /// [Kuhn 2008]'s targets for the baseline protocol on disk with 5 clients:
 /// the time with the hint at most this percentage of the time without.
@@ -232,7 +232,7 @@ fn targets(md: &mut String, rows: &[Row]) {
         rows.iter().filter(move |r| {
             r.case.protocol == protocol
                 && r.case.clients == most
-                && r.case.storage == super::nometafile::Storage::Disk
+                && r.case.storage == crate::nometafile::Storage::Disk
         })
     };
     let baseline: Vec<&Row> = pick(Protocol::Baseline).collect();
@@ -283,7 +283,7 @@ pub fn write(results: &Results, opts: &NometafileOptions) -> Result<()> {
     std::fs::write(&csv_path, csv(results, opts))?;
     std::fs::write(opts.out.join("no_metafile.md"), &md)?;
     print!("{md}");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/plot.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plot.py");
     let drawn = Command::new("/usr/bin/python3")
         .arg(&script)
         .arg("no_metafile")

@@ -23,8 +23,8 @@ use shoal_client::Client;
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Result, ShoalError};
 
-use super::report::median;
-use crate::target::runtime;
+use crate::report::median;
+use crate::runtime;
 
 /// Seconds any one child process may take.
 const CHILD_TIMEOUT: &str = "900";

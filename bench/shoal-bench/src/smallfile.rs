@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 use shoal_proto::error::{Result, ShoalError};
 
-use super::fsops::{self, at};
-use super::pattern;
-use super::report::{self, Phase, Report, Unit};
-use super::workers::{run_phases, Barrier};
+use crate::fsops::{self, at};
+use crate::pattern;
+use crate::report::{self, Phase, Report, Unit};
+use crate::workers::{run_phases, Barrier};
 
 /// The phases, in order, and whether each counts one operation per process
 /// (mkdir, rmdir) rather than one per file.

@@ -2,7 +2,6 @@
 //! with an error that names the file, and the process limits they need.
 
 use std::fs::File;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::{AsRawFd, IntoRawFd};
 use std::path::Path;
@@ -107,11 +106,6 @@ pub fn drop_cached(f: &File, offset: u64, len: u64) {
 /// Bytes available to an unprivileged writer under `dir`, when the file
 /// system reports it (None when statvfs fails or reports no blocks at all).
 pub fn available_bytes(dir: &Path) -> Option<u64> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs writes only into the zeroed struct we pass.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 || st.f_blocks == 0 {
-        return None;
-    }
-    Some(st.f_bavail as u64 * st.f_frsize as u64)
+    let space = shoal_server::disk::space(dir).ok()?;
+    (space.total > 0).then_some(space.avail)
 }

@@ -24,7 +24,7 @@ use shoal_proto::Handle;
 pub const MAX_FILES: usize = 1 << 20;
 
 #[derive(Default)]
-pub struct Unstable {
+pub struct UncommittedWrites {
     state: Mutex<State>,
 }
 
@@ -34,7 +34,7 @@ struct State {
     files: HashMap<Handle, Vec<(u32, u64)>>,
 }
 
-impl Unstable {
+impl UncommittedWrites {
     /// Records that `server`, with `verifier`, acknowledged a change to file
     /// `h`. False if it cannot be tracked (too many files): the caller must
     /// make it durable now.
@@ -90,7 +90,7 @@ mod tests {
 
     #[test]
     fn a_restart_between_change_and_fsync_is_reported_once() {
-        let u = Unstable::default();
+        let u = UncommittedWrites::default();
         u.changed(1, 0, 100);
         u.changed(1, 1, 200);
         u.changed(1, 0, 101); // after a restart of server 0: the first one counts
@@ -107,7 +107,7 @@ mod tests {
 
     #[test]
     fn past_the_limit_changes_are_not_tracked() {
-        let u = Unstable::default();
+        let u = UncommittedWrites::default();
         for h in 0..MAX_FILES as u64 {
             assert!(u.changed(h, 0, 7));
         }

@@ -6,15 +6,15 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use shoal_client::{Client, FileKind};
+use shoal_client::{mounts, Client, FileKind};
+use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::Handle;
 
-use super::pattern;
-use super::smallfile::PHASES;
-use super::workers::Barrier;
-use crate::mounts;
-use crate::target::{connect, runtime};
+use crate::pattern;
+use crate::runtime;
+use crate::smallfile::PHASES;
+use crate::workers::Barrier;
 
 /// One worker process: the nine phases in `run_dir/p<id>` through the native client.
 pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()> {
@@ -25,7 +25,8 @@ pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()
         ))
     })?;
     let rt = runtime()?;
-    let client = rt.block_on(connect(&mount.cluster_file))?;
+    let client = Client::new(ClusterConfig::load(&mount.cluster_file)?);
+    rt.block_on(client.ping_all())?;
     let (parent, _) = rt.block_on(client.resolve(&shoal_dir))?;
     let name = format!("p{id}");
     let names: Vec<String> = (0..files).map(|i| format!("f{i}")).collect();

@@ -22,11 +22,11 @@ use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::handle::ROOT;
 use shoal_proto::hints::Hint;
 
-use super::ls::{requests, settled_requests, shoal};
-use super::nometafile_worker::PHASES;
-use super::report::mount_of;
-use super::workers::Workers;
-use crate::target::runtime;
+use crate::ls::{requests, settled_requests, shoal};
+use crate::nometafile_worker::PHASES;
+use crate::report::mount_of;
+use crate::runtime;
+use crate::workers::Workers;
 
 /// The timed operations (phases of the worker).
 pub const OPS: [&str; 3] = ["create", "list", "remove"];

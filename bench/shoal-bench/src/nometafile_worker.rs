@@ -16,8 +16,8 @@ use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::Handle;
 
-use super::workers::Barrier;
-use crate::target::runtime;
+use crate::runtime;
+use crate::workers::Barrier;
 
 /// The phases, in order; the parent times create, list and remove.
 pub const PHASES: [&str; 5] = ["mkdir", "create", "list", "remove", "rmdir"];

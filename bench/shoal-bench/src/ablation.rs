@@ -13,8 +13,8 @@ use std::process::Command;
 use shoal_proto::cluster::Settings;
 use shoal_proto::error::{Result, ShoalError};
 
-use super::report::{fmt_rate, median, Report};
-use super::smallfile::{smallfile, SmallfileOptions};
+use crate::report::{fmt_rate, median, Report};
+use crate::smallfile::{smallfile, SmallfileOptions};
 
 /// (name, switches on, in `Settings::switches()` order), cumulative as in
 /// Figure 3 of [Carns 2009].
@@ -235,7 +235,7 @@ fn markdown(opts: &AblationOptions, results: &[Results]) -> String {
 
 /// Draws ablation.png with bench/plot.py when the system Python has matplotlib.
 fn plot(csv: &Path, png: &Path) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/plot.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plot.py");
     let ok = Command::new("/usr/bin/python3")
         .arg(&script)
         .arg("ablation")

@@ -1,19 +1,23 @@
-//! `shoal bench`: the benchmarks of BENCHMARKS.md, runnable on any POSIX
+//! `shoal bench`: the benchmarks of bench/README.md, runnable on any POSIX
 //! directory (a Shoal mount, tmpfs, a local disk) so Shoal can be compared
 //! with its peers by the same code.
+//!
+//! The `shoal` binary flattens [`BenchArgs`] into its `bench` subcommand and
+//! calls [`run`]; workers and local clusters are started by running that
+//! binary again (`std::env::current_exe`), so this crate is a library only.
 
-pub mod ablation;
-pub mod fsops;
-pub mod ls;
-pub mod nometafile;
-pub mod nometafile_report;
-pub mod nometafile_worker;
-pub mod pattern;
-pub mod report;
-pub mod smallfile;
-pub mod smallfile_native;
-pub mod streaming;
-pub mod workers;
+mod ablation;
+mod fsops;
+mod ls;
+mod nometafile;
+mod nometafile_report;
+mod nometafile_worker;
+mod pattern;
+mod report;
+mod smallfile;
+mod smallfile_native;
+mod streaming;
+mod workers;
 
 use std::path::PathBuf;
 
@@ -285,6 +289,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .emit(a.json.as_deref(), a.csv.as_deref()),
         },
     }
+}
+
+/// The runtime for native-client calls: two worker threads, as the CLI's.
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
 }
 
 /// Runs the parent's side of a benchmark with SIGPIPE ignored: a worker that

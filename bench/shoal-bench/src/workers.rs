@@ -32,7 +32,7 @@ pub fn run_phases(
     procs: usize,
     run_dir: &std::path::Path,
     extra: &[String],
-    phases: &mut [super::report::Phase],
+    phases: &mut [crate::report::Phase],
 ) -> Result<()> {
     let mut workers = Workers::spawn(procs, |k| {
         let mut args: Vec<OsString> = ["bench", bench, "--worker"]

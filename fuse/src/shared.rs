@@ -1,0 +1,62 @@
+//! What every request task needs, shared by the loop thread and the tasks:
+//! the client, how attributes are shown to the kernel, and the mount's own
+//! tables (open directories, directories' parents, open files, callers'
+//! groups).
+
+use std::time::Duration;
+
+use fuser::FileAttr;
+use shoal_client::{Attr, Client, Unlinked};
+use shoal_proto::cluster::SyncMode;
+use shoal_proto::error::Result;
+
+use crate::attr::{blksize_for, file_attr};
+use crate::dirs::{OpenDirs, Parents};
+use crate::groups::CallerGroups;
+use crate::open_files::OpenFiles;
+
+pub struct Shared {
+    pub client: Client,
+    /// How long the kernel may keep entries and attributes.
+    pub ttl: Duration,
+    blksize: u32,
+    /// The cluster runs with `sync = "none"`: entry changes are not durable
+    /// when acknowledged, so fsyncdir has work to do.
+    pub scratch: bool,
+    pub dirs: OpenDirs,
+    pub parents: Parents,
+    pub open: OpenFiles,
+    pub groups: CallerGroups,
+}
+
+impl Shared {
+    pub fn new(client: Client, ttl: Duration) -> Shared {
+        let settings = &client.config().settings;
+        let blksize = blksize_for(settings.strip_size);
+        let scratch = settings.sync == SyncMode::None;
+        Shared {
+            client,
+            ttl,
+            blksize,
+            scratch,
+            dirs: OpenDirs::default(),
+            parents: Parents::default(),
+            open: OpenFiles::default(),
+            groups: CallerGroups::default(),
+        }
+    }
+
+    pub fn attr(&self, a: &Attr) -> FileAttr {
+        file_attr(a, self.blksize)
+    }
+
+    /// What follows an unlink or a rename over a file: one that lost its
+    /// last name while open here is reclaimed at its last close, or now if
+    /// that came meanwhile.
+    pub async fn after_unlink(&self, c: &Client, unlinked: Unlinked) -> Result<()> {
+        match unlinked {
+            Unlinked::Kept(h) if !self.open.doom(h) => c.reclaim(h).await,
+            _ => Ok(()),
+        }
+    }
+}
