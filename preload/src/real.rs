@@ -130,5 +130,7 @@ next_fns! {
     fn execv(path: *const c_char, argv: *const *const c_char) -> c_int = -1;
     fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int = -1;
     fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int = -1;
+    fn mkostemps64(template: *mut c_char, suffixlen: c_int, flags: c_int) -> c_int = -1;
+    fn mkdtemp(template: *mut c_char) -> *mut c_char = std::ptr::null_mut();
     fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int = -1;
 }

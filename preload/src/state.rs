@@ -34,6 +34,9 @@ pub struct Prefix {
     pub mounted: bool,
 }
 
+/// The environment variable an exec hands a Shoal current directory on in.
+pub const CWD_VAR: &str = "SHOAL_PRELOAD_CWD";
+
 static READY: AtomicBool = AtomicBool::new(false);
 static PREFIXES: OnceLock<Vec<Prefix>> = OnceLock::new();
 /// The cluster file libshoal is connected to (one per process).
@@ -139,10 +142,18 @@ pub fn init() {
         if let Ok(dir) = std::env::current_dir() {
             use std::os::unix::ffi::OsStrExt;
             let dir = paths::normalize(dir.as_os_str().as_bytes());
-            if prefixes
-                .iter()
-                .any(|p| paths::under(&dir, &p.local).is_some())
-            {
+            // A Shoal cwd handed on by the exec that started this program
+            // (posix/process.rs), if the kernel's cwd is still what it was.
+            let handed = std::env::var_os(CWD_VAR).and_then(|v| {
+                let v = v.as_bytes();
+                let nl = v.iter().position(|&b| b == b'\n')?;
+                (paths::normalize(&v[..nl]) == dir).then(|| paths::normalize(&v[nl + 1..]))
+            });
+            let under_prefix =
+                |d: &[u8]| prefixes.iter().any(|p| paths::under(d, &p.local).is_some());
+            if let Some(h) = handed.filter(|h| under_prefix(h)) {
+                set_cwd(Some(h));
+            } else if under_prefix(&dir) {
                 set_cwd(Some(dir));
             }
         }
@@ -393,14 +404,17 @@ pub fn fd_local(kfd: c_int) -> Option<Vec<u8>> {
     with_info(kfd, |i| i.local.clone())
 }
 
-/// A kernel descriptor to stand for a libshoal one: /dev/null, close-on-exec.
+/// A kernel descriptor to stand for a libshoal one: /dev/null opened with
+/// O_PATH (so that whatever reaches it without this library, glibc's
+/// internal calls or a raw system call, fails with EBADF rather than
+/// reading or writing /dev/null), close-on-exec.
 pub fn reserve() -> c_int {
     // SAFETY: a NUL-terminated path.
     unsafe {
         real::openat(
             libc::AT_FDCWD,
             c"/dev/null".as_ptr(),
-            libc::O_RDWR | libc::O_CLOEXEC,
+            libc::O_PATH | libc::O_CLOEXEC,
             0,
         )
     }

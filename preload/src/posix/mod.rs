@@ -7,3 +7,4 @@ mod files;
 mod meta;
 mod process;
 mod stdio;
+mod temp;

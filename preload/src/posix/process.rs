@@ -233,6 +233,23 @@ fn dup3_any(old: c_int, new: c_int, flags: c_int, dup2_semantics: bool) -> c_int
             if state::is_ours(new) {
                 release(new);
             }
+            if (0..=2).contains(&new) {
+                // A standard stream: glibc's stdio reaches it with internal
+                // calls no interposer sees, so through a mount it becomes
+                // the kernel's file (without one, the O_PATH stand-in makes
+                // stdio fail with EBADF).
+                let twin = {
+                    let _g = state::Guard::enter();
+                    kernel_twin(old)
+                };
+                if let Some(k) = twin {
+                    // SAFETY: descriptors of ours.
+                    let r = unsafe { real::dup3(k, new, flags & libc::O_CLOEXEC) };
+                    // SAFETY: our descriptor.
+                    unsafe { real::close(k) };
+                    return r;
+                }
+            }
             // SAFETY: integers; the stand-in stays close-on-exec.
             let k2 = unsafe { real::dup3(old, new, libc::O_CLOEXEC) };
             if k2 < 0 {
@@ -359,36 +376,44 @@ fn before_exec() -> Vec<c_int> {
     }
     let _g = state::Guard::enter();
     for kfd in state::all_fds() {
-        let Some((sfd, local, flags, cloexec, mounted)) = state::with_info(kfd, |i| {
-            (i.sfd, i.local.clone(), i.flags, i.cloexec, i.mounted)
-        }) else {
-            continue;
-        };
-        if cloexec || !mounted {
+        if state::with_info(kfd, |i| i.cloexec) != Some(false) {
             continue;
         }
-        let Ok(path) = std::ffi::CString::new(local) else {
-            continue;
-        };
-        let open_flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC) | libc::O_CLOEXEC;
-        // SAFETY: a NUL-terminated path.
-        let k = unsafe { real::openat(libc::AT_FDCWD, path.as_ptr(), open_flags, 0) };
-        if k < 0 {
-            continue;
-        }
-        let off = shoal::shoal_lseek(sfd, 0, libc::SEEK_CUR);
-        // SAFETY: descriptors of ours.
-        unsafe {
-            if off > 0 {
-                real::lseek64(k, off, libc::SEEK_SET);
+        if let Some(k) = kernel_twin(kfd) {
+            // SAFETY: descriptors of ours.
+            unsafe {
+                if real::dup2(k, kfd) == kfd {
+                    replaced.push(kfd);
+                }
+                real::close(k);
             }
-            if real::dup2(k, kfd) == kfd {
-                replaced.push(kfd);
-            }
-            real::close(k);
         }
     }
     replaced
+}
+
+/// The file Shoal descriptor `kfd` is open on, opened again through the
+/// mount (the kernel's descriptor, close-on-exec) at the same offset; None
+/// if no mount reaches it.
+fn kernel_twin(kfd: c_int) -> Option<c_int> {
+    let (sfd, local, flags, mounted) =
+        state::with_info(kfd, |i| (i.sfd, i.local.clone(), i.flags, i.mounted))?;
+    if !mounted {
+        return None;
+    }
+    let path = std::ffi::CString::new(local).ok()?;
+    let open_flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC) | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated path.
+    let k = unsafe { real::openat(libc::AT_FDCWD, path.as_ptr(), open_flags, 0) };
+    if k < 0 {
+        return None;
+    }
+    let off = shoal::shoal_lseek(sfd, 0, libc::SEEK_CUR);
+    if off > 0 {
+        // SAFETY: our descriptor.
+        unsafe { real::lseek64(k, off, libc::SEEK_SET) };
+    }
+    Some(k)
 }
 
 /// The exec failed: the replaced descriptors become stand-ins again.
@@ -407,11 +432,105 @@ fn after_failed_exec(replaced: Vec<c_int>) {
     state::set_errno(e);
 }
 
+/// The environment entry that tells the new program its current
+/// directory is a Shoal one (the kernel's, where Shoal is not mounted, is
+/// still the old one): `SHOAL_PRELOAD_CWD=<kernel cwd>\n<Shoal cwd>`. The
+/// new program's library takes it only if its kernel cwd is still that
+/// (state::init), so a stale entry passed on by a program that changed
+/// directory without this library is ignored.
+fn cwd_entry() -> Option<Vec<u8>> {
+    let dir = state::cwd()?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    // SAFETY: our buffer and its size.
+    let k = unsafe { real::getcwd(buf.as_mut_ptr() as *mut c_char, buf.len()) };
+    if k.is_null() {
+        return None;
+    }
+    let len = buf.iter().position(|&b| b == 0)?;
+    let mut e = format!("{}=", state::CWD_VAR).into_bytes();
+    e.extend_from_slice(&buf[..len]);
+    e.push(b'\n');
+    e.extend_from_slice(&dir);
+    e.push(0);
+    Some(e)
+}
+
+/// `envp` with the cwd entry set (or removed when the cwd is not Shoal's).
+/// The returned pointers borrow from the returned buffer and from `envp`.
+unsafe fn with_cwd_entry(envp: Argv) -> (Option<Vec<u8>>, Vec<*const c_char>) {
+    let entry = cwd_entry();
+    let mut out = Vec::new();
+    let prefix = format!("{}=", state::CWD_VAR);
+    if !envp.is_null() {
+        let mut i = 0;
+        loop {
+            // SAFETY: a NULL-terminated array of C strings.
+            let e = unsafe { *envp.add(i) };
+            if e.is_null() {
+                break;
+            }
+            // SAFETY: a C string.
+            if !unsafe { std::ffi::CStr::from_ptr(e) }
+                .to_bytes()
+                .starts_with(prefix.as_bytes())
+            {
+                out.push(e);
+            }
+            i += 1;
+        }
+    }
+    if let Some(e) = &entry {
+        out.push(e.as_ptr() as *const c_char);
+    }
+    out.push(std::ptr::null());
+    (entry, out)
+}
+
+/// For the exec calls that take the process's own environment.
+fn set_cwd_env() {
+    let key = std::ffi::CString::new(state::CWD_VAR).unwrap_or_default();
+    match cwd_entry() {
+        Some(mut e) => {
+            e.pop();
+            let value = e.split_off(state::CWD_VAR.len() + 1);
+            if let Ok(v) = std::ffi::CString::new(value) {
+                // SAFETY: NUL-terminated strings; libc copies them.
+                unsafe { libc::setenv(key.as_ptr(), v.as_ptr(), 1) };
+            }
+        }
+        // SAFETY: a NUL-terminated name.
+        None => unsafe {
+            libc::unsetenv(key.as_ptr());
+        },
+    }
+}
+
 macro_rules! exec_call {
+    ($name:ident($($a:ident: $t:ty),*), env) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t,)* envp: Argv) -> c_int {
+            if !state::ready() || state::in_lib() {
+                // SAFETY: the call's contract.
+                return unsafe { real::$name($($a,)* envp) };
+            }
+            let replaced = before_exec();
+            // SAFETY: the caller's environment.
+            let (_entry, env) = unsafe { with_cwd_entry(envp) };
+            // SAFETY: the call's contract; `env` is a NULL-terminated array.
+            let r = unsafe { real::$name($($a,)* env.as_ptr()) };
+            after_failed_exec(replaced);
+            r
+        }
+    };
     ($name:ident($($a:ident: $t:ty),*)) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            if !state::ready() || state::in_lib() {
+                // SAFETY: the call's contract.
+                return unsafe { real::$name($($a),*) };
+            }
             let replaced = before_exec();
+            set_cwd_env();
             // SAFETY: the call's contract.
             let r = unsafe { real::$name($($a),*) };
             after_failed_exec(replaced);
@@ -422,10 +541,10 @@ macro_rules! exec_call {
 
 type Argv = *const *const c_char;
 
-exec_call!(execve(path: *const c_char, argv: Argv, envp: Argv));
+exec_call!(execve(path: *const c_char, argv: Argv), env);
 exec_call!(execv(path: *const c_char, argv: Argv));
 exec_call!(execvp(file: *const c_char, argv: Argv));
-exec_call!(execvpe(file: *const c_char, argv: Argv, envp: Argv));
+exec_call!(execvpe(file: *const c_char, argv: Argv), env);
 
 #[no_mangle]
 pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
@@ -435,8 +554,10 @@ pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
         return fail(libc::ENOEXEC);
     }
     let replaced = before_exec();
+    // SAFETY: the caller's environment.
+    let (_entry, env) = unsafe { with_cwd_entry(envp) };
     // SAFETY: fexecve's contract.
-    let r = unsafe { real::fexecve(fd, argv, envp) };
+    let r = unsafe { real::fexecve(fd, argv, env.as_ptr()) };
     after_failed_exec(replaced);
     r
 }
