@@ -28,6 +28,7 @@ macro_rules! next_fns {
             }
 
             /// The next definition of this libc function (ENOSYS if there is none).
+            #[allow(clippy::unused_unit)]
             pub unsafe fn $name($($a: $t),*) -> $r {
                 let p = next(&$name::SLOT, concat!(stringify!($name), "\0"));
                 if p == 0 {

@@ -164,6 +164,14 @@ pub extern "C" fn reset() {
     }
 }
 
+/// Calls counted so far.
+pub fn calls() -> u64 {
+    COUNTERS
+        .iter()
+        .map(|c| c.calls.load(Ordering::Relaxed))
+        .sum()
+}
+
 /// When a call started, if calls are being counted.
 pub fn start() -> Option<Instant> {
     enabled().then(Instant::now)

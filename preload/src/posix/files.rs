@@ -247,7 +247,7 @@ const IOV_MAX: c_int = 1024;
 
 /// The buffers of an iovec array.
 unsafe fn iovecs<'a>(iov: *const libc::iovec, n: c_int) -> Option<&'a [libc::iovec]> {
-    if n < 0 || n > IOV_MAX {
+    if !(0..=IOV_MAX).contains(&n) {
         return None;
     }
     if n == 0 {
