@@ -5,7 +5,10 @@
 /// Whether an absolute path has a `.`, `..` or empty component, a trailing
 /// slash, or is otherwise not already in the form [`normalize`] gives.
 pub fn needs_normalizing(p: &[u8]) -> bool {
-    if p.len() > 1 && p.ends_with(b"/") {
+    if p == b"/" {
+        return false;
+    }
+    if p.ends_with(b"/") {
         return true;
     }
     p.split(|&b| b == b'/')
