@@ -294,6 +294,20 @@ pub unsafe extern "C" fn shoal_rename(from: *const c_char, to: *const c_char) ->
     })
 }
 
+/// link(2)/linkat(2): makes `newpath` another name of the file `oldpath`
+/// names (a hard link; EPERM for a directory). A symlink as the last
+/// component of `oldpath` is followed only if `follow` is non-zero.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_link(
+    oldpath: *const c_char,
+    newpath: *const c_char,
+    follow: c_int,
+) -> c_int {
+    call("shoal_link", -1, || {
+        ops::link(c_path(oldpath)?, c_path(newpath)?, follow != 0).map(|_| 0)
+    })
+}
+
 /// symlink(2): makes `linkpath` a symlink holding `target` (any text).
 #[no_mangle]
 pub unsafe extern "C" fn shoal_symlink(target: *const c_char, linkpath: *const c_char) -> c_int {

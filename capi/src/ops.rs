@@ -593,6 +593,19 @@ pub fn rename(from: &str, to: &str) -> Result<()> {
     .map_err(about(from))
 }
 
+/// link(2): `to` becomes another name of what `from` names (its last
+/// symlink followed only if `follow`, as linkat's AT_SYMLINK_FOLLOW).
+pub fn link(from: &str, to: &str, follow: bool) -> Result<()> {
+    let s = session()?;
+    let c = &s.client;
+    s.run(async {
+        let (h, _) = resolve(c, from, follow).await?;
+        let (dir, name) = resolve_parent(c, to).await.map_err(about(to))?;
+        c.link(h, dir, name).await.map(|_| ())
+    })
+    .map_err(about(from))
+}
+
 pub fn symlink(target: &str, link: &str) -> Result<()> {
     let s = session()?;
     s.run(async {

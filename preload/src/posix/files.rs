@@ -1,0 +1,802 @@
+//! open and the calls on an open file's data: close, read, write and their
+//! positioned and vectored forms, lseek, fsync, truncate, and the calls that
+//! would otherwise reach the /dev/null stand-in (sendfile, copy_file_range,
+//! fadvise, fallocate, flock, mmap).
+
+use libc::{c_char, c_int, c_uint, c_void, mode_t, off64_t, off_t, size_t, ssize_t};
+
+use crate::cache;
+use crate::real;
+use crate::state::{self, fail, serve, Fd, Target, Where};
+use crate::stats::Op;
+
+pub(crate) fn busy<T: From<i8>>() -> T {
+    fail(libc::EIO)
+}
+
+/// Opens `t` through libshoal; returns the kernel descriptor standing for it.
+pub(crate) fn open_target(t: &Target, flags: c_int, mode: mode_t) -> c_int {
+    let op = if flags & libc::O_CREAT != 0 {
+        Op::Create
+    } else if flags & libc::O_DIRECTORY != 0 {
+        Op::Opendir
+    } else {
+        Op::Open
+    };
+    serve(op, || {
+        // SAFETY: a NUL-terminated path.
+        let sfd = unsafe { shoal::shoal_open(t.shoal.as_ptr(), flags & !libc::O_CLOEXEC, mode) };
+        if sfd < 0 {
+            return -1;
+        }
+        if flags & (libc::O_CREAT | libc::O_TRUNC) != 0 {
+            cache::clear();
+        }
+        state::adopt(sfd, t.local.clone(), flags, t.mounted)
+    })
+}
+
+/// openat(2) for every member of the family.
+pub(crate) unsafe fn open_at(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: mode_t,
+) -> c_int {
+    // SAFETY: the caller passes open's arguments on.
+    let w = unsafe { state::classify_at(dirfd, path) };
+    match w {
+        Where::Shoal(t) => open_target(&t, flags, mode),
+        Where::Fail(e) => fail(e),
+        Where::Kernel(_) => {
+            let (d, p) = w.kernel_args(dirfd, path);
+            // SAFETY: as the caller's.
+            unsafe { real::openat(d, p, flags, mode) }
+        }
+    }
+}
+
+// open's mode is a variadic argument; on the x86-64 and AArch64 Linux ABIs
+// it is passed exactly as a third named argument would be, and read only
+// when O_CREAT or O_TMPFILE says it was passed.
+
+fn mode_if_needed(flags: c_int, mode: mode_t) -> mode_t {
+    if flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        mode
+    } else {
+        0
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    // SAFETY: open's contract.
+    unsafe { open_at(libc::AT_FDCWD, path, flags, mode_if_needed(flags, mode)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    // SAFETY: open's contract.
+    unsafe { open_at(libc::AT_FDCWD, path, flags, mode_if_needed(flags, mode)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: open's contract.
+    unsafe { open_at(libc::AT_FDCWD, path, flags, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: open's contract.
+    unsafe { open_at(libc::AT_FDCWD, path, flags, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: mode_t,
+) -> c_int {
+    // SAFETY: openat's contract.
+    unsafe { open_at(dirfd, path, flags, mode_if_needed(flags, mode)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat64(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: mode_t,
+) -> c_int {
+    // SAFETY: openat's contract.
+    unsafe { open_at(dirfd, path, flags, mode_if_needed(flags, mode)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: openat's contract.
+    unsafe { open_at(dirfd, path, flags, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: openat's contract.
+    unsafe { open_at(dirfd, path, flags, 0) }
+}
+
+const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+
+#[no_mangle]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: creat's contract.
+    unsafe { open_at(libc::AT_FDCWD, path, CREAT, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: creat's contract.
+    unsafe { open_at(libc::AT_FDCWD, path, CREAT, mode) }
+}
+
+/// Closes Shoal descriptor `kfd` (standing for `sfd`): libshoal's first,
+/// the kernel number last, so that it is never reused while it still
+/// stands for the file.
+pub(crate) fn close_ours(kfd: c_int) -> c_int {
+    let Some(info) = state::unregister(kfd) else {
+        return fail(libc::EBADF);
+    };
+    let r = serve(Op::Close, || shoal::shoal_close(info.sfd));
+    let e = state::errno();
+    // SAFETY: the reserved descriptor.
+    unsafe { real::close(kfd) };
+    state::set_errno(e);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    match state::fd(fd) {
+        // SAFETY: close's contract.
+        Fd::Kernel => unsafe { real::close(fd) },
+        Fd::Shoal(_) => close_ours(fd),
+        Fd::Busy => busy(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    match state::fd(fd) {
+        // SAFETY: read's contract.
+        Fd::Kernel => unsafe { real::read(fd, buf, n) },
+        // SAFETY: read's contract.
+        Fd::Shoal(s) => serve(Op::Read, || unsafe { shoal::shoal_read(s, buf, n) }),
+        Fd::Busy => busy(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    match state::fd(fd) {
+        // SAFETY: write's contract.
+        Fd::Kernel => unsafe { real::write(fd, buf, n) },
+        Fd::Shoal(s) => serve(Op::Write, || {
+            cache::clear();
+            // SAFETY: write's contract.
+            unsafe { shoal::shoal_write(s, buf, n) }
+        }),
+        Fd::Busy => busy(),
+    }
+}
+
+unsafe fn pread_any(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
+    match state::fd(fd) {
+        // SAFETY: pread's contract.
+        Fd::Kernel => unsafe { real::pread64(fd, buf, n, off) },
+        // SAFETY: pread's contract.
+        Fd::Shoal(s) => serve(Op::Read, || unsafe { shoal::shoal_pread(s, buf, n, off) }),
+        Fd::Busy => busy(),
+    }
+}
+
+unsafe fn pwrite_any(fd: c_int, buf: *const c_void, n: size_t, off: off64_t) -> ssize_t {
+    match state::fd(fd) {
+        // SAFETY: pwrite's contract.
+        Fd::Kernel => unsafe { real::pwrite64(fd, buf, n, off) },
+        Fd::Shoal(s) => serve(Op::Write, || {
+            cache::clear();
+            // SAFETY: pwrite's contract.
+            unsafe { shoal::shoal_pwrite(s, buf, n, off) }
+        }),
+        Fd::Busy => busy(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: pread's contract.
+    unsafe { pread_any(fd, buf, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
+    // SAFETY: pread's contract.
+    unsafe { pread_any(fd, buf, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: pwrite's contract.
+    unsafe { pwrite_any(fd, buf, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite64(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    off: off64_t,
+) -> ssize_t {
+    // SAFETY: pwrite's contract.
+    unsafe { pwrite_any(fd, buf, n, off) }
+}
+
+/// Most buffers one readv/writev takes (Linux's UIO_MAXIOV).
+const IOV_MAX: c_int = 1024;
+
+/// The buffers of an iovec array.
+unsafe fn iovecs<'a>(iov: *const libc::iovec, n: c_int) -> Option<&'a [libc::iovec]> {
+    if !(0..=IOV_MAX).contains(&n) {
+        return None;
+    }
+    if n == 0 {
+        return Some(&[]);
+    }
+    if iov.is_null() {
+        return None;
+    }
+    // SAFETY: readv's contract: n valid iovecs.
+    Some(unsafe { std::slice::from_raw_parts(iov, n as usize) })
+}
+
+/// readv/preadv on Shoal descriptor `s`: one read per buffer, stopping at a
+/// short one.
+unsafe fn readv_shoal(s: c_int, iov: *const libc::iovec, n: c_int, at: Option<off64_t>) -> ssize_t {
+    // SAFETY: the caller's iovecs.
+    let Some(bufs) = (unsafe { iovecs(iov, n) }) else {
+        return fail(libc::EINVAL);
+    };
+    serve(Op::Read, || {
+        let mut total: ssize_t = 0;
+        for b in bufs {
+            // SAFETY: each buffer is the caller's, valid for iov_len bytes.
+            let r = unsafe {
+                match at {
+                    Some(off) => {
+                        shoal::shoal_pread(s, b.iov_base, b.iov_len, off + total as off64_t)
+                    }
+                    None => shoal::shoal_read(s, b.iov_base, b.iov_len),
+                }
+            };
+            if r < 0 {
+                return if total > 0 { total } else { -1 };
+            }
+            total += r;
+            if (r as usize) < b.iov_len {
+                break;
+            }
+        }
+        total
+    })
+}
+
+/// writev/pwritev on Shoal descriptor `s`: the buffers gathered into one
+/// write, so that an O_APPEND write stays in one piece.
+unsafe fn writev_shoal(
+    s: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    at: Option<off64_t>,
+) -> ssize_t {
+    // SAFETY: the caller's iovecs.
+    let Some(bufs) = (unsafe { iovecs(iov, n) }) else {
+        return fail(libc::EINVAL);
+    };
+    serve(Op::Write, || {
+        cache::clear();
+        let mut all = Vec::with_capacity(bufs.iter().map(|b| b.iov_len).sum());
+        for b in bufs {
+            if b.iov_len > 0 {
+                // SAFETY: each buffer is the caller's, valid for iov_len bytes.
+                all.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(b.iov_base as *const u8, b.iov_len)
+                });
+            }
+        }
+        let p = all.as_ptr() as *const c_void;
+        // SAFETY: our own buffer.
+        unsafe {
+            match at {
+                Some(off) => shoal::shoal_pwrite(s, p, all.len(), off),
+                None => shoal::shoal_write(s, p, all.len()),
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    match state::fd(fd) {
+        // SAFETY: readv's contract.
+        Fd::Kernel => unsafe { real::readv(fd, iov, n) },
+        // SAFETY: readv's contract.
+        Fd::Shoal(s) => unsafe { readv_shoal(s, iov, n, None) },
+        Fd::Busy => busy(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    match state::fd(fd) {
+        // SAFETY: writev's contract.
+        Fd::Kernel => unsafe { real::writev(fd, iov, n) },
+        // SAFETY: writev's contract.
+        Fd::Shoal(s) => unsafe { writev_shoal(s, iov, n, None) },
+        Fd::Busy => busy(),
+    }
+}
+
+unsafe fn preadv_any(fd: c_int, iov: *const libc::iovec, n: c_int, off: off64_t) -> ssize_t {
+    match state::fd(fd) {
+        // SAFETY: preadv's contract.
+        Fd::Kernel => unsafe { real::preadv64(fd, iov, n, off) },
+        // SAFETY: preadv's contract.
+        Fd::Shoal(s) => unsafe { readv_shoal(s, iov, n, Some(off)) },
+        Fd::Busy => busy(),
+    }
+}
+
+unsafe fn pwritev_any(fd: c_int, iov: *const libc::iovec, n: c_int, off: off64_t) -> ssize_t {
+    match state::fd(fd) {
+        // SAFETY: pwritev's contract.
+        Fd::Kernel => unsafe { real::pwritev64(fd, iov, n, off) },
+        // SAFETY: pwritev's contract.
+        Fd::Shoal(s) => unsafe { writev_shoal(s, iov, n, Some(off)) },
+        Fd::Busy => busy(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    off: off_t,
+) -> ssize_t {
+    // SAFETY: preadv's contract.
+    unsafe { preadv_any(fd, iov, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    off: off64_t,
+) -> ssize_t {
+    // SAFETY: preadv's contract.
+    unsafe { preadv_any(fd, iov, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    off: off_t,
+) -> ssize_t {
+    // SAFETY: pwritev's contract.
+    unsafe { pwritev_any(fd, iov, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    off: off64_t,
+) -> ssize_t {
+    // SAFETY: pwritev's contract.
+    unsafe { pwritev_any(fd, iov, n, off) }
+}
+
+fn lseek_any(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
+    match state::fd(fd) {
+        // SAFETY: lseek's contract.
+        Fd::Kernel => unsafe { real::lseek64(fd, off, whence) },
+        Fd::Shoal(s) => serve(Op::Seek, || shoal::shoal_lseek(s, off, whence)),
+        Fd::Busy => busy(),
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    lseek_any(fd, off, whence)
+}
+
+#[no_mangle]
+pub extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
+    lseek_any(fd, off, whence)
+}
+
+#[no_mangle]
+pub extern "C" fn fsync(fd: c_int) -> c_int {
+    match state::fd(fd) {
+        // SAFETY: fsync's contract.
+        Fd::Kernel => unsafe { real::fsync(fd) },
+        Fd::Shoal(s) => serve(Op::Fsync, || shoal::shoal_fsync(s)),
+        Fd::Busy => busy(),
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn fdatasync(fd: c_int) -> c_int {
+    match state::fd(fd) {
+        // SAFETY: fdatasync's contract.
+        Fd::Kernel => unsafe { real::fdatasync(fd) },
+        Fd::Shoal(s) => serve(Op::Fsync, || shoal::shoal_fdatasync(s)),
+        Fd::Busy => busy(),
+    }
+}
+
+fn ftruncate_any(fd: c_int, len: off64_t) -> c_int {
+    match state::fd(fd) {
+        // SAFETY: ftruncate's contract.
+        Fd::Kernel => unsafe { real::ftruncate64(fd, len) },
+        Fd::Shoal(s) => serve(Op::Truncate, || {
+            cache::clear();
+            shoal::shoal_ftruncate(s, len)
+        }),
+        Fd::Busy => busy(),
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
+    ftruncate_any(fd, len)
+}
+
+#[no_mangle]
+pub extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
+    ftruncate_any(fd, len)
+}
+
+unsafe fn truncate_any(path: *const c_char, len: off64_t) -> c_int {
+    // SAFETY: truncate's contract.
+    let w = unsafe { state::classify_at(libc::AT_FDCWD, path) };
+    match w {
+        Where::Shoal(t) => serve(Op::Truncate, || {
+            cache::clear();
+            // SAFETY: a NUL-terminated path.
+            unsafe { shoal::shoal_truncate(t.shoal.as_ptr(), len) }
+        }),
+        Where::Fail(e) => fail(e),
+        Where::Kernel(_) => {
+            let (_, p) = w.kernel_args(libc::AT_FDCWD, path);
+            // SAFETY: truncate's contract.
+            unsafe { real::truncate64(p, len) }
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
+    // SAFETY: truncate's contract.
+    unsafe { truncate_any(path, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
+    // SAFETY: truncate's contract.
+    unsafe { truncate_any(path, len) }
+}
+
+/// Copies up to `n` bytes between two descriptors of which at least one is
+/// Shoal's, through a buffer, with this library's own read/write/pread/
+/// pwrite (so each side goes where it belongs). `off_*` as sendfile and
+/// copy_file_range take them: NULL means the descriptor's offset.
+unsafe fn copy_through(
+    inp: c_int,
+    off_in: *mut off64_t,
+    out: c_int,
+    off_out: *mut off64_t,
+    n: size_t,
+) -> ssize_t {
+    const CHUNK: usize = 1 << 20;
+    let mut buf = vec![0u8; n.min(CHUNK)];
+    let mut done: usize = 0;
+    while done < n {
+        let want = (n - done).min(buf.len());
+        let p = buf.as_mut_ptr() as *mut c_void;
+        // SAFETY: our buffer; the offsets are the caller's.
+        let got = unsafe {
+            if off_in.is_null() {
+                read(inp, p, want)
+            } else {
+                pread64(inp, p, want, *off_in)
+            }
+        };
+        if got < 0 {
+            return if done > 0 { done as ssize_t } else { -1 };
+        }
+        if got == 0 {
+            break;
+        }
+        let mut put = 0usize;
+        while put < got as usize {
+            let q = buf[put..].as_ptr() as *const c_void;
+            let len = got as usize - put;
+            // SAFETY: our buffer; the offsets are the caller's.
+            let w = unsafe {
+                if off_out.is_null() {
+                    write(out, q, len)
+                } else {
+                    pwrite64(out, q, len, *off_out + put as off64_t)
+                }
+            };
+            if w <= 0 {
+                return if done + put > 0 {
+                    (done + put) as ssize_t
+                } else {
+                    -1
+                };
+            }
+            put += w as usize;
+        }
+        // SAFETY: the caller's offsets, advanced as the calls promise.
+        unsafe {
+            if !off_in.is_null() {
+                *off_in += got as off64_t;
+            }
+            if !off_out.is_null() {
+                *off_out += got as off64_t;
+            }
+        }
+        done += got as usize;
+        if (got as usize) < want {
+            break;
+        }
+    }
+    done as ssize_t
+}
+
+unsafe fn sendfile_any(out: c_int, inp: c_int, off: *mut off64_t, n: size_t) -> ssize_t {
+    if state::is_ours(out) || state::is_ours(inp) {
+        // SAFETY: sendfile's contract.
+        unsafe { copy_through(inp, off, out, std::ptr::null_mut(), n) }
+    } else {
+        // SAFETY: sendfile's contract.
+        unsafe { real::sendfile64(out, inp, off, n) }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t {
+    // SAFETY: sendfile's contract (off_t is off64_t here).
+    unsafe { sendfile_any(out, inp, off as *mut off64_t, n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile64(
+    out: c_int,
+    inp: c_int,
+    off: *mut off64_t,
+    n: size_t,
+) -> ssize_t {
+    // SAFETY: sendfile's contract.
+    unsafe { sendfile_any(out, inp, off, n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn copy_file_range(
+    inp: c_int,
+    off_in: *mut off64_t,
+    out: c_int,
+    off_out: *mut off64_t,
+    n: size_t,
+    flags: c_uint,
+) -> ssize_t {
+    if state::is_ours(out) || state::is_ours(inp) {
+        if flags != 0 {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: copy_file_range's contract.
+        unsafe { copy_through(inp, off_in, out, off_out, n) }
+    } else {
+        // SAFETY: copy_file_range's contract.
+        unsafe { real::copy_file_range(inp, off_in, out, off_out, n, flags) }
+    }
+}
+
+fn fadvise_any(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int {
+    if state::is_ours(fd) {
+        0
+    } else {
+        // SAFETY: plain integers.
+        unsafe { real::posix_fadvise64(fd, off, len, advice) }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
+    fadvise_any(fd, off, len, advice)
+}
+
+#[no_mangle]
+pub extern "C" fn posix_fadvise64(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int {
+    fadvise_any(fd, off, len, advice)
+}
+
+/// Grows Shoal file `s` to at least `end` bytes (what allocating means on
+/// a file system without preallocation).
+fn grow(s: c_int, end: off64_t) -> c_int {
+    serve(Op::Truncate, || {
+        // SAFETY: a zeroed stat is valid; shoal_fstat fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: our own struct.
+        if unsafe { shoal::shoal_fstat(s, &mut st) } < 0 {
+            return -1;
+        }
+        if st.st_size >= end {
+            return 0;
+        }
+        cache::clear();
+        shoal::shoal_ftruncate(s, end)
+    })
+}
+
+fn fallocate_any(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
+    match state::fd(fd) {
+        // SAFETY: plain integers.
+        Fd::Kernel => unsafe { real::fallocate64(fd, mode, off, len) },
+        Fd::Shoal(_) if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 => fail(libc::EOPNOTSUPP),
+        Fd::Shoal(_) if mode != 0 => 0,
+        Fd::Shoal(s) => grow(s, off.saturating_add(len)),
+        Fd::Busy => busy(),
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+    fallocate_any(fd, mode, off, len)
+}
+
+#[no_mangle]
+pub extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
+    fallocate_any(fd, mode, off, len)
+}
+
+fn posix_fallocate_any(fd: c_int, off: off64_t, len: off64_t) -> c_int {
+    match state::fd(fd) {
+        // SAFETY: plain integers.
+        Fd::Kernel => unsafe { real::posix_fallocate64(fd, off, len) },
+        Fd::Shoal(s) => match grow(s, off.saturating_add(len)) {
+            0 => 0,
+            _ => state::errno(),
+        },
+        Fd::Busy => libc::EIO,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
+    posix_fallocate_any(fd, off, len)
+}
+
+#[no_mangle]
+pub extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
+    posix_fallocate_any(fd, off, len)
+}
+
+/// flock(2): Shoal has no locks across clients; on its descriptors a lock
+/// is granted at once (as on a local file nobody else locks).
+#[no_mangle]
+pub extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
+    if state::is_ours(fd) {
+        0
+    } else {
+        // SAFETY: plain integers.
+        unsafe { real::flock(fd, op) }
+    }
+}
+
+/// mmap of a Shoal file: a private copy of its bytes (read with pread into
+/// anonymous memory). MAP_SHARED with PROT_WRITE cannot be kept in step with
+/// the file: ENODEV, as for a file system without mmap.
+unsafe fn mmap_any(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off64_t,
+) -> *mut c_void {
+    let s = match state::fd(fd) {
+        // SAFETY: mmap's contract.
+        Fd::Kernel => return unsafe { real::mmap64(addr, len, prot, flags, fd, off) },
+        Fd::Busy => {
+            state::set_errno(libc::EIO);
+            return libc::MAP_FAILED;
+        }
+        Fd::Shoal(s) => s,
+    };
+    if flags & libc::MAP_SHARED != 0 && prot & libc::PROT_WRITE != 0 {
+        state::set_errno(libc::ENODEV);
+        return libc::MAP_FAILED;
+    }
+    serve(Op::Mmap, || {
+        let anon = (flags & !(libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE))
+            | libc::MAP_PRIVATE
+            | libc::MAP_ANONYMOUS;
+        // SAFETY: an anonymous mapping where the caller asked for one.
+        let m = unsafe { real::mmap64(addr, len, prot | libc::PROT_WRITE, anon, -1, 0) };
+        if m == libc::MAP_FAILED {
+            return m;
+        }
+        let mut done = 0usize;
+        while done < len {
+            // SAFETY: inside the mapping just made.
+            let r = unsafe {
+                shoal::shoal_pread(
+                    s,
+                    (m as *mut u8).add(done) as *mut c_void,
+                    len - done,
+                    off + done as off64_t,
+                )
+            };
+            if r < 0 {
+                let e = state::errno();
+                // SAFETY: the mapping just made.
+                unsafe { libc::munmap(m, len) };
+                state::set_errno(e);
+                return libc::MAP_FAILED;
+            }
+            if r == 0 {
+                break;
+            }
+            done += r as usize;
+        }
+        if prot & libc::PROT_WRITE == 0 {
+            // SAFETY: the mapping just made.
+            unsafe { libc::mprotect(m, len, prot) };
+        }
+        m
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    // SAFETY: mmap's contract.
+    unsafe { mmap_any(addr, len, prot, flags, fd, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off64_t,
+) -> *mut c_void {
+    // SAFETY: mmap's contract.
+    unsafe { mmap_any(addr, len, prot, flags, fd, off) }
+}

@@ -1,0 +1,1024 @@
+//! Calls on names and attributes: the stat family (with statx and the old
+//! glibc `__xstat` entry points), access, mkdir, unlink, rename, symlinks,
+//! hard links, chmod/chown/utimens, extended attributes and statfs.
+
+use libc::{c_char, c_int, c_uint, c_void, gid_t, mode_t, size_t, ssize_t, uid_t};
+
+use super::files::busy;
+use crate::cache;
+use crate::real;
+use crate::state::{self, fail, serve, Fd, Target, Where};
+use crate::stats::{self, Op};
+
+/// Runs `shoal` for a Shoal path, `kernel(dirfd, path)` for the kernel's.
+unsafe fn at<T: From<i8>>(
+    dirfd: c_int,
+    path: *const c_char,
+    shoal: impl FnOnce(&Target) -> T,
+    kernel: impl FnOnce(c_int, *const c_char) -> T,
+) -> T {
+    // SAFETY: the caller's path.
+    let w = unsafe { state::classify_at(dirfd, path) };
+    match w {
+        Where::Shoal(t) => shoal(&t),
+        Where::Fail(e) => fail(e),
+        Where::Kernel(_) => {
+            let (d, p) = w.kernel_args(dirfd, path);
+            kernel(d, p)
+        }
+    }
+}
+
+/// Whether `path` is "" and `flags` has AT_EMPTY_PATH: the call is on `dirfd`.
+unsafe fn empty_path(path: *const c_char, flags: c_int) -> bool {
+    // SAFETY: the caller's path, read only if not NULL.
+    flags & libc::AT_EMPTY_PATH != 0 && !path.is_null() && unsafe { *path } == 0
+}
+
+// ---------------------------------------------------------------- stat
+
+/// stat/lstat of a Shoal path: from the readdirplus cache if a listing just
+/// brought its attributes, else from libshoal.
+fn stat_target(t: &Target, follow: bool, st: *mut libc::stat) -> c_int {
+    if st.is_null() {
+        return fail(libc::EFAULT);
+    }
+    let t0 = stats::start();
+    if let Some(cached) = cache::get(t.shoal_bytes(), follow) {
+        // SAFETY: checked not NULL; the caller's struct.
+        unsafe { *st = cached };
+        stats::record(Op::StatCached, t0);
+        return 0;
+    }
+    serve(Op::Stat, || {
+        // SAFETY: a NUL-terminated path and the caller's struct.
+        unsafe {
+            if follow {
+                shoal::shoal_stat(t.shoal.as_ptr(), st)
+            } else {
+                shoal::shoal_lstat(t.shoal.as_ptr(), st)
+            }
+        }
+    })
+}
+
+fn fstat_any(fd: c_int, st: *mut libc::stat) -> c_int {
+    match state::fd(fd) {
+        // SAFETY: fstat's contract (stat and stat64 are one layout here).
+        Fd::Kernel => unsafe { real::fstat64(fd, st as *mut libc::stat64) },
+        // SAFETY: fstat's contract.
+        Fd::Shoal(s) => serve(Op::Stat, || unsafe { shoal::shoal_fstat(s, st) }),
+        Fd::Busy => busy(),
+    }
+}
+
+unsafe fn fstatat_any(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: fstatat's contract.
+    if unsafe { empty_path(path, flags) } {
+        return fstat_any(dirfd, st);
+    }
+    // SAFETY: fstatat's contract.
+    unsafe {
+        at(
+            dirfd,
+            path,
+            |t| stat_target(t, flags & libc::AT_SYMLINK_NOFOLLOW == 0, st),
+            |d, p| real::fstatat64(d, p, st as *mut libc::stat64, flags),
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: stat's contract.
+    unsafe { fstatat_any(libc::AT_FDCWD, path, st, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: stat's contract.
+    unsafe { fstatat_any(libc::AT_FDCWD, path, st, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lstat(path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: lstat's contract.
+    unsafe { fstatat_any(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lstat64(path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: lstat's contract.
+    unsafe { fstatat_any(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
+    fstat_any(fd, st)
+}
+
+#[no_mangle]
+pub extern "C" fn fstat64(fd: c_int, st: *mut libc::stat) -> c_int {
+    fstat_any(fd, st)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatat(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: fstatat's contract.
+    unsafe { fstatat_any(dirfd, path, st, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatat64(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: fstatat's contract.
+    unsafe { fstatat_any(dirfd, path, st, flags) }
+}
+
+/// The system call's name, for programs that look it up by that name.
+#[no_mangle]
+pub unsafe extern "C" fn newfstatat(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: fstatat's contract.
+    unsafe { fstatat_any(dirfd, path, st, flags) }
+}
+
+// The entry points of binaries built against glibc before 2.33 (the first
+// argument is the struct version, the same on every 64-bit target).
+
+#[no_mangle]
+pub unsafe extern "C" fn __xstat(_ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: stat's contract.
+    unsafe { fstatat_any(libc::AT_FDCWD, path, st, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __xstat64(_ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: stat's contract.
+    unsafe { fstatat_any(libc::AT_FDCWD, path, st, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __lxstat(_ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: lstat's contract.
+    unsafe { fstatat_any(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __lxstat64(
+    _ver: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+) -> c_int {
+    // SAFETY: lstat's contract.
+    unsafe { fstatat_any(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub extern "C" fn __fxstat(_ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
+    fstat_any(fd, st)
+}
+
+#[no_mangle]
+pub extern "C" fn __fxstat64(_ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
+    fstat_any(fd, st)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __fxstatat(
+    _ver: c_int,
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: fstatat's contract.
+    unsafe { fstatat_any(dirfd, path, st, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __fxstatat64(
+    _ver: c_int,
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: fstatat's contract.
+    unsafe { fstatat_any(dirfd, path, st, flags) }
+}
+
+fn dev_major(dev: u64) -> u32 {
+    (((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff)) as u32
+}
+
+fn dev_minor(dev: u64) -> u32 {
+    ((dev & 0xff) | ((dev >> 12) & !0xff)) as u32
+}
+
+fn ts(sec: i64, nsec: i64) -> libc::statx_timestamp {
+    // SAFETY: a plain C struct; all zeroes is valid.
+    let mut t: libc::statx_timestamp = unsafe { std::mem::zeroed() };
+    t.tv_sec = sec;
+    t.tv_nsec = nsec as u32;
+    t
+}
+
+/// A `struct statx` with what a `struct stat` says (the basic fields).
+pub(crate) fn statx_of(st: &libc::stat) -> libc::statx {
+    // SAFETY: a plain C struct; all zeroes is valid.
+    let mut x: libc::statx = unsafe { std::mem::zeroed() };
+    x.stx_mask = libc::STATX_BASIC_STATS;
+    x.stx_blksize = st.st_blksize as u32;
+    x.stx_nlink = st.st_nlink as u32;
+    x.stx_uid = st.st_uid;
+    x.stx_gid = st.st_gid;
+    x.stx_mode = st.st_mode as u16;
+    x.stx_ino = st.st_ino;
+    x.stx_size = st.st_size as u64;
+    x.stx_blocks = st.st_blocks as u64;
+    x.stx_atime = ts(st.st_atime, st.st_atime_nsec);
+    x.stx_mtime = ts(st.st_mtime, st.st_mtime_nsec);
+    x.stx_ctime = ts(st.st_ctime, st.st_ctime_nsec);
+    x.stx_rdev_major = dev_major(st.st_rdev);
+    x.stx_rdev_minor = dev_minor(st.st_rdev);
+    x.stx_dev_major = dev_major(st.st_dev);
+    x.stx_dev_minor = dev_minor(st.st_dev);
+    x
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    stx: *mut libc::statx,
+) -> c_int {
+    if stx.is_null() {
+        // SAFETY: statx's contract; the kernel reports EFAULT.
+        return unsafe { real::statx(dirfd, path, flags, mask, stx) };
+    }
+    // SAFETY: a plain C struct; all zeroes is valid.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: statx's contract.
+    let r = if unsafe { empty_path(path, flags) } {
+        match state::fd(dirfd) {
+            // SAFETY: statx's contract.
+            Fd::Kernel => return unsafe { real::statx(dirfd, path, flags, mask, stx) },
+            // SAFETY: our own struct.
+            Fd::Shoal(s) => serve(Op::Stat, || unsafe { shoal::shoal_fstat(s, &mut st) }),
+            Fd::Busy => return busy(),
+        }
+    } else {
+        // SAFETY: the caller's path.
+        let w = unsafe { state::classify_at(dirfd, path) };
+        match w {
+            Where::Shoal(t) => stat_target(&t, flags & libc::AT_SYMLINK_NOFOLLOW == 0, &mut st),
+            Where::Fail(e) => return fail(e),
+            Where::Kernel(_) => {
+                let (d, p) = w.kernel_args(dirfd, path);
+                // SAFETY: statx's contract.
+                return unsafe { real::statx(d, p, flags, mask, stx) };
+            }
+        }
+    };
+    if r == 0 {
+        // SAFETY: checked not NULL; the caller's struct.
+        unsafe { *stx = statx_of(&st) };
+    }
+    r
+}
+
+// ---------------------------------------------------------------- access
+
+unsafe fn faccessat_any(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int {
+    // SAFETY: faccessat's contract.
+    unsafe {
+        at(
+            dirfd,
+            path,
+            |t| {
+                if mode == libc::F_OK && cache::get(t.shoal_bytes(), true).is_some() {
+                    return 0;
+                }
+                serve(Op::Access, || shoal::shoal_access(t.shoal.as_ptr(), mode))
+            },
+            |d, p| real::faccessat(d, p, mode, flags),
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: access's contract.
+    unsafe { faccessat_any(libc::AT_FDCWD, path, mode, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: faccessat's contract.
+    unsafe { faccessat_any(dirfd, path, mode, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: access's contract.
+    unsafe { faccessat_any(libc::AT_FDCWD, path, mode, libc::AT_EACCESS) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: access's contract.
+    unsafe { faccessat_any(libc::AT_FDCWD, path, mode, libc::AT_EACCESS) }
+}
+
+// ---------------------------------------------------------------- namespace
+
+/// A call that changes the namespace: the cache goes first.
+fn change(op: Op, f: impl FnOnce() -> c_int) -> c_int {
+    serve(op, || {
+        cache::clear();
+        f()
+    })
+}
+
+unsafe fn mkdirat_any(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: mkdirat's contract.
+    unsafe {
+        at(
+            dirfd,
+            path,
+            |t| change(Op::Mkdir, || shoal::shoal_mkdir(t.shoal.as_ptr(), mode)),
+            |d, p| real::mkdirat(d, p, mode),
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: mkdir's contract.
+    unsafe { mkdirat_any(libc::AT_FDCWD, path, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: mkdirat's contract.
+    unsafe { mkdirat_any(dirfd, path, mode) }
+}
+
+unsafe fn unlinkat_any(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: unlinkat's contract.
+    unsafe {
+        at(
+            dirfd,
+            path,
+            |t| {
+                if flags & libc::AT_REMOVEDIR != 0 {
+                    change(Op::Rmdir, || shoal::shoal_rmdir(t.shoal.as_ptr()))
+                } else {
+                    change(Op::Unlink, || shoal::shoal_unlink(t.shoal.as_ptr()))
+                }
+            },
+            |d, p| real::unlinkat(d, p, flags),
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    // SAFETY: unlink's contract.
+    unsafe { unlinkat_any(libc::AT_FDCWD, path, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: unlinkat's contract.
+    unsafe { unlinkat_any(dirfd, path, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    // SAFETY: rmdir's contract.
+    unsafe { unlinkat_any(libc::AT_FDCWD, path, libc::AT_REMOVEDIR) }
+}
+
+/// A call naming two paths (rename, link): both Shoal's, both the kernel's,
+/// or EXDEV.
+unsafe fn two_paths(
+    olddirfd: c_int,
+    old: *const c_char,
+    newdirfd: c_int,
+    new: *const c_char,
+    shoal: impl FnOnce(&Target, &Target) -> c_int,
+    kernel: impl FnOnce(c_int, *const c_char, c_int, *const c_char) -> c_int,
+) -> c_int {
+    // SAFETY: the caller's paths.
+    let (a, b) = unsafe {
+        (
+            state::classify_at(olddirfd, old),
+            state::classify_at(newdirfd, new),
+        )
+    };
+    match (&a, &b) {
+        (Where::Fail(e), _) | (_, Where::Fail(e)) => fail(*e),
+        (Where::Shoal(x), Where::Shoal(y)) => shoal(x, y),
+        (Where::Kernel(_), Where::Kernel(_)) => {
+            let (od, op) = a.kernel_args(olddirfd, old);
+            let (nd, np) = b.kernel_args(newdirfd, new);
+            kernel(od, op, nd, np)
+        }
+        _ => fail(libc::EXDEV),
+    }
+}
+
+unsafe fn renameat2_any(
+    olddirfd: c_int,
+    old: *const c_char,
+    newdirfd: c_int,
+    new: *const c_char,
+    flags: c_uint,
+) -> c_int {
+    // SAFETY: renameat2's contract.
+    unsafe {
+        two_paths(
+            olddirfd,
+            old,
+            newdirfd,
+            new,
+            |x, y| {
+                if flags & libc::RENAME_EXCHANGE != 0
+                    || flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0
+                {
+                    return fail(libc::EINVAL);
+                }
+                change(Op::Rename, || {
+                    if flags & libc::RENAME_NOREPLACE != 0 {
+                        // SAFETY: a zeroed stat is valid.
+                        let mut st: libc::stat = std::mem::zeroed();
+                        if shoal::shoal_lstat(y.shoal.as_ptr(), &mut st) == 0 {
+                            return fail(libc::EEXIST);
+                        }
+                    }
+                    shoal::shoal_rename(x.shoal.as_ptr(), y.shoal.as_ptr())
+                })
+            },
+            |od, op, nd, np| real::renameat2(od, op, nd, np, flags),
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int {
+    // SAFETY: rename's contract.
+    unsafe { renameat2_any(libc::AT_FDCWD, old, libc::AT_FDCWD, new, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat(
+    olddirfd: c_int,
+    old: *const c_char,
+    newdirfd: c_int,
+    new: *const c_char,
+) -> c_int {
+    // SAFETY: renameat's contract.
+    unsafe { renameat2_any(olddirfd, old, newdirfd, new, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat2(
+    olddirfd: c_int,
+    old: *const c_char,
+    newdirfd: c_int,
+    new: *const c_char,
+    flags: c_uint,
+) -> c_int {
+    // SAFETY: renameat2's contract.
+    unsafe { renameat2_any(olddirfd, old, newdirfd, new, flags) }
+}
+
+unsafe fn linkat_any(
+    olddirfd: c_int,
+    old: *const c_char,
+    newdirfd: c_int,
+    new: *const c_char,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: linkat's contract.
+    unsafe {
+        two_paths(
+            olddirfd,
+            old,
+            newdirfd,
+            new,
+            |x, y| {
+                let follow = (flags & libc::AT_SYMLINK_FOLLOW != 0) as c_int;
+                change(Op::Link, || {
+                    shoal::shoal_link(x.shoal.as_ptr(), y.shoal.as_ptr(), follow)
+                })
+            },
+            |od, op, nd, np| real::linkat(od, op, nd, np, flags),
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn link(old: *const c_char, new: *const c_char) -> c_int {
+    // SAFETY: link's contract.
+    unsafe { linkat_any(libc::AT_FDCWD, old, libc::AT_FDCWD, new, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn linkat(
+    olddirfd: c_int,
+    old: *const c_char,
+    newdirfd: c_int,
+    new: *const c_char,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: linkat's contract.
+    unsafe { linkat_any(olddirfd, old, newdirfd, new, flags) }
+}
+
+unsafe fn symlinkat_any(target: *const c_char, dirfd: c_int, path: *const c_char) -> c_int {
+    // SAFETY: symlinkat's contract.
+    unsafe {
+        at(
+            dirfd,
+            path,
+            |t| {
+                change(Op::Symlink, || {
+                    shoal::shoal_symlink(target, t.shoal.as_ptr())
+                })
+            },
+            |d, p| real::symlinkat(target, d, p),
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
+    // SAFETY: symlink's contract.
+    unsafe { symlinkat_any(target, libc::AT_FDCWD, path) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn symlinkat(
+    target: *const c_char,
+    dirfd: c_int,
+    path: *const c_char,
+) -> c_int {
+    // SAFETY: symlinkat's contract.
+    unsafe { symlinkat_any(target, dirfd, path) }
+}
+
+unsafe fn readlinkat_any(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut c_char,
+    size: size_t,
+) -> ssize_t {
+    // SAFETY: readlinkat's contract.
+    unsafe {
+        at(
+            dirfd,
+            path,
+            |t| {
+                serve(Op::Readlink, || {
+                    shoal::shoal_readlink(t.shoal.as_ptr(), buf, size)
+                })
+            },
+            |d, p| real::readlinkat(d, p, buf, size),
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, size: size_t) -> ssize_t {
+    // SAFETY: readlink's contract.
+    unsafe { readlinkat_any(libc::AT_FDCWD, path, buf, size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readlinkat(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut c_char,
+    size: size_t,
+) -> ssize_t {
+    // SAFETY: readlinkat's contract.
+    unsafe { readlinkat_any(dirfd, path, buf, size) }
+}
+
+// ---------------------------------------------------------------- attributes
+
+unsafe fn fchmodat_any(dirfd: c_int, path: *const c_char, mode: mode_t, flags: c_int) -> c_int {
+    // SAFETY: fchmodat's contract.
+    unsafe {
+        at(
+            dirfd,
+            path,
+            |t| {
+                if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
+                    // As Linux: a symlink's mode cannot be changed.
+                    return fail(libc::EOPNOTSUPP);
+                }
+                change(Op::Setattr, || shoal::shoal_chmod(t.shoal.as_ptr(), mode))
+            },
+            |d, p| real::fchmodat(d, p, mode, flags),
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn chmod(path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: chmod's contract.
+    unsafe { fchmodat_any(libc::AT_FDCWD, path, mode, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchmodat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: fchmodat's contract.
+    unsafe { fchmodat_any(dirfd, path, mode, flags) }
+}
+
+#[no_mangle]
+pub extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
+    match state::fd(fd) {
+        // SAFETY: plain integers.
+        Fd::Kernel => unsafe { real::fchmod(fd, mode) },
+        Fd::Shoal(s) => change(Op::Setattr, || shoal::shoal_fchmod(s, mode)),
+        Fd::Busy => busy(),
+    }
+}
+
+unsafe fn fchownat_any(
+    dirfd: c_int,
+    path: *const c_char,
+    uid: uid_t,
+    gid: gid_t,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: fchownat's contract.
+    if unsafe { empty_path(path, flags) } {
+        return fchown(dirfd, uid, gid);
+    }
+    // SAFETY: fchownat's contract.
+    unsafe {
+        at(
+            dirfd,
+            path,
+            |t| {
+                change(Op::Setattr, || {
+                    if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
+                        shoal::shoal_lchown(t.shoal.as_ptr(), uid, gid)
+                    } else {
+                        shoal::shoal_chown(t.shoal.as_ptr(), uid, gid)
+                    }
+                })
+            },
+            |d, p| real::fchownat(d, p, uid, gid, flags),
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn chown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
+    // SAFETY: chown's contract.
+    unsafe { fchownat_any(libc::AT_FDCWD, path, uid, gid, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lchown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
+    // SAFETY: lchown's contract.
+    unsafe { fchownat_any(libc::AT_FDCWD, path, uid, gid, libc::AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchownat(
+    dirfd: c_int,
+    path: *const c_char,
+    uid: uid_t,
+    gid: gid_t,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: fchownat's contract.
+    unsafe { fchownat_any(dirfd, path, uid, gid, flags) }
+}
+
+#[no_mangle]
+pub extern "C" fn fchown(fd: c_int, uid: uid_t, gid: gid_t) -> c_int {
+    match state::fd(fd) {
+        // SAFETY: plain integers.
+        Fd::Kernel => unsafe { real::fchown(fd, uid, gid) },
+        Fd::Shoal(s) => change(Op::Setattr, || shoal::shoal_fchown(s, uid, gid)),
+        Fd::Busy => busy(),
+    }
+}
+
+unsafe fn futimens_any(fd: c_int, times: *const libc::timespec) -> c_int {
+    match state::fd(fd) {
+        // SAFETY: futimens's contract.
+        Fd::Kernel => unsafe { real::futimens(fd, times) },
+        // SAFETY: futimens's contract.
+        Fd::Shoal(s) => change(Op::Setattr, || unsafe { shoal::shoal_futimens(s, times) }),
+        Fd::Busy => busy(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_int {
+    // SAFETY: futimens's contract.
+    unsafe { futimens_any(fd, times) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn utimensat(
+    dirfd: c_int,
+    path: *const c_char,
+    times: *const libc::timespec,
+    flags: c_int,
+) -> c_int {
+    if path.is_null() {
+        // Linux: utimensat(fd, NULL, ...) is futimens(fd, ...).
+        // SAFETY: utimensat's contract.
+        return unsafe { futimens_any(dirfd, times) };
+    }
+    // SAFETY: utimensat's contract.
+    if unsafe { empty_path(path, flags) } {
+        // SAFETY: utimensat's contract.
+        return unsafe { futimens_any(dirfd, times) };
+    }
+    // SAFETY: utimensat's contract.
+    unsafe {
+        at(
+            dirfd,
+            path,
+            |t| {
+                change(Op::Setattr, || {
+                    shoal::shoal_utimens(t.shoal.as_ptr(), times, flags)
+                })
+            },
+            |d, p| real::utimensat(d, p, times, flags),
+        )
+    }
+}
+
+/// `struct timeval[2]` as `struct timespec[2]` (NULL stays NULL: now).
+unsafe fn timespecs(tv: *const libc::timeval) -> Option<[libc::timespec; 2]> {
+    if tv.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's two timevals.
+    let tv = unsafe { std::slice::from_raw_parts(tv, 2) };
+    Some([0, 1].map(|i| libc::timespec {
+        tv_sec: tv[i].tv_sec,
+        tv_nsec: tv[i].tv_usec * 1000,
+    }))
+}
+
+unsafe fn utimes_at(path: *const c_char, tv: *const libc::timeval, flags: c_int) -> c_int {
+    // SAFETY: the caller's timevals.
+    let ts = unsafe { timespecs(tv) };
+    let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+    // SAFETY: utimensat's contract.
+    unsafe { utimensat(libc::AT_FDCWD, path, p, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn utimes(path: *const c_char, tv: *const libc::timeval) -> c_int {
+    // SAFETY: utimes's contract.
+    unsafe { utimes_at(path, tv, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lutimes(path: *const c_char, tv: *const libc::timeval) -> c_int {
+    // SAFETY: lutimes's contract.
+    unsafe { utimes_at(path, tv, libc::AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn futimes(fd: c_int, tv: *const libc::timeval) -> c_int {
+    // SAFETY: the caller's timevals.
+    let ts = unsafe { timespecs(tv) };
+    let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+    // SAFETY: futimens's contract.
+    unsafe { futimens_any(fd, p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn utime(path: *const c_char, times: *const libc::utimbuf) -> c_int {
+    let ts = (!times.is_null()).then(|| {
+        // SAFETY: the caller's struct.
+        let t = unsafe { &*times };
+        [
+            libc::timespec {
+                tv_sec: t.actime,
+                tv_nsec: 0,
+            },
+            libc::timespec {
+                tv_sec: t.modtime,
+                tv_nsec: 0,
+            },
+        ]
+    });
+    let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+    // SAFETY: utimensat's contract.
+    unsafe { utimensat(libc::AT_FDCWD, path, p, 0) }
+}
+
+// ---------------------------------------------------------------- xattrs
+
+/// Names refused with EOPNOTSUPP without asking a server, as the mount
+/// does (fuse/src/xattr.rs): the kernel's own `system.*` (POSIX ACLs),
+/// SELinux labels and file capabilities. `ls -l` asks for two of them per
+/// entry; tools take EOPNOTSUPP as "none".
+unsafe fn refused(name: *const c_char) -> bool {
+    if name.is_null() {
+        return false;
+    }
+    // SAFETY: a NUL-terminated name.
+    let n = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+    n.starts_with(b"system.") || n == b"security.selinux" || n == b"security.capability"
+}
+
+macro_rules! xattr_path {
+    ($name:ident, $shoal:ident, ($($a:ident: $t:ty),*) -> $r:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, $($a: $t),*) -> $r {
+            // SAFETY: the call's contract.
+            unsafe {
+                at(
+                    libc::AT_FDCWD,
+                    path,
+                    |t| serve(Op::Xattr, || shoal::$shoal(t.shoal.as_ptr(), $($a),*)),
+                    |_, p| real::$name(p, $($a),*),
+                )
+            }
+        }
+    };
+    ($name:ident, $shoal:ident, named ($($a:ident: $t:ty),*) -> $r:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, name: *const c_char, $($a: $t),*) -> $r {
+            // SAFETY: the call's contract.
+            unsafe {
+                at(
+                    libc::AT_FDCWD,
+                    path,
+                    |t| match refused(name) {
+                        true => fail(libc::EOPNOTSUPP),
+                        false => serve(Op::Xattr, || shoal::$shoal(t.shoal.as_ptr(), name, $($a),*)),
+                    },
+                    |_, p| real::$name(p, name, $($a),*),
+                )
+            }
+        }
+    };
+}
+
+macro_rules! xattr_fd {
+    ($name:ident, $shoal:ident, ($($a:ident: $t:ty),*) -> $r:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, $($a: $t),*) -> $r {
+            match state::fd(fd) {
+                // SAFETY: the call's contract.
+                Fd::Kernel => unsafe { real::$name(fd, $($a),*) },
+                // SAFETY: the call's contract.
+                Fd::Shoal(s) => serve(Op::Xattr, || unsafe { shoal::$shoal(s, $($a),*) }),
+                Fd::Busy => busy(),
+            }
+        }
+    };
+    ($name:ident, $shoal:ident, named ($($a:ident: $t:ty),*) -> $r:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, name: *const c_char, $($a: $t),*) -> $r {
+            match state::fd(fd) {
+                // SAFETY: the call's contract.
+                Fd::Kernel => unsafe { real::$name(fd, name, $($a),*) },
+                // SAFETY: the call's contract.
+                Fd::Shoal(_) if unsafe { refused(name) } => fail(libc::EOPNOTSUPP),
+                // SAFETY: the call's contract.
+                Fd::Shoal(s) => serve(Op::Xattr, || unsafe { shoal::$shoal(s, name, $($a),*) }),
+                Fd::Busy => busy(),
+            }
+        }
+    };
+}
+
+xattr_path!(getxattr, shoal_getxattr, named (value: *mut c_void, size: size_t) -> ssize_t);
+xattr_path!(lgetxattr, shoal_lgetxattr, named (value: *mut c_void, size: size_t) -> ssize_t);
+xattr_fd!(fgetxattr, shoal_fgetxattr, named (value: *mut c_void, size: size_t) -> ssize_t);
+xattr_path!(setxattr, shoal_setxattr, named (value: *const c_void, size: size_t, flags: c_int) -> c_int);
+xattr_path!(lsetxattr, shoal_lsetxattr, named (value: *const c_void, size: size_t, flags: c_int) -> c_int);
+xattr_fd!(fsetxattr, shoal_fsetxattr, named (value: *const c_void, size: size_t, flags: c_int) -> c_int);
+xattr_path!(listxattr, shoal_listxattr, (list: *mut c_char, size: size_t) -> ssize_t);
+xattr_path!(llistxattr, shoal_llistxattr, (list: *mut c_char, size: size_t) -> ssize_t);
+xattr_fd!(flistxattr, shoal_flistxattr, (list: *mut c_char, size: size_t) -> ssize_t);
+xattr_path!(removexattr, shoal_removexattr, named () -> c_int);
+xattr_path!(lremovexattr, shoal_lremovexattr, named () -> c_int);
+xattr_fd!(fremovexattr, shoal_fremovexattr, named () -> c_int);
+
+// ---------------------------------------------------------------- statfs
+
+/// statfs/statvfs of a Shoal descriptor: of the path it was opened by.
+fn fd_shoal_path(fd: c_int) -> Option<std::ffi::CString> {
+    state::shoal_of(&state::fd_local(fd)?)
+}
+
+macro_rules! statfs_calls {
+    ($path_fn:ident, $fd_fn:ident, $ty:ty, $shoal:ident, $real_path:ident, $real_fd:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $path_fn(path: *const c_char, buf: *mut $ty) -> c_int {
+            // SAFETY: the call's contract.
+            unsafe {
+                at(
+                    libc::AT_FDCWD,
+                    path,
+                    |t| {
+                        serve(Op::Statfs, || {
+                            shoal::$shoal(t.shoal.as_ptr(), buf as *mut _)
+                        })
+                    },
+                    |_, p| real::$real_path(p, buf as *mut _),
+                )
+            }
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn $fd_fn(fd: c_int, buf: *mut $ty) -> c_int {
+            match state::fd(fd) {
+                // SAFETY: the call's contract.
+                Fd::Kernel => unsafe { real::$real_fd(fd, buf as *mut _) },
+                Fd::Shoal(_) => match fd_shoal_path(fd) {
+                    // SAFETY: a NUL-terminated path; the caller's buffer.
+                    Some(p) => serve(Op::Statfs, || unsafe {
+                        shoal::$shoal(p.as_ptr(), buf as *mut _)
+                    }),
+                    None => fail(libc::EBADF),
+                },
+                Fd::Busy => busy(),
+            }
+        }
+    };
+}
+
+statfs_calls!(
+    statfs,
+    fstatfs,
+    libc::statfs,
+    shoal_statfs,
+    statfs64,
+    fstatfs64
+);
+statfs_calls!(
+    statfs64,
+    fstatfs64,
+    libc::statfs64,
+    shoal_statfs,
+    statfs64,
+    fstatfs64
+);
+statfs_calls!(
+    statvfs,
+    fstatvfs,
+    libc::statvfs,
+    shoal_statvfs,
+    statvfs64,
+    fstatvfs64
+);
+statfs_calls!(
+    statvfs64,
+    fstatvfs64,
+    libc::statvfs64,
+    shoal_statvfs,
+    statvfs64,
+    fstatvfs64
+);

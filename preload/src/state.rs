@@ -1,0 +1,482 @@
+//! What the interposer knows about the process: the Shoal prefixes (mount
+//! points, or `SHOAL_PREFIX`), whether libshoal is connected, the current
+//! directory when it is inside Shoal, the kernel descriptors that stand for
+//! libshoal descriptors, and the per-thread flag that sends the library's
+//! own calls (and a signal handler interrupting it) straight to libc.
+//!
+//! Every entry point asks [`fd`] or [`classify_at`] first. Until the library
+//! is initialised, inside the library on this thread, or when there is no
+//! Shoal prefix at all, both answer "the kernel's" without taking a lock or
+//! allocating: an unrelated call costs an atomic load and a compare.
+
+use std::cell::Cell;
+use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Mutex, OnceLock, RwLock};
+
+use libc::{c_char, c_int};
+
+use crate::paths;
+use crate::real;
+use crate::stats::{self, Op};
+
+/// Kernel descriptor numbers up to this can stand for Shoal descriptors.
+pub const MAX_FD: usize = 1 << 16;
+
+/// A Shoal prefix of this process's paths.
+pub struct Prefix {
+    /// Absolute, normalised: the mount point or `SHOAL_PREFIX`.
+    pub local: Vec<u8>,
+    /// The cluster file.
+    pub cluster: Vec<u8>,
+    /// Whether the kernel reaches the same files there (a Shoal mount), so
+    /// that a call the library does not serve can fall back to it.
+    pub mounted: bool,
+}
+
+/// The environment variable an exec hands a Shoal current directory on in.
+pub const CWD_VAR: &str = "SHOAL_PRELOAD_CWD";
+
+static READY: AtomicBool = AtomicBool::new(false);
+static PREFIXES: OnceLock<Vec<Prefix>> = OnceLock::new();
+/// The cluster file libshoal is connected to (one per process).
+static CONNECTED: OnceLock<Vec<u8>> = OnceLock::new();
+static CONNECTING: Mutex<()> = Mutex::new(());
+
+thread_local! {
+    static IN_LIB: Cell<bool> = const { Cell::new(false) };
+}
+
+/// While alive, this thread's calls go straight to libc.
+pub struct Guard(bool);
+
+impl Guard {
+    pub fn enter() -> Guard {
+        Guard(IN_LIB.with(|f| f.replace(true)))
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let was = self.0;
+        IN_LIB.with(|f| f.set(was));
+    }
+}
+
+pub fn in_lib() -> bool {
+    IN_LIB.with(|f| f.get())
+}
+
+pub fn ready() -> bool {
+    READY.load(Ordering::Acquire)
+}
+
+pub fn errno() -> c_int {
+    // SAFETY: this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+pub fn set_errno(e: c_int) {
+    // SAFETY: this thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Sets errno to `e` and returns -1 (of the caller's integer type).
+pub fn fail<T: From<i8>>(e: c_int) -> T {
+    set_errno(e);
+    T::from(-1)
+}
+
+/// Runs a call the library serves: this thread's libc calls go straight
+/// through meanwhile, and the wait is counted under `op`.
+pub fn serve<T>(op: Op, f: impl FnOnce() -> T) -> T {
+    let _g = Guard::enter();
+    let t0 = stats::start();
+    let r = f();
+    if t0.is_some() {
+        let e = errno();
+        stats::record(op, t0);
+        set_errno(e);
+    }
+    r
+}
+
+// ---------------------------------------------------------------- startup
+
+/// Reads the prefixes (SHOAL_CONFIG + SHOAL_PREFIX, and the Shoal mounts of
+/// /proc/self/mounts) and the current directory. Runs once, from the
+/// library's constructor, before READY: its own libc calls go to libc.
+pub fn init() {
+    real::prime();
+    let mounts = std::fs::read_to_string("/proc/self/mounts")
+        .map(|t| paths::shoal_mounts(&t))
+        .unwrap_or_default();
+    let mut prefixes: Vec<Prefix> = Vec::new();
+    if let (Some(config), Some(prefix)) = (
+        std::env::var_os("SHOAL_CONFIG"),
+        std::env::var_os("SHOAL_PREFIX"),
+    ) {
+        use std::os::unix::ffi::OsStrExt;
+        let config = std::fs::canonicalize(&config).unwrap_or_else(|_| config.into());
+        let prefix = std::path::absolute(&prefix).unwrap_or_else(|_| prefix.into());
+        let local = paths::normalize(prefix.as_os_str().as_bytes());
+        let mounted = mounts.iter().any(|(mp, _)| *mp == local);
+        prefixes.push(Prefix {
+            local,
+            cluster: config.as_os_str().as_bytes().to_vec(),
+            mounted,
+        });
+    }
+    for (mountpoint, cluster) in mounts {
+        if !prefixes.iter().any(|p| p.local == mountpoint) {
+            prefixes.push(Prefix {
+                local: mountpoint,
+                cluster,
+                mounted: true,
+            });
+        }
+    }
+    // The longest (innermost) prefix first.
+    prefixes.sort_by_key(|p| std::cmp::Reverse(p.local.len()));
+    if !prefixes.is_empty() {
+        if let Ok(dir) = std::env::current_dir() {
+            use std::os::unix::ffi::OsStrExt;
+            let dir = paths::normalize(dir.as_os_str().as_bytes());
+            // A Shoal cwd handed on by the exec that started this program
+            // (posix/process.rs), if the kernel's cwd is still what it was.
+            let handed = std::env::var_os(CWD_VAR).and_then(|v| {
+                let v = v.as_bytes();
+                let nl = v.iter().position(|&b| b == b'\n')?;
+                (paths::normalize(&v[..nl]) == dir).then(|| paths::normalize(&v[nl + 1..]))
+            });
+            let under_prefix =
+                |d: &[u8]| prefixes.iter().any(|p| paths::under(d, &p.local).is_some());
+            if let Some(h) = handed.filter(|h| under_prefix(h)) {
+                set_cwd(Some(h));
+            } else if under_prefix(&dir) {
+                set_cwd(Some(dir));
+            }
+        }
+    }
+    let _ = PREFIXES.set(prefixes);
+    READY.store(true, Ordering::Release);
+}
+
+pub fn prefixes() -> &'static [Prefix] {
+    PREFIXES.get().map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// Connects libshoal to `p`'s cluster if nothing is connected yet. Ok(false):
+/// the process is connected to another cluster (one per process), so `p`
+/// is left to the kernel.
+fn connect(p: &Prefix) -> Result<bool, c_int> {
+    if let Some(c) = CONNECTED.get() {
+        return Ok(*c == p.cluster);
+    }
+    let _g = Guard::enter();
+    let _lock = CONNECTING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = CONNECTED.get() {
+        return Ok(*c == p.cluster);
+    }
+    let file = CString::new(p.cluster.clone()).map_err(|_| libc::EINVAL)?;
+    // SAFETY: a NUL-terminated path.
+    if unsafe { shoal::shoal_connect(file.as_ptr()) } != 0 {
+        let e = errno();
+        if std::env::var_os("SHOAL_PRELOAD_DEBUG").is_some() {
+            // SAFETY: libshoal's message for this thread's last failure.
+            let msg = unsafe { CStr::from_ptr(shoal::shoal_last_error()) };
+            eprintln!("libshoal_preload: {}", msg.to_string_lossy());
+        }
+        return Err(e);
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&p.cluster));
+    if let Ok(config) = shoal_proto::cluster::ClusterConfig::load(path) {
+        crate::cache::set_ttl(config.settings.cache_ttl_ms);
+    }
+    let _ = CONNECTED.set(p.cluster.clone());
+    Ok(true)
+}
+
+// ---------------------------------------------------------------- paths
+
+/// A path the library serves.
+pub struct Target {
+    /// The absolute local path (under the prefix), normalised.
+    pub local: Vec<u8>,
+    /// The path inside Shoal.
+    pub shoal: CString,
+    /// Whether the kernel reaches it too (a mount).
+    pub mounted: bool,
+}
+
+impl Target {
+    pub fn shoal_bytes(&self) -> &[u8] {
+        self.shoal.to_bytes()
+    }
+}
+
+/// What a path argument names.
+pub enum Where {
+    /// The kernel's: the call goes to libc, with an absolute path in place
+    /// of a relative one if the library resolved it (relative to a current
+    /// directory or a directory descriptor of Shoal's).
+    Kernel(Option<CString>),
+    Shoal(Target),
+    /// Shoal's, but libshoal cannot connect: fail with this errno.
+    Fail(c_int),
+}
+
+impl Where {
+    /// The (dirfd, path) to give libc for a `Kernel` answer.
+    pub fn kernel_args(&self, dirfd: c_int, path: *const c_char) -> (c_int, *const c_char) {
+        match self {
+            Where::Kernel(Some(abs)) => (libc::AT_FDCWD, abs.as_ptr()),
+            _ => (dirfd, path),
+        }
+    }
+}
+
+/// Which side serves `path`, taken relative to `dirfd` (or the current
+/// directory for AT_FDCWD) as openat(2) does.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string.
+pub unsafe fn classify_at(dirfd: c_int, path: *const c_char) -> Where {
+    if path.is_null() || !ready() || in_lib() {
+        return Where::Kernel(None);
+    }
+    let prefixes = prefixes();
+    if prefixes.is_empty() {
+        return Where::Kernel(None);
+    }
+    // SAFETY: the caller's promise.
+    let p = unsafe { CStr::from_ptr(path) }.to_bytes();
+    if p.is_empty() {
+        return Where::Kernel(None);
+    }
+    let (abs, resolved): (std::borrow::Cow<[u8]>, bool) = if p[0] == b'/' {
+        if paths::needs_normalizing(p) {
+            (paths::normalize(p).into(), false)
+        } else {
+            (p.into(), false)
+        }
+    } else if dirfd == libc::AT_FDCWD {
+        match cwd() {
+            Some(dir) => (paths::join(&dir, p).into(), true),
+            None => return Where::Kernel(None),
+        }
+    } else {
+        match fd_local(dirfd) {
+            Some(dir) => (paths::join(&dir, p).into(), true),
+            None => return Where::Kernel(None),
+        }
+    };
+    let trailing = p.len() > 1 && p.ends_with(b"/");
+    for pre in prefixes {
+        let Some(rest) = paths::under(&abs, &pre.local) else {
+            continue;
+        };
+        match connect(pre) {
+            Ok(true) => {
+                let shoal = paths::shoal_path(rest, trailing);
+                return Where::Shoal(Target {
+                    local: abs.to_vec(),
+                    shoal: CString::new(shoal).unwrap_or_default(),
+                    mounted: pre.mounted,
+                });
+            }
+            Ok(false) => break,
+            Err(e) => return Where::Fail(e),
+        }
+    }
+    if resolved {
+        let mut k = abs.into_owned();
+        if trailing && k.len() > 1 {
+            k.push(b'/');
+        }
+        Where::Kernel(Some(CString::new(k).unwrap_or_default()))
+    } else {
+        Where::Kernel(None)
+    }
+}
+
+/// The prefix `local` is under.
+pub fn prefix_of(local: &[u8]) -> Option<&'static Prefix> {
+    prefixes()
+        .iter()
+        .find(|p| paths::under(local, &p.local).is_some())
+}
+
+/// The Shoal path of a local path under a prefix.
+pub fn shoal_of(local: &[u8]) -> Option<CString> {
+    let p = prefix_of(local)?;
+    let rest = paths::under(local, &p.local)?;
+    CString::new(paths::shoal_path(rest, false)).ok()
+}
+
+// ---------------------------------------------------------- current directory
+
+static CWD: RwLock<Option<Vec<u8>>> = RwLock::new(None);
+static HAS_CWD: AtomicBool = AtomicBool::new(false);
+
+/// The current directory if it is inside Shoal (absolute local path).
+pub fn cwd() -> Option<Vec<u8>> {
+    if !HAS_CWD.load(Ordering::Acquire) {
+        return None;
+    }
+    CWD.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+pub fn set_cwd(dir: Option<Vec<u8>>) {
+    let mut c = CWD.write().unwrap_or_else(|e| e.into_inner());
+    HAS_CWD.store(dir.is_some(), Ordering::Release);
+    *c = dir;
+}
+
+// ---------------------------------------------------------------- descriptors
+
+/// Kernel descriptor -> libshoal descriptor + 1 (0: not Shoal's).
+static FDS: [AtomicI32; MAX_FD] = [const { AtomicI32::new(0) }; MAX_FD];
+
+/// What the library keeps about one of its descriptors.
+pub struct FdInfo {
+    pub sfd: c_int,
+    /// Absolute local path it was opened by.
+    pub local: Vec<u8>,
+    /// open(2) flags (what F_GETFL answers), less O_CLOEXEC.
+    pub flags: c_int,
+    /// FD_CLOEXEC as the program sees it (the kernel descriptor always has
+    /// it, so that an exec never inherits a stand-in).
+    pub cloexec: bool,
+    pub mounted: bool,
+    /// An entry getdents64 read but had no room for.
+    pub pending: Option<Box<(shoal::shoal_dirent, libc::stat)>>,
+}
+
+type InfoMap = std::collections::HashMap<c_int, FdInfo>;
+static INFO: Mutex<Option<InfoMap>> = Mutex::new(None);
+
+pub fn with_info<T>(kfd: c_int, f: impl FnOnce(&mut FdInfo) -> T) -> Option<T> {
+    let mut m = INFO.lock().unwrap_or_else(|e| e.into_inner());
+    m.as_mut()?.get_mut(&kfd).map(f)
+}
+
+/// Who serves descriptor `fd`.
+pub enum Fd {
+    Kernel,
+    /// libshoal's descriptor.
+    Shoal(c_int),
+    /// One of the library's descriptors, used from inside the library on
+    /// this thread: a signal handler interrupted a Shoal call. Not served
+    /// (libshoal is not re-entrant), and not given to the kernel (whose
+    /// stand-in is /dev/null): EIO.
+    Busy,
+}
+
+pub fn fd(fd: c_int) -> Fd {
+    if !ready() {
+        return Fd::Kernel;
+    }
+    let Some(slot) = usize::try_from(fd).ok().and_then(|i| FDS.get(i)) else {
+        return Fd::Kernel;
+    };
+    match slot.load(Ordering::Acquire) {
+        0 => Fd::Kernel,
+        _ if in_lib() => Fd::Busy,
+        v => Fd::Shoal(v - 1),
+    }
+}
+
+/// Whether `fd` is one of the library's (whatever thread state).
+pub fn is_ours(fd: c_int) -> bool {
+    usize::try_from(fd)
+        .ok()
+        .and_then(|i| FDS.get(i))
+        .is_some_and(|s| s.load(Ordering::Acquire) != 0)
+}
+
+/// The local path a Shoal descriptor was opened by.
+pub fn fd_local(kfd: c_int) -> Option<Vec<u8>> {
+    if !is_ours(kfd) {
+        return None;
+    }
+    with_info(kfd, |i| i.local.clone())
+}
+
+/// A kernel descriptor to stand for a libshoal one: /dev/null opened with
+/// O_PATH (so that whatever reaches it without this library, glibc's
+/// internal calls or a raw system call, fails with EBADF rather than
+/// reading or writing /dev/null), close-on-exec.
+pub fn reserve() -> c_int {
+    // SAFETY: a NUL-terminated path.
+    unsafe {
+        real::openat(
+            libc::AT_FDCWD,
+            c"/dev/null".as_ptr(),
+            libc::O_PATH | libc::O_CLOEXEC,
+            0,
+        )
+    }
+}
+
+/// Makes kernel descriptor `kfd` (a reserved one) stand for `info.sfd`.
+pub fn register(kfd: c_int, info: FdInfo) -> Result<(), c_int> {
+    let Some(slot) = usize::try_from(kfd).ok().and_then(|i| FDS.get(i)) else {
+        return Err(libc::EMFILE);
+    };
+    let sfd = info.sfd;
+    INFO.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(Default::default)
+        .insert(kfd, info);
+    slot.store(sfd + 1, Ordering::Release);
+    Ok(())
+}
+
+/// Stops `kfd` standing for a libshoal descriptor; returns what it was.
+pub fn unregister(kfd: c_int) -> Option<FdInfo> {
+    let slot = usize::try_from(kfd).ok().and_then(|i| FDS.get(i))?;
+    slot.store(0, Ordering::Release);
+    INFO.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()?
+        .remove(&kfd)
+}
+
+/// A new kernel descriptor standing for libshoal's `sfd`; on failure `sfd`
+/// is closed and errno set.
+pub fn adopt(sfd: c_int, local: Vec<u8>, flags: c_int, mounted: bool) -> c_int {
+    let kfd = reserve();
+    let e = if kfd < 0 { errno() } else { 0 };
+    let info = FdInfo {
+        sfd,
+        local,
+        flags: flags & !libc::O_CLOEXEC,
+        cloexec: flags & libc::O_CLOEXEC != 0,
+        mounted,
+        pending: None,
+    };
+    if kfd >= 0 {
+        match register(kfd, info) {
+            Ok(()) => return kfd,
+            Err(err) => {
+                // SAFETY: the descriptor reserve() just opened.
+                unsafe { real::close(kfd) };
+                shoal::shoal_close(sfd);
+                return fail(err);
+            }
+        }
+    }
+    shoal::shoal_close(sfd);
+    fail(e)
+}
+
+/// Every kernel descriptor standing for a libshoal one, with its info.
+pub fn all_fds() -> Vec<c_int> {
+    INFO.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map(|m| m.keys().copied().collect())
+        .unwrap_or_default()
+}
