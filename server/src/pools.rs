@@ -26,7 +26,7 @@ use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::{CreateDatafilesReply, CreateDatafilesRequest, RemoveReply, RemoveRequest};
-use shoal_proto::Op;
+use shoal_proto::ops;
 use tokio::sync::{Mutex, Notify};
 
 use crate::keys;
@@ -194,9 +194,8 @@ impl Pools {
         }
         let reply: CreateDatafilesReply = self
             .peers
-            .call(
+            .call::<ops::CreateDatafiles>(
                 peer,
-                Op::CreateDatafiles,
                 &CreateDatafilesRequest { count: self.batch },
                 RPC_TIMEOUT,
             )
@@ -290,9 +289,8 @@ impl Pools {
             let calls = peers.iter().map(|p| async move {
                 let reply: CreateDatafilesReply = self
                     .peers
-                    .call(
+                    .call::<ops::CreateDatafiles>(
                         *p,
-                        Op::CreateDatafiles,
                         &CreateDatafilesRequest { count: 1 },
                         FILL_WAIT,
                     )
@@ -328,9 +326,8 @@ impl Pools {
             let peers = self.peers.clone();
             rt.spawn(async move {
                 let removed: Result<RemoveReply> = peers
-                    .call(
+                    .call::<ops::Remove>(
                         server_of(h),
-                        Op::Remove,
                         &RemoveRequest {
                             handle: h,
                             ..Default::default()

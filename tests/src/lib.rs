@@ -98,7 +98,7 @@ impl Builder {
             servers: (0..self.servers)
                 .map(|id| ServerEntry {
                     id,
-                    addr: shoal_proto::ports::free_loopback_addr().expect("a free port"),
+                    addr: shoal_net::ports::free_loopback_addr().expect("a free port"),
                     data: self
                         .data_dirs
                         .get(&id)

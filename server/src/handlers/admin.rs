@@ -6,9 +6,9 @@ use shoal_proto::msg::{PingReply, StatfsReply, StatsReply};
 
 use crate::service::{Reply, Service};
 
-pub fn ping(s: &Service) -> Result<Reply> {
+pub fn ping(s: &Service) -> Result<Reply<PingReply>> {
     let (low, high) = handle::range_of(s.id);
-    Ok(Reply::message(&PingReply {
+    Ok(Reply::new(PingReply {
         server_id: s.id,
         handle_low: low,
         handle_high: high,
@@ -16,7 +16,7 @@ pub fn ping(s: &Service) -> Result<Reply> {
     }))
 }
 
-pub fn statfs(s: &Service) -> Result<Reply> {
+pub fn statfs(s: &Service) -> Result<Reply<StatfsReply>> {
     let path = std::ffi::CString::new(s.data_dir.as_os_str().as_encoded_bytes())
         .map_err(|_| ShoalError::invalid("data directory path contains NUL"))?;
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -25,7 +25,7 @@ pub fn statfs(s: &Service) -> Result<Reply> {
         return Err(std::io::Error::last_os_error().into());
     }
     let frsize = st.f_frsize as u64;
-    Ok(Reply::message(&StatfsReply {
+    Ok(Reply::new(StatfsReply {
         total_bytes: st.f_blocks as u64 * frsize,
         free_bytes: st.f_bfree as u64 * frsize,
         avail_bytes: st.f_bavail as u64 * frsize,
@@ -33,8 +33,8 @@ pub fn statfs(s: &Service) -> Result<Reply> {
     }))
 }
 
-pub fn stats(s: &Service) -> Result<Reply> {
-    Ok(Reply::message(&StatsReply {
+pub fn stats(s: &Service) -> Result<Reply<StatsReply>> {
+    Ok(Reply::new(StatsReply {
         server_id: s.id,
         ops: s.stats.snapshot(),
         kv_syncs: s.stats.kv_syncs.load(std::sync::atomic::Ordering::Relaxed),

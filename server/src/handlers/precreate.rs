@@ -63,8 +63,11 @@ fn pools_empty_error(what: &str) -> ShoalError {
     )
 }
 
-pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
-    let q: CreateFileRequest = r.decode()?;
+pub fn create_file(
+    s: &Service,
+    r: &Request,
+    q: CreateFileRequest,
+) -> Result<Reply<CreateFileReply>> {
     let settings = &s.config.settings;
     if q.dir != 0 {
         shoal_proto::names::check_name(&q.name)?;
@@ -135,7 +138,7 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
         })?;
         if let Some((object, dir, taken)) = made {
             s.pools.taken(&taken);
-            return Ok(Reply::message(&CreateFileReply {
+            return Ok(Reply::new(CreateFileReply {
                 cap: caps::grant(s, &r.cred, &object),
                 object: Some(object),
                 dir,
@@ -179,7 +182,7 @@ fn create_without_metafile(
     q: &CreateFileRequest,
     attrs: Attributes,
     under: &DirHints,
-) -> Result<Reply> {
+) -> Result<Reply<CreateFileReply>> {
     let ((object, dir), syncs) = change(s, |txn| {
         let dir = entry_dir(s, r, q.dir, &q.name, under)?;
         let rec = ObjectRecord {
@@ -195,7 +198,7 @@ fn create_without_metafile(
         txn.put_entry(q.dir, &q.name, rec.handle, ObjectKind::Datafile);
         Ok((rec, touch_dir(txn, dir, Some(ObjectKind::Datafile), None)))
     })?;
-    Ok(Reply::message(&CreateFileReply {
+    Ok(Reply::new(CreateFileReply {
         object: Some(object),
         dir: Some(dir),
         cap: None,
@@ -231,14 +234,13 @@ fn entry_dir(
     Ok(rec)
 }
 
-pub fn unstuff(s: &Service, r: &Request) -> Result<Reply> {
-    let q: UnstuffRequest = r.decode()?;
+pub fn unstuff(s: &Service, r: &Request, q: UnstuffRequest) -> Result<Reply<UnstuffReply>> {
     let file = s.meta.get(q.handle)?;
     let dist = file_dist(q.handle, &file)?;
     let reply = |dist: Distribution| {
         let mut file = file.clone();
         file.dist = Some(dist.clone());
-        Reply::message(&UnstuffReply {
+        Reply::new(UnstuffReply {
             cap: caps::grant(s, &r.cred, &file),
             dist: Some(dist),
         })
