@@ -296,6 +296,7 @@ impl Gen<'_, '_> {
                 parent: self.handle()?,
                 target: self.name()?,
                 hints: self.hints()?,
+                rdev: self.u.arbitrary()?,
             }
             .encode_to_vec(),
             Op::CreateDatafiles => CreateDatafilesRequest {

@@ -38,6 +38,10 @@ pub fn stats(s: &Service) -> Result<Reply<StatsReply>> {
         server_id: s.id,
         ops: s.stats.snapshot(),
         kv_syncs: s.stats.kv_syncs.load(std::sync::atomic::Ordering::Relaxed),
+        commit_stalls: s
+            .stats
+            .commit_stalls
+            .load(std::sync::atomic::Ordering::Relaxed),
         uptime_ms: s.started.elapsed().as_millis() as u64,
     }))
 }

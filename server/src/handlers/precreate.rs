@@ -100,7 +100,7 @@ pub fn create_file(
     };
     let started = Instant::now();
     while may_retry(started) {
-        s.pools.ensure(&s.meta, &remote)?;
+        s.pools.ensure(&s.meta, &s.commit, &remote)?;
         let (made, syncs) = change(s, |txn| {
             // Colocate: the entry goes in the same step; check it first so a
             // refused name takes nothing from the pools.
@@ -131,7 +131,7 @@ pub fn create_file(
             };
             txn.insert_object(&rec);
             let dir = dir.map(|dir| {
-                txn.put_entry(q.dir, &q.name, meta, ObjectKind::Metafile);
+                txn.put_entry_to_new(q.dir, &q.name, meta, ObjectKind::Metafile);
                 touch_dir(txn, dir, Some(ObjectKind::Metafile), None)
             });
             Ok(Some((rec, dir, taken)))
@@ -195,7 +195,7 @@ fn create_without_metafile(
             ..Default::default()
         };
         txn.insert_object(&rec);
-        txn.put_entry(q.dir, &q.name, rec.handle, ObjectKind::Datafile);
+        txn.put_entry_to_new(q.dir, &q.name, rec.handle, ObjectKind::Datafile);
         Ok((rec, touch_dir(txn, dir, Some(ObjectKind::Datafile), None)))
     })?;
     Ok(Reply::new(CreateFileReply {
@@ -266,7 +266,7 @@ pub fn unstuff(s: &Service, r: &Request, q: UnstuffRequest) -> Result<Reply<Unst
     if s.config.settings.precreate {
         let started = Instant::now();
         while may_retry(started) {
-            s.pools.ensure(&s.meta, &remote)?;
+            s.pools.ensure(&s.meta, &s.commit, &remote)?;
             let (done, syncs) = change(s, |txn| {
                 let mut rec = s.meta.get(q.handle)?;
                 let mut dist = rec.dist.clone().unwrap_or_default();
@@ -293,7 +293,7 @@ pub fn unstuff(s: &Service, r: &Request, q: UnstuffRequest) -> Result<Reply<Unst
     }
     // Without precreate: create the remote datafiles now, then set them
     // unless another unstuff got there first (then they are not needed).
-    let created = s.pools.create_remote(&remote)?;
+    let created = s.pools.create_remote(&s.commit, &remote)?;
     shoal_proto::crash_point!(shoal_proto::crash_points::UNSTUFF_AFTER_CREATE);
     let ((dist, used), syncs) = change(s, |txn| {
         let mut rec = s.meta.get(q.handle)?;
