@@ -1,5 +1,5 @@
 //! The test kit: `Cluster::builder().servers(4).set("k=v").start()` starts real
-//! `shoal server` processes on free loopback ports (`shoal_proto::ports`) in a
+//! `shoal server` processes on free loopback ports (`shoal_net::ports`) in a
 //! temporary directory, mounts the file system when asked, and stops and
 //! removes everything on drop.
 //!
