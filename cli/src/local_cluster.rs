@@ -11,10 +11,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use shoal_net::ports::free_loopback_addr;
 use shoal_proto::auth::Secret;
 use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings};
 use shoal_proto::error::{Result, ShoalError};
-use shoal_proto::ports::free_loopback_addr;
 
 #[derive(Default, Serialize, Deserialize)]
 pub struct State {

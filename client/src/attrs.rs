@@ -7,7 +7,7 @@ use shoal_proto::dist;
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
-use shoal_proto::{ObjectKind, Op};
+use shoal_proto::{ops, ObjectKind};
 
 use crate::{Attr, Client, FileKind, Layout, SetAttr, SetTime, StatFs};
 
@@ -36,12 +36,7 @@ impl Client {
         }
         let reply: GetAttrReply = self
             .pool()
-            .call(
-                server_of(h),
-                self.cred,
-                Op::GetAttr,
-                &GetAttrRequest { handle: h },
-            )
+            .call::<ops::GetAttr>(server_of(h), self.cred, &GetAttrRequest { handle: h })
             .await?;
         self.remember_cap(reply.cap);
         let rec = reply
@@ -135,12 +130,7 @@ impl Client {
     pub(crate) async fn get_record(&self, h: Handle) -> Result<ObjectRecord> {
         let reply: GetAttrReply = self
             .pool()
-            .call(
-                server_of(h),
-                self.cred,
-                Op::GetAttr,
-                &GetAttrRequest { handle: h },
-            )
+            .call::<ops::GetAttr>(server_of(h), self.cred, &GetAttrRequest { handle: h })
             .await?;
         self.remember_cap(reply.cap);
         reply
@@ -159,12 +149,7 @@ impl Client {
             |(server, handles)| async move {
                 let reply: GetSizesReply = self
                     .pool()
-                    .call(
-                        server,
-                        self.cred,
-                        Op::GetSizes,
-                        &GetSizesRequest { handles },
-                    )
+                    .call::<ops::GetSizes>(server, self.cred, &GetSizesRequest { handles })
                     .await?;
                 Ok::<_, ShoalError>(reply.sizes)
             },
@@ -244,7 +229,7 @@ impl Client {
         if req.mask != 0 {
             let _: SetAttrReply = self
                 .pool()
-                .call(server_of(h), self.cred, Op::SetAttr, &req)
+                .call::<ops::SetAttr>(server_of(h), self.cred, &req)
                 .await?;
         }
         if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() {
@@ -263,10 +248,9 @@ impl Client {
         replace_only: bool,
     ) -> Result<()> {
         self.pool()
-            .call::<Empty>(
+            .call::<ops::SetXattr>(
                 server_of(h),
                 self.cred,
-                Op::SetXattr,
                 &SetXattrRequest {
                     handle: h,
                     name: name.to_string(),
@@ -283,10 +267,9 @@ impl Client {
     pub async fn getxattr(&self, h: Handle, name: &str) -> Result<Vec<u8>> {
         let reply: GetXattrReply = self
             .pool()
-            .call(
+            .call::<ops::GetXattr>(
                 server_of(h),
                 self.cred,
-                Op::GetXattr,
                 &GetXattrRequest {
                     handle: h,
                     name: name.to_string(),
@@ -299,22 +282,16 @@ impl Client {
     pub async fn listxattr(&self, h: Handle) -> Result<Vec<String>> {
         let reply: ListXattrReply = self
             .pool()
-            .call(
-                server_of(h),
-                self.cred,
-                Op::ListXattr,
-                &ListXattrRequest { handle: h },
-            )
+            .call::<ops::ListXattr>(server_of(h), self.cred, &ListXattrRequest { handle: h })
             .await?;
         Ok(reply.names)
     }
 
     pub async fn removexattr(&self, h: Handle, name: &str) -> Result<()> {
         self.pool()
-            .call::<Empty>(
+            .call::<ops::RemoveXattr>(
                 server_of(h),
                 self.cred,
-                Op::RemoveXattr,
                 &RemoveXattrRequest {
                     handle: h,
                     name: name.to_string(),
@@ -329,7 +306,7 @@ impl Client {
     pub async fn statfs(&self) -> Result<StatFs> {
         let replies = futures::future::try_join_all((0..self.num_servers()).map(|s| async move {
             self.pool()
-                .call::<StatfsReply>(s, self.cred, Op::Statfs, &Empty {})
+                .call::<ops::Statfs>(s, self.cred, &Empty {})
                 .await
         }))
         .await?;
@@ -351,7 +328,7 @@ impl Client {
     /// Per-operation counters of `server`.
     pub async fn server_stats(&self, server: u32) -> Result<StatsReply> {
         self.pool()
-            .call(server, self.cred, Op::Stats, &Empty {})
+            .call::<ops::Stats>(server, self.cred, &Empty {})
             .await
     }
 }

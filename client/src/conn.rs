@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
+use shoal_net::sink::FrameSink;
 use shoal_proto::auth::{client_handshake, Secret};
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{read_frame, Frame, Kind};
 use shoal_proto::msg::ErrorReply;
-use shoal_proto::sink::FrameSink;
 use shoal_proto::{Cred, Op};
 use tokio::io::BufReader;
 use tokio::net::TcpStream;

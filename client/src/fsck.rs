@@ -25,7 +25,7 @@ use shoal_proto::error::{Errno, Result};
 use shoal_proto::handle::{self, server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::time::now_ns;
-use shoal_proto::{ObjectKind, Op};
+use shoal_proto::{ops, ObjectKind};
 
 use crate::Client;
 
@@ -89,10 +89,9 @@ impl Client {
         loop {
             let page: ScanReply = self
                 .pool()
-                .call(
+                .call::<ops::Scan>(
                     server,
                     self.cred,
-                    Op::Scan,
                     &ScanRequest {
                         what: what as i32,
                         after: after.clone(),
@@ -227,10 +226,9 @@ impl Client {
         for s in &servers {
             let files: ScanReply = self
                 .pool()
-                .call(
+                .call::<ops::Scan>(
                     *s,
                     self.cred,
-                    Op::Scan,
                     &ScanRequest {
                         what: ScanWhat::ScanOrphanFiles as i32,
                         repair,
@@ -261,10 +259,9 @@ impl Client {
         for (h, dir) in &report.stale_parents {
             ignore_missing(
                 self.pool()
-                    .call::<Empty>(
+                    .call::<ops::SetParent>(
                         server_of(*h),
                         self.cred,
-                        Op::SetParent,
                         &SetParentRequest {
                             dir: *h,
                             parent: *dir,
@@ -276,10 +273,9 @@ impl Client {
         for (h, found, _) in &report.wrong_counts {
             ignore_missing(
                 self.pool()
-                    .call::<LinkReply>(
+                    .call::<ops::Link>(
                         server_of(*h),
                         self.cred,
-                        Op::Link,
                         &LinkRequest {
                             handle: *h,
                             fsck_set: Some(*found),
@@ -293,12 +289,7 @@ impl Client {
         for d in &report.stale_marks {
             ignore_missing(
                 self.pool()
-                    .call::<Empty>(
-                        server_of(*d),
-                        self.cred,
-                        Op::RmdirAbort,
-                        &RmdirRequest { dir: *d },
-                    )
+                    .call::<ops::RmdirAbort>(server_of(*d), self.cred, &RmdirRequest { dir: *d })
                     .await,
             )?;
         }
@@ -314,10 +305,9 @@ impl Client {
         for (h, _) in &report.orphans {
             let removed = self
                 .pool()
-                .call::<RemoveReply>(
+                .call::<ops::Remove>(
                     server_of(*h),
                     self.cred,
-                    Op::Remove,
                     &RemoveRequest {
                         handle: *h,
                         ..Default::default()
@@ -333,10 +323,9 @@ impl Client {
     async fn drop_entry(&self, dir: Handle, name: &str, h: Handle) -> Result<()> {
         let removed = self
             .pool()
-            .call::<RmDirEntReply>(
+            .call::<ops::RmDirEnt>(
                 server_of(dir),
                 self.cred,
-                Op::RmDirEnt,
                 &RmDirEntRequest {
                     dir,
                     name: name.to_string(),

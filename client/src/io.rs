@@ -18,14 +18,13 @@
 //! the datafile's server checks.
 
 use bytes::{Bytes, BytesMut};
-use prost::Message;
 use shoal_proto::capability::{ANY, READ, WRITE};
 use shoal_proto::cluster::SyncMode;
 use shoal_proto::dist;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
-use shoal_proto::{ObjectKind, Op};
+use shoal_proto::{ops, ObjectKind};
 
 use crate::Client;
 
@@ -64,10 +63,9 @@ impl Client {
     async fn rendezvous(&self, c: &Chunk, write: bool, cap: &Option<Capability>) -> Result<u64> {
         let reply: RendezvousReply = self
             .pool()
-            .call(
+            .call::<ops::Rendezvous>(
                 server_of(c.datafile),
                 self.cred,
-                Op::Rendezvous,
                 &RendezvousRequest {
                     handle: c.datafile,
                     offset: c.local_offset,
@@ -85,12 +83,7 @@ impl Client {
     pub async fn unstuff(&self, h: Handle) -> Result<Distribution> {
         let reply: UnstuffReply = self
             .pool()
-            .call(
-                server_of(h),
-                self.cred,
-                Op::Unstuff,
-                &UnstuffRequest { handle: h },
-            )
+            .call::<ops::Unstuff>(server_of(h), self.cred, &UnstuffRequest { handle: h })
             .await?;
         self.remember_cap(reply.cap);
         let dist = reply
@@ -186,23 +179,19 @@ impl Client {
                 if !self.is_eager(c.len) {
                     self.rendezvous(c, true, cap).await?;
                 }
-                let body = prost::Message::encode_to_vec(&WriteRequest {
-                    handle: c.datafile,
-                    offset: c.local_offset,
-                    cap: cap.clone(),
-                });
-                let reply = self
+                let (reply, _) = self
                     .pool()
-                    .call_raw(
+                    .call_with_payload::<ops::Write>(
                         server_of(c.datafile),
                         self.cred,
-                        Op::Write,
-                        body.into(),
+                        &WriteRequest {
+                            handle: c.datafile,
+                            offset: c.local_offset,
+                            cap: cap.clone(),
+                        },
                         payload,
                     )
                     .await?;
-                let reply = WriteReply::decode(reply.body)
-                    .map_err(|e| ShoalError::protocol(format!("write reply: {e}")))?;
                 self.changed(h, c.datafile, reply.verifier, cap).await
             }
         }))
@@ -250,26 +239,24 @@ impl Client {
             if !self.is_eager(c.len) && self.rendezvous(c, false, cap).await? == 0 {
                 return Ok(Bytes::new());
             }
-            let body = prost::Message::encode_to_vec(&ReadRequest {
-                handle: c.datafile,
-                offset: c.local_offset,
-                length: c.len as u64,
-                cap: cap.clone(),
-            });
-            let reply = self
+            let (_, data) = self
                 .pool()
-                .call_raw(
+                .call_with_payload::<ops::Read>(
                     server_of(c.datafile),
                     self.cred,
-                    Op::Read,
-                    body.into(),
+                    &ReadRequest {
+                        handle: c.datafile,
+                        offset: c.local_offset,
+                        length: c.len as u64,
+                        cap: cap.clone(),
+                    },
                     Bytes::new(),
                 )
                 .await?;
-            if reply.payload.len() > c.len {
+            if data.len() > c.len {
                 return Err(ShoalError::protocol("read reply longer than asked"));
             }
-            Ok(reply.payload)
+            Ok(data)
         }))
         .await?;
         let all_full = chunks.iter().zip(&parts).all(|(c, p)| p.len() == c.len);
@@ -351,10 +338,9 @@ impl Client {
             let local = dist::local_size(dist.strip_size.max(1), n, i, size);
             let reply: TruncateReply = self
                 .pool()
-                .call(
+                .call::<ops::Truncate>(
                     server_of(*d),
                     self.cred,
-                    Op::Truncate,
                     &TruncateRequest {
                         handle: *d,
                         size: local,
@@ -400,10 +386,9 @@ impl Client {
     async fn commit(&self, t: Handle, cap: &Option<Capability>) -> Result<(u32, u64)> {
         let reply: FsyncReply = self
             .pool()
-            .call(
+            .call::<ops::Fsync>(
                 server_of(t),
                 self.cred,
-                Op::Fsync,
                 &FsyncRequest {
                     handle: t,
                     cap: cap.clone(),

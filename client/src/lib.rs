@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::Result;
 use shoal_proto::msg::{DirHints, Distribution, PingReply};
-use shoal_proto::{Handle, Op};
+use shoal_proto::{ops, Handle, Operation};
 
 pub use shoal_proto::error::{Errno, ShoalError};
 pub use types::*;
@@ -90,7 +90,7 @@ impl Client {
                 unstable: Default::default(),
                 pool: Pool::new(config),
             }),
-            cred: Cred::current(),
+            cred: current_cred(),
         }
     }
 
@@ -125,7 +125,7 @@ impl Client {
         let pings = (0..self.num_servers()).map(|s| async move {
             let reply: PingReply = self
                 .pool()
-                .call(s, self.cred, Op::Ping, &shoal_proto::msg::Empty {})
+                .call::<ops::Ping>(s, self.cred, &shoal_proto::msg::Empty {})
                 .await?;
             if reply.server_id != s {
                 return Err(ShoalError::invalid(format!(
@@ -141,13 +141,8 @@ impl Client {
 
     /// Sends one raw protocol request to `server` (administration tools and
     /// tests that must take single steps, e.g. to leave what a crash leaves).
-    pub async fn call<R: prost::Message + Default>(
-        &self,
-        server: u32,
-        op: Op,
-        request: &impl prost::Message,
-    ) -> Result<R> {
-        self.pool().call(server, self.cred, op, request).await
+    pub async fn call<O: Operation>(&self, server: u32, request: &O::Request) -> Result<O::Reply> {
+        self.pool().call::<O>(server, self.cred, request).await
     }
 
     /// Next server for a new object, round robin from a per-process start.

@@ -8,7 +8,7 @@ use shoal_proto::handle::{self, server_of, Handle};
 use shoal_proto::hints::{new_file, NewFile};
 use shoal_proto::msg::*;
 use shoal_proto::names::{check_name, split_path};
-use shoal_proto::{crash_points, ObjectKind, Op};
+use shoal_proto::{crash_points, ops, ObjectKind};
 
 use crate::known_dirs::EntryChange;
 use crate::{Attr, Client, DirEntry, FileKind, Unlinked};
@@ -128,10 +128,9 @@ impl Client {
         want_attrs: bool,
     ) -> Result<LookupReply> {
         self.pool()
-            .call(
+            .call::<ops::Lookup>(
                 server_of(dir),
                 self.cred,
-                Op::Lookup,
                 &LookupRequest {
                     dir,
                     name: name.to_string(),
@@ -225,7 +224,7 @@ impl Client {
     async fn create_object(&self, server: u32, req: CreateObjectRequest) -> Result<Handle> {
         let reply: CreateObjectReply = self
             .pool()
-            .call(server, self.cred, Op::CreateObject, &req)
+            .call::<ops::CreateObject>(server, self.cred, &req)
             .await?;
         Ok(reply.handle)
     }
@@ -248,9 +247,9 @@ impl Client {
             replace: false,
             created_under,
         };
-        let send =
-            self.pool()
-                .call::<CrDirEntReply>(server_of(dir), self.cred, Op::CrDirEnt, &request);
+        let send = self
+            .pool()
+            .call::<ops::CrDirEnt>(server_of(dir), self.cred, &request);
         let reply = self
             .change_entries(
                 dir,
@@ -334,12 +333,7 @@ impl Client {
         let created = futures::future::join_all(servers.iter().map(|s| async move {
             let reply: CreateDatafilesReply = self
                 .pool()
-                .call(
-                    *s,
-                    self.cred,
-                    Op::CreateDatafiles,
-                    &CreateDatafilesRequest { count: 1 },
-                )
+                .call::<ops::CreateDatafiles>(*s, self.cred, &CreateDatafilesRequest { count: 1 })
                 .await?;
             reply
                 .handles
@@ -360,10 +354,9 @@ impl Client {
             Some(e) => Err(e),
             None => self
                 .pool()
-                .call::<SetDistReply>(
+                .call::<ops::SetDist>(
                     meta_server,
                     self.cred,
-                    Op::SetDist,
                     &SetDistRequest {
                         handle: meta,
                         dist: Some(dist.clone()),
@@ -469,7 +462,7 @@ impl Client {
         };
         let send = self
             .pool()
-            .call::<CreateFileReply>(server, self.cred, Op::CreateFile, &request);
+            .call::<ops::CreateFile>(server, self.cred, &request);
         // With colocate the entry is made in the same request.
         let reply = self
             .change_entries(
@@ -631,7 +624,7 @@ impl Client {
         let (dir, name) = (req.dir, req.name.clone());
         let send = self
             .pool()
-            .call::<RmDirEntReply>(server_of(dir), self.cred, Op::RmDirEnt, &req);
+            .call::<ops::RmDirEnt>(server_of(dir), self.cred, &req);
         let reply = self
             .change_entries(
                 dir,
@@ -656,7 +649,7 @@ impl Client {
         debug_assert_eq!(req.handle, h);
         let reply: RemoveReply = self
             .pool()
-            .call(server_of(h), self.cred, Op::Remove, &req)
+            .call::<ops::Remove>(server_of(h), self.cred, &req)
             .await?;
         self.forget(h);
         Ok(reply)
@@ -743,10 +736,9 @@ impl Client {
     async fn drop_link(&self, h: Handle, keep: bool) -> Result<Unlinked> {
         let sent: Result<LinkReply> = self
             .pool()
-            .call(
+            .call::<ops::Link>(
                 server_of(h),
                 self.cred,
-                Op::Link,
                 &LinkRequest {
                     handle: h,
                     drop: true,
@@ -797,10 +789,9 @@ impl Client {
         check_name(new_name)?;
         let reply: LinkReply = self
             .pool()
-            .call(
+            .call::<ops::Link>(
                 server_of(h),
                 self.cred,
-                Op::Link,
                 &LinkRequest {
                     handle: h,
                     ..Default::default()
@@ -872,12 +863,7 @@ impl Client {
 
     async fn prepare_rmdir(&self, h: Handle) -> Result<()> {
         self.pool()
-            .call::<Empty>(
-                server_of(h),
-                self.cred,
-                Op::RmdirPrepare,
-                &RmdirRequest { dir: h },
-            )
+            .call::<ops::RmdirPrepare>(server_of(h), self.cred, &RmdirRequest { dir: h })
             .await
             .map(|_| ())
     }
@@ -885,12 +871,7 @@ impl Client {
     async fn abort_rmdir(&self, h: Handle) {
         if let Err(e) = self
             .pool()
-            .call::<Empty>(
-                server_of(h),
-                self.cred,
-                Op::RmdirAbort,
-                &RmdirRequest { dir: h },
-            )
+            .call::<ops::RmdirAbort>(server_of(h), self.cred, &RmdirRequest { dir: h })
             .await
         {
             tracing::warn!("could not clear the removal mark of {h:#x}: {e}");
@@ -1052,10 +1033,9 @@ impl Client {
         if dir == new_dir {
             let reply: RenameEntryReply = self
                 .pool()
-                .call(
+                .call::<ops::RenameEntry>(
                     server_of(dir),
                     self.cred,
-                    Op::RenameEntry,
                     &RenameEntryRequest {
                         dir,
                         old_name: name.to_string(),
@@ -1074,10 +1054,9 @@ impl Client {
         if !is_dir {
             // The new name is counted before it exists.
             self.pool()
-                .call::<LinkReply>(
+                .call::<ops::Link>(
                     server_of(h),
                     self.cred,
-                    Op::Link,
                     &LinkRequest {
                         handle: h,
                         ..Default::default()
@@ -1087,10 +1066,9 @@ impl Client {
         }
         let added: Result<CrDirEntReply> = self
             .pool()
-            .call(
+            .call::<ops::CrDirEnt>(
                 server_of(new_dir),
                 self.cred,
-                Op::CrDirEnt,
                 &CrDirEntRequest {
                     dir: new_dir,
                     name: new_name.to_string(),
@@ -1137,10 +1115,9 @@ impl Client {
     /// SetParentRequest).
     async fn set_parent(&self, h: Handle, parent: Handle) -> Result<()> {
         self.pool()
-            .call::<Empty>(
+            .call::<ops::SetParent>(
                 server_of(h),
                 self.cred,
-                Op::SetParent,
                 &SetParentRequest { dir: h, parent },
             )
             .await
@@ -1188,10 +1165,9 @@ impl Client {
     ) -> Result<(Vec<DirEntry>, bool)> {
         let reply: ReaddirReply = self
             .pool()
-            .call(
+            .call::<ops::Readdir>(
                 server_of(dir),
                 self.cred,
-                Op::Readdir,
                 &ReaddirRequest {
                     dir,
                     start_after: start_after.to_string(),

@@ -7,8 +7,7 @@ use bytes::Bytes;
 use prost::Message;
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Result, ShoalError};
-use shoal_proto::frame::Frame;
-use shoal_proto::Op;
+use shoal_proto::{Op, Operation};
 use tokio::sync::Mutex;
 
 use crate::conn::Connection;
@@ -54,17 +53,32 @@ impl Pool {
         Ok(c)
     }
 
-    /// Sends a raw request to `server`.
-    pub async fn call_raw(
+    /// Sends operation `O` with `request` to `server` and decodes its reply.
+    pub async fn call<O: Operation>(
         &self,
         server: u32,
         cred: Cred,
-        op: Op,
-        body: Bytes,
+        request: &O::Request,
+    ) -> Result<O::Reply> {
+        Ok(self
+            .call_with_payload::<O>(server, cred, request, Bytes::new())
+            .await?
+            .0)
+    }
+
+    /// Sends operation `O` with `request` and raw `payload` (file data) to
+    /// `server`; returns the decoded reply and the reply's payload.
+    pub async fn call_with_payload<O: Operation>(
+        &self,
+        server: u32,
+        cred: Cred,
+        request: &O::Request,
         payload: Bytes,
-    ) -> Result<Frame> {
+    ) -> Result<(O::Reply, Bytes)> {
+        let op = O::OP;
+        let body = Bytes::from(request.encode_to_vec());
         let conn = self.connection(server).await?;
-        match conn.call(op, cred, body.clone(), payload.clone()).await {
+        let reply = match conn.call(op, cred, body.clone(), payload.clone()).await {
             // A request that only reads can safely go again on a fresh connection.
             Err(e) if !conn.is_alive() && !op.modifies_metadata() && op != Op::Write => {
                 tracing::debug!("retrying {} on a new connection: {e}", op.name());
@@ -72,28 +86,10 @@ impl Pool {
                 conn.call(op, cred, body, payload).await
             }
             other => other,
-        }
-    }
-
-    /// Sends `request` to `server` and decodes the reply body as `R`.
-    pub async fn call<R: Message + Default>(
-        &self,
-        server: u32,
-        cred: Cred,
-        op: Op,
-        request: &impl Message,
-    ) -> Result<R> {
-        let reply = self
-            .call_raw(
-                server,
-                cred,
-                op,
-                Bytes::from(request.encode_to_vec()),
-                Bytes::new(),
-            )
-            .await?;
-        R::decode(reply.body).map_err(|e| {
+        }?;
+        let decoded = O::Reply::decode(reply.body).map_err(|e| {
             ShoalError::protocol(format!("{} reply from server {server}: {e}", op.name()))
-        })
+        })?;
+        Ok((decoded, reply.payload))
     }
 }

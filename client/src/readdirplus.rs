@@ -19,7 +19,7 @@ use futures::StreamExt;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
-use shoal_proto::{ObjectKind, Op};
+use shoal_proto::{ops, ObjectKind};
 
 use crate::{Attr, Client, DirEntry};
 
@@ -186,10 +186,9 @@ impl Client {
                 let handles: Vec<Handle> = hs.into_iter().collect();
                 let reply = self
                     .pool()
-                    .call::<GetSizesReply>(
+                    .call::<ops::GetSizes>(
                         server,
                         self.cred,
-                        Op::GetSizes,
                         &GetSizesRequest {
                             handles: handles.clone(),
                         },
@@ -251,10 +250,9 @@ impl Client {
         Box::pin(async move {
             let reply = self
                 .pool()
-                .call::<ListAttrReply>(
+                .call::<ops::ListAttr>(
                     server,
                     self.cred,
-                    Op::ListAttr,
                     &ListAttrRequest {
                         handles: handles.clone(),
                     },

@@ -7,6 +7,28 @@ use shoal_proto::{Handle, ObjectKind};
 /// permission checks (uid, gid and supplementary groups).
 pub use shoal_proto::Cred;
 
+/// The credentials of this process: real uid and gid, and its
+/// supplementary groups from getgroups(2).
+pub fn current_cred() -> Cred {
+    // SAFETY: getuid and getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    Cred::new(uid, gid).with_groups(&process_groups())
+}
+
+/// This process's supplementary groups (empty if getgroups fails).
+fn process_groups() -> Vec<u32> {
+    // SAFETY: with a size of 0, getgroups only returns the count.
+    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    if n <= 0 {
+        return Vec::new();
+    }
+    let mut groups = vec![0 as libc::gid_t; n as usize];
+    // SAFETY: the buffer holds `n` gids, the size we pass.
+    let got = unsafe { libc::getgroups(n, groups.as_mut_ptr()) };
+    groups.truncate(got.max(0) as usize);
+    groups
+}
+
 /// The kind of a namespace object as users see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FileKind {
@@ -193,5 +215,18 @@ impl Unlinked {
         } else {
             Unlinked::Named
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_current_process_has_its_ids() {
+        let c = current_cred();
+        // SAFETY: getuid cannot fail.
+        assert_eq!(c.uid, unsafe { libc::getuid() });
+        assert!(!c.groups().contains(&c.gid));
     }
 }

@@ -529,7 +529,14 @@ impl Filesystem for ShoalFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        // The buffer belongs to the loop thread: copy it before going async.
+        // The one copy of the data in this process, and it cannot go: fuser
+        // 0.18 lends `data` from the loop thread's receive buffer, which the
+        // next request read from /dev/fuse overwrites, and has no write that
+        // hands over an owned buffer (nor splice). The write below outlives
+        // this call (it awaits the layout, a capability, perhaps a
+        // rendezvous), so it must own its bytes. From here on none is copied:
+        // the client slices this buffer per datafile and the connection
+        // writes the slices to the socket as they are.
         let data = Bytes::copy_from_slice(data);
         let c = self.caller(req);
         self.run(

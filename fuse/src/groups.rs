@@ -71,7 +71,7 @@ mod tests {
         assert_eq!(groups.of(0), Vec::<u32>::new());
         assert_eq!(groups.of(u32::MAX), Vec::<u32>::new());
         // This process: what getgroups(2) says.
-        let me = shoal_proto::Cred::current();
+        let me = shoal_client::current_cred();
         let mine = groups.of(std::process::id());
         assert_eq!(
             shoal_proto::Cred::new(me.uid, me.gid).with_groups(&mine),

@@ -296,6 +296,7 @@ impl Gen<'_, '_> {
                 parent: self.handle()?,
                 target: self.name()?,
                 hints: self.hints()?,
+                rdev: self.u.arbitrary()?,
             }
             .encode_to_vec(),
             Op::CreateDatafiles => CreateDatafilesRequest {
@@ -498,49 +499,6 @@ impl Gen<'_, '_> {
     }
 }
 
-fn decodes<M: Message + Default>(body: &Bytes) -> bool {
-    M::decode(body.clone()).is_ok()
-}
-
-/// Whether `body` is a valid reply body for a successful `op`; None for an
-/// operation this target does not know.
-fn reply_body_ok(op: Op, body: &Bytes) -> Option<bool> {
-    Some(match op {
-        Op::Ping => decodes::<PingReply>(body),
-        Op::Lookup => decodes::<LookupReply>(body),
-        Op::GetAttr => decodes::<GetAttrReply>(body),
-        Op::SetAttr => decodes::<SetAttrReply>(body),
-        Op::CreateObject => decodes::<CreateObjectReply>(body),
-        Op::CreateDatafiles => decodes::<CreateDatafilesReply>(body),
-        Op::CrDirEnt => decodes::<CrDirEntReply>(body),
-        Op::RmDirEnt => decodes::<RmDirEntReply>(body),
-        Op::RenameEntry => decodes::<RenameEntryReply>(body),
-        Op::Readdir => decodes::<ReaddirReply>(body),
-        Op::Remove => decodes::<RemoveReply>(body),
-        Op::Write => decodes::<WriteReply>(body),
-        Op::GetSizes => decodes::<GetSizesReply>(body),
-        Op::GetXattr => decodes::<GetXattrReply>(body),
-        Op::ListXattr => decodes::<ListXattrReply>(body),
-        Op::Statfs => decodes::<StatfsReply>(body),
-        Op::Stats => decodes::<StatsReply>(body),
-        Op::CreateFile => decodes::<CreateFileReply>(body),
-        Op::Unstuff => decodes::<UnstuffReply>(body),
-        Op::ListAttr => decodes::<ListAttrReply>(body),
-        Op::Rendezvous => decodes::<RendezvousReply>(body),
-        Op::SetDist
-        | Op::RmdirPrepare
-        | Op::RmdirAbort
-        | Op::SetParent
-        | Op::Read
-        | Op::Truncate
-        | Op::Fsync
-        | Op::SetXattr
-        | Op::RemoveXattr => decodes::<Empty>(body),
-        #[allow(unreachable_patterns)]
-        _ => return None,
-    })
-}
-
 /// Handles a successful reply names, so later requests can use them.
 fn learn(op: Op, reply: &Frame, known: &mut Vec<Handle>) {
     let b = reply.body.clone();
@@ -616,9 +574,11 @@ fn check_reply(req: &Frame, reply: &Frame) {
         }
         return;
     }
-    if let Some(ok) = reply_body_ok(q.op, &reply.body) {
-        assert!(ok, "{} reply body does not decode", q.op.name());
-    }
+    assert!(
+        q.op.reply_decodes(&reply.body),
+        "{} reply body does not decode",
+        q.op.name()
+    );
     if q.op == Op::Read {
         if let Ok(rq) = ReadRequest::decode(req.body.clone()) {
             assert!(

@@ -103,28 +103,6 @@ impl Cred {
         let groups: Vec<u32> = self.groups().iter().map(|g| squash(*g)).collect();
         Cred::new(squash(self.uid), squash(self.gid)).with_groups(&groups)
     }
-
-    /// The credentials of this process: real uid and gid, and its
-    /// supplementary groups from getgroups(2).
-    pub fn current() -> Cred {
-        // SAFETY: getuid and getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        Cred::new(uid, gid).with_groups(&process_groups())
-    }
-}
-
-/// This process's supplementary groups (empty if getgroups fails).
-fn process_groups() -> Vec<u32> {
-    // SAFETY: with a size of 0, getgroups only returns the count.
-    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
-    if n <= 0 {
-        return Vec::new();
-    }
-    let mut groups = vec![0 as libc::gid_t; n as usize];
-    // SAFETY: the buffer holds `n` gids, the size we pass.
-    let got = unsafe { libc::getgroups(n, groups.as_mut_ptr()) };
-    groups.truncate(got.max(0) as usize);
-    groups
 }
 
 #[cfg(test)]
@@ -154,13 +132,5 @@ mod tests {
         assert_eq!((s.uid, s.gid, s.groups()), (1000, NOBODY, &[20][..]));
         let plain = Cred::new(1000, 1000).with_groups(&[20]);
         assert_eq!(plain.squashed(), plain);
-    }
-
-    #[test]
-    fn the_current_process_has_its_ids() {
-        let c = Cred::current();
-        // SAFETY: getuid cannot fail.
-        assert_eq!(c.uid, unsafe { libc::getuid() });
-        assert!(!c.groups().contains(&c.gid));
     }
 }

@@ -5,9 +5,9 @@
 //! space ([`handle`]), striping arithmetic ([`dist`]), directory hints
 //! ([`hints`]), name validation ([`names`]), the cluster file ([`cluster`]),
 //! the authentication handshake ([`auth`]), who a request acts for
-//! ([`cred`]), the data rights a file's server grants ([`capability`]),
-//! the sending side of a connection ([`sink`]) and free loopback ports for
-//! local clusters ([`ports`]).
+//! ([`cred`]) and the data rights a file's server grants ([`capability`]).
+//! It holds the wire only: the socket's sending side and free ports are in
+//! `shoal-net`, the syscalls that read a process's credentials in the client.
 
 pub mod auth;
 pub mod capability;
@@ -21,8 +21,6 @@ pub mod handle;
 pub mod hints;
 pub mod names;
 pub mod op;
-pub mod ports;
-pub mod sink;
 pub mod time;
 
 /// The protobuf messages generated from `shoal.proto`.
@@ -34,7 +32,7 @@ pub use cred::Cred;
 pub use error::{Errno, ShoalError};
 pub use handle::Handle;
 pub use msg::ObjectKind;
-pub use op::Op;
+pub use op::{ops, Op, Operation};
 
 /// Crash points: places where a crash matters for consistency (between a
 /// change and its sync, between steps of a multi-server operation). Each is

@@ -1,148 +1,128 @@
-//! The operation table: the code in each frame header and the messages it carries.
+//! The operation table: the code in each frame header, the request and reply
+//! messages it carries, and whether it changes metadata, declared once in
+//! `ops!` below. From it come the [`Op`] enum (the code on the wire), its
+//! `ALL`, `from_code`, `name` and `modifies_metadata`, and one marker type
+//! per operation in [`ops`] that ties the code to its messages
+//! ([`Operation`]): a client calls `pool.call::<ops::Lookup>(server, cred,
+//! &req)` and gets a `LookupReply`, so a request cannot be sent under the
+//! wrong code or its reply read as the wrong message.
 
-/// One request type. The numeric code is on the wire: never renumber.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u16)]
-pub enum Op {
-    Ping = 1,
-    Lookup = 2,
-    GetAttr = 3,
-    SetAttr = 4,
-    CreateObject = 5,
-    CreateDatafiles = 6,
-    SetDist = 7,
-    CrDirEnt = 8,
-    RmDirEnt = 9,
-    RenameEntry = 10,
-    Readdir = 11,
-    Remove = 12,
-    RmdirPrepare = 13,
-    RmdirAbort = 14,
-    SetParent = 15,
-    Read = 16,
-    Write = 17,
-    Truncate = 18,
-    Fsync = 19,
-    GetSizes = 20,
-    SetXattr = 21,
-    GetXattr = 22,
-    ListXattr = 23,
-    RemoveXattr = 24,
-    Statfs = 25,
-    Stats = 26,
-    CreateFile = 27,
-    Unstuff = 28,
-    ListAttr = 29,
-    Rendezvous = 30,
-    Scan = 31,
-    Link = 32,
+use crate::msg::*;
+
+/// One operation of the table: its code and the messages it carries.
+/// Implemented by the marker types in [`ops`].
+pub trait Operation {
+    /// The code in the frame header.
+    const OP: Op;
+    /// The request body.
+    type Request: prost::Message + Default;
+    /// The body of a successful reply (a failed one carries `ErrorReply`).
+    type Reply: prost::Message + Default;
+}
+
+/// Declares the operation table. Each row:
+/// `code => Name("name", Request => Reply, modifies metadata?)`.
+macro_rules! ops {
+    ($($(#[$doc:meta])* $code:literal => $op:ident($name:literal, $req:ty => $rep:ty, $modifies:literal),)*) => {
+        /// One request type. The numeric code is on the wire: never renumber.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u16)]
+        pub enum Op {
+            $($(#[$doc])* $op = $code,)*
+        }
+
+        impl Op {
+            /// Every operation, in code order.
+            pub const ALL: [Op; [$($code),*].len()] = [$(Op::$op),*];
+
+            pub fn from_code(code: u16) -> Option<Op> {
+                match code {
+                    $($code => Some(Op::$op),)*
+                    _ => None,
+                }
+            }
+
+            /// Lower-case name used in statistics and logs.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Op::$op => $name,)*
+                }
+            }
+
+            /// Whether the request changes metadata and so must be durable
+            /// before its reply.
+            pub fn modifies_metadata(self) -> bool {
+                match self {
+                    $(Op::$op => $modifies,)*
+                }
+            }
+
+            /// Whether `body` decodes as this operation's reply message.
+            pub fn reply_decodes(self, body: &[u8]) -> bool {
+                match self {
+                    $(Op::$op => <$rep as prost::Message>::decode(body).is_ok(),)*
+                }
+            }
+        }
+
+        /// One marker type per operation, named as its [`Op`], that ties the
+        /// code to its request and reply messages.
+        pub mod ops {
+            use super::*;
+            $(
+                $(#[$doc])*
+                pub enum $op {}
+                impl Operation for $op {
+                    const OP: Op = Op::$op;
+                    type Request = $req;
+                    type Reply = $rep;
+                }
+            )*
+        }
+    };
+}
+
+ops! {
+    1 => Ping("ping", Empty => PingReply, false),
+    2 => Lookup("lookup", LookupRequest => LookupReply, false),
+    3 => GetAttr("getattr", GetAttrRequest => GetAttrReply, false),
+    4 => SetAttr("setattr", SetAttrRequest => SetAttrReply, true),
+    5 => CreateObject("create_object", CreateObjectRequest => CreateObjectReply, true),
+    6 => CreateDatafiles("create_datafiles", CreateDatafilesRequest => CreateDatafilesReply, true),
+    7 => SetDist("set_dist", SetDistRequest => SetDistReply, true),
+    8 => CrDirEnt("crdirent", CrDirEntRequest => CrDirEntReply, true),
+    9 => RmDirEnt("rmdirent", RmDirEntRequest => RmDirEntReply, true),
+    10 => RenameEntry("rename_entry", RenameEntryRequest => RenameEntryReply, true),
+    11 => Readdir("readdir", ReaddirRequest => ReaddirReply, false),
+    12 => Remove("remove", RemoveRequest => RemoveReply, true),
+    13 => RmdirPrepare("rmdir_prepare", RmdirRequest => Empty, true),
+    14 => RmdirAbort("rmdir_abort", RmdirRequest => Empty, true),
+    15 => SetParent("set_parent", SetParentRequest => Empty, true),
+    /// The data read travels as the reply's payload.
+    16 => Read("read", ReadRequest => Empty, false),
+    /// The data written travels as the request's payload.
+    17 => Write("write", WriteRequest => WriteReply, false),
+    18 => Truncate("truncate", TruncateRequest => TruncateReply, true),
+    19 => Fsync("fsync", FsyncRequest => FsyncReply, false),
+    20 => GetSizes("get_sizes", GetSizesRequest => GetSizesReply, false),
+    21 => SetXattr("setxattr", SetXattrRequest => Empty, true),
+    22 => GetXattr("getxattr", GetXattrRequest => GetXattrReply, false),
+    23 => ListXattr("listxattr", ListXattrRequest => ListXattrReply, false),
+    24 => RemoveXattr("removexattr", RemoveXattrRequest => Empty, true),
+    25 => Statfs("statfs", Empty => StatfsReply, false),
+    26 => Stats("stats", Empty => StatsReply, false),
+    27 => CreateFile("create_file", CreateFileRequest => CreateFileReply, true),
+    28 => Unstuff("unstuff", UnstuffRequest => UnstuffReply, true),
+    29 => ListAttr("listattr", ListAttrRequest => ListAttrReply, false),
+    30 => Rendezvous("rendezvous", RendezvousRequest => RendezvousReply, false),
+    31 => Scan("scan", ScanRequest => ScanReply, false),
+    32 => Link("link", LinkRequest => LinkReply, true),
 }
 
 impl Op {
-    pub const ALL: [Op; 32] = [
-        Op::Ping,
-        Op::Lookup,
-        Op::GetAttr,
-        Op::SetAttr,
-        Op::CreateObject,
-        Op::CreateDatafiles,
-        Op::SetDist,
-        Op::CrDirEnt,
-        Op::RmDirEnt,
-        Op::RenameEntry,
-        Op::Readdir,
-        Op::Remove,
-        Op::RmdirPrepare,
-        Op::RmdirAbort,
-        Op::SetParent,
-        Op::Read,
-        Op::Write,
-        Op::Truncate,
-        Op::Fsync,
-        Op::GetSizes,
-        Op::SetXattr,
-        Op::GetXattr,
-        Op::ListXattr,
-        Op::RemoveXattr,
-        Op::Statfs,
-        Op::Stats,
-        Op::CreateFile,
-        Op::Unstuff,
-        Op::ListAttr,
-        Op::Rendezvous,
-        Op::Scan,
-        Op::Link,
-    ];
-
-    pub fn from_code(code: u16) -> Option<Op> {
-        Op::ALL.iter().copied().find(|op| *op as u16 == code)
-    }
-
     /// Index into per-operation tables (0-based, dense).
     pub fn index(self) -> usize {
         self as usize - 1
-    }
-
-    /// Lower-case name used in statistics and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Ping => "ping",
-            Op::Lookup => "lookup",
-            Op::GetAttr => "getattr",
-            Op::SetAttr => "setattr",
-            Op::CreateObject => "create_object",
-            Op::CreateDatafiles => "create_datafiles",
-            Op::SetDist => "set_dist",
-            Op::CrDirEnt => "crdirent",
-            Op::RmDirEnt => "rmdirent",
-            Op::RenameEntry => "rename_entry",
-            Op::Readdir => "readdir",
-            Op::Remove => "remove",
-            Op::RmdirPrepare => "rmdir_prepare",
-            Op::RmdirAbort => "rmdir_abort",
-            Op::SetParent => "set_parent",
-            Op::Read => "read",
-            Op::Write => "write",
-            Op::Truncate => "truncate",
-            Op::Fsync => "fsync",
-            Op::GetSizes => "get_sizes",
-            Op::SetXattr => "setxattr",
-            Op::GetXattr => "getxattr",
-            Op::ListXattr => "listxattr",
-            Op::RemoveXattr => "removexattr",
-            Op::Statfs => "statfs",
-            Op::Stats => "stats",
-            Op::CreateFile => "create_file",
-            Op::Unstuff => "unstuff",
-            Op::ListAttr => "listattr",
-            Op::Rendezvous => "rendezvous",
-            Op::Scan => "scan",
-            Op::Link => "link",
-        }
-    }
-
-    /// Whether the request changes metadata and so must be durable before its reply.
-    pub fn modifies_metadata(self) -> bool {
-        matches!(
-            self,
-            Op::SetAttr
-                | Op::CreateObject
-                | Op::CreateDatafiles
-                | Op::SetDist
-                | Op::CrDirEnt
-                | Op::RmDirEnt
-                | Op::RenameEntry
-                | Op::Remove
-                | Op::RmdirPrepare
-                | Op::RmdirAbort
-                | Op::SetParent
-                | Op::Truncate
-                | Op::SetXattr
-                | Op::RemoveXattr
-                | Op::CreateFile
-                | Op::Unstuff
-                | Op::Link
-        )
     }
 }
 
@@ -158,5 +138,60 @@ mod tests {
         }
         assert_eq!(Op::from_code(0), None);
         assert_eq!(Op::from_code(Op::ALL.len() as u16 + 1), None);
+    }
+
+    /// The codes are on the wire: these must never change.
+    #[test]
+    fn codes_and_names_are_as_they_always_were() {
+        let table: Vec<(u16, &str, bool)> = Op::ALL
+            .iter()
+            .map(|op| (*op as u16, op.name(), op.modifies_metadata()))
+            .collect();
+        let expected = [
+            (1, "ping", false),
+            (2, "lookup", false),
+            (3, "getattr", false),
+            (4, "setattr", true),
+            (5, "create_object", true),
+            (6, "create_datafiles", true),
+            (7, "set_dist", true),
+            (8, "crdirent", true),
+            (9, "rmdirent", true),
+            (10, "rename_entry", true),
+            (11, "readdir", false),
+            (12, "remove", true),
+            (13, "rmdir_prepare", true),
+            (14, "rmdir_abort", true),
+            (15, "set_parent", true),
+            (16, "read", false),
+            (17, "write", false),
+            (18, "truncate", true),
+            (19, "fsync", false),
+            (20, "get_sizes", false),
+            (21, "setxattr", true),
+            (22, "getxattr", false),
+            (23, "listxattr", false),
+            (24, "removexattr", true),
+            (25, "statfs", false),
+            (26, "stats", false),
+            (27, "create_file", true),
+            (28, "unstuff", true),
+            (29, "listattr", false),
+            (30, "rendezvous", false),
+            (31, "scan", false),
+            (32, "link", true),
+        ];
+        assert_eq!(table, expected);
+    }
+
+    #[test]
+    fn markers_carry_their_op() {
+        fn op_of<O: Operation>() -> Op {
+            O::OP
+        }
+        assert_eq!(op_of::<ops::Lookup>(), Op::Lookup);
+        assert_eq!(op_of::<ops::CreateFile>() as u16, 27);
+        assert!(Op::Ping.reply_decodes(&[]));
+        assert!(!Op::Lookup.reply_decodes(&[0xff]));
     }
 }

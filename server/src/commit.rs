@@ -110,6 +110,11 @@ struct State {
     urgent: bool,
     /// A sync is running (only one at a time).
     syncing: bool,
+    /// Syncs started (sealed groups) and syncs ended: the commit sequence.
+    /// Each sync takes the next number when it seals its group and ends
+    /// before the next one starts, so `ended` only ever grows by one.
+    started: u64,
+    ended: u64,
 }
 
 /// Requests that share one sync; `result` is set when that sync ends.
@@ -208,6 +213,8 @@ fn commit_failed(e: ShoalError) -> ShoalError {
 struct SyncInProgress<'a> {
     inner: &'a Inner,
     group: Arc<Group>,
+    /// This sync's place in the commit sequence.
+    seq: u64,
     result: Option<Result<()>>,
 }
 
@@ -218,6 +225,14 @@ impl Drop for SyncInProgress<'_> {
             .take()
             .unwrap_or_else(|| Err(ShoalError::io("the KV sync panicked")));
         let mut st = lock(self.inner);
+        assert!(
+            st.syncing && self.seq == st.ended + 1 && self.seq == st.started,
+            "commit sequence out of order: sync {} ended after {} of {} started",
+            self.seq,
+            st.ended,
+            st.started
+        );
+        st.ended = self.seq;
         let _ = self.group.result.set(result);
         st.syncing = false;
         self.inner.wake.notify_all();
@@ -256,6 +271,8 @@ impl CommitQueue {
                     open_since: None,
                     urgent: false,
                     syncing: false,
+                    started: 0,
+                    ended: 0,
                 }),
                 wake: Condvar::new(),
             }),
@@ -283,7 +300,8 @@ impl CommitQueue {
     }
 
     /// For a handler about to wait on something other than this server's
-    /// store (a call to a peer): leaves the scheduling queue now. Requests
+    /// store (a call to a peer: `Pools::ensure`, `Pools::create_remote`,
+    /// `access`): leaves the scheduling queue now. Requests
     /// deferred behind it would otherwise wait for it, and if the peer's
     /// reply itself waits on a deferred request there, for each other (until
     /// the stall limit). Its later apply then decides like a request that
@@ -368,6 +386,7 @@ impl CommitQueue {
             if !st.syncing && self.flush_due(&st) {
                 debug_assert!(Arc::ptr_eq(&st.open, &group));
                 if !(st.urgent || st.scheduled < self.low || st.queued >= self.high) {
+                    stats.commit_stalls.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(
                         queued = st.queued,
                         scheduled = st.scheduled,
@@ -382,11 +401,15 @@ impl CommitQueue {
                 st.queued = 0;
                 st.open_since = None;
                 st.urgent = false;
+                assert_eq!(st.started, st.ended, "a sync started while another ran");
                 st.syncing = true;
+                st.started += 1;
+                let seq = st.started;
                 drop(st);
                 let mut running = SyncInProgress {
                     inner: &self.inner,
                     group: group.clone(),
+                    seq,
                     result: None,
                 };
                 let result = sync_counted(kv, stats);

@@ -16,9 +16,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use shoal_net::sink::FrameSink;
 use shoal_proto::auth::{server_handshake, Refusal, Secret};
 use shoal_proto::frame::{read_frame_timeout, FrameError, Kind};
-use shoal_proto::sink::FrameSink;
 use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;

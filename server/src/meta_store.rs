@@ -33,6 +33,10 @@ pub struct Txn {
     pub batch: Batch,
     objects_delta: i64,
     allocated: bool,
+    /// Objects this transaction stores as new (debug builds:
+    /// [`Txn::put_entry_to_new`] checks its entry against them).
+    #[cfg(debug_assertions)]
+    new_objects: Vec<Handle>,
 }
 
 impl Txn {
@@ -44,6 +48,8 @@ impl Txn {
     pub fn insert_object(&mut self, rec: &ObjectRecord) {
         self.put_object(rec);
         self.objects_delta += 1;
+        #[cfg(debug_assertions)]
+        self.new_objects.push(rec.handle);
     }
     /// Deletes an object record (uncounts it); other keys are the caller's.
     pub fn delete_object(&mut self, handle: Handle) {
@@ -53,6 +59,17 @@ impl Txn {
     pub fn put_entry(&mut self, dir: Handle, name: &str, handle: Handle, kind: ObjectKind) {
         self.batch
             .put(keys::entry(dir, name), keys::encode_entry(handle, kind));
+    }
+    /// Adds the entry of an object this same transaction creates (a create
+    /// that makes the object and its entry in one step): asserted in debug
+    /// builds, where the test suite runs.
+    pub fn put_entry_to_new(&mut self, dir: Handle, name: &str, handle: Handle, kind: ObjectKind) {
+        #[cfg(debug_assertions)]
+        debug_assert!(
+            self.new_objects.contains(&handle),
+            "entry {name:?} of {dir:#x} names {handle:#x}, which this transaction does not create"
+        );
+        self.put_entry(dir, name, handle, kind);
     }
     pub fn delete_entry(&mut self, dir: Handle, name: &str) {
         self.batch.delete(keys::entry(dir, name));
@@ -120,7 +137,14 @@ impl MetaStore {
     pub fn alloc(&self, txn: &mut Txn) -> Handle {
         let counter = self.last_counter.fetch_add(1, Ordering::SeqCst) + 1;
         txn.allocated = true;
-        handle::make(self.server_id, counter)
+        let h = handle::make(self.server_id, counter);
+        let (low, high) = handle::range_of(self.server_id);
+        assert!(
+            (low..high).contains(&h),
+            "handle {h:#x} allocated outside server {}'s range",
+            self.server_id
+        );
+        h
     }
 
     /// Checks that `h` is a handle this server owns.

@@ -16,8 +16,8 @@ use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{read_frame, write_frame, Frame, Kind};
 use shoal_proto::handle::{server_of, Handle};
-use shoal_proto::msg::{ErrorReply, GetAttrReply, GetAttrRequest, ObjectRecord};
-use shoal_proto::{Cred, Op};
+use shoal_proto::msg::{ErrorReply, GetAttrRequest, ObjectRecord};
+use shoal_proto::{ops, Cred, Operation};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -58,13 +58,13 @@ impl Peers {
     /// Sends `request` to server `peer` and decodes its reply; fails with
     /// ETIMEDOUT if the whole exchange (connecting included) takes longer
     /// than `timeout`, and with the peer's errno if it answers with an error.
-    pub async fn call<R: Message + Default>(
+    pub async fn call<O: Operation>(
         &self,
         peer: u32,
-        op: Op,
-        request: &impl Message,
+        request: &O::Request,
         timeout: Duration,
-    ) -> Result<R> {
+    ) -> Result<O::Reply> {
+        let op = O::OP;
         if peer == self.id {
             return Err(ShoalError::invalid("a server does not call itself"));
         }
@@ -115,7 +115,7 @@ impl Peers {
                 format!("server {peer}: {} failed: {message}", op.name()),
             ));
         }
-        R::decode(reply.body).map_err(|e| {
+        O::Reply::decode(reply.body).map_err(|e| {
             ShoalError::protocol(format!("{} reply from server {peer}: {e}", op.name()))
         })
     }
@@ -127,9 +127,8 @@ impl Peers {
     pub fn record(&self, h: Handle) -> Result<ObjectRecord> {
         let rt = tokio::runtime::Handle::try_current()
             .map_err(|_| ShoalError::io("server peers are used outside the server's runtime"))?;
-        let reply: GetAttrReply = rt.block_on(self.call(
+        let reply = rt.block_on(self.call::<ops::GetAttr>(
             server_of(h),
-            Op::GetAttr,
             &GetAttrRequest { handle: h },
             RECORD_WAIT,
         ))?;

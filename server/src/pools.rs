@@ -26,9 +26,10 @@ use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::{CreateDatafilesReply, CreateDatafilesRequest, RemoveReply, RemoveRequest};
-use shoal_proto::Op;
+use shoal_proto::ops;
 use tokio::sync::{Mutex, Notify};
 
+use crate::commit::CommitQueue;
 use crate::keys;
 use crate::meta_store::{MetaStore, Txn};
 use crate::peers::Peers;
@@ -148,7 +149,11 @@ impl Pools {
     /// Makes sure every pool named in `peers` (one entry per datafile needed)
     /// holds enough handles, filling empty ones now. Blocks at most
     /// [`FILL_WAIT`]; an unreachable peer is an error naming it.
-    pub fn ensure(&self, meta: &MetaStore, peers: &[u32]) -> Result<()> {
+    ///
+    /// A request that must wait leaves `commit`'s scheduling queue first
+    /// (`CommitQueue::leave_scheduling_queue`): the requests deferred behind
+    /// it must not wait for a peer.
+    pub fn ensure(&self, meta: &MetaStore, commit: &CommitQueue, peers: &[u32]) -> Result<()> {
         let mut need: Vec<(u32, u64)> = Vec::new();
         for p in peers {
             match need.iter_mut().find(|(q, _)| q == p) {
@@ -160,6 +165,7 @@ impl Pools {
         if need.is_empty() {
             return Ok(());
         }
+        commit.leave_scheduling_queue();
         self.block_on(async {
             let fills = need.iter().map(|(p, n)| async move {
                 tokio::time::timeout(FILL_WAIT, self.fill(meta, *p, *n))
@@ -194,9 +200,8 @@ impl Pools {
         }
         let reply: CreateDatafilesReply = self
             .peers
-            .call(
+            .call::<ops::CreateDatafiles>(
                 peer,
-                Op::CreateDatafiles,
                 &CreateDatafilesRequest { count: self.batch },
                 RPC_TIMEOUT,
             )
@@ -261,6 +266,7 @@ impl Pools {
         for p in peers {
             let list = &mut picked.iter_mut().find(|(q, _)| q == p).expect("picked").1;
             let h = list.remove(0);
+            assert_eq!(server_of(h), *p, "pool of server {p} holds {h:#x}");
             txn.batch.delete(pool_key(h));
             out.push(h);
         }
@@ -282,17 +288,18 @@ impl Pools {
 
     /// Without precreate: creates one datafile on each of `peers` now (all
     /// at once), waiting at most [`FILL_WAIT`].
-    pub fn create_remote(&self, peers: &[u32]) -> Result<Vec<Handle>> {
+    /// Leaves `commit`'s scheduling queue first, as [`Pools::ensure`] does.
+    pub fn create_remote(&self, commit: &CommitQueue, peers: &[u32]) -> Result<Vec<Handle>> {
         if peers.is_empty() {
             return Ok(Vec::new());
         }
+        commit.leave_scheduling_queue();
         let created: Vec<Result<Handle>> = self.block_on(async {
             let calls = peers.iter().map(|p| async move {
                 let reply: CreateDatafilesReply = self
                     .peers
-                    .call(
+                    .call::<ops::CreateDatafiles>(
                         *p,
-                        Op::CreateDatafiles,
                         &CreateDatafilesRequest { count: 1 },
                         FILL_WAIT,
                     )
@@ -328,9 +335,8 @@ impl Pools {
             let peers = self.peers.clone();
             rt.spawn(async move {
                 let removed: Result<RemoveReply> = peers
-                    .call(
+                    .call::<ops::Remove>(
                         server_of(h),
-                        Op::Remove,
                         &RemoveRequest {
                             handle: h,
                             ..Default::default()
@@ -415,7 +421,7 @@ async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
 mod tests {
     use super::*;
     use crate::kv::MemEngine;
-    use shoal_proto::cluster::{ServerEntry, Settings};
+    use shoal_proto::cluster::{ServerEntry, Settings, SyncMode};
     use shoal_proto::handle::make;
 
     fn config(n: u32) -> ClusterConfig {
@@ -472,12 +478,93 @@ mod tests {
         let started = std::time::Instant::now();
         let err = rt
             .block_on(async {
-                tokio::task::spawn_blocking(move || pools.ensure(&meta, &[1]))
-                    .await
-                    .unwrap()
+                tokio::task::spawn_blocking(move || {
+                    pools.ensure(&meta, &CommitQueue::new(SyncMode::Full), &[1])
+                })
+                .await
+                .unwrap()
             })
             .unwrap_err();
         assert!(started.elapsed() <= FILL_WAIT + Duration::from_secs(1));
         assert!(err.message.contains("server 1"), "{}", err.message);
+    }
+
+    /// A create that waits for an empty pool's refill (a peer) leaves the
+    /// commit queue's scheduling queue, so a request applied meanwhile syncs
+    /// at once instead of being deferred behind it until the stall limit
+    /// (the safety valve, counted in `commit_stalls`).
+    #[test]
+    fn a_create_waiting_for_a_refill_does_not_hold_back_other_commits() {
+        use crate::service::Service;
+        use bytes::Bytes;
+        use prost::Message;
+        use shoal_proto::frame::Frame;
+        use shoal_proto::msg::CreateFileRequest;
+        use shoal_proto::{Cred, Op};
+        use std::io::Read;
+
+        // Server 1 is a peer that takes requests and never answers.
+        let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut config = config(2);
+        config.servers[1].addr = peer.local_addr().unwrap();
+        let (asked_tx, asked) = std::sync::mpsc::channel();
+        let silent = std::thread::spawn(move || {
+            let (mut conn, _) = peer.accept().unwrap();
+            let mut byte = [0u8; 1];
+            conn.read_exact(&mut byte).unwrap();
+            asked_tx.send(()).unwrap();
+            conn
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(
+            Service::with_engine(config, 0, Arc::new(MemEngine::default()), dir.path()).unwrap(),
+        );
+        assert!(s.config.settings.coalescing && s.config.settings.precreate);
+        assert_eq!(s.pools.count(1), 0);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let request =
+            |op: Op, body: Vec<u8>| Frame::request(op, 1, Cred::ROOT, body.into(), Bytes::new());
+
+        // A create of a two-datafile file: its pool for server 1 is empty,
+        // so it waits on server 1.
+        let create = request(
+            Op::CreateFile,
+            CreateFileRequest {
+                num_dfiles: 2,
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        );
+        let waiting = rt.spawn_blocking({
+            let s = s.clone();
+            move || {
+                let ticket = s.commit.schedule(Op::CreateFile);
+                s.handle_scheduled(&create, ticket)
+            }
+        });
+        asked.recv().unwrap();
+        assert_eq!(s.commit.scheduled(), 0, "the waiting create left the queue");
+
+        // Meanwhile another request changes metadata here.
+        let other = request(
+            Op::CreateDatafiles,
+            shoal_proto::msg::CreateDatafilesRequest { count: 1 }.encode_to_vec(),
+        );
+        let reply = s.handle_scheduled(&other, s.commit.schedule(Op::CreateDatafiles));
+        assert_eq!(reply.header.status, 0);
+        assert_eq!(
+            s.stats.commit_stalls.load(Ordering::Relaxed),
+            0,
+            "the request waited for the stall limit behind the create"
+        );
+
+        // The peer goes away: the create fails, clearly.
+        drop(silent.join().unwrap());
+        let failed = rt.block_on(waiting).unwrap();
+        assert_ne!(failed.header.status, 0);
     }
 }

@@ -11,7 +11,7 @@ use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::frame::{Frame, Header};
 use shoal_proto::msg::ErrorReply;
-use shoal_proto::Cred;
+use shoal_proto::{Cred, Operation};
 
 use crate::commit::{CommitQueue, Ticket, TicketScope};
 use crate::data_store::DataStore;
@@ -50,25 +50,42 @@ pub struct Request<'a> {
     pub payload: &'a Bytes,
 }
 
-/// What a handler returns: the encoded reply body, raw payload, syncs it took.
+/// What a handler returns: its reply message `M` (the reply of its
+/// operation, see `handlers::dispatch`), raw payload, syncs it took.
 #[derive(Default)]
-pub struct Reply {
-    pub body: Bytes,
+pub struct Reply<M> {
+    pub message: M,
     pub payload: Bytes,
     pub syncs: u64,
 }
 
-impl Reply {
-    pub fn message(m: &impl Message) -> Reply {
+impl<M: Message> Reply<M> {
+    pub fn new(message: M) -> Reply<M> {
         Reply {
-            body: Bytes::from(m.encode_to_vec()),
-            ..Default::default()
+            message,
+            payload: Bytes::new(),
+            syncs: 0,
         }
     }
-    pub fn with_syncs(mut self, syncs: u64) -> Reply {
+    pub fn with_syncs(mut self, syncs: u64) -> Reply<M> {
         self.syncs = syncs;
         self
     }
+    /// The reply as it goes on the wire.
+    pub fn encode(self) -> Encoded {
+        Encoded {
+            body: Bytes::from(self.message.encode_to_vec()),
+            payload: self.payload,
+            syncs: self.syncs,
+        }
+    }
+}
+
+/// A reply encoded: body, raw payload, syncs it took.
+pub struct Encoded {
+    pub body: Bytes,
+    pub payload: Bytes,
+    pub syncs: u64,
 }
 
 impl<'a> Request<'a> {
@@ -88,8 +105,10 @@ impl<'a> Request<'a> {
         }
     }
 
-    pub fn decode<M: Message + Default>(&self) -> Result<M> {
-        M::decode(self.body.clone()).map_err(|e| {
+    /// The body as the request of operation `O`.
+    pub fn decode<O: Operation>(&self) -> Result<O::Request> {
+        debug_assert_eq!(self.header.op, O::OP, "a request decoded as another op's");
+        O::Request::decode(self.body.clone()).map_err(|e| {
             ShoalError::protocol(format!("{} request body: {e}", self.header.op.name()))
         })
     }
@@ -167,7 +186,7 @@ impl Service {
                 );
                 (
                     e.errno.0,
-                    Reply::message(&ErrorReply { message: e.message }),
+                    Reply::new(ErrorReply { message: e.message }).encode(),
                 )
             }
         };

@@ -35,6 +35,8 @@ impl Default for OpCounters {
 pub struct Stats {
     ops: Vec<OpCounters>,
     pub kv_syncs: AtomicU64,
+    /// Flushes of the coalescing queue by the safety valve (`commit`).
+    pub commit_stalls: AtomicU64,
 }
 
 impl Default for Stats {
@@ -42,6 +44,7 @@ impl Default for Stats {
         Stats {
             ops: (0..Op::ALL.len()).map(|_| OpCounters::default()).collect(),
             kv_syncs: AtomicU64::new(0),
+            commit_stalls: AtomicU64::new(0),
         }
     }
 }

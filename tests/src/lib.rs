@@ -1,5 +1,5 @@
 //! The test kit: `Cluster::builder().servers(4).set("k=v").start()` starts real
-//! `shoal server` processes on free loopback ports (`shoal_proto::ports`) in a
+//! `shoal server` processes on free loopback ports (`shoal_net::ports`) in a
 //! temporary directory, mounts the file system when asked, and stops and
 //! removes everything on drop.
 //!
@@ -98,7 +98,7 @@ impl Builder {
             servers: (0..self.servers)
                 .map(|id| ServerEntry {
                     id,
-                    addr: shoal_proto::ports::free_loopback_addr().expect("a free port"),
+                    addr: shoal_net::ports::free_loopback_addr().expect("a free port"),
                     data: self
                         .data_dirs
                         .get(&id)

@@ -9,14 +9,13 @@ use bytes::Bytes;
 use shoal_client::Client;
 use shoal_proto::handle::{server_of, ROOT};
 use shoal_proto::msg::{Empty, RmDirEntReply, RmDirEntRequest, RmdirRequest};
-use shoal_proto::{ObjectKind, Op};
+use shoal_proto::{ops, ObjectKind};
 use shoal_tests::Cluster;
 
 async fn detach_entry(client: &Client, dir: u64, name: &str) {
     let _: RmDirEntReply = client
-        .call(
+        .call::<ops::RmDirEnt>(
             server_of(dir),
-            Op::RmDirEnt,
             &RmDirEntRequest {
                 dir,
                 name: name.into(),
@@ -50,11 +49,7 @@ async fn fsck_reports_and_repairs_what_crashes_leave() {
     // A directory left marked by an interrupted rmdir.
     let marked = client.mkdir(ROOT, "marked", 0o755).await.unwrap().handle;
     let _: Empty = client
-        .call(
-            server_of(marked),
-            Op::RmdirPrepare,
-            &RmdirRequest { dir: marked },
-        )
+        .call::<ops::RmdirPrepare>(server_of(marked), &RmdirRequest { dir: marked })
         .await
         .unwrap();
     // A local file no record owns, old enough not to be a move in progress.

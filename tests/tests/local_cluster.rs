@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use shoal_net::ports::{ephemeral_range, LOWEST};
 use shoal_proto::cluster::ClusterConfig;
-use shoal_proto::ports::{ephemeral_range, LOWEST};
 use shoal_tests::shoal_bin;
 
 fn shoal(args: &[&str], data: &Path) -> Output {

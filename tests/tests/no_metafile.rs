@@ -14,7 +14,7 @@ use shoal_proto::msg::{
     Attributes, CreateObjectReply, CreateObjectRequest, GetAttrReply, GetAttrRequest, ObjectRecord,
     ScanReply, ScanRequest, ScanWhat,
 };
-use shoal_proto::{Handle, ObjectKind, Op};
+use shoal_proto::{ops, Handle, ObjectKind};
 use shoal_tests::{pattern, Cluster};
 
 const STRIP: u64 = 65536;
@@ -24,9 +24,8 @@ async fn all_objects(cluster: &Cluster, client: &Client) -> Vec<ObjectRecord> {
     let mut all = Vec::new();
     for s in cluster.server_ids() {
         let page: ScanReply = client
-            .call(
+            .call::<ops::Scan>(
                 s,
-                Op::Scan,
                 &ScanRequest {
                     what: ScanWhat::ScanObjects as i32,
                     max: 4096,
@@ -48,7 +47,7 @@ fn count(objects: &[ObjectRecord], kind: ObjectKind) -> usize {
 /// The record of `h` as its server stores it.
 async fn record(client: &Client, h: Handle) -> ObjectRecord {
     let reply: GetAttrReply = client
-        .call(server_of(h), Op::GetAttr, &GetAttrRequest { handle: h })
+        .call::<ops::GetAttr>(server_of(h), &GetAttrRequest { handle: h })
         .await
         .unwrap();
     reply.object.unwrap()
@@ -363,9 +362,8 @@ async fn fsck_counts_them_and_reclaims_an_orphaned_one() {
 
     // A crash between the datafile and its entry leaves the datafile alone.
     let orphan: CreateObjectReply = client
-        .call(
+        .call::<ops::CreateObject>(
             1,
-            Op::CreateObject,
             &CreateObjectRequest {
                 kind: ObjectKind::Datafile as i32,
                 attrs: Some(Attributes::default()),

@@ -15,7 +15,7 @@ use shoal_proto::capability::{self, READ, WRITE};
 use shoal_proto::handle::{server_of, ROOT};
 use shoal_proto::hints::Hint;
 use shoal_proto::msg::{Capability, Empty, GetAttrReply, GetAttrRequest, ReadRequest};
-use shoal_proto::{Handle, Op};
+use shoal_proto::{ops, Handle};
 use shoal_tests::Cluster;
 
 const ALICE: Cred = Cred::new(1001, 1001);
@@ -516,7 +516,7 @@ async fn root_squash_makes_root_nobody_and_without_it_root_may_do_anything() {
 /// and the file's first datafile.
 async fn granted(user: &Client, h: Handle) -> (Option<Capability>, Handle) {
     let reply: GetAttrReply = user
-        .call(server_of(h), Op::GetAttr, &GetAttrRequest { handle: h })
+        .call::<ops::GetAttr>(server_of(h), &GetAttrRequest { handle: h })
         .await
         .unwrap();
     let datafile = reply.object.unwrap().dist.unwrap().datafiles[0];
@@ -529,9 +529,8 @@ async fn read_with(
     datafile: Handle,
     cap: Option<Capability>,
 ) -> shoal_proto::error::Result<Empty> {
-    user.call(
+    user.call::<ops::Read>(
         server_of(datafile),
-        Op::Read,
         &ReadRequest {
             handle: datafile,
             offset: 0,
@@ -585,10 +584,9 @@ async fn datafile_servers_refuse_missing_forged_expired_and_borrowed_capabilitie
     // file, and bob's read-only one does not write.
     let (none, _) = granted(&bob, private).await;
     assert_eq!(none.unwrap().rights, 0);
-    let wrote: shoal_proto::error::Result<Empty> = bob
-        .call(
+    let wrote = bob
+        .call::<ops::Truncate>(
             server_of(df),
-            Op::Truncate,
             &shoal_proto::msg::TruncateRequest {
                 handle: df,
                 size: 0,
@@ -596,7 +594,7 @@ async fn datafile_servers_refuse_missing_forged_expired_and_borrowed_capabilitie
             },
         )
         .await;
-    refused(wrote, "may not write");
+    refused(wrote.map(|_| Empty {}), "may not write");
     assert_eq!(&alice.read(public, 0, 4).await.unwrap()[..], b"ours");
 }
 

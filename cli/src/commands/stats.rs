@@ -12,6 +12,7 @@ pub fn to_json(replies: &[StatsReply]) -> serde_json::Value {
         "servers": replies.iter().map(|r| serde_json::json!({
             "server": r.server_id,
             "kv_syncs": r.kv_syncs,
+            "commit_stalls": r.commit_stalls,
             "uptime_ms": r.uptime_ms,
             "ops": r.ops.iter().map(|o| (o.op.clone(), serde_json::json!({
                 "requests": o.requests,
@@ -80,6 +81,10 @@ pub fn run(cfg: &ConfigArg, path: Option<&str>, server: Option<u32>, json: bool)
                 "kv_syncs",
                 r.kv_syncs,
                 r.uptime_ms / 1000
+            );
+            println!(
+                "{:>6} {:<16} {:>10}   (coalesced syncs forced by the stall limit)",
+                r.server_id, "commit_stalls", r.commit_stalls
             );
         }
         Ok(())

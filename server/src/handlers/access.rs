@@ -21,8 +21,16 @@ pub(crate) fn record_anywhere(s: &Service, h: Handle) -> Result<ObjectRecord> {
     if server_of(h) == s.id {
         s.meta.get(h)
     } else {
-        s.pools.peers.record(h)
+        remote_record(s, h)
     }
+}
+
+/// The record of object `h` of another server, read through a peer. The
+/// request leaves the scheduling queue first: the requests deferred behind
+/// it must not wait for a peer (`CommitQueue::leave_scheduling_queue`).
+fn remote_record(s: &Service, h: Handle) -> Result<ObjectRecord> {
+    s.commit.leave_scheduling_queue();
+    s.pools.peers.record(h)
 }
 
 fn owner(rec: &ObjectRecord) -> u32 {
@@ -47,7 +55,7 @@ impl Owners {
         for name in names {
             if let Some((h, _)) = s.meta.lookup(dir, name)? {
                 if server_of(h) != s.id {
-                    owners.0.push((h, owner(&s.pools.peers.record(h)?)));
+                    owners.0.push((h, owner(&remote_record(s, h)?)));
                 }
             }
         }

@@ -7,9 +7,9 @@ use shoal_proto::msg::{PingReply, StatfsReply, StatsReply};
 use crate::disk;
 use crate::service::{Reply, Service};
 
-pub fn ping(s: &Service) -> Result<Reply> {
+pub fn ping(s: &Service) -> Result<Reply<PingReply>> {
     let (low, high) = handle::range_of(s.id);
-    Ok(Reply::message(&PingReply {
+    Ok(Reply::new(PingReply {
         server_id: s.id,
         handle_low: low,
         handle_high: high,
@@ -17,9 +17,9 @@ pub fn ping(s: &Service) -> Result<Reply> {
     }))
 }
 
-pub fn statfs(s: &Service) -> Result<Reply> {
+pub fn statfs(s: &Service) -> Result<Reply<StatfsReply>> {
     let space = disk::space(&s.data_dir)?;
-    Ok(Reply::message(&StatfsReply {
+    Ok(Reply::new(StatfsReply {
         total_bytes: space.total,
         free_bytes: space.free,
         avail_bytes: space.avail,
@@ -27,11 +27,15 @@ pub fn statfs(s: &Service) -> Result<Reply> {
     }))
 }
 
-pub fn stats(s: &Service) -> Result<Reply> {
-    Ok(Reply::message(&StatsReply {
+pub fn stats(s: &Service) -> Result<Reply<StatsReply>> {
+    Ok(Reply::new(StatsReply {
         server_id: s.id,
         ops: s.stats.snapshot(),
         kv_syncs: s.stats.kv_syncs.load(std::sync::atomic::Ordering::Relaxed),
+        commit_stalls: s
+            .stats
+            .commit_stalls
+            .load(std::sync::atomic::Ordering::Relaxed),
         uptime_ms: s.started.elapsed().as_millis() as u64,
     }))
 }

@@ -22,13 +22,8 @@ use crate::service::{Reply, Request, Service};
 const XATTR_NAME_MAX: usize = 255;
 const XATTR_SIZE_MAX: usize = 64 << 10;
 
-pub fn getattr(s: &Service, r: &Request) -> Result<Reply> {
-    let q: GetAttrRequest = r.decode()?;
-    Ok(Reply::message(&attributes(
-        s,
-        &r.cred,
-        s.meta.get(q.handle)?,
-    )?))
+pub fn getattr(s: &Service, r: &Request, q: GetAttrRequest) -> Result<Reply<GetAttrReply>> {
+    Ok(Reply::new(attributes(s, &r.cred, s.meta.get(q.handle)?)?))
 }
 
 /// What a stat of `object` by `cred` needs from this server: its record (a
@@ -53,8 +48,7 @@ pub(crate) fn attributes(
     })
 }
 
-pub fn setattr(s: &Service, r: &Request) -> Result<Reply> {
-    let q: SetAttrRequest = r.decode()?;
+pub fn setattr(s: &Service, r: &Request, q: SetAttrRequest) -> Result<Reply<SetAttrReply>> {
     let has = |bit: SetAttrBits| q.mask & bit as u32 != 0;
     let (object, syncs) = change(s, |txn| {
         let mut rec = s.meta.get(q.handle)?;
@@ -87,7 +81,7 @@ pub fn setattr(s: &Service, r: &Request) -> Result<Reply> {
         txn.put_object(&rec);
         Ok(rec)
     })?;
-    Ok(Reply::message(&SetAttrReply {
+    Ok(Reply::new(SetAttrReply {
         object: Some(object),
     })
     .with_syncs(syncs))
@@ -109,8 +103,7 @@ fn check_xattr_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-pub fn setxattr(s: &Service, r: &Request) -> Result<Reply> {
-    let q: SetXattrRequest = r.decode()?;
+pub fn setxattr(s: &Service, r: &Request, q: SetXattrRequest) -> Result<Reply<Empty>> {
     check_xattr_name(&q.name)?;
     xattr_access(s, r, q.handle, &q.name, true)?;
     if let Some(hint) = Hint::from_xattr(&q.name) {
@@ -141,13 +134,12 @@ pub fn setxattr(s: &Service, r: &Request) -> Result<Reply> {
     Ok(Reply::default().with_syncs(syncs))
 }
 
-pub fn getxattr(s: &Service, r: &Request) -> Result<Reply> {
-    let q: GetXattrRequest = r.decode()?;
+pub fn getxattr(s: &Service, r: &Request, q: GetXattrRequest) -> Result<Reply<GetXattrReply>> {
     check_xattr_name(&q.name)?;
     xattr_access(s, r, q.handle, &q.name, false)?;
     if let Some(hint) = Hint::from_xattr(&q.name) {
         let value = hints::get(s, q.handle, hint?)?;
-        return Ok(Reply::message(&GetXattrReply {
+        return Ok(Reply::new(GetXattrReply {
             value: value.into(),
         }));
     }
@@ -157,13 +149,12 @@ pub fn getxattr(s: &Service, r: &Request) -> Result<Reply> {
         .kv()
         .get(&keys::xattr(q.handle, &q.name))?
         .ok_or_else(|| ShoalError::new(Errno::ENODATA, format!("no xattr {}", q.name)))?;
-    Ok(Reply::message(&GetXattrReply {
+    Ok(Reply::new(GetXattrReply {
         value: value.into(),
     }))
 }
 
-pub fn listxattr(s: &Service, r: &Request) -> Result<Reply> {
-    let q: ListXattrRequest = r.decode()?;
+pub fn listxattr(s: &Service, _r: &Request, q: ListXattrRequest) -> Result<Reply<ListXattrReply>> {
     let rec = s.meta.get(q.handle)?;
     let mut names = hints::names(&rec);
     names.extend(
@@ -173,11 +164,10 @@ pub fn listxattr(s: &Service, r: &Request) -> Result<Reply> {
             .into_iter()
             .map(|(k, _)| keys::name_of(&k)),
     );
-    Ok(Reply::message(&ListXattrReply { names }))
+    Ok(Reply::new(ListXattrReply { names }))
 }
 
-pub fn removexattr(s: &Service, r: &Request) -> Result<Reply> {
-    let q: RemoveXattrRequest = r.decode()?;
+pub fn removexattr(s: &Service, r: &Request, q: RemoveXattrRequest) -> Result<Reply<Empty>> {
     check_xattr_name(&q.name)?;
     xattr_access(s, r, q.handle, &q.name, true)?;
     if let Some(hint) = Hint::from_xattr(&q.name) {

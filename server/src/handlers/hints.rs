@@ -13,7 +13,7 @@
 
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::hints::{self, Hint};
-use shoal_proto::msg::{DirHints, ObjectRecord};
+use shoal_proto::msg::{DirHints, Empty, ObjectRecord};
 use shoal_proto::{Handle, ObjectKind};
 
 use super::change;
@@ -55,7 +55,7 @@ pub(crate) fn set(
     value: &[u8],
     create_only: bool,
     replace_only: bool,
-) -> Result<Reply> {
+) -> Result<Reply<Empty>> {
     let text = std::str::from_utf8(value)
         .map_err(|_| ShoalError::invalid(format!("hint {}: the value is not text", hint.name())))?;
     let ((), syncs) = change(s, |txn| {
@@ -101,7 +101,7 @@ pub(crate) fn names(rec: &ObjectRecord) -> Vec<String> {
 }
 
 /// Clears a hint; ENODATA if it was not set.
-pub(crate) fn unset(s: &Service, h: Handle, hint: Hint) -> Result<Reply> {
+pub(crate) fn unset(s: &Service, h: Handle, hint: Hint) -> Result<Reply<Empty>> {
     let ((), syncs) = change(s, |txn| {
         let mut rec = s.meta.get(h)?;
         let mut current = of(&rec);

@@ -7,7 +7,7 @@ use shoal_proto::capability::{ANY, READ, WRITE};
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::frame::MAX_PAYLOAD;
 use shoal_proto::msg::*;
-use shoal_proto::ObjectKind;
+use shoal_proto::{ops, ObjectKind};
 
 use super::caps;
 use crate::data_store::datafile;
@@ -16,8 +16,7 @@ use crate::service::{Reply, Request, Service};
 /// Most handles one GetSizes request may name.
 const MAX_SIZES_PER_REQUEST: usize = 65536;
 
-pub fn read(s: &Service, r: &Request) -> Result<Reply> {
-    let q: ReadRequest = r.decode()?;
+pub fn read(s: &Service, r: &Request, q: ReadRequest) -> Result<Reply<Empty>> {
     if q.length > MAX_PAYLOAD as u64 {
         return Err(ShoalError::invalid(format!(
             "read of {} bytes is over the {MAX_PAYLOAD}-byte limit",
@@ -37,7 +36,7 @@ pub fn read(s: &Service, r: &Request) -> Result<Reply> {
 /// `stays_in_memory`); an undecodable request also qualifies (its error is
 /// answered at once).
 pub fn reads_in_memory(s: &Service, r: &Request) -> bool {
-    let Ok(q) = r.decode::<ReadRequest>() else {
+    let Ok(q) = r.decode::<ops::Read>() else {
         return true;
     };
     datafile(&s.meta, q.handle).map_or(true, |rec| !rec.in_file)
@@ -45,50 +44,46 @@ pub fn reads_in_memory(s: &Service, r: &Request) -> bool {
 
 /// A write that keeps a datafile's bytes in the KV store.
 pub fn writes_in_memory(s: &Service, r: &Request) -> bool {
-    let Ok(q) = r.decode::<WriteRequest>() else {
+    let Ok(q) = r.decode::<ops::Write>() else {
         return true;
     };
     let end = q.offset.saturating_add(r.payload.len() as u64);
     datafile(&s.meta, q.handle).map_or(true, |rec| !rec.in_file && end <= s.data.inline_max())
 }
 
-pub fn write(s: &Service, r: &Request) -> Result<Reply> {
-    let q: WriteRequest = r.decode()?;
+pub fn write(s: &Service, r: &Request, q: WriteRequest) -> Result<Reply<WriteReply>> {
     let rec = datafile(&s.meta, q.handle)?;
     caps::check(s, &r.cred, &rec, q.cap.as_ref(), WRITE)?;
     let written = s.data.write(&s.meta, q.handle, q.offset, r.payload)?;
-    Ok(Reply::message(&WriteReply {
+    Ok(Reply::new(WriteReply {
         written,
         verifier: s.verifier,
     }))
 }
 
-pub fn truncate(s: &Service, r: &Request) -> Result<Reply> {
-    let q: TruncateRequest = r.decode()?;
+pub fn truncate(s: &Service, r: &Request, q: TruncateRequest) -> Result<Reply<TruncateReply>> {
     let rec = datafile(&s.meta, q.handle)?;
     caps::check(s, &r.cred, &rec, q.cap.as_ref(), WRITE)?;
     s.data.truncate(&s.meta, q.handle, q.size)?;
-    Ok(Reply::message(&TruncateReply {
+    Ok(Reply::new(TruncateReply {
         verifier: s.verifier,
     }))
 }
 
-pub fn fsync(s: &Service, r: &Request) -> Result<Reply> {
-    let q: FsyncRequest = r.decode()?;
+pub fn fsync(s: &Service, r: &Request, q: FsyncRequest) -> Result<Reply<FsyncReply>> {
     let rec = s.meta.get(q.handle)?;
     if rec.kind() == ObjectKind::Datafile {
         caps::check(s, &r.cred, &rec, q.cap.as_ref(), ANY)?;
         s.data.fsync(&rec)?;
     }
     let syncs = s.commit.sync_now(&s.meta, &s.stats)?;
-    Ok(Reply::message(&FsyncReply {
+    Ok(Reply::new(FsyncReply {
         verifier: s.verifier,
     })
     .with_syncs(syncs))
 }
 
-pub fn get_sizes(s: &Service, r: &Request) -> Result<Reply> {
-    let q: GetSizesRequest = r.decode()?;
+pub fn get_sizes(s: &Service, _r: &Request, q: GetSizesRequest) -> Result<Reply<GetSizesReply>> {
     if q.handles.len() > MAX_SIZES_PER_REQUEST {
         return Err(ShoalError::invalid("too many handles in one get_sizes"));
     }
@@ -105,15 +100,18 @@ pub fn get_sizes(s: &Service, r: &Request) -> Result<Reply> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Reply::message(&GetSizesReply { sizes }))
+    Ok(Reply::new(GetSizesReply { sizes }))
 }
 
 /// Rendezvous: the first half of a transfer that is not eager. The server
 /// checks the datafile and tells how many bytes it is ready to move; the data
 /// follows in `Read`/`Write` requests. This is the extra round trip that eager
 /// I/O saves for small transfers.
-pub fn rendezvous(s: &Service, r: &Request) -> Result<Reply> {
-    let q: RendezvousRequest = r.decode()?;
+pub fn rendezvous(
+    s: &Service,
+    r: &Request,
+    q: RendezvousRequest,
+) -> Result<Reply<RendezvousReply>> {
     let rec = datafile(&s.meta, q.handle)?;
     let need = if q.write { WRITE } else { READ };
     caps::check(s, &r.cred, &rec, q.cap.as_ref(), need)?;
@@ -123,5 +121,5 @@ pub fn rendezvous(s: &Service, r: &Request) -> Result<Reply> {
         let (size, _) = s.data.size_of(&rec)?;
         size.saturating_sub(q.offset).min(q.length)
     };
-    Ok(Reply::message(&RendezvousReply { ready }))
+    Ok(Reply::new(RendezvousReply { ready }))
 }

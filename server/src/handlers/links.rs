@@ -29,8 +29,7 @@ pub(super) struct Dropped {
     pub gone: Vec<ObjectRecord>,
 }
 
-pub fn link(s: &Service, r: &Request) -> Result<Reply> {
-    let q: LinkRequest = r.decode()?;
+pub fn link(s: &Service, _r: &Request, q: LinkRequest) -> Result<Reply<LinkReply>> {
     let ((reply, gone), syncs) = change(s, |txn| {
         let rec = s.meta.get(q.handle)?;
         if let Some(count) = q.fsck_set {
@@ -71,7 +70,7 @@ pub fn link(s: &Service, r: &Request) -> Result<Reply> {
         ))
     })?;
     remove_local_files(s, &gone)?;
-    Ok(Reply::message(&reply).with_syncs(syncs))
+    Ok(Reply::new(reply).with_syncs(syncs))
 }
 
 /// fsck's repair: `rec`'s count made `count`, the names fsck found (a

@@ -24,9 +24,8 @@ pub const MAX_LISTATTR_HANDLES: usize = 16384;
 /// wide distributions); the client then asks for the handles in halves.
 const MAX_REPLY_BYTES: usize = MAX_BODY - (64 << 10);
 
-pub fn listattr(s: &Service, r: &Request) -> Result<Reply> {
+pub fn listattr(s: &Service, _r: &Request, q: ListAttrRequest) -> Result<Reply<ListAttrReply>> {
     require(s.config.settings.readdirplus, "readdirplus")?;
-    let q: ListAttrRequest = r.decode()?;
     if q.handles.len() > MAX_LISTATTR_HANDLES {
         return Err(ShoalError::invalid(format!(
             "listattr of {} handles is over the limit of {MAX_LISTATTR_HANDLES}",
@@ -77,7 +76,7 @@ pub fn listattr(s: &Service, r: &Request) -> Result<Reply> {
         }
         reply.objects.push(object);
     }
-    Ok(Reply::message(&reply))
+    Ok(Reply::new(reply))
 }
 
 /// Size of a local datafile, or None if it no longer exists.

@@ -15,67 +15,92 @@ mod precreate;
 mod scan;
 
 use shoal_proto::error::Result;
-use shoal_proto::{crash_points, Op};
+use shoal_proto::{crash_points, ops, Op, Operation};
 
 use crate::meta_store::Txn;
-use crate::service::{Reply, Request, Service};
+use crate::service::{Encoded, Reply, Request, Service};
 
-pub fn dispatch(s: &Service, r: &Request) -> Result<Reply> {
-    match r.header.op {
-        Op::Ping => admin::ping(s),
-        Op::Statfs => admin::statfs(s),
-        Op::Stats => admin::stats(s),
-        Op::Lookup => namespace::lookup(s, r),
-        Op::CreateObject => namespace::create_object(s, r),
-        Op::CreateDatafiles => namespace::create_datafiles(s, r),
-        Op::SetDist => namespace::set_dist(s, r),
-        Op::CrDirEnt => namespace::crdirent(s, r),
-        Op::RmDirEnt => namespace::rmdirent(s, r),
-        Op::RenameEntry => namespace::rename_entry(s, r),
-        Op::Readdir => namespace::readdir(s, r),
-        Op::Remove => namespace::remove(s, r),
-        Op::RmdirPrepare => namespace::rmdir_prepare(s, r),
-        Op::RmdirAbort => namespace::rmdir_abort(s, r),
-        Op::SetParent => namespace::set_parent(s, r),
-        Op::GetAttr => attrs::getattr(s, r),
-        Op::SetAttr => attrs::setattr(s, r),
-        Op::SetXattr => attrs::setxattr(s, r),
-        Op::GetXattr => attrs::getxattr(s, r),
-        Op::ListXattr => attrs::listxattr(s, r),
-        Op::RemoveXattr => attrs::removexattr(s, r),
-        Op::Read => io::read(s, r),
-        Op::Write => io::write(s, r),
-        Op::Truncate => io::truncate(s, r),
-        Op::Fsync => io::fsync(s, r),
-        Op::GetSizes => io::get_sizes(s, r),
-        Op::Rendezvous => io::rendezvous(s, r),
-        Op::CreateFile => precreate::create_file(s, r),
-        Op::Unstuff => precreate::unstuff(s, r),
-        Op::ListAttr => listattr::listattr(s, r),
-        Op::Scan => scan::scan(s, r),
-        Op::Link => links::link(s, r),
-    }
+/// The server's side of the operation table (`shoal_proto::op`), one row
+/// per operation: its handler, whether the handler reads the request body
+/// (`decoded`: it gets the body as its operation's request message, and
+/// must return its reply message, so a handler wired to the wrong operation
+/// does not compile), and whether it stays in memory (see
+/// [`stays_in_memory`]): `always`, `never`, or `(a check of the request)`.
+/// Both matches are exhaustive: an operation added to the table and missing
+/// here does not compile.
+macro_rules! handlers {
+    ($($op:ident => $handler:path, $body:ident, $memory:tt;)*) => {
+        /// Runs request `r`'s handler.
+        pub fn dispatch(s: &Service, r: &Request) -> Result<Encoded> {
+            match r.header.op {
+                $(Op::$op => handlers!(@call $body, $handler, $op, s, r),)*
+            }
+        }
+
+        /// Whether request `r` only reads or changes memory: the KV store's
+        /// reads and its in-memory table (no sync: writes of file data are
+        /// durable on fsync only), not local files, syncs or other servers. A
+        /// read or write of a datafile whose bytes are in the KV store
+        /// qualifies, unless the write would move them to a local file.
+        pub fn stays_in_memory(s: &Service, r: &Request) -> bool {
+            match r.header.op {
+                $(Op::$op => handlers!(@memory $memory, s, r),)*
+            }
+        }
+    };
+    (@call decoded, $handler:path, $op:ident, $s:ident, $r:ident) => {{
+        let reply: Reply<<ops::$op as Operation>::Reply> =
+            $handler($s, $r, $r.decode::<ops::$op>()?)?;
+        Ok(reply.encode())
+    }};
+    (@call unread, $handler:path, $op:ident, $s:ident, $r:ident) => {{
+        let reply: Reply<<ops::$op as Operation>::Reply> = $handler($s)?;
+        Ok(reply.encode())
+    }};
+    (@memory always, $s:ident, $r:ident) => {
+        true
+    };
+    (@memory never, $s:ident, $r:ident) => {
+        false
+    };
+    (@memory ($check:path), $s:ident, $r:ident) => {
+        $check($s, $r)
+    };
 }
 
-/// Whether request `r` only reads or changes memory: the KV store's reads
-/// and its in-memory table (no sync: writes of file data are durable on
-/// fsync only), not local files, syncs or other servers. A read or write of
-/// a datafile whose bytes are in the KV store qualifies, unless the write
-/// would move them to a local file.
-pub fn stays_in_memory(s: &Service, r: &Request) -> bool {
-    match r.header.op {
-        Op::Ping
-        | Op::Stats
-        | Op::Lookup
-        | Op::GetAttr
-        | Op::GetXattr
-        | Op::ListXattr
-        | Op::Readdir
-        | Op::Rendezvous => true,
-        Op::Read => io::reads_in_memory(s, r),
-        Op::Write => io::writes_in_memory(s, r),
-        _ => false,
-    }
+handlers! {
+    Ping => admin::ping, unread, always;
+    Lookup => namespace::lookup, decoded, always;
+    GetAttr => attrs::getattr, decoded, always;
+    SetAttr => attrs::setattr, decoded, never;
+    CreateObject => namespace::create_object, decoded, never;
+    CreateDatafiles => namespace::create_datafiles, decoded, never;
+    SetDist => namespace::set_dist, decoded, never;
+    CrDirEnt => namespace::crdirent, decoded, never;
+    RmDirEnt => namespace::rmdirent, decoded, never;
+    RenameEntry => namespace::rename_entry, decoded, never;
+    Readdir => namespace::readdir, decoded, always;
+    Remove => namespace::remove, decoded, never;
+    RmdirPrepare => namespace::rmdir_prepare, decoded, never;
+    RmdirAbort => namespace::rmdir_abort, decoded, never;
+    SetParent => namespace::set_parent, decoded, never;
+    Read => io::read, decoded, (io::reads_in_memory);
+    Write => io::write, decoded, (io::writes_in_memory);
+    Truncate => io::truncate, decoded, never;
+    Fsync => io::fsync, decoded, never;
+    GetSizes => io::get_sizes, decoded, never;
+    SetXattr => attrs::setxattr, decoded, never;
+    GetXattr => attrs::getxattr, decoded, always;
+    ListXattr => attrs::listxattr, decoded, always;
+    RemoveXattr => attrs::removexattr, decoded, never;
+    Statfs => admin::statfs, unread, never;
+    Stats => admin::stats, unread, always;
+    CreateFile => precreate::create_file, decoded, never;
+    Unstuff => precreate::unstuff, decoded, never;
+    ListAttr => listattr::listattr, decoded, never;
+    Rendezvous => io::rendezvous, decoded, always;
+    Scan => scan::scan, decoded, never;
+    Link => links::link, decoded, never;
 }
 
 /// Runs `build` under the store lock to read what it needs and fill a

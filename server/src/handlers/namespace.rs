@@ -31,8 +31,7 @@ const MAX_DATAFILES_PER_REQUEST: u32 = 4096;
 /// Most entries one readdir reply carries.
 const MAX_READDIR: u32 = 4096;
 
-pub fn lookup(s: &Service, r: &Request) -> Result<Reply> {
-    let q: LookupRequest = r.decode()?;
+pub fn lookup(s: &Service, r: &Request, q: LookupRequest) -> Result<Reply<LookupReply>> {
     check_name(&q.name)?;
     let dir = s.meta.get_dir(q.dir)?;
     perms::require(&r.cred, &dir, X, &format!("lookup of {:?}", q.name))?;
@@ -55,11 +54,14 @@ pub fn lookup(s: &Service, r: &Request) -> Result<Reply> {
             reply.cap = attrs.cap;
         }
     }
-    Ok(Reply::message(&reply))
+    Ok(Reply::new(reply))
 }
 
-pub fn create_object(s: &Service, r: &Request) -> Result<Reply> {
-    let q: CreateObjectRequest = r.decode()?;
+pub fn create_object(
+    s: &Service,
+    r: &Request,
+    q: CreateObjectRequest,
+) -> Result<Reply<CreateObjectReply>> {
     let kind = q.kind();
     let mode = q.attrs.as_ref().map(|a| a.mode).unwrap_or(0o644);
     let attrs = new_attrs(mode, r.cred.uid, r.cred.gid);
@@ -105,11 +107,14 @@ pub fn create_object(s: &Service, r: &Request) -> Result<Reply> {
         txn.insert_object(&rec);
         Ok(rec.handle)
     })?;
-    Ok(Reply::message(&CreateObjectReply { handle }).with_syncs(syncs))
+    Ok(Reply::new(CreateObjectReply { handle }).with_syncs(syncs))
 }
 
-pub fn create_datafiles(s: &Service, r: &Request) -> Result<Reply> {
-    let q: CreateDatafilesRequest = r.decode()?;
+pub fn create_datafiles(
+    s: &Service,
+    _r: &Request,
+    q: CreateDatafilesRequest,
+) -> Result<Reply<CreateDatafilesReply>> {
     if q.count == 0 || q.count > MAX_DATAFILES_PER_REQUEST {
         return Err(ShoalError::invalid(format!(
             "datafile count {} must be 1..={MAX_DATAFILES_PER_REQUEST}",
@@ -133,11 +138,10 @@ pub fn create_datafiles(s: &Service, r: &Request) -> Result<Reply> {
             })
             .collect::<Vec<u64>>())
     })?;
-    Ok(Reply::message(&CreateDatafilesReply { handles }).with_syncs(syncs))
+    Ok(Reply::new(CreateDatafilesReply { handles }).with_syncs(syncs))
 }
 
-pub fn set_dist(s: &Service, r: &Request) -> Result<Reply> {
-    let q: SetDistRequest = r.decode()?;
+pub fn set_dist(s: &Service, r: &Request, q: SetDistRequest) -> Result<Reply<SetDistReply>> {
     let dist = q
         .dist
         .ok_or_else(|| ShoalError::invalid("set_dist without a distribution"))?;
@@ -163,7 +167,7 @@ pub fn set_dist(s: &Service, r: &Request) -> Result<Reply> {
         Ok(rec)
     })?;
     let cap = caps::grant(s, &r.cred, &rec);
-    Ok(Reply::message(&SetDistReply { cap }).with_syncs(syncs))
+    Ok(Reply::new(SetDistReply { cap }).with_syncs(syncs))
 }
 
 /// Directory mtime and ctime change when an entry is added, removed or
@@ -213,8 +217,7 @@ fn check_replace(new: ObjectKind, old: ObjectKind, name: &str) -> Result<()> {
     }
 }
 
-pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
-    let q: CrDirEntRequest = r.decode()?;
+pub fn crdirent(s: &Service, r: &Request, q: CrDirEntRequest) -> Result<Reply<CrDirEntReply>> {
     check_name(&q.name)?;
     check_handle(s, q.handle)?;
     let kind = q.kind();
@@ -257,11 +260,10 @@ pub fn crdirent(s: &Service, r: &Request) -> Result<Reply> {
         reply.dir = Some(touch_dir(txn, dir, Some(kind), replaced));
         Ok(reply)
     })?;
-    Ok(Reply::message(&reply).with_syncs(syncs))
+    Ok(Reply::new(reply).with_syncs(syncs))
 }
 
-pub fn rmdirent(s: &Service, r: &Request) -> Result<Reply> {
-    let q: RmDirEntRequest = r.decode()?;
+pub fn rmdirent(s: &Service, r: &Request, q: RmDirEntRequest) -> Result<Reply<RmDirEntReply>> {
     check_name(&q.name)?;
     if q.check_only {
         return check_move_out(s, r, &q);
@@ -312,7 +314,7 @@ pub fn rmdirent(s: &Service, r: &Request) -> Result<Reply> {
     })?;
     let (reply, gone) = reply;
     remove_local_files(s, &gone)?;
-    Ok(Reply::message(&reply).with_syncs(syncs))
+    Ok(Reply::new(reply).with_syncs(syncs))
 }
 
 /// Directory `dir` and what its entry `name` names, for a request that
@@ -338,7 +340,7 @@ fn entry_to_change(
 /// `check_only`): whether the caller may take the entry out of `q.dir` (write
 /// and search on it, the sticky rule), and for a directory, write permission
 /// on it (its ".." changes). Nothing changes; the reply names the entry.
-fn check_move_out(s: &Service, r: &Request, q: &RmDirEntRequest) -> Result<Reply> {
+fn check_move_out(s: &Service, r: &Request, q: &RmDirEntRequest) -> Result<Reply<RmDirEntReply>> {
     let doing = format!("moving entry {:?}", q.name);
     let (dir, handle, kind) = entry_to_change(s, r, q.dir, &q.name, &doing)?;
     let is_dir = kind == ObjectKind::Directory;
@@ -350,15 +352,18 @@ fn check_move_out(s: &Service, r: &Request, q: &RmDirEntRequest) -> Result<Reply
             perms::require(&r.cred, &object, W, &doing)?;
         }
     }
-    Ok(Reply::message(&RmDirEntReply {
+    Ok(Reply::new(RmDirEntReply {
         handle,
         kind: kind as i32,
         ..Default::default()
     }))
 }
 
-pub fn rename_entry(s: &Service, r: &Request) -> Result<Reply> {
-    let q: RenameEntryRequest = r.decode()?;
+pub fn rename_entry(
+    s: &Service,
+    r: &Request,
+    q: RenameEntryRequest,
+) -> Result<Reply<RenameEntryReply>> {
     check_name(&q.old_name)?;
     check_name(&q.new_name)?;
     let doing = format!("renaming {:?} to {:?}", q.old_name, q.new_name);
@@ -394,24 +399,22 @@ pub fn rename_entry(s: &Service, r: &Request) -> Result<Reply> {
         }
         Ok(reply)
     })?;
-    Ok(Reply::message(&reply).with_syncs(syncs))
+    Ok(Reply::new(reply).with_syncs(syncs))
 }
 
-pub fn readdir(s: &Service, r: &Request) -> Result<Reply> {
-    let q: ReaddirRequest = r.decode()?;
+pub fn readdir(s: &Service, r: &Request, q: ReaddirRequest) -> Result<Reply<ReaddirReply>> {
     let dir = s.meta.get_dir(q.dir)?;
     perms::require(&r.cred, &dir, R, "listing")?;
     let max = q.max.clamp(1, MAX_READDIR) as usize;
     let (entries, done) = s.meta.readdir(q.dir, &q.start_after, max)?;
-    Ok(Reply::message(&ReaddirReply {
+    Ok(Reply::new(ReaddirReply {
         entries,
         done,
         searchable: perms::allows(&r.cred, &dir, X),
     }))
 }
 
-pub fn remove(s: &Service, r: &Request) -> Result<Reply> {
-    let q: RemoveRequest = r.decode()?;
+pub fn remove(s: &Service, _r: &Request, q: RemoveRequest) -> Result<Reply<RemoveReply>> {
     if q.handle == handle::ROOT {
         return Err(ShoalError::new(
             Errno::EBUSY,
@@ -433,13 +436,13 @@ pub fn remove(s: &Service, r: &Request) -> Result<Reply> {
         delete_object(s, txn, rec).map(Some)
     })?;
     let Some((dist, gone)) = removed else {
-        return Ok(Reply::message(&RemoveReply {
+        return Ok(Reply::new(RemoveReply {
             kept: true,
             ..Default::default()
         }));
     };
     remove_local_files(s, &gone)?;
-    Ok(Reply::message(&RemoveReply { dist, kept: false }).with_syncs(syncs))
+    Ok(Reply::new(RemoveReply { dist, kept: false }).with_syncs(syncs))
 }
 
 /// Whether an entry of directory `dir` is a true name of the directory
@@ -502,8 +505,7 @@ pub(super) fn remove_local_files(s: &Service, gone: &[ObjectRecord]) -> Result<(
     Ok(())
 }
 
-fn set_removing(s: &Service, r: &Request, removing: bool) -> Result<Reply> {
-    let q: RmdirRequest = r.decode()?;
+fn set_removing(s: &Service, q: RmdirRequest, removing: bool) -> Result<Reply<Empty>> {
     if q.dir == handle::ROOT {
         return Err(ShoalError::new(
             Errno::EBUSY,
@@ -522,16 +524,15 @@ fn set_removing(s: &Service, r: &Request, removing: bool) -> Result<Reply> {
     Ok(Reply::default().with_syncs(syncs))
 }
 
-pub fn rmdir_prepare(s: &Service, r: &Request) -> Result<Reply> {
-    set_removing(s, r, true)
+pub fn rmdir_prepare(s: &Service, _r: &Request, q: RmdirRequest) -> Result<Reply<Empty>> {
+    set_removing(s, q, true)
 }
 
-pub fn rmdir_abort(s: &Service, r: &Request) -> Result<Reply> {
-    set_removing(s, r, false)
+pub fn rmdir_abort(s: &Service, _r: &Request, q: RmdirRequest) -> Result<Reply<Empty>> {
+    set_removing(s, q, false)
 }
 
-pub fn set_parent(s: &Service, r: &Request) -> Result<Reply> {
-    let q: SetParentRequest = r.decode()?;
+pub fn set_parent(s: &Service, r: &Request, q: SetParentRequest) -> Result<Reply<Empty>> {
     check_handle(s, q.parent)?;
     let ((), syncs) = change(s, |txn| {
         let mut rec = s.meta.get(q.dir)?;

@@ -63,8 +63,11 @@ fn pools_empty_error(what: &str) -> ShoalError {
     )
 }
 
-pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
-    let q: CreateFileRequest = r.decode()?;
+pub fn create_file(
+    s: &Service,
+    r: &Request,
+    q: CreateFileRequest,
+) -> Result<Reply<CreateFileReply>> {
     let settings = &s.config.settings;
     if q.dir != 0 {
         shoal_proto::names::check_name(&q.name)?;
@@ -97,7 +100,7 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
     };
     let started = Instant::now();
     while may_retry(started) {
-        s.pools.ensure(&s.meta, &remote)?;
+        s.pools.ensure(&s.meta, &s.commit, &remote)?;
         let (made, syncs) = change(s, |txn| {
             // Colocate: the entry goes in the same step; check it first so a
             // refused name takes nothing from the pools.
@@ -128,14 +131,14 @@ pub fn create_file(s: &Service, r: &Request) -> Result<Reply> {
             };
             txn.insert_object(&rec);
             let dir = dir.map(|dir| {
-                txn.put_entry(q.dir, &q.name, meta, ObjectKind::Metafile);
+                txn.put_entry_to_new(q.dir, &q.name, meta, ObjectKind::Metafile);
                 touch_dir(txn, dir, Some(ObjectKind::Metafile), None)
             });
             Ok(Some((rec, dir, taken)))
         })?;
         if let Some((object, dir, taken)) = made {
             s.pools.taken(&taken);
-            return Ok(Reply::message(&CreateFileReply {
+            return Ok(Reply::new(CreateFileReply {
                 cap: caps::grant(s, &r.cred, &object),
                 object: Some(object),
                 dir,
@@ -179,7 +182,7 @@ fn create_without_metafile(
     q: &CreateFileRequest,
     attrs: Attributes,
     under: &DirHints,
-) -> Result<Reply> {
+) -> Result<Reply<CreateFileReply>> {
     let ((object, dir), syncs) = change(s, |txn| {
         let dir = entry_dir(s, r, q.dir, &q.name, under)?;
         let rec = ObjectRecord {
@@ -192,10 +195,10 @@ fn create_without_metafile(
             ..Default::default()
         };
         txn.insert_object(&rec);
-        txn.put_entry(q.dir, &q.name, rec.handle, ObjectKind::Datafile);
+        txn.put_entry_to_new(q.dir, &q.name, rec.handle, ObjectKind::Datafile);
         Ok((rec, touch_dir(txn, dir, Some(ObjectKind::Datafile), None)))
     })?;
-    Ok(Reply::message(&CreateFileReply {
+    Ok(Reply::new(CreateFileReply {
         object: Some(object),
         dir: Some(dir),
         cap: None,
@@ -231,14 +234,13 @@ fn entry_dir(
     Ok(rec)
 }
 
-pub fn unstuff(s: &Service, r: &Request) -> Result<Reply> {
-    let q: UnstuffRequest = r.decode()?;
+pub fn unstuff(s: &Service, r: &Request, q: UnstuffRequest) -> Result<Reply<UnstuffReply>> {
     let file = s.meta.get(q.handle)?;
     let dist = file_dist(q.handle, &file)?;
     let reply = |dist: Distribution| {
         let mut file = file.clone();
         file.dist = Some(dist.clone());
-        Reply::message(&UnstuffReply {
+        Reply::new(UnstuffReply {
             cap: caps::grant(s, &r.cred, &file),
             dist: Some(dist),
         })
@@ -264,7 +266,7 @@ pub fn unstuff(s: &Service, r: &Request) -> Result<Reply> {
     if s.config.settings.precreate {
         let started = Instant::now();
         while may_retry(started) {
-            s.pools.ensure(&s.meta, &remote)?;
+            s.pools.ensure(&s.meta, &s.commit, &remote)?;
             let (done, syncs) = change(s, |txn| {
                 let mut rec = s.meta.get(q.handle)?;
                 let mut dist = rec.dist.clone().unwrap_or_default();
@@ -291,7 +293,7 @@ pub fn unstuff(s: &Service, r: &Request) -> Result<Reply> {
     }
     // Without precreate: create the remote datafiles now, then set them
     // unless another unstuff got there first (then they are not needed).
-    let created = s.pools.create_remote(&remote)?;
+    let created = s.pools.create_remote(&s.commit, &remote)?;
     shoal_proto::crash_point!(shoal_proto::crash_points::UNSTUFF_AFTER_CREATE);
     let ((dist, used), syncs) = change(s, |txn| {
         let mut rec = s.meta.get(q.handle)?;

@@ -20,8 +20,7 @@ const MAX_SCAN: u32 = 4096;
 /// being moved out of the KV store writes its file just before its record.
 const FILE_GRACE: Duration = Duration::from_secs(60);
 
-pub fn scan(s: &Service, r: &Request) -> Result<Reply> {
-    let q: ScanRequest = r.decode()?;
+pub fn scan(s: &Service, _r: &Request, q: ScanRequest) -> Result<Reply<ScanReply>> {
     let max = q.max.clamp(1, MAX_SCAN) as usize;
     let mut reply = ScanReply::default();
     match q.what() {
@@ -71,7 +70,7 @@ pub fn scan(s: &Service, r: &Request) -> Result<Reply> {
             reply.handles = orphans;
         }
     }
-    Ok(Reply::message(&reply))
+    Ok(Reply::new(reply))
 }
 
 fn page(s: &Service, prefix: &[u8], after: &[u8], max: usize) -> Result<Vec<crate::kv::Pair>> {

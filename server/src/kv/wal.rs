@@ -90,6 +90,9 @@ struct Log {
     /// Where the next record goes in the current file; everything before it
     /// is durable once a sync has returned.
     end: u64,
+    /// The first sequence number the last sync did not write: syncs run
+    /// one at a time under this lock, so it never goes backwards.
+    synced_next: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -131,6 +134,7 @@ impl<E: KvEngine> WalEngine<E> {
                     files,
                     current: 0,
                     end: 0,
+                    synced_next: next_seq,
                 }),
                 checkpoint_bytes,
             }),
@@ -312,6 +316,11 @@ impl<E: KvEngine> KvEngine for WalEngine<E> {
             let mut tail = lock(&self.shared.tail);
             (std::mem::take(&mut tail.bytes), tail.next_seq)
         };
+        assert!(
+            next >= log.synced_next,
+            "metadata log sequence went backwards: {next} after {}",
+            log.synced_next
+        );
         if !pending.is_empty() {
             let (end, current) = (log.end, log.current);
             if let Err(e) = log.files[current].write_at(&pending, end) {
@@ -327,6 +336,7 @@ impl<E: KvEngine> KvEngine for WalEngine<E> {
             }
             log.end += pending.len() as u64;
         }
+        log.synced_next = next;
         self.turn_if_full(&mut log, next);
         Ok(())
     }

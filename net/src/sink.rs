@@ -18,7 +18,7 @@ use bytes::{Buf, BytesMut};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 
-use crate::frame::Frame;
+use shoal_proto::frame::Frame;
 
 /// Most bytes a connection may have queued behind a full socket; a sender
 /// that would pass it gets an error (the peer is not reading).
@@ -151,10 +151,10 @@ impl FrameSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cred::Cred;
-    use crate::frame::read_frame;
-    use crate::op::Op;
     use bytes::Bytes;
+    use shoal_proto::cred::Cred;
+    use shoal_proto::frame::read_frame;
+    use shoal_proto::op::Op;
     use std::sync::Arc;
     use tokio::net::{TcpListener, TcpStream};
     use tokio::task::JoinHandle;

@@ -1,0 +1,7 @@
+//! What both sides of the wire share beyond the wire format itself
+//! (`shoal-proto`): the sending side of a connection ([`sink`], used by the
+//! client's connections and the server's listener) and free loopback ports
+//! for local clusters ([`ports`], used by `shoal up` and the test kit).
+
+pub mod ports;
+pub mod sink;
