@@ -1,4 +1,4 @@
-//! The C ABI (`include/pfa.h`): the same calls as [Kato 2011]'s, for C
+//! The C ABI (`pfa.h`, generated): the same calls as [Kato 2011]'s, for C
 //! programs. Buffers are known by their address, as in the paper: `pfa_mmap`
 //! returns a pointer and the other calls take it. Errors return -1 (or NULL)
 //! and set `errno`.

@@ -27,7 +27,7 @@
 //!   different ranks can never overlap (no locks, no shared counter).
 //! - [`dirty`]: how the pages changed since the last store are found.
 //! - [`tools`]: `shoal pfa ls|cat|extract|check`.
-//! - [`ffi`]: the same API for C (`include/pfa.h`).
+//! - [`ffi`]: the same API for C (`pfa.h`, generated).
 //!
 //! It works on any POSIX file system (a Shoal mount, ext4, tmpfs): chunks
 //! are a multiple of the file system's strip (`st_blksize`, the strip on a

@@ -1,6 +1,6 @@
 //! The C API: `examples/pfa_ranks.c` (four forked ranks writing and reading
-//! one container through include/pfa.h) built with cc against this crate's
-//! static library and run.
+//! one container through the generated pfa.h) built with cc against this
+//! crate's static library and run.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -10,19 +10,15 @@ fn c_example_builds_and_runs() {
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     // Test executables live in target/<profile>/deps/; the library beside.
     let exe = std::env::current_exe().unwrap();
-    let lib = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("libshoal_pfa.a");
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    let lib = profile_dir.join("libshoal_pfa.a");
     assert!(lib.exists(), "{} not built", lib.display());
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("pfa_ranks");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
         .args(["-Wall", "-Werror", "-O1", "-I"])
-        .arg(crate_dir.join("include"))
+        .arg(profile_dir.join("include"))
         .arg(crate_dir.join("examples/pfa_ranks.c"))
         .arg(&lib)
         .args(["-lpthread", "-ldl", "-lm", "-o"])
