@@ -12,7 +12,11 @@ fn c_example_builds_and_runs() {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().unwrap().parent().unwrap();
     let lib = profile_dir.join("libshoal_pfa.a");
-    assert!(lib.exists(), "{} not built", lib.display());
+    assert!(
+        lib.exists(),
+        "{} not built: cargo build -p shoal-pfa first (scripts/test does)",
+        lib.display()
+    );
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("pfa_ranks");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
