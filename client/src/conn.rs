@@ -12,13 +12,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use prost::Message;
 use shoal_net::sink::FrameSink;
-use shoal_proto::auth::{client_handshake, Secret};
+use shoal_proto::auth::Secret;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{read_frame, Frame, Kind};
 use shoal_proto::msg::ErrorReply;
 use shoal_proto::{Cred, Op};
 use tokio::io::BufReader;
-use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Semaphore};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -45,24 +44,7 @@ impl Connection {
         max_inflight: usize,
         secret: Option<&Secret>,
     ) -> Result<Connection> {
-        let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
-            .await
-            .map_err(|_| {
-                ShoalError::new(
-                    Errno::ETIMEDOUT,
-                    format!("server {server} at {addr} does not answer"),
-                )
-            })?
-            .map_err(|e| {
-                ShoalError::new(
-                    Errno::EHOSTUNREACH,
-                    format!("server {server} at {addr} does not answer: {e}"),
-                )
-            })?;
-        stream.set_nodelay(true)?;
-        if let Some(secret) = secret {
-            client_handshake(&mut stream, secret, &format!("server {server} at {addr}")).await?;
-        }
+        let stream = shoal_net::connect::connect(server, addr, CONNECT_TIMEOUT, secret).await?;
         let (read_half, write_half) = stream.into_split();
         let sink = Arc::new(FrameSink::new(write_half));
         let pending: Pending = Arc::default();

@@ -1,7 +1,10 @@
 //! What both sides of the wire share beyond the wire format itself
-//! (`shoal-proto`): the sending side of a connection ([`sink`], used by the
-//! client's connections and the server's listener) and free loopback ports
-//! for local clusters ([`ports`], used by `shoal up` and the test kit).
+//! (`shoal-proto`): opening a connection to a server ([`connect`], used by
+//! the client's connections and a server's connections to its peers), the
+//! sending side of a connection ([`sink`], used by the client's connections
+//! and the server's listener) and free loopback ports for local clusters
+//! ([`ports`], used by `shoal up` and the test kit).
 
+pub mod connect;
 pub mod ports;
 pub mod sink;

@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::handle::{counter_of, Handle};
-use shoal_proto::msg::ObjectRecord;
+use shoal_proto::handle::{counter_of, server_of, Handle};
+use shoal_proto::msg::{DatafileSize, ObjectRecord};
 use shoal_proto::time::{now_ns, to_ns};
 use shoal_proto::ObjectKind;
 
@@ -298,7 +298,45 @@ impl DataStore {
     }
 
     /// Deletes a datafile's local file, if it has one.
-    pub fn remove_file(&self, rec: &ObjectRecord) -> Result<()> {
+    /// Removes the local files of datafiles a transaction deleted
+    /// (`MetaStore::remove_object`), once it is applied.
+    pub fn remove_files(&self, gone: &[ObjectRecord]) -> Result<()> {
+        for df in gone {
+            self.remove_file(df)?;
+        }
+        Ok(())
+    }
+
+    /// The sizes of the datafiles of `file` (a metafile) that live on this
+    /// server, for its getattr reply.
+    pub fn local_sizes(&self, meta: &MetaStore, file: &ObjectRecord) -> Result<Vec<DatafileSize>> {
+        if file.kind() != ObjectKind::Metafile {
+            return Ok(Vec::new());
+        }
+        let Some(dist) = &file.dist else {
+            return Ok(Vec::new());
+        };
+        let mut sizes = Vec::new();
+        for h in dist
+            .datafiles
+            .iter()
+            .filter(|h| server_of(**h) == meta.server_id())
+        {
+            if let Some(rec) = meta.try_get(*h)? {
+                if rec.kind() == ObjectKind::Datafile {
+                    let (size, mtime_ns) = self.size_of(&rec)?;
+                    sizes.push(DatafileSize {
+                        handle: *h,
+                        size,
+                        mtime_ns,
+                    });
+                }
+            }
+        }
+        Ok(sizes)
+    }
+
+    fn remove_file(&self, rec: &ObjectRecord) -> Result<()> {
         self.open.lock().unwrap().remove(&rec.handle);
         if rec.in_file {
             match std::fs::remove_file(self.path_of(rec.handle)) {

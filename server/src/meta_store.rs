@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use prost::Message;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::{self, Handle};
-use shoal_proto::msg::{Attributes, DirEntry, ObjectRecord};
+use shoal_proto::msg::{Attributes, DirEntry, Distribution, ObjectRecord};
 use shoal_proto::time::now_ns;
 use shoal_proto::ObjectKind;
 
@@ -73,6 +73,46 @@ impl Txn {
     }
     pub fn delete_entry(&mut self, dir: Handle, name: &str) {
         self.batch.delete(keys::entry(dir, name));
+    }
+
+    /// Directory mtime and ctime change when an entry is added, removed or
+    /// renamed, its entries_version counts the change (if it is counted), and
+    /// `subdirs` its entries naming directories: `added` and `removed` are the
+    /// kinds of object the change added and took away an entry for. Every change
+    /// of a directory's entries comes through here, under the store's write
+    /// lock, so the counts have no gaps. Returns the record as stored, for the
+    /// reply.
+    pub fn touch_dir(
+        &mut self,
+        mut dir: ObjectRecord,
+        added: Option<ObjectKind>,
+        removed: Option<ObjectKind>,
+    ) -> ObjectRecord {
+        let is_dir = |k: Option<ObjectKind>| u64::from(k == Some(ObjectKind::Directory));
+        debug_assert!(
+            dir.subdirs + is_dir(added) >= is_dir(removed),
+            "directory {:#x} loses a subdirectory it did not count",
+            dir.handle
+        );
+        dir.subdirs = (dir.subdirs + is_dir(added)).saturating_sub(is_dir(removed));
+        if let Some(a) = dir.attrs.as_mut() {
+            let now = now_ns();
+            a.mtime_ns = now;
+            a.ctime_ns = now;
+        }
+        if dir.entries_version > 0 {
+            dir.entries_version += 1;
+        }
+        self.put_object(&dir);
+        dir
+    }
+}
+
+/// A change of an object's status (POSIX: a link count's change, and on
+/// Linux file systems a rename) changes its ctime.
+pub fn touch_ctime(rec: &mut ObjectRecord) {
+    if let Some(a) = rec.attrs.as_mut() {
+        a.ctime_ns = now_ns();
     }
 }
 
@@ -226,6 +266,48 @@ impl MetaStore {
 
     pub fn is_empty_dir(&self, dir: Handle) -> Result<bool> {
         Ok(self.kv.scan(&keys::entries(dir), None, 1)?.is_empty())
+    }
+
+    /// Deletes object `rec` in `txn`: its keys and, for a stuffed file, its
+    /// one datafile, which lives here too, so removing a stuffed file needs
+    /// no other server. Returns the distribution listing the datafiles still
+    /// to remove elsewhere, and the deleted datafiles whose local files must
+    /// go once the transaction is applied (`DataStore::remove_files`).
+    pub fn remove_object(
+        &self,
+        txn: &mut Txn,
+        rec: ObjectRecord,
+    ) -> Result<(Option<Distribution>, Vec<ObjectRecord>)> {
+        let mut gone = Vec::new();
+        let mut dist = rec.dist.clone();
+        if let Some(d) = dist.as_mut().filter(|d| d.stuffed) {
+            if let Some(df) = d
+                .datafiles
+                .first()
+                .and_then(|h| self.try_get(*h).ok().flatten())
+            {
+                self.delete_keys(txn, &df)?;
+                d.datafiles.retain(|h| *h != df.handle);
+                gone.push(df);
+            }
+        }
+        self.delete_keys(txn, &rec)?;
+        if rec.kind() == ObjectKind::Datafile {
+            gone.push(rec);
+        }
+        Ok((dist, gone))
+    }
+
+    /// Deletes an object's keys in `txn`: its record, inline bytes and xattrs.
+    fn delete_keys(&self, txn: &mut Txn, rec: &ObjectRecord) -> Result<()> {
+        if rec.kind() == ObjectKind::Datafile {
+            txn.batch.delete(keys::bytes(rec.handle));
+        }
+        for (k, _) in self.kv.scan(&keys::xattrs(rec.handle), None, usize::MAX)? {
+            txn.batch.delete(k);
+        }
+        txn.delete_object(rec.handle);
+        Ok(())
     }
 
     /// Applies a transaction (caller holds the lock), persisting the handle

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
-use shoal_proto::auth::{client_handshake, Secret};
+use shoal_proto::auth::Secret;
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{read_frame, write_frame, Frame, Kind};
@@ -20,7 +20,6 @@ use shoal_proto::msg::{ErrorReply, GetAttrRequest, ObjectRecord};
 use shoal_proto::{ops, Cred, Operation};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
 /// How long connecting to a peer may take.
@@ -139,24 +138,7 @@ impl Peers {
 }
 
 async fn connect(peer: u32, addr: SocketAddr, secret: Option<&Secret>) -> Result<PeerConn> {
-    let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
-        .await
-        .map_err(|_| {
-            ShoalError::new(
-                Errno::ETIMEDOUT,
-                format!("server {peer} at {addr} does not answer"),
-            )
-        })?
-        .map_err(|e| {
-            ShoalError::new(
-                Errno::EHOSTUNREACH,
-                format!("server {peer} at {addr} does not answer: {e}"),
-            )
-        })?;
-    stream.set_nodelay(true)?;
-    if let Some(secret) = secret {
-        client_handshake(&mut stream, secret, &format!("server {peer} at {addr}")).await?;
-    }
+    let stream = shoal_net::connect::connect(peer, addr, CONNECT_TIMEOUT, secret).await?;
     let (r, w) = stream.into_split();
     Ok(PeerConn {
         reader: BufReader::with_capacity(BUFFER, r),

@@ -33,7 +33,6 @@ use crate::commit::CommitQueue;
 use crate::keys;
 use crate::meta_store::{MetaStore, Txn};
 use crate::peers::Peers;
-use crate::service::Service;
 
 /// Longest a request waits for an empty pool to be filled (or for a peer to
 /// create the datafiles an unstuff needs when precreate is off).
@@ -114,16 +113,15 @@ impl Pools {
         })
     }
 
-    /// Starts one refill task per peer (with precreate on). Call once, from
-    /// inside the server's runtime.
-    pub fn start(service: &Arc<Service>) {
-        let pools = &service.pools;
-        let _ = pools.runtime.set(tokio::runtime::Handle::current());
-        if !pools.enabled {
+    /// Starts one refill task per peer (with precreate on), which records
+    /// what it gets in `meta`. Call once, from inside the server's runtime.
+    pub fn start(self: &Arc<Pools>, meta: &Arc<MetaStore>) {
+        let _ = self.runtime.set(tokio::runtime::Handle::current());
+        if !self.enabled {
             return;
         }
-        for peer in (0..pools.servers).filter(|p| *p != pools.id) {
-            tokio::spawn(refill_loop(service.clone(), peer));
+        for peer in (0..self.servers).filter(|p| *p != self.id) {
+            tokio::spawn(refill_loop(self.clone(), meta.clone(), peer));
         }
     }
 
@@ -352,18 +350,17 @@ impl Pools {
     }
 }
 
-/// Keeps the pool for `peer` above the low mark, for as long as the server runs.
-async fn refill_loop(service: Arc<Service>, peer: u32) {
-    let pools = &service.pools;
+/// Keeps the pool for `peer` above the low mark, for as long as the server
+/// runs: asks `peer` through the pools' peers, records in `meta`.
+async fn refill_loop(pools: Arc<Pools>, meta: Arc<MetaStore>, peer: u32) {
     let pool = &pools.pools[peer as usize];
     let mut backoff = BACKOFF_MIN;
     let mut failures = 0u32;
     loop {
         if pool.count.load(Ordering::SeqCst) < pools.low_mark {
-            let filled =
-                tokio::time::timeout(FILL_WAIT, pools.fill(&service.meta, peer, pools.low_mark))
-                    .await
-                    .unwrap_or_else(|_| Err(ShoalError::new(Errno::ETIMEDOUT, "refill timed out")));
+            let filled = tokio::time::timeout(FILL_WAIT, pools.fill(&meta, peer, pools.low_mark))
+                .await
+                .unwrap_or_else(|_| Err(ShoalError::new(Errno::ETIMEDOUT, "refill timed out")));
             match filled {
                 Ok(()) => {
                     backoff = BACKOFF_MIN;
@@ -418,13 +415,14 @@ async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::kv::MemEngine;
     use shoal_proto::cluster::{ServerEntry, Settings, SyncMode};
     use shoal_proto::handle::make;
 
-    fn config(n: u32) -> ClusterConfig {
+    /// A cluster of `n` servers that are not there.
+    pub(crate) fn config(n: u32) -> ClusterConfig {
         ClusterConfig {
             secret_file: None,
             settings: Settings::default(),
@@ -487,84 +485,5 @@ mod tests {
             .unwrap_err();
         assert!(started.elapsed() <= FILL_WAIT + Duration::from_secs(1));
         assert!(err.message.contains("server 1"), "{}", err.message);
-    }
-
-    /// A create that waits for an empty pool's refill (a peer) leaves the
-    /// commit queue's scheduling queue, so a request applied meanwhile syncs
-    /// at once instead of being deferred behind it until the stall limit
-    /// (the safety valve, counted in `commit_stalls`).
-    #[test]
-    fn a_create_waiting_for_a_refill_does_not_hold_back_other_commits() {
-        use crate::service::Service;
-        use bytes::Bytes;
-        use prost::Message;
-        use shoal_proto::frame::Frame;
-        use shoal_proto::msg::CreateFileRequest;
-        use shoal_proto::{Cred, Op};
-        use std::io::Read;
-
-        // Server 1 is a peer that takes requests and never answers.
-        let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut config = config(2);
-        config.servers[1].addr = peer.local_addr().unwrap();
-        let (asked_tx, asked) = std::sync::mpsc::channel();
-        let silent = std::thread::spawn(move || {
-            let (mut conn, _) = peer.accept().unwrap();
-            let mut byte = [0u8; 1];
-            conn.read_exact(&mut byte).unwrap();
-            asked_tx.send(()).unwrap();
-            conn
-        });
-        let dir = tempfile::tempdir().unwrap();
-        let s = Arc::new(
-            Service::with_engine(config, 0, Arc::new(MemEngine::default()), dir.path()).unwrap(),
-        );
-        assert!(s.config.settings.coalescing && s.config.settings.precreate);
-        assert_eq!(s.pools.count(1), 0);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let request =
-            |op: Op, body: Vec<u8>| Frame::request(op, 1, Cred::ROOT, body.into(), Bytes::new());
-
-        // A create of a two-datafile file: its pool for server 1 is empty,
-        // so it waits on server 1.
-        let create = request(
-            Op::CreateFile,
-            CreateFileRequest {
-                num_dfiles: 2,
-                ..Default::default()
-            }
-            .encode_to_vec(),
-        );
-        let waiting = rt.spawn_blocking({
-            let s = s.clone();
-            move || {
-                let ticket = s.commit.schedule(Op::CreateFile);
-                s.handle_scheduled(&create, ticket)
-            }
-        });
-        asked.recv().unwrap();
-        assert_eq!(s.commit.scheduled(), 0, "the waiting create left the queue");
-
-        // Meanwhile another request changes metadata here.
-        let other = request(
-            Op::CreateDatafiles,
-            shoal_proto::msg::CreateDatafilesRequest { count: 1 }.encode_to_vec(),
-        );
-        let reply = s.handle_scheduled(&other, s.commit.schedule(Op::CreateDatafiles));
-        assert_eq!(reply.header.status, 0);
-        assert_eq!(
-            s.stats.commit_stalls.load(Ordering::Relaxed),
-            0,
-            "the request waited for the stall limit behind the create"
-        );
-
-        // The peer goes away: the create fails, clearly.
-        drop(silent.join().unwrap());
-        let failed = rt.block_on(waiting).unwrap();
-        assert_ne!(failed.header.status, 0);
     }
 }

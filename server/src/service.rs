@@ -1,4 +1,8 @@
-//! A server's state, and how one request frame becomes one reply frame.
+//! A server's state ([`Service`]: its stores, commit queue, pools and
+//! peers), what a handler gets and returns ([`Request`], [`Reply`]), and the
+//! shell of every change to the metadata ([`Service::change`]). How a frame
+//! is handled is `handlers`' business (`Service::handle` is there, beside the
+//! operation table), so that nothing here depends on a handler.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,28 +12,26 @@ use bytes::Bytes;
 use prost::Message;
 use shoal_proto::auth::Secret;
 use shoal_proto::cluster::ClusterConfig;
-use shoal_proto::error::{Result, ShoalError};
+use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{Frame, Header};
-use shoal_proto::msg::ErrorReply;
-use shoal_proto::{Cred, Operation};
+use shoal_proto::{crash_points, Cred, Handle, Operation};
 
-use crate::commit::{CommitQueue, Ticket, TicketScope};
+use crate::commit::CommitQueue;
 use crate::data_store::DataStore;
-use crate::handlers;
 use crate::kv::{KvEngine, RedbEngine, WalEngine};
-use crate::meta_store::MetaStore;
+use crate::meta_store::{MetaStore, Txn};
 use crate::pools::Pools;
-use crate::stats::{Sample, Stats};
+use crate::stats::Stats;
 
 pub struct Service {
     pub id: u32,
     pub config: ClusterConfig,
     pub data_dir: std::path::PathBuf,
-    pub meta: MetaStore,
+    pub meta: Arc<MetaStore>,
     pub data: DataStore,
     pub commit: CommitQueue,
     /// Precreate pools and the connections to the other servers.
-    pub pools: Pools,
+    pub pools: Arc<Pools>,
     pub stats: Stats,
     pub started: Instant,
     /// Drawn at start: file data acknowledged by this process and not yet
@@ -51,7 +53,7 @@ pub struct Request<'a> {
 }
 
 /// What a handler returns: its reply message `M` (the reply of its
-/// operation, see `handlers::dispatch`), raw payload, syncs it took.
+/// operation, see the table in `handlers`), raw payload, syncs it took.
 #[derive(Default)]
 pub struct Reply<M> {
     pub message: M,
@@ -136,14 +138,14 @@ impl Service {
         let secret = config.secret()?;
         let meta = MetaStore::open(kv, id)?;
         let data = DataStore::new(data_dir, config.settings.inline_max)?;
-        let pools = Pools::open(&config, id, &meta)?;
+        let pools = Arc::new(Pools::open(&config, id, &meta)?);
         Ok(Service {
             pools,
             id,
             commit: CommitQueue::from_settings(&config.settings),
             config,
             data_dir: data_dir.to_path_buf(),
-            meta,
+            meta: Arc::new(meta),
             data,
             stats: Stats::default(),
             started: Instant::now(),
@@ -152,55 +154,44 @@ impl Service {
         })
     }
 
-    /// Handles a request that holds `ticket`, its place in the commit
-    /// queue's scheduling queue (taken by the listener when the frame
-    /// arrived). The ticket is available to the commit queue while the
-    /// handler runs, which gives it back once the request's changes are
-    /// applied; if the handler never gets there, the ticket is given back
-    /// when this returns, so that the queue never counts a request that is
-    /// gone.
-    pub fn handle_scheduled(&self, frame: &Frame, ticket: Option<Ticket>) -> Frame {
-        let _scope = TicketScope::enter(ticket);
-        self.handle(frame)
+    /// Runs `build` under the store lock to read what it needs and fill a
+    /// transaction, applies it, then (lock released) waits until it is durable.
+    /// Returns what `build` returned and the syncs it took (with commit
+    /// coalescing, 0 when another request's sync covered this change).
+    ///
+    /// `make_durable` is where the request leaves the commit queue's scheduling
+    /// queue (its changes are applied) and decides to sync now or defer; it must
+    /// run after `apply` and without the store lock, so that requests applying
+    /// behind this one can join the same sync.
+    pub fn change<T>(&self, build: impl FnOnce(&mut Txn) -> Result<T>) -> Result<(T, u64)> {
+        let guard = self.meta.lock();
+        let mut txn = Txn::default();
+        let out = build(&mut txn)?;
+        self.meta.apply(txn)?;
+        drop(guard);
+        shoal_proto::crash_point!(crash_points::COMMIT_AFTER_APPLY);
+        let syncs = self.commit.make_durable(&self.meta, &self.stats)?;
+        Ok((out, syncs))
     }
 
-    /// Whether `frame` can be answered without waiting on a disk, a sync or
-    /// another server, so that handing it to another thread would cost more
-    /// than answering it (see `handlers::stays_in_memory`).
-    pub fn stays_in_memory(&self, frame: &Frame) -> bool {
-        handlers::stays_in_memory(self, &Request::of(frame, &self.config))
+    /// Checks that `h` can name an object somewhere in the cluster.
+    pub fn check_handle(&self, h: Handle) -> Result<()> {
+        if shoal_proto::handle::is_valid(h, self.config.num_servers()) {
+            Ok(())
+        } else {
+            Err(ShoalError::invalid(format!("invalid handle {h:#x}")))
+        }
     }
+}
 
-    /// Handles one request frame and builds its reply; never panics on bad input.
-    pub fn handle(&self, frame: &Frame) -> Frame {
-        let started = Instant::now();
-        let result = handlers::dispatch(self, &Request::of(frame, &self.config));
-        let (status, reply) = match result {
-            Ok(r) => (0, r),
-            Err(e) => {
-                tracing::debug!(
-                    op = frame.header.op.name(),
-                    errno = e.errno.0,
-                    "{}",
-                    e.message
-                );
-                (
-                    e.errno.0,
-                    Reply::new(ErrorReply { message: e.message }).encode(),
-                )
-            }
-        };
-        let out = Frame::reply_to(&frame.header, status, reply.body, reply.payload);
-        self.stats.record(
-            frame.header.op,
-            &Sample {
-                ok: status == 0,
-                bytes_in: frame.wire_len(),
-                bytes_out: out.wire_len(),
-                syncs: reply.syncs,
-                latency: started.elapsed(),
-            },
-        );
-        out
+/// ENOTSUP unless the technique `name` is switched on in this cluster.
+pub fn require(on: bool, name: &str) -> Result<()> {
+    if on {
+        Ok(())
+    } else {
+        Err(ShoalError::new(
+            Errno::ENOTSUP,
+            format!("{name} is switched off in this cluster"),
+        ))
     }
 }

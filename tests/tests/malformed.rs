@@ -19,7 +19,7 @@ use futures::StreamExt;
 use prost::Message;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shoal_proto::auth::{client_handshake, Secret};
+use shoal_proto::auth::Secret;
 use shoal_proto::error::Errno;
 use shoal_proto::frame::{read_frame, Frame, FrameError, Kind, HEADER_LEN, MAX_BODY, MAX_PAYLOAD};
 use shoal_proto::handle::{self, ROOT};
@@ -40,12 +40,10 @@ static SECRET: OnceLock<Secret> = OnceLock::new();
 /// A raw connection that has passed the authentication handshake, so what
 /// it sends next reaches the frame reader.
 async fn connect(addr: SocketAddr) -> TcpStream {
-    let mut s = TcpStream::connect(addr).await.expect("connect");
     let secret = SECRET.get().expect("cluster secret");
-    client_handshake(&mut s, secret, "server")
+    shoal_net::connect::connect(0, addr, IO_TIMEOUT, Some(secret))
         .await
-        .expect("handshake");
-    s
+        .expect("connect and handshake")
 }
 
 /// The bytes of a request frame on the wire.

@@ -13,9 +13,10 @@ use shoal_proto::msg::*;
 use shoal_proto::time::now_ns;
 use shoal_proto::ObjectKind;
 
-use super::{caps, change, hints};
+use super::hints;
+use crate::auth::caps;
+use crate::auth::perms;
 use crate::keys;
-use crate::perms;
 use crate::service::{Reply, Request, Service};
 
 /// Longest xattr name and value, as Linux allows.
@@ -40,7 +41,11 @@ pub(crate) fn attributes(
         object.size = size;
         object.data_mtime_ns = mtime;
     }
-    let sizes = super::precreate::local_sizes(s, &object)?;
+    let sizes = if s.config.settings.stuffing {
+        s.data.local_sizes(&s.meta, &object)?
+    } else {
+        Vec::new()
+    };
     Ok(GetAttrReply {
         cap: caps::grant(s, cred, &object),
         object: Some(object),
@@ -50,7 +55,7 @@ pub(crate) fn attributes(
 
 pub fn setattr(s: &Service, r: &Request, q: SetAttrRequest) -> Result<Reply<SetAttrReply>> {
     let has = |bit: SetAttrBits| q.mask & bit as u32 != 0;
-    let (object, syncs) = change(s, |txn| {
+    let (object, syncs) = s.change(|txn| {
         let mut rec = s.meta.get(q.handle)?;
         let mode = perms::check_setattr(&r.cred, &rec, &q)?;
         let mut a = rec.attrs.unwrap_or_default();
@@ -113,7 +118,7 @@ pub fn setxattr(s: &Service, r: &Request, q: SetXattrRequest) -> Result<Reply<Em
         return Err(ShoalError::new(Errno::E2BIG, "xattr value over 64 KiB"));
     }
     let key = keys::xattr(q.handle, &q.name);
-    let ((), syncs) = change(s, |txn| {
+    let ((), syncs) = s.change(|txn| {
         s.meta.get(q.handle)?;
         let exists = s.meta.kv().get(&key)?.is_some();
         if q.create_only && exists {
@@ -174,7 +179,7 @@ pub fn removexattr(s: &Service, r: &Request, q: RemoveXattrRequest) -> Result<Re
         return hints::unset(s, q.handle, hint?);
     }
     let key = keys::xattr(q.handle, &q.name);
-    let ((), syncs) = change(s, |txn| {
+    let ((), syncs) = s.change(|txn| {
         s.meta.get(q.handle)?;
         if s.meta.kv().get(&key)?.is_none() {
             return Err(ShoalError::new(

@@ -16,7 +16,6 @@ use shoal_proto::hints::{self, Hint};
 use shoal_proto::msg::{DirHints, Empty, ObjectRecord};
 use shoal_proto::{Handle, ObjectKind};
 
-use super::change;
 use crate::service::{Reply, Service};
 
 /// The hints of directory record `dir` (none set if it has none).
@@ -58,7 +57,7 @@ pub(crate) fn set(
 ) -> Result<Reply<Empty>> {
     let text = std::str::from_utf8(value)
         .map_err(|_| ShoalError::invalid(format!("hint {}: the value is not text", hint.name())))?;
-    let ((), syncs) = change(s, |txn| {
+    let ((), syncs) = s.change(|txn| {
         let mut rec = s.meta.get(h)?;
         if rec.kind() != ObjectKind::Directory {
             return Err(not_a_directory(hint, h));
@@ -102,7 +101,7 @@ pub(crate) fn names(rec: &ObjectRecord) -> Vec<String> {
 
 /// Clears a hint; ENODATA if it was not set.
 pub(crate) fn unset(s: &Service, h: Handle, hint: Hint) -> Result<Reply<Empty>> {
-    let ((), syncs) = change(s, |txn| {
+    let ((), syncs) = s.change(|txn| {
         let mut rec = s.meta.get(h)?;
         let mut current = of(&rec);
         if !hints::unset(&mut current, hint) {

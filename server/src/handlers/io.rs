@@ -9,7 +9,7 @@ use shoal_proto::frame::MAX_PAYLOAD;
 use shoal_proto::msg::*;
 use shoal_proto::{ops, ObjectKind};
 
-use super::caps;
+use crate::auth::caps;
 use crate::data_store::datafile;
 use crate::service::{Reply, Request, Service};
 

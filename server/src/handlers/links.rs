@@ -7,12 +7,9 @@
 
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::msg::*;
-use shoal_proto::time::now_ns;
 use shoal_proto::ObjectKind;
 
-use super::change;
-use super::namespace::{delete_object, remove_local_files};
-use crate::meta_store::Txn;
+use crate::meta_store::{touch_ctime, Txn};
 use crate::service::{Reply, Request, Service};
 
 /// Most names one object may have (as ext4).
@@ -30,7 +27,7 @@ pub(super) struct Dropped {
 }
 
 pub fn link(s: &Service, _r: &Request, q: LinkRequest) -> Result<Reply<LinkReply>> {
-    let ((reply, gone), syncs) = change(s, |txn| {
+    let ((reply, gone), syncs) = s.change(|txn| {
         let rec = s.meta.get(q.handle)?;
         if let Some(count) = q.fsck_set {
             return Ok((
@@ -69,7 +66,7 @@ pub fn link(s: &Service, _r: &Request, q: LinkRequest) -> Result<Reply<LinkReply
             dropped.gone,
         ))
     })?;
-    remove_local_files(s, &gone)?;
+    s.data.remove_files(&gone)?;
     Ok(Reply::new(reply).with_syncs(syncs))
 }
 
@@ -125,18 +122,10 @@ pub(super) fn drop_link(
             gone: Vec::new(),
         });
     }
-    let (dist, gone) = delete_object(s, txn, rec)?;
+    let (dist, gone) = s.meta.remove_object(txn, rec)?;
     Ok(Dropped {
         kept: None,
         dist,
         gone,
     })
-}
-
-/// A change of an object's status (POSIX: a link count's change, and on
-/// Linux file systems a rename) changes its ctime.
-pub(super) fn touch_ctime(rec: &mut ObjectRecord) {
-    if let Some(a) = rec.attrs.as_mut() {
-        a.ctime_ns = now_ns();
-    }
 }

@@ -15,8 +15,7 @@ use shoal_proto::handle::server_of;
 use shoal_proto::msg::*;
 use shoal_proto::ObjectKind;
 
-use super::{check_handle, require};
-use crate::service::{Reply, Request, Service};
+use crate::service::{require, Reply, Request, Service};
 
 /// Most handles one listattr request may name (a readdir batch is at most 4096).
 pub const MAX_LISTATTR_HANDLES: usize = 16384;
@@ -33,7 +32,7 @@ pub fn listattr(s: &Service, _r: &Request, q: ListAttrRequest) -> Result<Reply<L
         )));
     }
     for &h in &q.handles {
-        check_handle(s, h)?;
+        s.check_handle(h)?;
         s.meta.check_owned(h)?;
     }
     let mut reply = ListAttrReply::default();

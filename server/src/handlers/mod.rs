@@ -1,24 +1,29 @@
-//! Request handlers, one module per family of operations. Each handler decodes
-//! its body, checks its arguments, changes the stores, and for a modifying
+//! Request handlers, one module per family of operations, and how one
+//! request frame becomes one reply frame ([`Service::handle`]: the operation
+//! table below picks the handler). Each handler decodes its body, checks its
+//! arguments, changes the stores (`Service::change`), and for a modifying
 //! request waits on the commit queue before it replies.
 
-mod access;
 mod admin;
 mod attrs;
-mod caps;
+mod create_file;
 mod hints;
 mod io;
 mod links;
 mod listattr;
 mod namespace;
-mod precreate;
 mod scan;
 
-use shoal_proto::error::Result;
-use shoal_proto::{crash_points, ops, Op, Operation};
+use std::time::Instant;
 
-use crate::meta_store::Txn;
+use shoal_proto::error::Result;
+use shoal_proto::frame::Frame;
+use shoal_proto::msg::ErrorReply;
+use shoal_proto::{ops, Op, Operation};
+
+use crate::commit::{Ticket, TicketScope};
 use crate::service::{Encoded, Reply, Request, Service};
+use crate::stats::Sample;
 
 /// The server's side of the operation table (`shoal_proto::op`), one row
 /// per operation: its handler, whether the handler reads the request body
@@ -31,7 +36,7 @@ use crate::service::{Encoded, Reply, Request, Service};
 macro_rules! handlers {
     ($($op:ident => $handler:path, $body:ident, $memory:tt;)*) => {
         /// Runs request `r`'s handler.
-        pub fn dispatch(s: &Service, r: &Request) -> Result<Encoded> {
+        fn dispatch(s: &Service, r: &Request) -> Result<Encoded> {
             match r.header.op {
                 $(Op::$op => handlers!(@call $body, $handler, $op, s, r),)*
             }
@@ -42,7 +47,7 @@ macro_rules! handlers {
         /// durable on fsync only), not local files, syncs or other servers. A
         /// read or write of a datafile whose bytes are in the KV store
         /// qualifies, unless the write would move them to a local file.
-        pub fn stays_in_memory(s: &Service, r: &Request) -> bool {
+        fn stays_in_memory(s: &Service, r: &Request) -> bool {
             match r.header.op {
                 $(Op::$op => handlers!(@memory $memory, s, r),)*
             }
@@ -95,56 +100,64 @@ handlers! {
     RemoveXattr => attrs::removexattr, decoded, never;
     Statfs => admin::statfs, unread, never;
     Stats => admin::stats, unread, always;
-    CreateFile => precreate::create_file, decoded, never;
-    Unstuff => precreate::unstuff, decoded, never;
+    CreateFile => create_file::create_file, decoded, never;
+    Unstuff => create_file::unstuff, decoded, never;
     ListAttr => listattr::listattr, decoded, never;
     Rendezvous => io::rendezvous, decoded, always;
     Scan => scan::scan, decoded, never;
     Link => links::link, decoded, never;
 }
 
-/// Runs `build` under the store lock to read what it needs and fill a
-/// transaction, applies it, then (lock released) waits until it is durable.
-/// Returns what `build` returned and the syncs it took (with commit
-/// coalescing, 0 when another request's sync covered this change).
-///
-/// `make_durable` is where the request leaves the commit queue's scheduling
-/// queue (its changes are applied) and decides to sync now or defer; it must
-/// run after `apply` and without the store lock, so that requests applying
-/// behind this one can join the same sync.
-pub(crate) fn change<T>(
-    s: &Service,
-    build: impl FnOnce(&mut Txn) -> Result<T>,
-) -> Result<(T, u64)> {
-    let guard = s.meta.lock();
-    let mut txn = Txn::default();
-    let out = build(&mut txn)?;
-    s.meta.apply(txn)?;
-    drop(guard);
-    shoal_proto::crash_point!(crash_points::COMMIT_AFTER_APPLY);
-    let syncs = s.commit.make_durable(&s.meta, &s.stats)?;
-    Ok((out, syncs))
-}
-
-/// ENOTSUP unless the technique `name` is switched on in this cluster.
-pub(crate) fn require(on: bool, name: &str) -> Result<()> {
-    if on {
-        Ok(())
-    } else {
-        Err(shoal_proto::ShoalError::new(
-            shoal_proto::Errno::ENOTSUP,
-            format!("{name} is switched off in this cluster"),
-        ))
+impl Service {
+    /// Handles a request that holds `ticket`, its place in the commit
+    /// queue's scheduling queue (taken by the listener when the frame
+    /// arrived). The ticket is available to the commit queue while the
+    /// handler runs, which gives it back once the request's changes are
+    /// applied; if the handler never gets there, the ticket is given back
+    /// when this returns, so that the queue never counts a request that is
+    /// gone.
+    pub fn handle_scheduled(&self, frame: &Frame, ticket: Option<Ticket>) -> Frame {
+        let _scope = TicketScope::enter(ticket);
+        self.handle(frame)
     }
-}
 
-/// Checks that `h` can name an object somewhere in the cluster.
-pub(crate) fn check_handle(s: &Service, h: shoal_proto::Handle) -> Result<()> {
-    if shoal_proto::handle::is_valid(h, s.config.num_servers()) {
-        Ok(())
-    } else {
-        Err(shoal_proto::ShoalError::invalid(format!(
-            "invalid handle {h:#x}"
-        )))
+    /// Whether `frame` can be answered without waiting on a disk, a sync or
+    /// another server, so that handing it to another thread would cost more
+    /// than answering it (see [`stays_in_memory`]).
+    pub fn stays_in_memory(&self, frame: &Frame) -> bool {
+        stays_in_memory(self, &Request::of(frame, &self.config))
+    }
+
+    /// Handles one request frame and builds its reply; never panics on bad input.
+    pub fn handle(&self, frame: &Frame) -> Frame {
+        let started = Instant::now();
+        let result = dispatch(self, &Request::of(frame, &self.config));
+        let (status, reply) = match result {
+            Ok(r) => (0, r),
+            Err(e) => {
+                tracing::debug!(
+                    op = frame.header.op.name(),
+                    errno = e.errno.0,
+                    "{}",
+                    e.message
+                );
+                (
+                    e.errno.0,
+                    Reply::new(ErrorReply { message: e.message }).encode(),
+                )
+            }
+        };
+        let out = Frame::reply_to(&frame.header, status, reply.body, reply.payload);
+        self.stats.record(
+            frame.header.op,
+            &Sample {
+                ok: status == 0,
+                bytes_in: frame.wire_len(),
+                bytes_out: out.wire_len(),
+                syncs: reply.syncs,
+                latency: started.elapsed(),
+            },
+        );
+        out
     }
 }

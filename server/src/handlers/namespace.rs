@@ -16,14 +16,14 @@ use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle;
 use shoal_proto::msg::*;
 use shoal_proto::names::check_name;
-use shoal_proto::time::now_ns;
 use shoal_proto::{Handle, ObjectKind};
 
-use super::access::{record_anywhere, Owners};
-use super::links::{self, touch_ctime};
-use super::{caps, change, check_handle, hints};
-use crate::meta_store::{new_attrs, Txn};
-use crate::perms::{self, R, W, X};
+use super::hints;
+use super::links;
+use crate::auth::access::{record_anywhere, Owners};
+use crate::auth::caps;
+use crate::auth::perms::{self, R, W, X};
+use crate::meta_store::{new_attrs, touch_ctime};
 use crate::service::{Reply, Request, Service};
 
 /// Most datafiles one CreateDatafiles request may ask for.
@@ -74,7 +74,7 @@ pub fn create_object(
         ..Default::default()
     };
     if q.parent != 0 || kind == ObjectKind::Directory {
-        check_handle(s, q.parent)?;
+        s.check_handle(q.parent)?;
         rec.parent = q.parent;
     }
     match kind {
@@ -102,7 +102,7 @@ pub fn create_object(
             )))
         }
     }
-    let (handle, syncs) = change(s, |txn| {
+    let (handle, syncs) = s.change(|txn| {
         rec.handle = s.meta.alloc(txn);
         txn.insert_object(&rec);
         Ok(rec.handle)
@@ -121,7 +121,7 @@ pub fn create_datafiles(
             q.count
         )));
     }
-    let (handles, syncs) = change(s, |txn| {
+    let (handles, syncs) = s.change(|txn| {
         Ok((0..q.count)
             .map(|_| {
                 let h = s.meta.alloc(txn);
@@ -152,9 +152,9 @@ pub fn set_dist(s: &Service, r: &Request, q: SetDistRequest) -> Result<Reply<Set
         return Err(ShoalError::invalid("set_dist: invalid distribution"));
     }
     for h in &dist.datafiles {
-        check_handle(s, *h)?;
+        s.check_handle(*h)?;
     }
-    let (rec, syncs) = change(s, |txn| {
+    let (rec, syncs) = s.change(|txn| {
         let mut rec = s.meta.get(q.handle)?;
         if rec.kind() != ObjectKind::Metafile {
             return Err(ShoalError::invalid(format!(
@@ -168,38 +168,6 @@ pub fn set_dist(s: &Service, r: &Request, q: SetDistRequest) -> Result<Reply<Set
     })?;
     let cap = caps::grant(s, &r.cred, &rec);
     Ok(Reply::new(SetDistReply { cap }).with_syncs(syncs))
-}
-
-/// Directory mtime and ctime change when an entry is added, removed or
-/// renamed, its entries_version counts the change (if it is counted), and
-/// `subdirs` its entries naming directories: `added` and `removed` are the
-/// kinds of object the change added and took away an entry for. Every change
-/// of a directory's entries comes through here, under the store's write
-/// lock, so the counts have no gaps. Returns the record as stored, for the
-/// reply.
-pub(crate) fn touch_dir(
-    txn: &mut Txn,
-    mut dir: ObjectRecord,
-    added: Option<ObjectKind>,
-    removed: Option<ObjectKind>,
-) -> ObjectRecord {
-    let is_dir = |k: Option<ObjectKind>| u64::from(k == Some(ObjectKind::Directory));
-    debug_assert!(
-        dir.subdirs + is_dir(added) >= is_dir(removed),
-        "directory {:#x} loses a subdirectory it did not count",
-        dir.handle
-    );
-    dir.subdirs = (dir.subdirs + is_dir(added)).saturating_sub(is_dir(removed));
-    if let Some(a) = dir.attrs.as_mut() {
-        let now = now_ns();
-        a.mtime_ns = now;
-        a.ctime_ns = now;
-    }
-    if dir.entries_version > 0 {
-        dir.entries_version += 1;
-    }
-    txn.put_object(&dir);
-    dir
 }
 
 /// POSIX rename rules for replacing an existing entry.
@@ -219,7 +187,7 @@ fn check_replace(new: ObjectKind, old: ObjectKind, name: &str) -> Result<()> {
 
 pub fn crdirent(s: &Service, r: &Request, q: CrDirEntRequest) -> Result<Reply<CrDirEntReply>> {
     check_name(&q.name)?;
-    check_handle(s, q.handle)?;
+    s.check_handle(q.handle)?;
     let kind = q.kind();
     // A DATAFILE entry is a file without a metafile (no_metafile).
     if !names_an_entry(kind) {
@@ -229,7 +197,7 @@ pub fn crdirent(s: &Service, r: &Request, q: CrDirEntRequest) -> Result<Reply<Cr
     }
     let doing = format!("adding entry {:?}", q.name);
     let owners = Owners::prefetch(s, &r.cred, q.dir, &[&q.name])?;
-    let (reply, syncs) = change(s, |txn| {
+    let (reply, syncs) = s.change(|txn| {
         let dir = s.meta.get_dir(q.dir)?;
         perms::require(&r.cred, &dir, W | X, &doing)?;
         if dir.removing {
@@ -257,7 +225,7 @@ pub fn crdirent(s: &Service, r: &Request, q: CrDirEntRequest) -> Result<Reply<Cr
             replaced = Some(old_kind);
         }
         txn.put_entry(q.dir, &q.name, q.handle, kind);
-        reply.dir = Some(touch_dir(txn, dir, Some(kind), replaced));
+        reply.dir = Some(txn.touch_dir(dir, Some(kind), replaced));
         Ok(reply)
     })?;
     Ok(Reply::new(reply).with_syncs(syncs))
@@ -270,7 +238,7 @@ pub fn rmdirent(s: &Service, r: &Request, q: RmDirEntRequest) -> Result<Reply<Rm
     }
     let doing = format!("removing entry {:?}", q.name);
     let owners = Owners::prefetch(s, &r.cred, q.dir, &[&q.name])?;
-    let (reply, syncs) = change(s, |txn| {
+    let (reply, syncs) = s.change(|txn| {
         let (dir, handle, kind) = entry_to_change(s, r, q.dir, &q.name, &doing)?;
         owners.check(s, &r.cred, &dir, handle, &doing)?;
         if q.expect_handle != 0 && q.expect_handle != handle {
@@ -296,7 +264,7 @@ pub fn rmdirent(s: &Service, r: &Request, q: RmDirEntRequest) -> Result<Reply<Rm
         let mut reply = RmDirEntReply {
             handle,
             kind: kind as i32,
-            dir: Some(touch_dir(txn, dir, None, Some(kind))),
+            dir: Some(txn.touch_dir(dir, None, Some(kind))),
             ..Default::default()
         };
         let mut gone = Vec::new();
@@ -313,7 +281,7 @@ pub fn rmdirent(s: &Service, r: &Request, q: RmDirEntRequest) -> Result<Reply<Rm
         Ok((reply, gone))
     })?;
     let (reply, gone) = reply;
-    remove_local_files(s, &gone)?;
+    s.data.remove_files(&gone)?;
     Ok(Reply::new(reply).with_syncs(syncs))
 }
 
@@ -368,7 +336,7 @@ pub fn rename_entry(
     check_name(&q.new_name)?;
     let doing = format!("renaming {:?} to {:?}", q.old_name, q.new_name);
     let owners = Owners::prefetch(s, &r.cred, q.dir, &[&q.old_name, &q.new_name])?;
-    let (reply, syncs) = change(s, |txn| {
+    let (reply, syncs) = s.change(|txn| {
         let (dir, h, kind) = entry_to_change(s, r, q.dir, &q.old_name, &doing)?;
         let mut reply = RenameEntryReply::default();
         if q.old_name == q.new_name {
@@ -391,7 +359,7 @@ pub fn rename_entry(
         }
         txn.delete_entry(q.dir, &q.old_name);
         txn.put_entry(q.dir, &q.new_name, h, kind);
-        touch_dir(txn, dir, None, replaced);
+        txn.touch_dir(dir, None, replaced);
         if let Some(mut moved) = s.meta.try_get(h)? {
             touch_ctime(&mut moved);
             txn.put_object(&moved);
@@ -421,7 +389,7 @@ pub fn remove(s: &Service, _r: &Request, q: RemoveRequest) -> Result<Reply<Remov
             "the root directory cannot be removed",
         ));
     }
-    let (removed, syncs) = change(s, |txn| {
+    let (removed, syncs) = s.change(|txn| {
         let rec = s.meta.get(q.handle)?;
         let is_dir = rec.kind() == ObjectKind::Directory;
         if is_dir && q.expect_parent != 0 && !named_from(&rec, q.expect_parent) {
@@ -433,7 +401,7 @@ pub fn remove(s: &Service, _r: &Request, q: RemoveRequest) -> Result<Reply<Remov
         if rec.kind() == ObjectKind::Directory && !s.meta.is_empty_dir(q.handle)? {
             return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty"));
         }
-        delete_object(s, txn, rec).map(Some)
+        s.meta.remove_object(txn, rec).map(Some)
     })?;
     let Some((dist, gone)) = removed else {
         return Ok(Reply::new(RemoveReply {
@@ -441,7 +409,7 @@ pub fn remove(s: &Service, _r: &Request, q: RemoveRequest) -> Result<Reply<Remov
             ..Default::default()
         }));
     };
-    remove_local_files(s, &gone)?;
+    s.data.remove_files(&gone)?;
     Ok(Reply::new(RemoveReply { dist, kept: false }).with_syncs(syncs))
 }
 
@@ -452,59 +420,6 @@ fn named_from(rec: &ObjectRecord, dir: shoal_proto::Handle) -> bool {
     rec.parent == 0 || rec.parent == dir
 }
 
-/// Deletes an object in `txn`: its keys and, for a stuffed file, its one
-/// datafile, which lives here too, so removing a stuffed file needs no other
-/// server. Returns the distribution listing the datafiles still to remove
-/// elsewhere, and the deleted datafiles whose local files must go once the
-/// transaction is applied.
-pub(super) fn delete_object(
-    s: &Service,
-    txn: &mut Txn,
-    rec: ObjectRecord,
-) -> Result<(Option<Distribution>, Vec<ObjectRecord>)> {
-    let mut gone = Vec::new();
-    let mut dist = rec.dist.clone();
-    if let Some(d) = dist.as_mut().filter(|d| d.stuffed) {
-        if let Some(df) = d
-            .datafiles
-            .first()
-            .and_then(|h| s.meta.try_get(*h).ok().flatten())
-        {
-            delete_keys(s, txn, &df)?;
-            d.datafiles.retain(|h| *h != df.handle);
-            gone.push(df);
-        }
-    }
-    delete_keys(s, txn, &rec)?;
-    if rec.kind() == ObjectKind::Datafile {
-        gone.push(rec);
-    }
-    Ok((dist, gone))
-}
-
-/// Deletes an object's keys: its record, inline bytes and xattrs.
-fn delete_keys(s: &Service, txn: &mut Txn, rec: &ObjectRecord) -> Result<()> {
-    if rec.kind() == ObjectKind::Datafile {
-        txn.batch.delete(crate::keys::bytes(rec.handle));
-    }
-    for (k, _) in s
-        .meta
-        .kv()
-        .scan(&crate::keys::xattrs(rec.handle), None, usize::MAX)?
-    {
-        txn.batch.delete(k);
-    }
-    txn.delete_object(rec.handle);
-    Ok(())
-}
-
-pub(super) fn remove_local_files(s: &Service, gone: &[ObjectRecord]) -> Result<()> {
-    for df in gone {
-        s.data.remove_file(df)?;
-    }
-    Ok(())
-}
-
 fn set_removing(s: &Service, q: RmdirRequest, removing: bool) -> Result<Reply<Empty>> {
     if q.dir == handle::ROOT {
         return Err(ShoalError::new(
@@ -512,7 +427,7 @@ fn set_removing(s: &Service, q: RmdirRequest, removing: bool) -> Result<Reply<Em
             "the root directory cannot be removed",
         ));
     }
-    let ((), syncs) = change(s, |txn| {
+    let ((), syncs) = s.change(|txn| {
         let mut dir = s.meta.get_dir(q.dir)?;
         if removing && !s.meta.is_empty_dir(q.dir)? {
             return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty"));
@@ -533,8 +448,8 @@ pub fn rmdir_abort(s: &Service, _r: &Request, q: RmdirRequest) -> Result<Reply<E
 }
 
 pub fn set_parent(s: &Service, r: &Request, q: SetParentRequest) -> Result<Reply<Empty>> {
-    check_handle(s, q.parent)?;
-    let ((), syncs) = change(s, |txn| {
+    s.check_handle(q.parent)?;
+    let ((), syncs) = s.change(|txn| {
         let mut rec = s.meta.get(q.dir)?;
         if rec.kind() == ObjectKind::Directory && rec.parent != q.parent {
             perms::require(&r.cred, &rec, W, "moving a directory to another parent")?;

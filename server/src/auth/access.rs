@@ -13,7 +13,7 @@ use shoal_proto::handle::server_of;
 use shoal_proto::msg::ObjectRecord;
 use shoal_proto::{Cred, Handle};
 
-use crate::perms;
+use crate::auth::perms;
 use crate::service::Service;
 
 /// The record of object `h`, from this server or from the one holding it.

@@ -19,18 +19,17 @@
 //! same single step.
 
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::handle::server_of;
 use shoal_proto::hints::{new_file, NewFile};
 use shoal_proto::msg::*;
 use shoal_proto::{Handle, ObjectKind};
 use std::time::Instant;
 
-use super::namespace::touch_dir;
-use super::{caps, change, hints, require};
+use super::hints;
+use crate::auth::caps;
+use crate::auth::perms::{self, W, X};
 use crate::meta_store::{new_attrs, Txn};
-use crate::perms::{self, W, X};
 use crate::pools::FILL_WAIT;
-use crate::service::{Reply, Request, Service};
+use crate::service::{require, Reply, Request, Service};
 
 /// Whether a request whose pools were emptied by others (between its refill
 /// and its transaction) may refill and try again.
@@ -101,7 +100,7 @@ pub fn create_file(
     let started = Instant::now();
     while may_retry(started) {
         s.pools.ensure(&s.meta, &s.commit, &remote)?;
-        let (made, syncs) = change(s, |txn| {
+        let (made, syncs) = s.change(|txn| {
             // Colocate: the entry goes in the same step; check it first so a
             // refused name takes nothing from the pools.
             let dir = match &under {
@@ -132,7 +131,7 @@ pub fn create_file(
             txn.insert_object(&rec);
             let dir = dir.map(|dir| {
                 txn.put_entry_to_new(q.dir, &q.name, meta, ObjectKind::Metafile);
-                touch_dir(txn, dir, Some(ObjectKind::Metafile), None)
+                txn.touch_dir(dir, Some(ObjectKind::Metafile), None)
             });
             Ok(Some((rec, dir, taken)))
         })?;
@@ -183,7 +182,7 @@ fn create_without_metafile(
     attrs: Attributes,
     under: &DirHints,
 ) -> Result<Reply<CreateFileReply>> {
-    let ((object, dir), syncs) = change(s, |txn| {
+    let ((object, dir), syncs) = s.change(|txn| {
         let dir = entry_dir(s, r, q.dir, &q.name, under)?;
         let rec = ObjectRecord {
             handle: s.meta.alloc(txn),
@@ -196,7 +195,7 @@ fn create_without_metafile(
         };
         txn.insert_object(&rec);
         txn.put_entry_to_new(q.dir, &q.name, rec.handle, ObjectKind::Datafile);
-        Ok((rec, touch_dir(txn, dir, Some(ObjectKind::Datafile), None)))
+        Ok((rec, txn.touch_dir(dir, Some(ObjectKind::Datafile), None)))
     })?;
     Ok(Reply::new(CreateFileReply {
         object: Some(object),
@@ -267,7 +266,7 @@ pub fn unstuff(s: &Service, r: &Request, q: UnstuffRequest) -> Result<Reply<Unst
         let started = Instant::now();
         while may_retry(started) {
             s.pools.ensure(&s.meta, &s.commit, &remote)?;
-            let (done, syncs) = change(s, |txn| {
+            let (done, syncs) = s.change(|txn| {
                 let mut rec = s.meta.get(q.handle)?;
                 let mut dist = rec.dist.clone().unwrap_or_default();
                 if !dist.stuffed {
@@ -295,7 +294,7 @@ pub fn unstuff(s: &Service, r: &Request, q: UnstuffRequest) -> Result<Reply<Unst
     // unless another unstuff got there first (then they are not needed).
     let created = s.pools.create_remote(&s.commit, &remote)?;
     shoal_proto::crash_point!(shoal_proto::crash_points::UNSTUFF_AFTER_CREATE);
-    let ((dist, used), syncs) = change(s, |txn| {
+    let ((dist, used), syncs) = s.change(|txn| {
         let mut rec = s.meta.get(q.handle)?;
         let mut dist = rec.dist.clone().unwrap_or_default();
         if !dist.stuffed {
@@ -335,27 +334,90 @@ fn file_dist(h: Handle, rec: &ObjectRecord) -> Result<Distribution> {
         .ok_or_else(|| ShoalError::invalid(format!("file {h:#x} has no distribution")))
 }
 
-/// With stuffing on, the sizes of a file's datafiles that live on this server,
-/// for its getattr reply: a stuffed file's stat is then one message.
-pub(crate) fn local_sizes(s: &Service, object: &ObjectRecord) -> Result<Vec<DatafileSize>> {
-    if !s.config.settings.stuffing || object.kind() != ObjectKind::Metafile {
-        return Ok(Vec::new());
-    }
-    let Some(dist) = &object.dist else {
-        return Ok(Vec::new());
-    };
-    let mut sizes = Vec::new();
-    for h in dist.datafiles.iter().filter(|h| server_of(**h) == s.id) {
-        if let Some(rec) = s.meta.try_get(*h)? {
-            if rec.kind() == ObjectKind::Datafile {
-                let (size, mtime_ns) = s.data.size_of(&rec)?;
-                sizes.push(DatafileSize {
-                    handle: *h,
-                    size,
-                    mtime_ns,
-                });
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use crate::kv::MemEngine;
+    use crate::pools::tests::config;
+    use crate::service::Service;
+
+    /// A create that waits for an empty pool's refill (a peer) leaves the
+    /// commit queue's scheduling queue, so a request applied meanwhile syncs
+    /// at once instead of being deferred behind it until the stall limit
+    /// (the safety valve, counted in `commit_stalls`).
+    #[test]
+    fn a_create_waiting_for_a_refill_does_not_hold_back_other_commits() {
+        use bytes::Bytes;
+        use prost::Message;
+        use shoal_proto::frame::Frame;
+        use shoal_proto::msg::CreateFileRequest;
+        use shoal_proto::{Cred, Op};
+        use std::io::Read;
+
+        // Server 1 is a peer that takes requests and never answers.
+        let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut config = config(2);
+        config.servers[1].addr = peer.local_addr().unwrap();
+        let (asked_tx, asked) = std::sync::mpsc::channel();
+        let silent = std::thread::spawn(move || {
+            let (mut conn, _) = peer.accept().unwrap();
+            let mut byte = [0u8; 1];
+            conn.read_exact(&mut byte).unwrap();
+            asked_tx.send(()).unwrap();
+            conn
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(
+            Service::with_engine(config, 0, Arc::new(MemEngine::default()), dir.path()).unwrap(),
+        );
+        assert!(s.config.settings.coalescing && s.config.settings.precreate);
+        assert_eq!(s.pools.count(1), 0);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let request =
+            |op: Op, body: Vec<u8>| Frame::request(op, 1, Cred::ROOT, body.into(), Bytes::new());
+
+        // A create of a two-datafile file: its pool for server 1 is empty,
+        // so it waits on server 1.
+        let create = request(
+            Op::CreateFile,
+            CreateFileRequest {
+                num_dfiles: 2,
+                ..Default::default()
             }
-        }
+            .encode_to_vec(),
+        );
+        let waiting = rt.spawn_blocking({
+            let s = s.clone();
+            move || {
+                let ticket = s.commit.schedule(Op::CreateFile);
+                s.handle_scheduled(&create, ticket)
+            }
+        });
+        asked.recv().unwrap();
+        assert_eq!(s.commit.scheduled(), 0, "the waiting create left the queue");
+
+        // Meanwhile another request changes metadata here.
+        let other = request(
+            Op::CreateDatafiles,
+            shoal_proto::msg::CreateDatafilesRequest { count: 1 }.encode_to_vec(),
+        );
+        let reply = s.handle_scheduled(&other, s.commit.schedule(Op::CreateDatafiles));
+        assert_eq!(reply.header.status, 0);
+        assert_eq!(
+            s.stats.commit_stalls.load(Ordering::Relaxed),
+            0,
+            "the request waited for the stall limit behind the create"
+        );
+
+        // The peer goes away: the create fails, clearly.
+        drop(silent.join().unwrap());
+        let failed = rt.block_on(waiting).unwrap();
+        assert_ne!(failed.header.status, 0);
     }
-    Ok(sizes)
 }

@@ -16,7 +16,7 @@ use shoal_proto::msg::{Capability, ObjectRecord};
 use shoal_proto::time::now_ns;
 use shoal_proto::{Cred, ObjectKind};
 
-use crate::perms;
+use crate::auth::perms;
 use crate::service::Service;
 
 fn now_ms() -> i64 {

@@ -1,0 +1,11 @@
+//! Who may do what: the POSIX permission rules (`perms`, pure functions of
+//! a caller and a record), the capabilities that carry a file's rights from
+//! its metafile server to its datafiles' servers (`caps`), and the checks
+//! that need the record of an object another server may hold (`access`).
+//! The handlers apply them; nothing here depends on a handler. How clients
+//! and servers prove the cluster secret is the wire's business
+//! (`shoal_proto::auth`).
+
+pub(crate) mod access;
+pub(crate) mod caps;
+pub mod perms;
