@@ -119,6 +119,8 @@ fn one(opts: &AblationOptions, name: &str, count: usize, round: usize) -> Result
         size: opts.size,
         runs: 1,
         native: false,
+        reopen: false,
+        preload: None,
     });
     let down = shoal(&["down".into(), "--data".into(), data.display().to_string()]);
     let _ = std::fs::remove_dir_all(&base);
