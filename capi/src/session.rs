@@ -59,15 +59,12 @@ impl Session {
             }
             Flavor::Caller => tokio::runtime::Builder::new_current_thread(),
         };
-        let rt = builder
-            .enable_all()
-            .build()
-            .map_err(|e| {
-                err(
-                    libc::EAGAIN,
-                    format!("cannot start libshoal's runtime: {e}"),
-                )
-            })?;
+        let rt = builder.enable_all().build().map_err(|e| {
+            err(
+                libc::EAGAIN,
+                format!("cannot start libshoal's runtime: {e}"),
+            )
+        })?;
         // Client::new registers nothing with the runtime (connections open
         // lazily), but entering it costs nothing and keeps that true.
         let client = {
