@@ -145,6 +145,24 @@ impl Setup {
                 preload.display()
             )));
         }
+        // Never empty a work directory with something still mounted in it
+        // (a previous run's cluster or passthrough): that would delete
+        // through the mount.
+        if let Ok(work) = fs::canonicalize(&opts.work) {
+            let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+            let prefix = format!("{}/", work.display());
+            if mounts
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(1))
+                .any(|m| m.starts_with(&prefix))
+            {
+                return Err(ShoalError::invalid(format!(
+                    "{}: something is still mounted in it (a previous run?): \
+                     shoal down --data {0}/data; fusermount3 -u {0}/pass",
+                    work.display()
+                )));
+            }
+        }
         let _ = fs::remove_dir_all(&opts.work);
         fs::create_dir_all(&opts.work)?;
         let work = fs::canonicalize(&opts.work)?;
@@ -286,7 +304,7 @@ pub fn interfaces(opts: &InterfacesOptions) -> Result<()> {
     fs::write(opts.out.join(format!("interfaces-{name}.md")), &md)?;
     print!("{md}");
     let png = opts.out.join(format!("interfaces-{name}.png"));
-    plot(&csv_path, &png);
+    crate::ablation::plot("interfaces", &csv_path, &png);
     Ok(())
 }
 
@@ -310,26 +328,6 @@ fn medians(targets: &[Target], samples: &[Vec<Vec<Sample>>]) -> Vec<Row> {
         }
     }
     rows
-}
-
-fn plot(csv: &Path, png: &Path) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plot.py");
-    let ok = Command::new("/usr/bin/python3")
-        .arg(&script)
-        .arg("interfaces")
-        .arg(csv)
-        .arg(png)
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!(
-            "bench interfaces: no chart ({} interfaces {} {} failed)",
-            script.display(),
-            csv.display(),
-            png.display()
-        );
-    }
 }
 
 fn markdown(

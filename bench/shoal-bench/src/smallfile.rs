@@ -234,13 +234,7 @@ pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()
         for (i, (f, name)) in fds.iter().zip(&names).enumerate() {
             fsops::read_full_at(f, &mut got, 0, name)?;
             pattern::stamp(&mut want, pattern::tag(id, i as u64), 0);
-            if let Some(pos) = pattern::first_mismatch(&got, &want, true) {
-                return Err(ShoalError::io(format!(
-                    "{}: content differs from what was written, {}",
-                    name.display(),
-                    pattern::describe_mismatch(&got, &want, pos)
-                )));
-            }
+            verify(&got, &want, name)?;
         }
         Ok(())
     })?;
@@ -317,13 +311,7 @@ pub fn reopen_worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Re
             fsops::read_full_at(&f, &mut got, 0, name)?;
             fsops::close(f, name)?;
             pattern::stamp(&mut want, pattern::tag(id, i as u64), 0);
-            if let Some(pos) = pattern::first_mismatch(&got, &want, true) {
-                return Err(ShoalError::io(format!(
-                    "{}: content differs from what was written, {}",
-                    name.display(),
-                    pattern::describe_mismatch(&got, &want, pos)
-                )));
-            }
+            verify(&got, &want, name)?;
         }
         Ok(())
     })?;
@@ -339,6 +327,18 @@ pub fn reopen_worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Re
         fs::remove_dir(&dir).map_err(|e| at(&dir, e))
     })?;
     Ok(())
+}
+
+/// `got` is what was written (`want`), or an error naming the file.
+fn verify(got: &[u8], want: &[u8], name: &Path) -> Result<()> {
+    match pattern::first_mismatch(got, want, true) {
+        None => Ok(()),
+        Some(pos) => Err(ShoalError::io(format!(
+            "{}: content differs from what was written, {}",
+            name.display(),
+            pattern::describe_mismatch(got, want, pos)
+        ))),
+    }
 }
 
 fn create_all(names: &[PathBuf]) -> Result<Vec<File>> {
