@@ -3,6 +3,11 @@
 
     bench/plot.py ablation bench/results/ablation.csv bench/results/ablation.png
     bench/plot.py no_metafile bench/results/no_metafile.csv bench/results/no_metafile.png
+    bench/plot.py interfaces bench/results/interfaces-smallfile.csv bench/results/interfaces-smallfile.png
+
+The interfaces charts (`shoal bench interfaces ...`): per metric, one bar per
+target (preload library, FUSE mount, native client, bindfs passthrough), one
+panel per unit, log scale.
 
 The ablation chart has the form of [Carns 2009]'s Figures 3 and 4: per phase, the
 rate of each configuration (each adding one technique), and each one's
@@ -47,6 +52,31 @@ def ablation(csv_path, png_path):
     bottom.set_yscale("log")
     bottom.set_ylabel("x baseline (log)")
     bottom.axhline(1, color="black", linewidth=0.8)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+
+
+def interfaces(csv_path, png_path):
+    rows = list(csv.DictReader(open(csv_path)))
+    targets = list(dict.fromkeys(r["target"] for r in rows))
+    units = list(dict.fromkeys(r["unit"] for r in rows))
+    workload = rows[0]["workload"] if rows else "?"
+    fig, axes = plt.subplots(len(units), 1, figsize=(11, 4 * len(units)), squeeze=False)
+    for ax, unit in zip(axes[:, 0], units):
+        metrics = list(dict.fromkeys(r["metric"] for r in rows if r["unit"] == unit))
+        value = {(r["target"], r["metric"]): float(r["median"]) for r in rows if r["unit"] == unit}
+        width = 0.8 / len(targets)
+        for i, t in enumerate(targets):
+            xs = [m + i * width for m in range(len(metrics))]
+            ys = [value.get((t, m), float("nan")) for m in metrics]
+            ax.bar(xs, [y if y == y and y > 0 else 0 for y in ys], width, label=t)
+        ax.set_xticks([m + 0.4 - width / 2 for m in range(len(metrics))])
+        ax.set_xticklabels(metrics, fontsize=8, rotation=20)
+        ax.set_yscale("log")
+        ax.set_ylabel(unit + (" (lower is better)" if unit == "s" else " (higher is better)"))
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(ncol=len(targets), fontsize=8)
+    axes[0, 0].set_title(f"{workload}: preload library, FUSE mount, native client, FUSE passthrough")
     fig.tight_layout()
     fig.savefig(png_path, dpi=110)
 
@@ -100,7 +130,7 @@ def no_metafile(csv_path, png_path):
     fig.savefig(png_path, dpi=100)
 
 
-CHARTS = {"ablation": ablation, "no_metafile": no_metafile}
+CHARTS = {"ablation": ablation, "no_metafile": no_metafile, "interfaces": interfaces}
 
 if __name__ == "__main__":
     if len(sys.argv) != 4 or sys.argv[1] not in CHARTS:

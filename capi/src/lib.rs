@@ -85,8 +85,44 @@ pub extern "C" fn shoal_version() -> *const c_char {
 pub unsafe extern "C" fn shoal_connect(cluster_file: *const c_char) -> c_int {
     call("shoal_connect", -1, || {
         let file = c_str(cluster_file, "cluster_file")?;
-        session::connect(Path::new(file)).map(|_| 0)
+        session::connect(Path::new(file), true, session::Flavor::Threads).map(|_| 0)
     })
+}
+
+/// `shoal_connect` without checking that every server answers: nothing is
+/// sent until a call needs a server, and then only that server is connected
+/// to (an unreachable server fails that call, with ECONNREFUSED or the
+/// like). For short-lived processes that touch a few servers, such as
+/// those `libshoal_preload.so` serves: a `stat` of one file connects to the
+/// one or two servers it asks instead of all of them.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_connect_lazy(cluster_file: *const c_char) -> c_int {
+    call("shoal_connect_lazy", -1, || {
+        let file = c_str(cluster_file, "cluster_file")?;
+        session::connect(Path::new(file), false, session::Flavor::Threads).map(|_| 0)
+    })
+}
+
+/// `shoal_connect_lazy` for `libshoal_preload.so` (Rust only, not in
+/// shoal.h): the library starts no thread of its own; each calling thread
+/// drives the sockets while it waits (see `session::Flavor::Caller`).
+///
+/// # Safety
+/// `cluster_file` as for `shoal_connect`.
+#[doc(hidden)]
+pub unsafe fn connect_for_preload(cluster_file: *const c_char) -> c_int {
+    call("shoal_connect_lazy", -1, || {
+        let file = c_str(cluster_file, "cluster_file")?;
+        session::connect(Path::new(file), false, session::Flavor::Caller).map(|_| 0)
+    })
+}
+
+/// The attribute cache lifetime (`cache_ttl_ms`) of the cluster this
+/// process is connected to, for `libshoal_preload.so` (not part of shoal.h:
+/// Rust only).
+#[doc(hidden)]
+pub fn connected_cache_ttl_ms() -> Option<u64> {
+    session::cache_ttl_ms()
 }
 
 /// Drops one user of the connection; the last one closes every descriptor

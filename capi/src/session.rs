@@ -31,21 +31,40 @@ pub struct Session {
     pub client: Client,
     rt: tokio::runtime::Runtime,
     pid: u32,
+    flavor: Flavor,
+}
+
+/// How the library's runtime drives the sockets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// `WORKER_THREADS` threads of its own; the caller's thread waits while
+    /// one of them reads the reply and wakes it. For long-lived programs
+    /// with concurrent calls.
+    Threads,
+    /// No thread of its own: the calling thread sends, polls the socket and
+    /// reads the reply itself (concurrent callers take turns driving the
+    /// sockets). No threads to start, and no wake-up of another thread per
+    /// reply: two context switches less per round trip, which on a busy
+    /// machine is most of a short process's cost. For `libshoal_preload.so`.
+    Caller,
 }
 
 impl Session {
-    fn new(config: ClusterConfig) -> Result<Session> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(WORKER_THREADS)
-            .thread_name("shoal-io")
-            .enable_all()
-            .build()
-            .map_err(|e| {
-                err(
-                    libc::EAGAIN,
-                    format!("cannot start libshoal's runtime: {e}"),
-                )
-            })?;
+    fn new(config: ClusterConfig, flavor: Flavor) -> Result<Session> {
+        let mut builder = match flavor {
+            Flavor::Threads => {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(WORKER_THREADS).thread_name("shoal-io");
+                b
+            }
+            Flavor::Caller => tokio::runtime::Builder::new_current_thread(),
+        };
+        let rt = builder.enable_all().build().map_err(|e| {
+            err(
+                libc::EAGAIN,
+                format!("cannot start libshoal's runtime: {e}"),
+            )
+        })?;
         // Client::new registers nothing with the runtime (connections open
         // lazily), but entering it costs nothing and keeps that true.
         let client = {
@@ -56,6 +75,7 @@ impl Session {
             client,
             rt,
             pid: std::process::id(),
+            flavor,
         })
     }
 
@@ -91,7 +111,7 @@ pub fn current() -> Result<Arc<Session>> {
     let mut state = write_state();
     let c = state.as_mut().ok_or_else(not_connected)?;
     if c.session.pid != std::process::id() {
-        let fresh = Arc::new(Session::new(c.config.clone())?);
+        let fresh = Arc::new(Session::new(c.config.clone(), c.session.flavor)?);
         let parents = std::mem::replace(&mut c.session, fresh);
         std::mem::forget(parents);
     }
@@ -105,10 +125,11 @@ fn not_connected() -> shoal_client::ShoalError {
     )
 }
 
-/// Connects to the cluster described by `cluster_file` and checks that every
-/// server answers. Connecting again to the same file counts one more user;
-/// to another file is EISCONN.
-pub fn connect(cluster_file: &Path) -> Result<()> {
+/// Connects to the cluster described by `cluster_file` and, if `check`,
+/// checks that every server answers (otherwise each server is connected to
+/// when a call first needs it). Connecting again to the same file counts one
+/// more user; to another file is EISCONN.
+pub fn connect(cluster_file: &Path, check: bool, flavor: Flavor) -> Result<()> {
     install_fork_handlers();
     let canonical = std::fs::canonicalize(cluster_file).map_err(|e| {
         shoal_client::ShoalError::from(e)
@@ -129,9 +150,11 @@ pub fn connect(cluster_file: &Path) -> Result<()> {
         return Ok(());
     }
     let config = ClusterConfig::load(&canonical)?;
-    let session = Session::new(config.clone())?;
-    if let Err(e) = session.run(session.client.ping_all()) {
-        return Err(e.context(format!("cluster {}", canonical.display())));
+    let session = Session::new(config.clone(), flavor)?;
+    if check {
+        if let Err(e) = session.run(session.client.ping_all()) {
+            return Err(e.context(format!("cluster {}", canonical.display())));
+        }
     }
     *state = Some(Connected {
         cluster_file: canonical,
@@ -167,6 +190,12 @@ pub fn disconnect() -> Result<()> {
     // The runtime shuts down when the last call still running lets go of it.
     drop(c.session);
     first_error.map_or(Ok(()), Err)
+}
+
+/// The connected cluster's `cache_ttl_ms`.
+pub fn cache_ttl_ms() -> Option<u64> {
+    let state = STATE.read().unwrap_or_else(|e| e.into_inner());
+    state.as_ref().map(|c| c.config.settings.cache_ttl_ms)
 }
 
 pub fn is_connected() -> bool {

@@ -146,7 +146,8 @@ enum Command {
         /// A path under a mount, when no --config is given.
         path: Option<String>,
     },
-    /// Per-server, per-operation statistics.
+    /// Per-server, per-operation statistics; with --mount, the mount's own:
+    /// per request type, the count and the mean and p99 time a caller waited.
     Stats {
         #[command(flatten)]
         cfg: ConfigArg,
@@ -155,6 +156,13 @@ enum Command {
         /// Only this server.
         #[arg(long)]
         server: Option<u32>,
+        /// The FUSE mount at DIR: its requests, as it counted them (asks the
+        /// mount, not the servers).
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["server", "path"])]
+        mount: Option<std::path::PathBuf>,
+        /// With --mount: start the mount's counts again (prints nothing).
+        #[arg(long, requires = "mount")]
+        reset: bool,
         /// A path under a mount, when no --config is given.
         path: Option<String>,
     },
@@ -248,10 +256,17 @@ fn main() -> ExitCode {
             path,
         } => commands::fsck::run(&cfg, path.as_deref(), repair, grace, json),
         Command::Stats {
+            mount: Some(dir),
+            reset,
+            json,
+            ..
+        } => commands::stats::mount(&dir, reset, json),
+        Command::Stats {
             cfg,
             json,
             server,
             path,
+            ..
         } => commands::stats::run(&cfg, path.as_deref(), server, json),
         Command::Config { command } => commands::config::run(command),
         Command::Man { dir } => commands::docs::man(Cli::command(), &dir),

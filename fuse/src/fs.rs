@@ -20,7 +20,7 @@ use std::ffi::OsStr;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use fuser::{
@@ -37,6 +37,7 @@ use crate::errors::{fail, name_str, ErrorReply};
 use crate::inline_task;
 use crate::readdir;
 use crate::shared::Shared;
+use crate::stats::{self, MountStats};
 use crate::xattr::{name_list, reply_value, xattr_name};
 
 /// Largest write the kernel may send in one request: big writes mean few
@@ -119,6 +120,8 @@ impl Answer<StatFs> for ReplyStatfs {
 pub struct ShoalFs {
     shared: Arc<Shared>,
     rt: tokio::runtime::Handle,
+    /// Every request's wait, for `shoal stats --mount` (see `crate::stats`).
+    stats: Arc<MountStats>,
 }
 
 impl ShoalFs {
@@ -126,6 +129,7 @@ impl ShoalFs {
         ShoalFs {
             shared: Arc::new(Shared::new(client, ttl)),
             rt,
+            stats: Arc::new(MountStats::new()),
         }
     }
 
@@ -156,7 +160,8 @@ impl ShoalFs {
 
     /// Runs `work` on the runtime and answers with `done` or with its error.
     /// If the runtime is gone the task (and `reply`) is dropped, and fuser
-    /// answers EIO for a dropped reply: never a hang, never a panic.
+    /// answers EIO for a dropped reply: never a hang, never a panic. The
+    /// request's wait, from now to its answer, is counted as `op`.
     fn run<R, T, W, D>(&self, op: &'static str, reply: R, work: W, done: D)
     where
         R: ErrorReply,
@@ -164,12 +169,30 @@ impl ShoalFs {
         W: Future<Output = Result<T>> + Send + 'static,
         D: FnOnce(R, T) + Send + 'static,
     {
+        let t0 = Instant::now();
+        let stats = self.stats.clone();
         inline_task::spawn(&self.rt, async move {
             match work.await {
                 Ok(v) => done(reply, v),
                 Err(e) => fail(op, reply, e),
             }
+            stats.record(op, t0);
         });
+    }
+
+    /// Runs a listing task, counting its wait as `op`.
+    fn run_listing(&self, op: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+        let t0 = Instant::now();
+        let stats = self.stats.clone();
+        inline_task::spawn(&self.rt, async move {
+            task.await;
+            stats.record(op, t0);
+        });
+    }
+
+    /// Counts a request answered in place, which arrived at `t0`.
+    fn answered(&self, op: &'static str, t0: Instant) {
+        self.stats.record(op, t0);
     }
 
     /// The shell of every handler that asks the servers: `work`, given the
@@ -492,6 +515,7 @@ impl Filesystem for ShoalFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let t0 = Instant::now();
         self.shared.open.opened(ino.0);
         // Stateless: reads and writes name the inode. O_TRUNC arrives as a
         // setattr(size = 0) because FUSE_ATOMIC_O_TRUNC is not negotiated. No
@@ -499,6 +523,7 @@ impl Filesystem for ShoalFs {
         // after another client closed it shows that client's data
         // (close-to-open consistency, as NFS gives).
         reply.opened(FileHandle(0), FopenFlags::empty());
+        self.answered("open", t0);
     }
 
     fn read(
@@ -560,6 +585,7 @@ impl Filesystem for ShoalFs {
         // tells the kernel so once: it stops sending FLUSH, and every close
         // after this one saves a round trip to this process.
         reply.error(fuser::Errno::from_i32(libc::ENOSYS));
+        self.answered("flush", Instant::now());
     }
 
     fn release(
@@ -573,7 +599,8 @@ impl Filesystem for ShoalFs {
         reply: ReplyEmpty,
     ) {
         if !self.shared.open.closed(ino.0) {
-            return reply.ok();
+            reply.ok();
+            return self.answered("release", Instant::now());
         }
         self.serve(req, "release", reply, |c, _| async move {
             c.reclaim(ino.0).await
@@ -597,8 +624,10 @@ impl Filesystem for ShoalFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let t0 = Instant::now();
         let fh = self.shared.dirs.open(ino.0);
         reply.opened(FileHandle(fh), FopenFlags::empty());
+        self.answered("opendir", t0);
     }
 
     fn readdir(
@@ -610,7 +639,7 @@ impl Filesystem for ShoalFs {
         reply: ReplyDirectory,
     ) {
         let read = self.dir_read(req, ino, fh, offset);
-        inline_task::spawn(&self.rt, readdir::readdir(read, reply));
+        self.run_listing("readdir", readdir::readdir(read, reply));
     }
 
     fn readdirplus(
@@ -622,7 +651,7 @@ impl Filesystem for ShoalFs {
         reply: ReplyDirectoryPlus,
     ) {
         let read = self.dir_read(req, ino, fh, offset);
-        inline_task::spawn(&self.rt, readdir::readdirplus(read, reply));
+        self.run_listing("readdirplus", readdir::readdirplus(read, reply));
     }
 
     fn releasedir(
@@ -633,8 +662,10 @@ impl Filesystem for ShoalFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        let t0 = Instant::now();
         self.shared.dirs.release(fh.0);
         reply.ok();
+        self.answered("releasedir", t0);
     }
 
     fn fsyncdir(
@@ -648,7 +679,8 @@ impl Filesystem for ShoalFs {
         // With sync = "full" every entry change was durable before it was
         // acknowledged; in scratch mode ask the directory's server to sync.
         if !self.shared.scratch {
-            return reply.ok();
+            reply.ok();
+            return self.answered("fsyncdir", Instant::now());
         }
         self.serve(req, "fsyncdir", reply, |c, _| async move {
             c.fsync(ino.0).await
@@ -670,6 +702,16 @@ impl Filesystem for ShoalFs {
         reply: ReplyEmpty,
     ) {
         let name = or_reply!("setxattr", xattr_name(name), reply);
+        if ino == INodeNo::ROOT && name == stats::XATTR {
+            // `shoal stats --mount DIR --reset`: not stored, not counted.
+            if value != b"reset" {
+                let e =
+                    ShoalError::invalid(format!("{name}: the only value it takes is \"reset\""));
+                return fail("setxattr", reply, e);
+            }
+            self.stats.reset();
+            return reply.ok();
+        }
         let create_only = flags & libc::XATTR_CREATE != 0;
         let replace_only = flags & libc::XATTR_REPLACE != 0;
         let value = value.to_vec();
@@ -681,6 +723,10 @@ impl Filesystem for ShoalFs {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = or_reply!("getxattr", xattr_name(name), reply);
+        if ino == INodeNo::ROOT && name == stats::XATTR {
+            // `shoal stats --mount DIR`: the table, not counted.
+            return reply_value(reply, size, self.stats.table().as_bytes());
+        }
         self.serve_then(
             req,
             "getxattr",
@@ -722,6 +768,7 @@ impl Filesystem for ShoalFs {
         // e.g. on every Python open()); ENOTTY is its expected answer, given
         // here without a log line per call.
         reply.error(fuser::Errno::ENOTTY);
+        self.answered("ioctl", Instant::now());
     }
 
     fn fallocate(
@@ -737,12 +784,14 @@ impl Filesystem for ShoalFs {
         // Servers allocate as data arrives and cannot reserve space ahead;
         // with EOPNOTSUPP, posix_fallocate() falls back to writing zeros.
         reply.error(fuser::Errno::from_i32(libc::EOPNOTSUPP));
+        self.answered("fallocate", Instant::now());
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // With default_permissions the kernel has checked already; this is
         // only reached on kernels that still send ACCESS.
         reply.ok();
+        self.answered("access", Instant::now());
     }
 
     fn create(

@@ -27,6 +27,7 @@ mod open_files;
 mod readahead;
 mod readdir;
 mod shared;
+mod stats;
 mod xattr;
 
 use std::path::Path;

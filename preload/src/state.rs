@@ -180,7 +180,11 @@ fn connect(p: &Prefix) -> Result<bool, c_int> {
     }
     let file = CString::new(p.cluster.clone()).map_err(|_| libc::EINVAL)?;
     // SAFETY: a NUL-terminated path.
-    if unsafe { shoal::shoal_connect(file.as_ptr()) } != 0 {
+    // Lazily (no round to every server first: a process that stats one file
+    // connects to the server or two it asks), and with no thread of
+    // libshoal's own (the caller's thread reads its replies): see the
+    // README's startup cost.
+    if unsafe { shoal::connect_for_preload(file.as_ptr()) } != 0 {
         let e = errno();
         if std::env::var_os("SHOAL_PRELOAD_DEBUG").is_some() {
             // SAFETY: libshoal's message for this thread's last failure.
@@ -189,10 +193,9 @@ fn connect(p: &Prefix) -> Result<bool, c_int> {
         }
         return Err(e);
     }
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&p.cluster));
-    if let Ok(config) = shoal_proto::cluster::ClusterConfig::load(path) {
-        crate::cache::set_ttl(config.settings.cache_ttl_ms);
+    // The session's own copy of the cluster file: not read a second time.
+    if let Some(ttl) = shoal::connected_cache_ttl_ms() {
+        crate::cache::set_ttl(ttl);
     }
     let _ = CONNECTED.set(p.cluster.clone());
     Ok(true)

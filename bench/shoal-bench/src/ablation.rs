@@ -119,6 +119,8 @@ fn one(opts: &AblationOptions, name: &str, count: usize, round: usize) -> Result
         size: opts.size,
         runs: 1,
         native: false,
+        reopen: false,
+        preload: None,
     });
     let down = shoal(&["down".into(), "--data".into(), data.display().to_string()]);
     let _ = std::fs::remove_dir_all(&base);
@@ -149,7 +151,7 @@ pub fn ablation(opts: &AblationOptions) -> Result<()> {
     std::fs::write(&csv_path, &csv)?;
     std::fs::write(opts.out.join("ablation.md"), &md)?;
     print!("{md}");
-    plot(&csv_path, &opts.out.join("ablation.png"));
+    plot("ablation", &csv_path, &opts.out.join("ablation.png"));
     Ok(())
 }
 
@@ -234,11 +236,13 @@ fn markdown(opts: &AblationOptions, results: &[Results]) -> String {
 }
 
 /// Draws ablation.png with bench/plot.py when the system Python has matplotlib.
-fn plot(csv: &Path, png: &Path) {
+/// Draws `png` from `csv` with `bench/plot.py KIND` (needs matplotlib, which
+/// /usr/bin/python3 has after scripts/install-deps); says so if it cannot.
+pub(crate) fn plot(kind: &str, csv: &Path, png: &Path) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plot.py");
     let ok = Command::new("/usr/bin/python3")
         .arg(&script)
-        .arg("ablation")
+        .arg(kind)
         .arg(csv)
         .arg(png)
         .status()
@@ -246,7 +250,7 @@ fn plot(csv: &Path, png: &Path) {
         .unwrap_or(false);
     if !ok {
         eprintln!(
-            "ablation: no chart drawn (needs python3-matplotlib: ./scripts/install-deps); \
+            "{kind}: no chart drawn (needs python3-matplotlib: ./scripts/install-deps); \
              the CSV and Markdown are complete"
         );
     }

@@ -8,6 +8,7 @@
 
 mod ablation;
 mod fsops;
+mod interfaces;
 mod ls;
 mod nometafile;
 mod nometafile_report;
@@ -50,6 +51,99 @@ pub enum Workload {
     /// processes, storage on disk and on tmpfs, baseline and all-on local
     /// clusters; writes no_metafile.{csv,md,png}.
     Nometafile(NometafileArgs),
+    /// The workloads of the PVFS POSIX-interface study [Vilayannur 2004] and
+    /// smallfile of [Carns 2009], each through libshoal_preload.so, the FUSE
+    /// mount, the native client (where it applies) and a FUSE passthrough
+    /// over tmpfs (bindfs), in one run on a fresh local cluster; writes
+    /// interfaces-<workload>.{csv,md,png}.
+    Interfaces(InterfacesArgs),
+    /// Internal: one process of `shoal bench interfaces bandwidth`.
+    #[command(hide = true)]
+    BandwidthWorker(BandwidthWorkerArgs),
+}
+
+#[derive(clap::Args)]
+pub struct InterfacesArgs {
+    #[command(subcommand)]
+    pub workload: InterfacesWorkload,
+    /// Where interfaces-<workload>.{csv,md,png} go.
+    #[arg(long, default_value = "bench/results", global = true)]
+    pub out: PathBuf,
+    /// Scratch directory for the cluster's data and the mounts (emptied first).
+    #[arg(long, default_value = "/tmp/shoal-bench-interfaces", global = true)]
+    pub work: PathBuf,
+    #[arg(long, default_value_t = 4, global = true)]
+    pub servers: u32,
+    /// Rounds; each runs every target once, and medians are reported.
+    #[arg(long, default_value_t = 3, global = true)]
+    pub rounds: usize,
+    /// libshoal_preload.so (default: next to this shoal binary).
+    #[arg(long, value_name = "LIB", global = true)]
+    pub preload: Option<PathBuf>,
+    /// A cluster setting for `shoal up --set` (repeatable), e.g. sync=none.
+    #[arg(long = "set", value_name = "KEY=VALUE", global = true)]
+    pub settings: Vec<String>,
+}
+
+#[derive(Subcommand)]
+pub enum InterfacesWorkload {
+    /// smallfile (P processes x N files x SIZE bytes); --reopen: each phase
+    /// opens and closes every file instead of keeping them open.
+    Smallfile {
+        #[arg(short = 'p', long = "procs", default_value_t = 4)]
+        procs: usize,
+        #[arg(short = 'n', long = "files", default_value_t = 2000)]
+        files: usize,
+        #[arg(long, default_value_t = 8192)]
+        size: usize,
+        #[arg(long)]
+        reopen: bool,
+    },
+    /// Untar a source tree, `ls -aR`, `find -exec stat {} +`, `rm -rf`.
+    Tree {
+        /// A directory to tar (untimed) or a tarball (.tar, .tar.xz, .tar.gz):
+        /// e.g. /usr/src/linux-source-6.1.tar.xz.
+        #[arg(long, default_value = "/usr/include")]
+        source: PathBuf,
+    },
+    /// P processes write disjoint blocks of one shared file, close, reopen,
+    /// read back; once per block size.
+    Bandwidth {
+        #[arg(short = 'p', long = "procs", default_value_t = 4)]
+        procs: usize,
+        /// Data per process, MiB.
+        #[arg(long, default_value_t = 64)]
+        size_mib: u64,
+        /// Block sizes, KiB.
+        #[arg(long, value_delimiter = ',', default_value = "4,16,64,256,1024,4096")]
+        blocks_kib: Vec<u64>,
+    },
+    /// Bonnie++ (Debian bonnie++) in a directory of the target.
+    Bonnie {
+        /// Its file size, MiB (its RAM figure is set to half).
+        #[arg(long, default_value_t = 512)]
+        size_mib: u64,
+        /// Files for the file tests, in multiples of 1024.
+        #[arg(long, default_value_t = 4)]
+        files_k: u32,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct BandwidthWorkerArgs {
+    #[arg(long, value_name = "K")]
+    pub worker: usize,
+    /// The shared file.
+    #[arg(long)]
+    pub dir: PathBuf,
+    #[arg(long)]
+    pub procs: usize,
+    #[arg(long)]
+    pub size_mib: u64,
+    #[arg(long)]
+    pub block_kib: u64,
+    #[arg(long)]
+    pub native: bool,
 }
 
 #[derive(clap::Args)]
@@ -169,6 +263,14 @@ pub struct SmallfileArgs {
     /// must lie under a live Shoal mount, which names the cluster.
     #[arg(long)]
     pub native: bool,
+    /// Each phase opens and closes every file it touches (what `cp` and
+    /// `cat` do) instead of keeping them open from create to close.
+    #[arg(long, conflicts_with = "native")]
+    pub reopen: bool,
+    /// Run the worker processes with this library as LD_PRELOAD (e.g.
+    /// target/release/libshoal_preload.so, with --dir under a Shoal mount).
+    #[arg(long, value_name = "LIB", conflicts_with = "native")]
+    pub preload: Option<PathBuf>,
     /// Internal: run as worker K of a parent `shoal bench smallfile`, in the
     /// run directory given as --dir.
     #[arg(long, hide = true, value_name = "K")]
@@ -210,6 +312,67 @@ pub struct StreamingArgs {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.workload {
+        Workload::BandwidthWorker(a) => as_worker(interfaces::bandwidth_worker(
+            &a.dir,
+            a.worker,
+            a.procs,
+            a.size_mib,
+            a.block_kib,
+            a.native,
+        )),
+        Workload::Interfaces(a) => {
+            let workload = match a.workload {
+                InterfacesWorkload::Smallfile {
+                    procs,
+                    files,
+                    size,
+                    reopen,
+                } => interfaces::Workload::Smallfile {
+                    procs,
+                    files,
+                    size,
+                    reopen,
+                },
+                InterfacesWorkload::Tree { source } => interfaces::Workload::Tree { source },
+                InterfacesWorkload::Bandwidth {
+                    procs,
+                    size_mib,
+                    blocks_kib,
+                } => {
+                    if procs == 0
+                        || size_mib == 0
+                        || blocks_kib.iter().any(|&b| b == 0 || b > 1 << 20)
+                    {
+                        return Err(shoal_proto::ShoalError::invalid(
+                            "bandwidth: -p, --size-mib and every block (at most 1 GiB) must be positive",
+                        ));
+                    }
+                    interfaces::Workload::Bandwidth {
+                        procs,
+                        size_mib,
+                        blocks_kib,
+                    }
+                }
+                InterfacesWorkload::Bonnie { size_mib, files_k } => {
+                    interfaces::Workload::Bonnie { size_mib, files_k }
+                }
+            };
+            let command = std::env::args()
+                .skip(1)
+                .fold("shoal".to_string(), |c, a| c + " " + &a);
+            with_sigpipe_ignored(|| {
+                interfaces::interfaces(&interfaces::InterfacesOptions {
+                    out: a.out,
+                    work: a.work,
+                    servers: a.servers,
+                    rounds: a.rounds.max(1),
+                    preload: a.preload,
+                    settings: a.settings,
+                    workload,
+                    command,
+                })
+            })
+        }
         Workload::Nometafile(a) => match (a.worker, &a.config, &a.dir) {
             (Some(k), Some(config), Some(dir)) => {
                 as_worker(nometafile_worker::worker(config, dir, k, a.dirs, a.files))
@@ -255,6 +418,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }),
         Workload::Smallfile(a) => match a.worker {
             Some(k) if a.native => as_worker(smallfile_native::worker(&a.dir, k, a.files, a.size)),
+            Some(k) if a.reopen => as_worker(smallfile::reopen_worker(&a.dir, k, a.files, a.size)),
             Some(k) => as_worker(smallfile::worker(&a.dir, k, a.files, a.size)),
             None => with_sigpipe_ignored(|| {
                 smallfile::smallfile(&smallfile::SmallfileOptions {
@@ -264,6 +428,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     size: a.size,
                     runs: a.runs,
                     native: a.native,
+                    reopen: a.reopen,
+                    preload: a.preload,
                 })
             })?
             .emit(a.json.as_deref(), a.csv.as_deref()),

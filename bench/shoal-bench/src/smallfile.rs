@@ -14,7 +14,7 @@ use shoal_proto::error::{Result, ShoalError};
 use crate::fsops::{self, at};
 use crate::pattern;
 use crate::report::{self, Phase, Report, Unit};
-use crate::workers::{run_phases, Barrier};
+use crate::workers::{run_phases_with, Barrier};
 
 /// The phases, in order, and whether each counts one operation per process
 /// (mkdir, rmdir) rather than one per file.
@@ -51,6 +51,12 @@ pub struct SmallfileOptions {
     /// Time the native client instead of POSIX calls (the directory must lie
     /// under a live Shoal mount).
     pub native: bool,
+    /// Each phase opens and closes every file it touches (what `cp` and
+    /// `cat` do) instead of keeping them open from create to close.
+    pub reopen: bool,
+    /// Run the POSIX workers with this library as LD_PRELOAD
+    /// (libshoal_preload.so).
+    pub preload: Option<PathBuf>,
 }
 
 impl SmallfileOptions {
@@ -88,7 +94,7 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
         .map(|&(name, per_process)| {
             let ops = if per_process {
                 opts.procs as u64
-            } else if opts.native && name == CLOSE {
+            } else if (opts.native || opts.reopen) && name == CLOSE {
                 // The native client keeps nothing open: no closes, no rate.
                 0
             } else {
@@ -117,10 +123,15 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
     context.insert("files_per_proc".into(), json!(opts.files));
     context.insert("size".into(), json!(opts.size));
     context.insert("runs".into(), json!(opts.runs));
-    let interface = if opts.native {
-        "native client"
+    let interface = match (opts.native, &opts.preload) {
+        (true, _) => "native client",
+        (false, Some(_)) => "POSIX through LD_PRELOAD",
+        (false, None) => "POSIX",
+    };
+    let interface = if opts.reopen && !opts.native {
+        format!("{interface}, open+close per phase")
     } else {
-        "POSIX"
+        interface.to_string()
     };
     context.insert("interface".into(), json!(interface));
     let title = format!(
@@ -166,7 +177,15 @@ fn one_run(opts: &SmallfileOptions, run_dir: &Path, phases: &mut [Phase]) -> Res
     if opts.native {
         extra.push("--native".into());
     }
-    run_phases("smallfile", opts.procs, run_dir, &extra, phases)
+    if opts.reopen {
+        extra.push("--reopen".into());
+    }
+    let env: Vec<(String, std::ffi::OsString)> = opts
+        .preload
+        .iter()
+        .map(|lib| ("LD_PRELOAD".to_string(), lib.clone().into_os_string()))
+        .collect();
+    run_phases_with("smallfile", opts.procs, run_dir, &extra, &env, phases)
 }
 
 pub fn canonical_dir(dir: &Path) -> Result<PathBuf> {
@@ -215,13 +234,7 @@ pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()
         for (i, (f, name)) in fds.iter().zip(&names).enumerate() {
             fsops::read_full_at(f, &mut got, 0, name)?;
             pattern::stamp(&mut want, pattern::tag(id, i as u64), 0);
-            if let Some(pos) = pattern::first_mismatch(&got, &want, true) {
-                return Err(ShoalError::io(format!(
-                    "{}: content differs from what was written, {}",
-                    name.display(),
-                    pattern::describe_mismatch(&got, &want, pos)
-                )));
-            }
+            verify(&got, &want, name)?;
         }
         Ok(())
     })?;
@@ -242,6 +255,90 @@ pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()
         fs::remove_dir(&dir).map_err(|e| at(&dir, e))
     })?;
     Ok(())
+}
+
+/// One worker process in the open+close form: every phase opens each file
+/// it touches and closes it again (no descriptor lives across phases), as
+/// `cp`, `cat` and most tools do. The close phase has nothing to do.
+pub fn reopen_worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()> {
+    let dir = run_dir.join(format!("p{id}"));
+    let names: Vec<PathBuf> = (0..files).map(|i| dir.join(format!("f{i}"))).collect();
+    let mut want = pattern::base(size, id);
+    let mut got = vec![0u8; size];
+    let mut b = Barrier::new();
+    let open = |name: &PathBuf, write: bool| {
+        OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .open(name)
+            .map_err(|e| at(name, e))
+    };
+
+    b.phase(PHASES[0].0, || {
+        fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&dir)
+            .map_err(|e| at(&dir, e))
+    })?;
+    b.phase(PHASES[1].0, || {
+        for name in &names {
+            let f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(name)
+                .map_err(|e| at(name, e))?;
+            fsops::close(f, name)?;
+        }
+        Ok(())
+    })?;
+    b.phase(PHASES[2].0, || readdir_stat(&dir, files, 0))?;
+    b.phase(PHASES[3].0, || {
+        for (i, name) in names.iter().enumerate() {
+            pattern::stamp(&mut want, pattern::tag(id, i as u64), 0);
+            let f = open(name, true)?;
+            f.write_all_at(&want, 0).map_err(|e| at(name, e))?;
+            fsops::close(f, name)?;
+        }
+        Ok(())
+    })?;
+    for name in &names {
+        fsops::drop_cached_range(name, 0, size as u64);
+    }
+    b.phase(PHASES[4].0, || {
+        for (i, name) in names.iter().enumerate() {
+            let f = open(name, false)?;
+            fsops::read_full_at(&f, &mut got, 0, name)?;
+            fsops::close(f, name)?;
+            pattern::stamp(&mut want, pattern::tag(id, i as u64), 0);
+            verify(&got, &want, name)?;
+        }
+        Ok(())
+    })?;
+    b.phase(PHASES[5].0, || readdir_stat(&dir, files, size as u64))?;
+    b.phase(PHASES[6].0, || Ok(()))?;
+    b.phase(PHASES[7].0, || {
+        for name in &names {
+            fs::remove_file(name).map_err(|e| at(name, e))?;
+        }
+        Ok(())
+    })?;
+    b.phase(PHASES[8].0, || {
+        fs::remove_dir(&dir).map_err(|e| at(&dir, e))
+    })?;
+    Ok(())
+}
+
+/// `got` is what was written (`want`), or an error naming the file.
+fn verify(got: &[u8], want: &[u8], name: &Path) -> Result<()> {
+    match pattern::first_mismatch(got, want, true) {
+        None => Ok(()),
+        Some(pos) => Err(ShoalError::io(format!(
+            "{}: content differs from what was written, {}",
+            name.display(),
+            pattern::describe_mismatch(got, want, pos)
+        ))),
+    }
 }
 
 fn create_all(names: &[PathBuf]) -> Result<Vec<File>> {

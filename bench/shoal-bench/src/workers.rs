@@ -34,7 +34,20 @@ pub fn run_phases(
     extra: &[String],
     phases: &mut [crate::report::Phase],
 ) -> Result<()> {
-    let mut workers = Workers::spawn(procs, |k| {
+    run_phases_with(bench, procs, run_dir, extra, &[], phases)
+}
+
+/// `run_phases` with `env` added to the workers' environment (e.g.
+/// `LD_PRELOAD`, to run them through libshoal_preload.so).
+pub fn run_phases_with(
+    bench: &str,
+    procs: usize,
+    run_dir: &std::path::Path,
+    extra: &[String],
+    env: &[(String, OsString)],
+    phases: &mut [crate::report::Phase],
+) -> Result<()> {
+    let mut workers = Workers::spawn_with(procs, env, |k| {
         let mut args: Vec<OsString> = ["bench", bench, "--worker"]
             .iter()
             .map(OsString::from)
@@ -67,6 +80,15 @@ struct Worker {
 impl Workers {
     /// Starts `count` copies of this executable, worker K with `args(K)`.
     pub fn spawn(count: usize, args: impl Fn(usize) -> Vec<OsString>) -> Result<Workers> {
+        Workers::spawn_with(count, &[], args)
+    }
+
+    /// `spawn`, with `env` added to each worker's environment.
+    pub fn spawn_with(
+        count: usize,
+        env: &[(String, OsString)],
+        args: impl Fn(usize) -> Vec<OsString>,
+    ) -> Result<Workers> {
         let exe = std::env::current_exe()
             .map_err(|e| ShoalError::from(e).context("finding the shoal executable"))?;
         let mut workers = Workers {
@@ -75,6 +97,7 @@ impl Workers {
         for id in 0..count {
             let mut child = Command::new(&exe)
                 .args(args(id))
+                .envs(env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())

@@ -90,3 +90,97 @@ pub fn run(cfg: &ConfigArg, path: Option<&str>, server: Option<u32>, json: bool)
         Ok(())
     })
 }
+
+/// The xattr of a mount's root whose value is the mount's table
+/// (`shoal_fuse`'s stats module); setting it to `reset` zeroes the counts.
+const MOUNT_XATTR: &std::ffi::CStr = c"user.shoal.stats";
+
+/// `shoal stats --mount DIR`: the table the mount at `dir` keeps of its
+/// requests, read from the mount itself.
+pub fn mount(dir: &std::path::Path, reset: bool, json: bool) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let fail = |what: &str| {
+        let e = std::io::Error::last_os_error();
+        let hint = match e.raw_os_error() {
+            Some(libc::ENODATA) | Some(libc::ENOTSUP) => {
+                " (is it a Shoal mount, and its root? a mount older than `shoal stats --mount` has no counters)"
+            }
+            _ => "",
+        };
+        shoal_proto::ShoalError::from(e).context(format!("{what} {}{hint}", dir.display()))
+    };
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| shoal_proto::ShoalError::invalid("a mount path with a NUL byte"))?;
+    if reset {
+        let value = b"reset";
+        // SAFETY: valid NUL-terminated strings and a buffer of the given length.
+        let rc = unsafe {
+            libc::setxattr(
+                path.as_ptr(),
+                MOUNT_XATTR.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        };
+        return if rc == 0 {
+            Ok(())
+        } else {
+            Err(fail("resetting the counts of"))
+        };
+    }
+    // Larger than any table (31 rows of 46 bytes); xattr values stop at 64 KiB.
+    let mut buf = vec![0u8; 64 << 10];
+    // SAFETY: as above; the kernel writes at most buf.len() bytes.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            MOUNT_XATTR.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(fail("reading the counts of"));
+    }
+    let text = String::from_utf8_lossy(&buf[..n as usize]).into_owned();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&mount_json(&text)).unwrap_or_default()
+        );
+    } else {
+        print!("{text}");
+    }
+    Ok(())
+}
+
+/// The mount's table as JSON: `{"ops": {op: {count, mean_us, p99_us}}}`.
+fn mount_json(text: &str) -> serde_json::Value {
+    let mut ops = serde_json::Map::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')).skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if let [op, count, mean, p99] = f[..] {
+            ops.insert(
+                op.to_string(),
+                serde_json::json!({
+                    "count": count.parse::<u64>().unwrap_or(0),
+                    "mean_us": mean.parse::<f64>().unwrap_or(0.0),
+                    "p99_us": p99.parse::<f64>().unwrap_or(0.0),
+                }),
+            );
+        }
+    }
+    serde_json::json!({ "ops": ops })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mount_table_as_json() {
+        let t = "# shoal mount\nop count mean_us p99_us\nlookup 3 10.5 12.0\ntotal 3 10.5 12.0\n";
+        let j = super::mount_json(t);
+        assert_eq!(j["ops"]["lookup"]["count"], 3);
+        assert_eq!(j["ops"]["total"]["p99_us"], 12.0);
+    }
+}

@@ -1,0 +1,829 @@
+//! `shoal bench interfaces`: the workloads of the PVFS POSIX-interface study
+//! [Vilayannur 2004] and the small-file benchmark of [Carns 2009], each run
+//! in one invocation through every way a program reaches Shoal:
+//!
+//! - `preload`: POSIX calls through `libshoal_preload.so` (LD_PRELOAD), no kernel;
+//! - `mount`: the same calls through the FUSE mount;
+//! - `native`: the Rust client (smallfile and bandwidth only);
+//! - `passthrough`: bindfs --multithreaded over tmpfs, the ceiling of any
+//!   FUSE mount on this machine (nothing durable, no network).
+//!
+//! One local cluster (`shoal up --mount --detach`) and one bindfs are set up
+//! for the whole run; targets alternate within each round and the median of
+//! the rounds is reported. Every child runs under `timeout`. Writes
+//! `interfaces-<workload>.{csv,md}` and a PNG chart (bench/plot.py).
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use shoal_client::{mounts, Client};
+use shoal_proto::cluster::ClusterConfig;
+use shoal_proto::error::{Result, ShoalError};
+
+use crate::fsops::{self, at};
+use crate::ls::shoal;
+use crate::pattern;
+use crate::report::{median, Phase};
+use crate::runtime;
+use crate::smallfile::{self, SmallfileOptions};
+use crate::workers::{run_phases_with, Barrier};
+
+/// Seconds any one child (tar, ls, find, bonnie++) may take.
+const CHILD_TIMEOUT: &str = "1200";
+/// Pause between steps: past the kernel's and the clients' 100 ms
+/// attribute caches, so no step is answered from the previous one's.
+const SETTLE: Duration = Duration::from_millis(300);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Target {
+    Preload,
+    Mount,
+    Native,
+    Passthrough,
+}
+
+impl Target {
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Preload => "preload",
+            Target::Mount => "mount",
+            Target::Native => "native",
+            Target::Passthrough => "passthrough",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Workload {
+    Smallfile {
+        procs: usize,
+        files: usize,
+        size: usize,
+        reopen: bool,
+    },
+    Tree {
+        source: PathBuf,
+    },
+    Bandwidth {
+        procs: usize,
+        size_mib: u64,
+        blocks_kib: Vec<u64>,
+    },
+    Bonnie {
+        size_mib: u64,
+        files_k: u32,
+    },
+}
+
+impl Workload {
+    fn name(&self) -> &'static str {
+        match self {
+            Workload::Smallfile { reopen: false, .. } => "smallfile",
+            Workload::Smallfile { reopen: true, .. } => "smallfile-reopen",
+            Workload::Tree { .. } => "tree",
+            Workload::Bandwidth { .. } => "bandwidth",
+            Workload::Bonnie { .. } => "bonnie",
+        }
+    }
+
+    fn targets(&self) -> &'static [Target] {
+        match self {
+            Workload::Smallfile { .. } | Workload::Bandwidth { .. } => &[
+                Target::Preload,
+                Target::Mount,
+                Target::Native,
+                Target::Passthrough,
+            ],
+            _ => &[Target::Preload, Target::Mount, Target::Passthrough],
+        }
+    }
+}
+
+pub struct InterfacesOptions {
+    pub out: PathBuf,
+    pub work: PathBuf,
+    pub servers: u32,
+    pub rounds: usize,
+    pub preload: Option<PathBuf>,
+    /// `shoal up --set` settings (e.g. sync=none).
+    pub settings: Vec<String>,
+    pub workload: Workload,
+    /// The command line, for the report.
+    pub command: String,
+}
+
+/// What one round measured: (metric, unit, value) per target.
+type Sample = (String, &'static str, f64);
+
+/// The cluster with its mount, and the passthrough, for one run.
+struct Setup {
+    data: PathBuf,
+    mnt: PathBuf,
+    pass: PathBuf,
+    pass_src: PathBuf,
+    preload: PathBuf,
+}
+
+impl Setup {
+    fn up(opts: &InterfacesOptions) -> Result<Setup> {
+        let preload = match &opts.preload {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()?
+                .parent()
+                .map(|d| d.join("libshoal_preload.so"))
+                .unwrap_or_default(),
+        };
+        if !preload.is_file() {
+            return Err(ShoalError::invalid(format!(
+                "{}: no libshoal_preload.so (cargo build --release -p shoal-preload, or --preload LIB)",
+                preload.display()
+            )));
+        }
+        // Never empty a work directory with something still mounted in it
+        // (a previous run's cluster or passthrough): that would delete
+        // through the mount.
+        if let Ok(work) = fs::canonicalize(&opts.work) {
+            let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+            let prefix = format!("{}/", work.display());
+            if mounts
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(1))
+                .any(|m| m.starts_with(&prefix))
+            {
+                return Err(ShoalError::invalid(format!(
+                    "{}: something is still mounted in it (a previous run?): \
+                     shoal down --data {0}/data; fusermount3 -u {0}/pass",
+                    work.display()
+                )));
+            }
+        }
+        let _ = fs::remove_dir_all(&opts.work);
+        fs::create_dir_all(&opts.work)?;
+        let work = fs::canonicalize(&opts.work)?;
+        let (data, mnt, pass) = (work.join("data"), work.join("mnt"), work.join("pass"));
+        let pass_src = PathBuf::from(format!("/dev/shm/shoal-interfaces.{}", std::process::id()));
+        fs::create_dir_all(&pass)?;
+        fs::create_dir_all(&pass_src)?;
+        let mut setup = Setup {
+            data,
+            mnt,
+            pass,
+            pass_src,
+            preload: fs::canonicalize(preload)?,
+        };
+        let ok = Command::new("bindfs")
+            .arg("--multithreaded")
+            .arg(&setup.pass_src)
+            .arg(&setup.pass)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            let _ = fs::remove_dir_all(&setup.pass_src);
+            setup.pass_src = PathBuf::new();
+            return Err(ShoalError::io(
+                "bindfs --multithreaded failed (is bindfs installed? scripts/install-deps)",
+            ));
+        }
+        let servers = opts.servers.to_string();
+        let (d, m) = (
+            setup.data.display().to_string(),
+            setup.mnt.display().to_string(),
+        );
+        let mut up: Vec<&str> = vec![
+            "up",
+            "--servers",
+            &servers,
+            "--data",
+            &d,
+            "--mount",
+            &m,
+            "--detach",
+        ];
+        for s in &opts.settings {
+            up.push("--set");
+            up.push(s);
+        }
+        shoal(&up)?;
+        Ok(setup)
+    }
+
+    /// Where `target` works, and the environment its programs get.
+    fn dir(&self, t: Target) -> &Path {
+        match t {
+            Target::Passthrough => &self.pass,
+            _ => &self.mnt,
+        }
+    }
+
+    fn env(&self, t: Target) -> Vec<(String, OsString)> {
+        match t {
+            Target::Preload => vec![("LD_PRELOAD".into(), self.preload.clone().into())],
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if !self.pass_src.as_os_str().is_empty() {
+            let _ = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.pass)
+                .status();
+            let _ = fs::remove_dir_all(&self.pass_src);
+        }
+        let _ = shoal(&["down", "--data", &self.data.display().to_string()]);
+    }
+}
+
+pub fn interfaces(opts: &InterfacesOptions) -> Result<()> {
+    fs::create_dir_all(&opts.out)?;
+    let setup = Setup::up(opts)?;
+    let targets = opts.workload.targets();
+    let mut samples: Vec<Vec<Vec<Sample>>> = vec![Vec::new(); targets.len()];
+    let tarball = match &opts.workload {
+        Workload::Tree { source } => Some(make_tarball(source, &opts.work)?),
+        _ => None,
+    };
+    for round in 0..opts.rounds {
+        for (i, &t) in targets.iter().enumerate() {
+            eprintln!(
+                "bench interfaces {}: round {} of {}: {}",
+                opts.workload.name(),
+                round + 1,
+                opts.rounds,
+                t.name()
+            );
+            let got = match &opts.workload {
+                Workload::Smallfile {
+                    procs,
+                    files,
+                    size,
+                    reopen,
+                } => run_smallfile(&setup, t, *procs, *files, *size, *reopen)?,
+                Workload::Tree { .. } => run_tree(
+                    &setup,
+                    t,
+                    tarball
+                        .as_ref()
+                        .map(|(p, _)| p.as_path())
+                        .unwrap_or(Path::new("")),
+                    tarball.as_ref().map(|(_, n)| *n).unwrap_or(0),
+                    round,
+                )?,
+                Workload::Bandwidth {
+                    procs,
+                    size_mib,
+                    blocks_kib,
+                } => run_bandwidth(&setup, t, *procs, *size_mib, blocks_kib, round)?,
+                Workload::Bonnie { size_mib, files_k } => {
+                    run_bonnie(&setup, t, *size_mib, *files_k, round)?
+                }
+            };
+            samples[i].push(got);
+        }
+    }
+    drop(setup);
+    let rows = medians(targets, &samples);
+    let name = opts.workload.name();
+    let csv_path = opts.out.join(format!("interfaces-{name}.csv"));
+    let mut csv = String::from("workload,target,metric,unit,median,rounds\n");
+    for (t, metric, unit, v, all) in &rows {
+        let all: Vec<String> = all.iter().map(|x| format!("{x:.3}")).collect();
+        let _ = writeln!(csv, "{name},{t},{metric},{unit},{v:.3},{}", all.join(" "));
+    }
+    fs::write(&csv_path, &csv)?;
+    let md = markdown(opts, targets, &rows, tarball.as_ref().map(|(_, n)| *n));
+    fs::write(opts.out.join(format!("interfaces-{name}.md")), &md)?;
+    print!("{md}");
+    let png = opts.out.join(format!("interfaces-{name}.png"));
+    crate::ablation::plot("interfaces", &csv_path, &png);
+    Ok(())
+}
+
+/// (target, metric, unit, median, every round) in metric order.
+type Row = (&'static str, String, &'static str, f64, Vec<f64>);
+
+fn medians(targets: &[Target], samples: &[Vec<Vec<Sample>>]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        let Some(first) = samples[i].first() else {
+            continue;
+        };
+        for (k, (metric, unit, _)) in first.iter().enumerate() {
+            let all: Vec<f64> = samples[i]
+                .iter()
+                .filter_map(|r| r.get(k))
+                .map(|s| s.2)
+                .collect();
+            let m = median(&all).unwrap_or(f64::NAN);
+            rows.push((t.name(), metric.clone(), *unit, m, all));
+        }
+    }
+    rows
+}
+
+fn markdown(
+    opts: &InterfacesOptions,
+    targets: &[Target],
+    rows: &[Row],
+    tree_files: Option<usize>,
+) -> String {
+    let mut md = String::new();
+    let name = opts.workload.name();
+    let _ = writeln!(md, "# `shoal bench interfaces {name}`\n");
+    let what = match &opts.workload {
+        Workload::Smallfile {
+            procs,
+            files,
+            size,
+            reopen,
+        } => format!(
+            "smallfile of [Carns 2009]: {procs} processes x {files} files x {size} bytes, {}; \
+             rates in operations/s (higher is better)",
+            if *reopen {
+                "each phase opening and closing every file"
+            } else {
+                "files kept open from create to close"
+            }
+        ),
+        Workload::Tree { source } => format!(
+            "the source-tree workload of [Vilayannur 2004]: a tar of {} ({} entries) \
+             untarred, `ls -aR`, `find -exec stat {{}} +`, `rm -rf`; seconds (lower is better)",
+            source.display(),
+            tree_files.unwrap_or(0)
+        ),
+        Workload::Bandwidth {
+            procs, size_mib, ..
+        } => format!(
+            "the aggregate bandwidth test of [Vilayannur 2004]: {procs} processes write \
+             disjoint blocks (block i of process k at (i*{procs}+k)*B) of one shared file, \
+             {size_mib} MiB each, close, reopen, read back and verify; MiB/s over all \
+             processes (higher is better)"
+        ),
+        Workload::Bonnie { size_mib, files_k } => format!(
+            "Bonnie++ -f ({size_mib} MiB file, {files_k}x1024 files; no per-character tests: \
+             bonnie++ 2.0 makes a system call per character): block I/O in KiB/s, \
+             file tests in operations/s (higher is better; NaN: too fast for bonnie++ to time)"
+        ),
+    };
+    let _ = writeln!(
+        md,
+        "{what}. {}-server local cluster{} and its FUSE mount; `preload`: the same POSIX \
+         programs with LD_PRELOAD=libshoal_preload.so; `native`: the Rust client; \
+         `passthrough`: bindfs --multithreaded over tmpfs (the ceiling of a FUSE mount). \
+         Median of {} round{}, targets alternating within a round. {} build.\n",
+        opts.servers,
+        if opts.settings.is_empty() {
+            " (defaults: metadata durable)".to_string()
+        } else {
+            format!(" ({})", opts.settings.join(", "))
+        },
+        opts.rounds,
+        if opts.rounds == 1 { "" } else { "s" },
+        if cfg!(debug_assertions) {
+            "Debug"
+        } else {
+            "Release"
+        }
+    );
+    let metrics: Vec<(String, &str)> = {
+        let mut m: Vec<(String, &str)> = Vec::new();
+        for (_, metric, unit, _, _) in rows {
+            if !m.iter().any(|(x, _)| x == metric) {
+                m.push((metric.clone(), unit));
+            }
+        }
+        m
+    };
+    let value =
+        |t: &str, metric: &str| rows.iter().find(|r| r.0 == t && r.1 == metric).map(|r| r.3);
+    let higher_better = !matches!(opts.workload, Workload::Tree { .. });
+    let _ = write!(md, "| metric | unit |");
+    for t in targets {
+        let _ = write!(md, " {} |", t.name());
+    }
+    let has_native = targets.contains(&Target::Native);
+    let _ = write!(md, " preload/mount |");
+    if has_native {
+        let _ = write!(md, " preload/native |");
+    }
+    let _ = writeln!(md);
+    let _ = write!(md, "|---|---|");
+    for _ in targets {
+        let _ = write!(md, "---:|");
+    }
+    let _ = writeln!(md, "---:|{}", if has_native { "---:|" } else { "" });
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if a > 0.0 && b > 0.0 && a.is_finite() && b.is_finite() => {
+            // As a speed-up: >1 means the preload library is faster.
+            let r = if higher_better { a / b } else { b / a };
+            format!("{r:.2}x")
+        }
+        _ => "-".into(),
+    };
+    for (metric, unit) in &metrics {
+        let _ = write!(md, "| {metric} | {unit} |");
+        for t in targets {
+            let v = value(t.name(), metric);
+            let _ = write!(
+                md,
+                " {} |",
+                v.map(|v| if v >= 100.0 {
+                    format!("{v:.0}")
+                } else {
+                    format!("{v:.2}")
+                })
+                .unwrap_or("-".into())
+            );
+        }
+        let p = value("preload", metric);
+        let _ = write!(md, " {} |", ratio(p, value("mount", metric)));
+        if has_native {
+            let _ = write!(md, " {} |", ratio(p, value("native", metric)));
+        }
+        let _ = writeln!(md);
+    }
+    let _ = writeln!(
+        md,
+        "\nRatios are speed-ups of the preload library (>1: it is faster).\n"
+    );
+    let _ = writeln!(md, "Every round:\n");
+    for (t, metric, _, _, all) in rows {
+        let all: Vec<String> = all.iter().map(|x| format!("{x:.2}")).collect();
+        let _ = writeln!(md, "- {t}, {metric}: {}", all.join(", "));
+    }
+    let _ = writeln!(md, "\nCommand:\n\n```sh\n{}\n```", opts.command);
+    md
+}
+
+// ---------------------------------------------------------------- smallfile
+
+fn run_smallfile(
+    s: &Setup,
+    t: Target,
+    procs: usize,
+    files: usize,
+    size: usize,
+    reopen: bool,
+) -> Result<Vec<Sample>> {
+    let report = smallfile::smallfile(&SmallfileOptions {
+        dir: s.dir(t).to_path_buf(),
+        procs,
+        files,
+        size,
+        runs: 1,
+        native: t == Target::Native,
+        reopen: reopen && t != Target::Native,
+        preload: (t == Target::Preload).then(|| s.preload.clone()),
+    })?;
+    Ok(report
+        .phases
+        .iter()
+        .filter(|p| !matches!(p.name.as_str(), "mkdir" | "rmdir" | "close"))
+        .map(|p: &Phase| (p.name.clone(), "ops/s", p.median_rate().unwrap_or(f64::NAN)))
+        .collect())
+}
+
+// ---------------------------------------------------------------- tree
+
+/// A plain tar of `source` in `work` (untimed), and how many entries it has.
+fn make_tarball(source: &Path, work: &Path) -> Result<(PathBuf, usize)> {
+    let source = fs::canonicalize(source).map_err(|e| at(source, e))?;
+    let tar = work.join("tree.tar");
+    if source.is_file() {
+        // A tarball given as is (e.g. /usr/src/linux-source-*.tar.xz): unpack
+        // its compression once, so the untar times the file system, not xz.
+        let out = fs::File::create(&tar)?;
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg("case \"$1\" in *.xz) xz -dc \"$1\";; *.gz) gzip -dc \"$1\";; *.bz2) bzip2 -dc \"$1\";; *) cat \"$1\";; esac")
+            .arg("sh")
+            .arg(&source)
+            .stdout(out)
+            .status()?;
+        if !status.success() {
+            return Err(ShoalError::io(format!(
+                "cannot decompress {}",
+                source.display()
+            )));
+        }
+    } else {
+        let parent = source.parent().unwrap_or(Path::new("/"));
+        let name = source.file_name().unwrap_or_default();
+        run(
+            Command::new("tar")
+                .arg("-cf")
+                .arg(&tar)
+                .arg("-C")
+                .arg(parent)
+                .arg(name),
+            "making the tarball",
+        )?;
+    }
+    let listing = Command::new("tar").arg("-tf").arg(&tar).output()?;
+    let entries = listing
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    Ok((tar, entries))
+}
+
+fn run(c: &mut Command, what: &str) -> Result<()> {
+    let out = c.stderr(Stdio::piped()).output()?;
+    if !out.status.success() {
+        return Err(ShoalError::io(format!(
+            "{what}: {:?} failed ({}): {}",
+            c,
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// A shell step under `timeout`, with `env`; its wall time in seconds.
+fn timed_sh(script: &str, env: &[(String, OsString)]) -> Result<f64> {
+    let mut c = Command::new("timeout");
+    c.arg(CHILD_TIMEOUT)
+        .arg("sh")
+        .arg("-c")
+        .arg(script)
+        .env("LC_ALL", "C")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    let t0 = Instant::now();
+    run(&mut c, script)?;
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+fn run_tree(s: &Setup, t: Target, tar: &Path, entries: usize, round: usize) -> Result<Vec<Sample>> {
+    let dir = s.dir(t).join(format!("tree.{round}"));
+    fs::create_dir(&dir).map_err(|e| at(&dir, e))?;
+    let env = s.env(t);
+    let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
+    let (d, tarq) = (q(&dir), q(tar));
+    let mut out = Vec::new();
+    // The shell itself runs with LD_PRELOAD too, as a user's would; only the
+    // programs touch the tree.
+    out.push((
+        "untar".into(),
+        "s",
+        timed_sh(&format!("tar -xf {tarq} -C {d}"), &env)?,
+    ));
+    // Untimed, through the kernel: everything arrived.
+    let listed = Command::new("find")
+        .arg(&dir)
+        .arg("-mindepth")
+        .arg("1")
+        .output()?;
+    let found = listed
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    if found != entries {
+        return Err(ShoalError::io(format!(
+            "{}: untar made {found} entries, the tarball has {entries}",
+            t.name()
+        )));
+    }
+    std::thread::sleep(SETTLE);
+    out.push((
+        "ls -aR".into(),
+        "s",
+        timed_sh(&format!("ls -aR {d}"), &env)?,
+    ));
+    std::thread::sleep(SETTLE);
+    out.push((
+        "find -exec stat".into(),
+        "s",
+        timed_sh(&format!("find {d} -exec stat {{}} +"), &env)?,
+    ));
+    std::thread::sleep(SETTLE);
+    out.push((
+        "rm -rf".into(),
+        "s",
+        timed_sh(&format!("rm -rf {d}"), &env)?,
+    ));
+    if dir.exists() {
+        return Err(ShoalError::io(format!(
+            "{}: rm -rf left {}",
+            t.name(),
+            dir.display()
+        )));
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------- bandwidth
+
+const BW_PHASES: [&str; 2] = ["write", "read"];
+
+fn run_bandwidth(
+    s: &Setup,
+    t: Target,
+    procs: usize,
+    size_mib: u64,
+    blocks_kib: &[u64],
+    round: usize,
+) -> Result<Vec<Sample>> {
+    let mut out = Vec::new();
+    for &b in blocks_kib {
+        let file = s.dir(t).join(format!("bw.{round}.{b}"));
+        // Made (empty) before the processes start: each opens it, as the
+        // study's processes open their common file.
+        fs::File::create(&file).map_err(|e| at(&file, e))?;
+        let mut phases: Vec<Phase> = BW_PHASES
+            .iter()
+            .map(|n| Phase::new(n, procs as u64 * size_mib))
+            .collect();
+        let mut extra = vec![
+            "--procs".to_string(),
+            procs.to_string(),
+            "--size-mib".into(),
+            size_mib.to_string(),
+            "--block-kib".into(),
+            b.to_string(),
+        ];
+        if t == Target::Native {
+            extra.push("--native".into());
+        }
+        run_phases_with(
+            "bandwidth-worker",
+            procs,
+            &file,
+            &extra,
+            &s.env(t),
+            &mut phases,
+        )?;
+        fs::remove_file(&file).map_err(|e| at(&file, e))?;
+        let label = if b >= 1024 {
+            format!("{} MiB", b / 1024)
+        } else {
+            format!("{b} KiB")
+        };
+        for p in &phases {
+            out.push((
+                format!("{} {label}", p.name),
+                "MiB/s",
+                p.median_rate().unwrap_or(f64::NAN),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// One process of the bandwidth test: writes its blocks of the shared
+/// `file` (block i at (i*procs+k)*B), closes, reopens, reads them back.
+pub fn bandwidth_worker(
+    file: &Path,
+    k: usize,
+    procs: usize,
+    size_mib: u64,
+    block_kib: u64,
+    native: bool,
+) -> Result<()> {
+    let b = (block_kib << 10) as usize;
+    let blocks = ((size_mib << 20) as usize).div_ceil(b).max(1) as u64;
+    let offset = |i: u64| (i * procs as u64 + k as u64) * b as u64;
+    let mut buf = pattern::base(b, k);
+    let mut got = vec![0u8; b];
+    let mut barrier = Barrier::new();
+    let check = |got: &[u8], want: &[u8], off: u64| match pattern::first_mismatch(got, want, true) {
+        None => Ok(()),
+        Some(pos) => Err(ShoalError::io(format!(
+            "{}: block at {off} differs from what was written, {}",
+            file.display(),
+            pattern::describe_mismatch(got, want, pos)
+        ))),
+    };
+    if native {
+        let (mount, path) = mounts::containing(file).ok_or_else(|| {
+            ShoalError::invalid(format!("{}: not under a Shoal mount", file.display()))
+        })?;
+        let rt = runtime()?;
+        let client = Client::new(ClusterConfig::load(&mount.cluster_file)?);
+        barrier.phase(BW_PHASES[0], || {
+            let (h, _) = rt.block_on(client.resolve(&path))?;
+            for i in 0..blocks {
+                pattern::stamp(&mut buf, pattern::tag(k, i), 0);
+                rt.block_on(client.write(h, offset(i), Bytes::copy_from_slice(&buf)))?;
+            }
+            Ok(())
+        })?;
+        return barrier.phase(BW_PHASES[1], || {
+            let (h, _) = rt.block_on(client.resolve(&path))?;
+            for i in 0..blocks {
+                let data = rt.block_on(client.read(h, offset(i), b))?;
+                pattern::stamp(&mut buf, pattern::tag(k, i), 0);
+                check(&data, &buf, offset(i))?;
+            }
+            Ok(())
+        });
+    }
+    barrier.phase(BW_PHASES[0], || {
+        let f = OpenOptions::new()
+            .write(true)
+            .custom_flags(0)
+            .open(file)
+            .map_err(|e| at(file, e))?;
+        for i in 0..blocks {
+            pattern::stamp(&mut buf, pattern::tag(k, i), 0);
+            f.write_all_at(&buf, offset(i)).map_err(|e| at(file, e))?;
+        }
+        fsops::close(f, file)
+    })?;
+    barrier.phase(BW_PHASES[1], || {
+        let f = fs::File::open(file).map_err(|e| at(file, e))?;
+        for i in 0..blocks {
+            fsops::read_full_at(&f, &mut got, offset(i), file)?;
+            pattern::stamp(&mut buf, pattern::tag(k, i), 0);
+            check(&got, &buf, offset(i))?;
+        }
+        fsops::close(f, file)
+    })
+}
+
+// ---------------------------------------------------------------- bonnie++
+
+/// Bonnie++'s CSV fields (format 1.98) this report keeps: (index, name, unit).
+const BONNIE_FIELDS: [(usize, &str, &str); 9] = [
+    (11, "write", "KiB/s"),
+    (13, "rewrite", "KiB/s"),
+    (17, "read", "KiB/s"),
+    (19, "seeks", "ops/s"),
+    (26, "seq create", "ops/s"),
+    (28, "seq stat", "ops/s"),
+    (30, "seq delete", "ops/s"),
+    (32, "rand create", "ops/s"),
+    (36, "rand delete", "ops/s"),
+];
+
+fn run_bonnie(
+    s: &Setup,
+    t: Target,
+    size_mib: u64,
+    files_k: u32,
+    round: usize,
+) -> Result<Vec<Sample>> {
+    let dir = s.dir(t).join(format!("bonnie.{round}"));
+    fs::create_dir(&dir).map_err(|e| at(&dir, e))?;
+    // SAFETY: plain queries of this process's ids.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut c = Command::new("timeout");
+    c.arg(CHILD_TIMEOUT)
+        .arg("bonnie++")
+        .arg("-d")
+        .arg(&dir)
+        .arg("-s")
+        .arg(size_mib.to_string())
+        .arg("-r")
+        .arg((size_mib / 2).to_string())
+        .arg("-n")
+        .arg(format!("{files_k}:0:0:1"))
+        .arg("-u")
+        .arg(format!("{uid}:{gid}"))
+        // -f: no per-character tests. bonnie++ 2.0 makes them with a system
+        // call per character (3 million for 8 MiB, strace -c): through a
+        // client without a write-back cache, a message each.
+        .args(["-f", "-q", "-x", "1", "-m", t.name()])
+        .envs(s.env(t).iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null());
+    let out = c.stderr(Stdio::piped()).output()?;
+    if !out.status.success() {
+        return Err(ShoalError::io(format!(
+            "bonnie++ on {} failed ({}): {}",
+            t.name(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let _ = fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("1.9"))
+        .ok_or_else(|| ShoalError::io(format!("bonnie++ printed no CSV line: {text}")))?;
+    let f: Vec<&str> = line.split(',').collect();
+    Ok(BONNIE_FIELDS
+        .iter()
+        .map(|&(i, name, unit)| {
+            let v = f
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(f64::NAN);
+            (name.to_string(), unit, v)
+        })
+        .collect())
+}

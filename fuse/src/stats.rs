@@ -1,0 +1,131 @@
+//! The mount's instrumentation, in the form of Table 2 of [Vilayannur 2004]:
+//! per request type, how many the kernel sent and the mean and p99 time from
+//! the request's arrival to its reply (what the calling process waited,
+//! less the kernel's own part). Recorded for every request, by
+//! `ShoalFs::run` (which every handler asking a server goes through), the
+//! listing tasks and the handlers that answer in place.
+//!
+//! Read with `shoal stats --mount DIR`, which asks the mount itself: the
+//! value of the xattr [`XATTR`] on the mount's root is the table, computed
+//! when asked. Through the mount, not a side channel: no socket or file to
+//! find, to clean up after a crash or to protect (whoever may read the
+//! mount's root may read its counters), nothing written unless asked, and
+//! the answer is always this mount's, by construction. Setting the xattr to
+//! `reset` starts the counts again (for a benchmark phase).
+
+use std::time::Instant;
+
+use shoal_metrics::Histogram;
+
+/// The xattr of the mount's root that answers with the table.
+pub const XATTR: &str = "user.shoal.stats";
+
+/// Every request type the mount answers, in the table's order.
+pub const OPS: [&str; 31] = [
+    "lookup",
+    "getattr",
+    "setattr",
+    "access",
+    "create",
+    "mknod",
+    "mkdir",
+    "symlink",
+    "link",
+    "unlink",
+    "rmdir",
+    "rename",
+    "open",
+    "read",
+    "write",
+    "flush",
+    "fsync",
+    "release",
+    "opendir",
+    "readdir",
+    "readdirplus",
+    "releasedir",
+    "fsyncdir",
+    "readlink",
+    "statfs",
+    "getxattr",
+    "setxattr",
+    "listxattr",
+    "removexattr",
+    "ioctl",
+    "fallocate",
+];
+
+pub struct MountStats {
+    ops: Vec<Histogram>,
+    since: std::sync::Mutex<Instant>,
+}
+
+impl Default for MountStats {
+    fn default() -> Self {
+        MountStats::new()
+    }
+}
+
+impl MountStats {
+    pub fn new() -> MountStats {
+        MountStats {
+            ops: OPS.iter().map(|_| Histogram::new()).collect(),
+            since: std::sync::Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Counts a request of type `op` that arrived at `t0` and has just been
+    /// answered. A name not in [`OPS`] is a bug caught by the tests; it is
+    /// not counted.
+    pub fn record(&self, op: &str, t0: Instant) {
+        if let Some(i) = OPS.iter().position(|o| *o == op) {
+            let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+            self.ops[i].record(ns);
+        }
+    }
+
+    pub fn reset(&self) {
+        for h in &self.ops {
+            h.reset();
+        }
+        *self.since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    /// The table (see `shoal_metrics::table`).
+    pub fn table(&self) -> String {
+        let since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        let rows: Vec<(&str, _)> = OPS
+            .iter()
+            .zip(&self.ops)
+            .map(|(name, h)| (*name, h.snapshot()))
+            .collect();
+        shoal_metrics::table(
+            &format!(
+                "shoal mount: pid {}, last {:.1} s: time a request waited, arrival to reply (us)",
+                std::process::id(),
+                since.elapsed().as_secs_f64()
+            ),
+            &rows,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_known_ops_and_resets() {
+        let s = MountStats::new();
+        let t0 = Instant::now();
+        s.record("lookup", t0);
+        s.record("lookup", t0);
+        s.record("no-such-op", t0);
+        let t = s.table();
+        let lookup = t.lines().find(|l| l.starts_with("lookup")).unwrap();
+        assert_eq!(lookup.split_whitespace().nth(1), Some("2"), "{t}");
+        assert!(t.lines().last().unwrap().starts_with("total"));
+        s.reset();
+        assert!(!s.table().contains("lookup"));
+    }
+}
