@@ -206,7 +206,7 @@ impl Client {
     /// removed the one it had).
     pub(super) async fn removed(&self, h: Handle, dist: Option<Distribution>) -> Result<()> {
         self.forget(h);
-        self.inner.unstable.forget(h);
+        self.inner.uncommitted_writes.forget(h);
         self.remove_datafiles(&dist.map(|d| d.datafiles).unwrap_or_default())
             .await
     }
