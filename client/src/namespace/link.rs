@@ -18,26 +18,14 @@ impl Client {
     /// leaves a count one too high for fsck, never a name the count misses.
     pub async fn link(&self, h: Handle, new_dir: Handle, new_name: &str) -> Result<Attr> {
         check_name(new_name)?;
-        let reply: LinkReply = self
-            .pool()
-            .call::<ops::Link>(
-                server_of(h),
-                self.cred,
-                &LinkRequest {
-                    handle: h,
-                    ..Default::default()
-                },
-            )
-            .await?;
+        let reply = self.count_link(h).await?;
         self.forget(h);
         let rec = reply
             .object
             .ok_or_else(|| ShoalError::protocol("link reply without the object"))?;
         shoal_proto::crash_point!(crash_points::LINK_BEFORE_ENTRY);
         if let Err(e) = self.add_entry(new_dir, new_name, h, rec.kind(), None).await {
-            if let Err(undo) = self.drop_link(h, false).await {
-                tracing::warn!("could not uncount the link of {h:#x} just counted: {undo}");
-            }
+            self.uncount_link(h).await;
             return Err(e);
         }
         self.getattr(h).await
@@ -72,5 +60,28 @@ impl Client {
         }
         let links = reply.object.map_or(0, |o| o.links);
         Ok(Unlinked::left(h, links))
+    }
+
+    /// Counts a new link of `h` on its server, before the entry that is the
+    /// new name exists.
+    pub(super) async fn count_link(&self, h: Handle) -> Result<LinkReply> {
+        self.pool()
+            .call::<ops::Link>(
+                server_of(h),
+                self.cred,
+                &LinkRequest {
+                    handle: h,
+                    ..Default::default()
+                },
+            )
+            .await
+    }
+
+    /// Uncounts the link of `h` just counted, whose entry was refused
+    /// (best effort: a count left one too high is fsck's).
+    pub(super) async fn uncount_link(&self, h: Handle) {
+        if let Err(undo) = self.drop_link(h, false).await {
+            tracing::warn!("could not uncount the link of {h:#x} just counted: {undo}");
+        }
     }
 }

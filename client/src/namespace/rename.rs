@@ -11,6 +11,19 @@ use shoal_proto::{crash_points, ops, ObjectKind};
 use super::file_kind;
 use crate::{Client, FileKind, Unlinked};
 
+/// One move of an entry: `dir/name`, naming `h` (an object of `kind`), to
+/// `new_dir/new_name`.
+#[derive(Clone, Copy)]
+struct Move<'a> {
+    dir: Handle,
+    name: &'a str,
+    new_dir: Handle,
+    new_name: &'a str,
+    h: Handle,
+    kind: ObjectKind,
+    no_replace: bool,
+}
+
 /// What a rename does to the object its new name names already.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Target {
@@ -135,9 +148,16 @@ impl Client {
             Target::Directory(t) => self.prepare_rmdir(t).await?,
             Target::Free | Target::Object(_) => {}
         }
-        let moved = self
-            .move_entry(dir, name, new_dir, new_name, h, entry, no_replace)
-            .await;
+        let moving = Move {
+            dir,
+            name,
+            new_dir,
+            new_name,
+            h,
+            kind: entry,
+            no_replace,
+        };
+        let moved = self.move_entry(moving).await;
         let replaced = match moved {
             Ok(r) => r,
             Err(e) => {
@@ -162,47 +182,34 @@ impl Client {
     /// with its kind. The new entry names the same kind of object as the old
     /// one: a file without a metafile (no_metafile) stays one wherever it
     /// moves, since hints apply to new files only.
-    #[allow(clippy::too_many_arguments)]
-    async fn move_entry(
-        &self,
-        dir: Handle,
-        name: &str,
-        new_dir: Handle,
-        new_name: &str,
-        h: Handle,
-        kind: ObjectKind,
-        no_replace: bool,
-    ) -> Result<Option<(Handle, ObjectKind)>> {
-        let moved = self
-            .move_entry_steps(dir, name, new_dir, new_name, h, kind, no_replace)
-            .await;
-        self.forget_moved(dir, name, new_dir, new_name, h);
+    async fn move_entry(&self, m: Move<'_>) -> Result<Option<(Handle, ObjectKind)>> {
+        let moved = self.move_entry_steps(m).await;
+        self.forget_moved(m);
         Ok(replaced_object(moved?))
     }
 
     /// Whatever came of a move, for every caller: what this client knew of
     /// both names, both directories and the object is out of date.
-    fn forget_moved(&self, dir: Handle, name: &str, new_dir: Handle, new_name: &str, h: Handle) {
-        self.inner.names.remove(dir, name);
-        self.inner.names.remove(new_dir, new_name);
-        self.forget(dir);
-        self.forget(new_dir);
-        self.forget(h);
+    fn forget_moved(&self, m: Move<'_>) {
+        self.inner.names.remove(m.dir, m.name);
+        self.inner.names.remove(m.new_dir, m.new_name);
+        self.forget(m.dir);
+        self.forget(m.new_dir);
+        self.forget(m.h);
     }
 
     /// The steps of [`Client::move_entry`]; returns the replaced handle (0
     /// if none) and its kind.
-    #[allow(clippy::too_many_arguments)]
-    async fn move_entry_steps(
-        &self,
-        dir: Handle,
-        name: &str,
-        new_dir: Handle,
-        new_name: &str,
-        h: Handle,
-        kind: ObjectKind,
-        no_replace: bool,
-    ) -> Result<Option<(Handle, i32)>> {
+    async fn move_entry_steps(&self, m: Move<'_>) -> Result<Option<(Handle, i32)>> {
+        let Move {
+            dir,
+            name,
+            new_dir,
+            new_name,
+            h,
+            kind,
+            no_replace,
+        } = m;
         if dir == new_dir {
             let reply: RenameEntryReply = self
                 .pool()
@@ -226,16 +233,7 @@ impl Client {
         let is_dir = kind == ObjectKind::Directory;
         if !is_dir {
             // The new name is counted before it exists.
-            self.pool()
-                .call::<ops::Link>(
-                    server_of(h),
-                    self.cred,
-                    &LinkRequest {
-                        handle: h,
-                        ..Default::default()
-                    },
-                )
-                .await?;
+            self.count_link(h).await?;
         }
         let added: Result<CrDirEntReply> = self
             .pool()
@@ -256,9 +254,7 @@ impl Client {
             Ok(a) => a,
             Err(e) => {
                 if !is_dir {
-                    if let Err(undo) = self.drop_link(h, false).await {
-                        tracing::warn!("could not uncount the link of {h:#x} just counted: {undo}");
-                    }
+                    self.uncount_link(h).await;
                 }
                 return Err(e);
             }
@@ -434,7 +430,15 @@ mod tests {
         client.inner.known_dirs.created(new_dir, cred);
         assert!(client.inner.known_dirs.absent(dir, "x", cred));
 
-        client.forget_moved(dir, "a", new_dir, "b", h);
+        client.forget_moved(Move {
+            dir,
+            name: "a",
+            new_dir,
+            new_name: "b",
+            h,
+            kind: ObjectKind::Metafile,
+            no_replace: false,
+        });
 
         assert_eq!(names.get(dir, "a", cred), None);
         assert_eq!(names.get(new_dir, "b", cred), None);
