@@ -334,46 +334,33 @@ mod tests {
     #[test]
     fn what_a_rename_does_to_its_target() {
         use FileKind::{Directory as D, File as F, Symlink as S};
+        use Target::*;
         let (h, t) = (0x10, 0x20);
-        let errno = |r: Result<Target>| r.map_err(|e| e.errno);
-        assert_eq!(errno(replacing(h, F, None, false, "b")), Ok(Target::Free));
-        assert_eq!(errno(replacing(h, F, None, true, "b")), Ok(Target::Free));
-        // Two names of one object: nothing, even with no_replace.
-        assert_eq!(
-            errno(replacing(h, F, Some((h, F)), true, "b")),
-            Ok(Target::Same)
-        );
-        assert_eq!(
-            errno(replacing(h, D, Some((h, D)), false, "b")),
-            Ok(Target::Same)
-        );
-        // no_replace comes before the kinds.
-        for (kind, tkind) in [(F, F), (F, D), (D, F), (D, D)] {
+        // (kind moved, what the new name names, no_replace) -> outcome
+        let cases = [
+            ((F, None, false), Ok(Free)),
+            ((F, None, true), Ok(Free)),
+            // Two names of one object: nothing, even with no_replace.
+            ((F, Some((h, F)), true), Ok(Same)),
+            ((D, Some((h, D)), false), Ok(Same)),
+            // no_replace comes before the kinds.
+            ((F, Some((t, F)), true), Err(Errno::EEXIST)),
+            ((F, Some((t, D)), true), Err(Errno::EEXIST)),
+            ((D, Some((t, F)), true), Err(Errno::EEXIST)),
+            ((D, Some((t, D)), true), Err(Errno::EEXIST)),
+            ((F, Some((t, S)), false), Ok(Object(t))),
+            ((S, Some((t, F)), false), Ok(Object(t))),
+            ((D, Some((t, F)), false), Err(Errno::ENOTDIR)),
+            ((F, Some((t, D)), false), Err(Errno::EISDIR)),
+            ((D, Some((t, D)), false), Ok(Directory(t))),
+        ];
+        for ((kind, target, no_replace), want) in cases {
             assert_eq!(
-                errno(replacing(h, kind, Some((t, tkind)), true, "b")),
-                Err(Errno::EEXIST)
+                replacing(h, kind, target, no_replace, "b").map_err(|e| e.errno),
+                want,
+                "{kind:?} over {target:?}, no_replace {no_replace}"
             );
         }
-        assert_eq!(
-            errno(replacing(h, F, Some((t, S)), false, "b")),
-            Ok(Target::Object(t))
-        );
-        assert_eq!(
-            errno(replacing(h, S, Some((t, F)), false, "b")),
-            Ok(Target::Object(t))
-        );
-        assert_eq!(
-            errno(replacing(h, D, Some((t, F)), false, "b")),
-            Err(Errno::ENOTDIR)
-        );
-        assert_eq!(
-            errno(replacing(h, F, Some((t, D)), false, "b")),
-            Err(Errno::EISDIR)
-        );
-        assert_eq!(
-            errno(replacing(h, D, Some((t, D)), false, "b")),
-            Ok(Target::Directory(t))
-        );
     }
 
     #[test]
