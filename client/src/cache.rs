@@ -13,7 +13,7 @@ const MAX_ENTRIES: usize = 200_000;
 
 /// The lifetime of a cache whose entries are replaced when they change,
 /// never expired by age.
-pub const FOREVER: Duration = Duration::from_secs(u64::MAX / 4);
+pub(crate) const FOREVER: Duration = Duration::from_secs(u64::MAX / 4);
 
 pub struct TtlCache<K, V> {
     ttl: Duration,
@@ -22,7 +22,7 @@ pub struct TtlCache<K, V> {
 }
 
 impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
-    pub fn new(ttl: Duration) -> Self {
+    pub(crate) fn new(ttl: Duration) -> Self {
         Self::bounded(ttl, MAX_ENTRIES)
     }
 
@@ -57,13 +57,13 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
     }
 
     /// Changes a cached value in place, if present (keeps its age).
-    pub fn update(&self, key: &K, f: impl FnOnce(&mut V)) {
+    pub(crate) fn update(&self, key: &K, f: impl FnOnce(&mut V)) {
         if let Some((v, _)) = self.map.lock().unwrap().get_mut(key) {
             f(v);
         }
     }
 
-    pub fn remove(&self, key: &K) {
+    pub(crate) fn remove(&self, key: &K) {
         self.map.lock().unwrap().remove(key);
     }
 }

@@ -80,7 +80,7 @@ impl Client {
 
     /// Stuffing: gives file `h` all its datafiles (nothing to do if another
     /// client did already) and returns its distribution from now on.
-    pub async fn unstuff(&self, h: Handle) -> Result<Distribution> {
+    pub(crate) async fn unstuff(&self, h: Handle) -> Result<Distribution> {
         let reply: UnstuffReply = self
             .pool()
             .call::<ops::Unstuff>(server_of(h), self.cred, &UnstuffRequest { handle: h })
@@ -367,7 +367,7 @@ impl Client {
             // A directory (or an object that is not a file): its server.
             Err(_) => vec![self.commit(h, &None).await?],
         };
-        self.inner.unstable.synced(h, &replies)
+        self.inner.uncommitted_writes.synced(h, &replies)
     }
 
     /// Makes the datafiles of file `h` durable, and in scratch mode its
@@ -408,7 +408,11 @@ impl Client {
         verifier: u64,
         cap: &Option<Capability>,
     ) -> Result<()> {
-        if self.inner.unstable.changed(h, server_of(d), verifier) {
+        if self
+            .inner
+            .uncommitted_writes
+            .changed(h, server_of(d), verifier)
+        {
             return Ok(());
         }
         let (server, now) = self.commit(d, cap).await?;

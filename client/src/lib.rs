@@ -69,7 +69,7 @@ struct Inner {
     next_server: AtomicU32,
     /// File changes acknowledged and not yet fsynced (unstable writes
     /// awaiting commit), with their servers' verifiers.
-    unstable: uncommitted_writes::UncommittedWrites,
+    uncommitted_writes: uncommitted_writes::UncommittedWrites,
 }
 
 impl Client {
@@ -87,7 +87,7 @@ impl Client {
                 caps: TtlCache::new(caps::keep_for(config.settings.capability_ttl_s)),
                 known_dirs: known_dirs::KnownDirs::new(ttl),
                 next_server: AtomicU32::new(first),
-                unstable: Default::default(),
+                uncommitted_writes: Default::default(),
                 pool: Pool::new(config),
             }),
             cred: current_cred(),

@@ -30,7 +30,7 @@ fn unescape(field: &str) -> String {
     out
 }
 
-pub fn parse(text: &str) -> Vec<Mount> {
+pub(crate) fn parse(text: &str) -> Vec<Mount> {
     text.lines()
         .filter_map(|line| {
             let mut f = line.split(' ');
@@ -45,7 +45,7 @@ pub fn parse(text: &str) -> Vec<Mount> {
         .collect()
 }
 
-pub fn list() -> Vec<Mount> {
+pub(crate) fn list() -> Vec<Mount> {
     std::fs::read_to_string("/proc/mounts")
         .map(|t| parse(&t))
         .unwrap_or_default()

@@ -44,7 +44,7 @@ pub enum FileKind {
 impl FileKind {
     /// A file is a metafile, or a datafile named directly by its entry (a
     /// file of a no_metafile directory, [Kuhn 2008]).
-    pub fn from_object(kind: ObjectKind) -> Option<FileKind> {
+    pub(crate) fn from_object(kind: ObjectKind) -> Option<FileKind> {
         match kind {
             ObjectKind::Directory => Some(FileKind::Directory),
             ObjectKind::Metafile | ObjectKind::Datafile => Some(FileKind::File),
@@ -69,7 +69,7 @@ impl FileKind {
     }
 
     /// The object kind that holds a special file of this kind.
-    pub fn special_object(self) -> Option<ObjectKind> {
+    pub(crate) fn special_object(self) -> Option<ObjectKind> {
         match self {
             FileKind::Fifo => Some(ObjectKind::Fifo),
             FileKind::Socket => Some(ObjectKind::Socket),

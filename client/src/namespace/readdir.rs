@@ -1,0 +1,66 @@
+//! Listings: a directory's entries in batches (each entry's name kept in the
+//! name cache when the caller may search the directory).
+
+use shoal_proto::error::Result;
+use shoal_proto::handle::{server_of, Handle};
+use shoal_proto::msg::*;
+use shoal_proto::ops;
+
+use super::{entry_kind, file_kind};
+use crate::{Client, DirEntry};
+
+impl Client {
+    /// One batch of entries of `dir` after `start_after`, and whether the
+    /// listing is complete.
+    pub async fn readdir(
+        &self,
+        dir: Handle,
+        start_after: &str,
+        max: u32,
+    ) -> Result<(Vec<DirEntry>, bool)> {
+        let reply: ReaddirReply = self
+            .pool()
+            .call::<ops::Readdir>(
+                server_of(dir),
+                self.cred,
+                &ReaddirRequest {
+                    dir,
+                    start_after: start_after.to_string(),
+                    max,
+                },
+            )
+            .await?;
+        let entries = reply
+            .entries
+            .into_iter()
+            .map(|e| {
+                let kind = entry_kind(e.kind)?;
+                if reply.searchable {
+                    self.inner
+                        .names
+                        .put(dir, &e.name, self.cred, (e.handle, kind));
+                }
+                Ok(DirEntry {
+                    name: e.name,
+                    handle: e.handle,
+                    kind: file_kind(kind)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((entries, reply.done))
+    }
+
+    /// Every entry of `dir`, fetched in batches of the cluster's readdir size.
+    pub async fn readdir_all(&self, dir: Handle) -> Result<Vec<DirEntry>> {
+        let batch = self.config().settings.readdir_batch;
+        let mut all: Vec<DirEntry> = Vec::new();
+        loop {
+            let after = all.last().map(|e| e.name.clone()).unwrap_or_default();
+            let (entries, done) = self.readdir(dir, &after, batch).await?;
+            all.extend(entries);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Removes: a name (unlink), an empty directory (rmdir), a file unlinked
+//! while open (reclaim), and the objects of a create whose entry was
+//! refused. The entry goes first, then the objects it named.
+
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::handle::{server_of, Handle};
+use shoal_proto::msg::*;
+use shoal_proto::names::check_name;
+use shoal_proto::{crash_points, ops};
+
+use super::kind_of;
+use crate::known_dirs::EntryChange;
+use crate::{Client, FileKind, Unlinked};
+
+impl Client {
+    /// Removes a file, symlink or special file's name. The object goes with
+    /// its last name (see [`Client::unlink_keeping`]).
+    pub async fn unlink(&self, dir: Handle, name: &str) -> Result<()> {
+        self.unlink_keeping(dir, name, false).await.map(|_| ())
+    }
+
+    /// Removes a name that is not a directory's: the entry, then the
+    /// object's link (ObjectRecord.links); with its last link the object
+    /// goes, and a file's datafiles after it (n+2 messages). With colocate,
+    /// an object on the directory's server loses its link in the entry's
+    /// own request (a stuffed file goes entirely in that one message).
+    /// `keep`: the caller holds the file open, so an object left without a
+    /// name stays, for [`Client::reclaim`] at its last close (POSIX: an open
+    /// file stays readable after unlink until it is closed).
+    pub async fn unlink_keeping(&self, dir: Handle, name: &str, keep: bool) -> Result<Unlinked> {
+        check_name(name)?;
+        let (reply, _) = self
+            .remove_entry_reply(RmDirEntRequest {
+                dir,
+                name: name.to_string(),
+                must_not_be_dir: true,
+                drop_local_link: self.config().settings.colocate,
+                keep_unlinked: keep,
+                ..Default::default()
+            })
+            .await?;
+        let h = reply.handle;
+        if !reply.dropped {
+            shoal_proto::crash_point!(crash_points::UNLINK_AFTER_ENTRY);
+            return self.drop_link(h, keep).await;
+        }
+        if reply.removed {
+            self.removed(h, reply.dist).await?;
+            return Ok(Unlinked::Removed);
+        }
+        self.forget(h);
+        Ok(Unlinked::left(h, reply.links))
+    }
+
+    /// Removes a file that lost its last name while open (an
+    /// [`Unlinked::Kept`] object) at its last close; one given a name again
+    /// meanwhile stays.
+    pub async fn reclaim(&self, h: Handle) -> Result<()> {
+        let reply = self
+            .remove_object(
+                h,
+                RemoveRequest {
+                    handle: h,
+                    unlinked_only: true,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if reply.kept {
+            return Ok(());
+        }
+        self.removed(h, reply.dist).await
+    }
+
+    /// Removes an empty directory: mark it so nothing can be added (fails if
+    /// not empty), remove its entry, remove the object.
+    pub async fn rmdir(&self, dir: Handle, name: &str) -> Result<()> {
+        check_name(name)?;
+        let (h, kind) = self.lookup(dir, name).await?;
+        if kind != FileKind::Directory {
+            return Err(ShoalError::new(
+                Errno::ENOTDIR,
+                format!("{name}: not a directory"),
+            ));
+        }
+        self.prepare_rmdir(h).await?;
+        let removed = self
+            .remove_entry(RmDirEntRequest {
+                dir,
+                name: name.to_string(),
+                expect_handle: h,
+                must_be_dir: true,
+                ..Default::default()
+            })
+            .await;
+        if let Err(e) = removed {
+            self.abort_rmdir(h).await;
+            return Err(e);
+        }
+        self.remove_dir_object(h, dir).await
+    }
+
+    /// Removes directory `h`, empty and marked, whose entry in `parent` is
+    /// gone.
+    pub(super) async fn remove_dir_object(&self, h: Handle, parent: Handle) -> Result<()> {
+        let reply = self
+            .remove_object(
+                h,
+                RemoveRequest {
+                    handle: h,
+                    expect_parent: parent,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if reply.kept {
+            // The entry was a leftover of an interrupted move: the directory
+            // lives on under its true name.
+            self.abort_rmdir(h).await;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn prepare_rmdir(&self, h: Handle) -> Result<()> {
+        self.pool()
+            .call::<ops::RmdirPrepare>(server_of(h), self.cred, &RmdirRequest { dir: h })
+            .await
+            .map(|_| ())
+    }
+
+    pub(super) async fn abort_rmdir(&self, h: Handle) {
+        if let Err(e) = self
+            .pool()
+            .call::<ops::RmdirAbort>(server_of(h), self.cred, &RmdirRequest { dir: h })
+            .await
+        {
+            tracing::warn!("could not clear the removal mark of {h:#x}: {e}");
+        }
+    }
+
+    pub(super) async fn remove_entry(&self, req: RmDirEntRequest) -> Result<(Handle, FileKind)> {
+        let (reply, kind) = self.remove_entry_reply(req).await?;
+        Ok((reply.handle, kind))
+    }
+
+    pub(super) async fn remove_entry_reply(
+        &self,
+        req: RmDirEntRequest,
+    ) -> Result<(RmDirEntReply, FileKind)> {
+        let (dir, name) = (req.dir, req.name.clone());
+        let send = self
+            .pool()
+            .call::<ops::RmDirEnt>(server_of(dir), self.cred, &req);
+        let reply = self
+            .change_entries(
+                dir,
+                !req.check_only,
+                send,
+                |r| r.dir.as_ref(),
+                EntryChange::Removed(&name),
+            )
+            .await?;
+        if !req.check_only {
+            self.inner.names.remove(dir, &name);
+        }
+        self.refresh_dir(reply.dir.clone());
+        let kind = kind_of(reply.kind)?;
+        Ok((reply, kind))
+    }
+
+    /// Removes object `h` as `req` says (see RemoveRequest: a directory
+    /// whose entry in `expect_parent` was removed, or anything else that no
+    /// entry names).
+    async fn remove_object(&self, h: Handle, req: RemoveRequest) -> Result<RemoveReply> {
+        debug_assert_eq!(req.handle, h);
+        let reply: RemoveReply = self
+            .pool()
+            .call::<ops::Remove>(server_of(h), self.cred, &req)
+            .await?;
+        self.forget(h);
+        Ok(reply)
+    }
+
+    /// Removes an object outright (one that no entry names: a create's
+    /// leftovers, a datafile).
+    pub(super) async fn remove_unnamed_object(&self, h: Handle) -> Result<RemoveReply> {
+        self.remove_object(
+            h,
+            RemoveRequest {
+                handle: h,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    /// Removes a datafile of a removed file.
+    async fn remove_datafiles(&self, datafiles: &[Handle]) -> Result<()> {
+        futures::future::try_join_all(datafiles.iter().map(|d| self.remove_unnamed_object(*d)))
+            .await?;
+        Ok(())
+    }
+
+    /// What is left to do once object `h` went on its server: the
+    /// datafiles its reply listed (none for a stuffed file: its server
+    /// removed the one it had).
+    pub(super) async fn removed(&self, h: Handle, dist: Option<Distribution>) -> Result<()> {
+        self.forget(h);
+        self.inner.uncommitted_writes.forget(h);
+        self.remove_datafiles(&dist.map(|d| d.datafiles).unwrap_or_default())
+            .await
+    }
+
+    /// Removes objects no entry names yet (a create whose entry failed).
+    pub(super) async fn remove_objects(&self, h: Handle) -> Result<()> {
+        let reply = self.remove_unnamed_object(h).await?;
+        self.removed(h, reply.dist).await
+    }
+}
