@@ -93,137 +93,48 @@ unsafe fn fstatat_any(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: stat's contract.
-    unsafe { fstatat_any(libc::AT_FDCWD, path, st, 0) }
+/// Exports one body under each of several C names: glibc gives a call a
+/// 64-bit twin (`stat64`), the system call's own name (`newfstatat`), and
+/// binaries built before glibc 2.33 call the `__xstat` family, whose first
+/// argument is the struct version (the same on every 64-bit target).
+macro_rules! exported {
+    ($([$($name:ident),+] $params:tt => $body:expr;)+) => {
+        $($(exported_as!($name $params $body);)+)+
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: stat's contract.
-    unsafe { fstatat_any(libc::AT_FDCWD, path, st, 0) }
+/// One of [`exported`]'s names.
+macro_rules! exported_as {
+    ($name:ident ($($arg:ident: $ty:ty),*) $body:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            // SAFETY: the caller keeps the call's contract (valid pointers to
+            // a NUL-terminated path and to a stat buffer).
+            #[allow(unused_unsafe)]
+            unsafe {
+                $body
+            }
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lstat(path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: lstat's contract.
-    unsafe { fstatat_any(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lstat64(path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: lstat's contract.
-    unsafe { fstatat_any(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW) }
-}
-
-#[no_mangle]
-pub extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
-    fstat_any(fd, st)
-}
-
-#[no_mangle]
-pub extern "C" fn fstat64(fd: c_int, st: *mut libc::stat) -> c_int {
-    fstat_any(fd, st)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fstatat(
-    dirfd: c_int,
-    path: *const c_char,
-    st: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: fstatat's contract.
-    unsafe { fstatat_any(dirfd, path, st, flags) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fstatat64(
-    dirfd: c_int,
-    path: *const c_char,
-    st: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: fstatat's contract.
-    unsafe { fstatat_any(dirfd, path, st, flags) }
-}
-
-/// The system call's name, for programs that look it up by that name.
-#[no_mangle]
-pub unsafe extern "C" fn newfstatat(
-    dirfd: c_int,
-    path: *const c_char,
-    st: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: fstatat's contract.
-    unsafe { fstatat_any(dirfd, path, st, flags) }
-}
-
-// The entry points of binaries built against glibc before 2.33 (the first
-// argument is the struct version, the same on every 64-bit target).
-
-#[no_mangle]
-pub unsafe extern "C" fn __xstat(_ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: stat's contract.
-    unsafe { fstatat_any(libc::AT_FDCWD, path, st, 0) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __xstat64(_ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: stat's contract.
-    unsafe { fstatat_any(libc::AT_FDCWD, path, st, 0) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __lxstat(_ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: lstat's contract.
-    unsafe { fstatat_any(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __lxstat64(
-    _ver: c_int,
-    path: *const c_char,
-    st: *mut libc::stat,
-) -> c_int {
-    // SAFETY: lstat's contract.
-    unsafe { fstatat_any(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW) }
-}
-
-#[no_mangle]
-pub extern "C" fn __fxstat(_ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
-    fstat_any(fd, st)
-}
-
-#[no_mangle]
-pub extern "C" fn __fxstat64(_ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
-    fstat_any(fd, st)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __fxstatat(
-    _ver: c_int,
-    dirfd: c_int,
-    path: *const c_char,
-    st: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: fstatat's contract.
-    unsafe { fstatat_any(dirfd, path, st, flags) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __fxstatat64(
-    _ver: c_int,
-    dirfd: c_int,
-    path: *const c_char,
-    st: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: fstatat's contract.
-    unsafe { fstatat_any(dirfd, path, st, flags) }
+exported! {
+    [stat, stat64] (path: *const c_char, st: *mut libc::stat) =>
+        fstatat_any(libc::AT_FDCWD, path, st, 0);
+    [lstat, lstat64] (path: *const c_char, st: *mut libc::stat) =>
+        fstatat_any(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW);
+    [fstat, fstat64] (fd: c_int, st: *mut libc::stat) => fstat_any(fd, st);
+    [fstatat, fstatat64, newfstatat]
+        (dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) =>
+        fstatat_any(dirfd, path, st, flags);
+    [__xstat, __xstat64] (_ver: c_int, path: *const c_char, st: *mut libc::stat) =>
+        fstatat_any(libc::AT_FDCWD, path, st, 0);
+    [__lxstat, __lxstat64] (_ver: c_int, path: *const c_char, st: *mut libc::stat) =>
+        fstatat_any(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW);
+    [__fxstat, __fxstat64] (_ver: c_int, fd: c_int, st: *mut libc::stat) => fstat_any(fd, st);
+    [__fxstatat, __fxstatat64]
+        (_ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) =>
+        fstatat_any(dirfd, path, st, flags);
 }
 
 fn dev_major(dev: u64) -> u32 {
