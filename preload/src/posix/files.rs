@@ -367,48 +367,11 @@ unsafe fn pwritev_any(fd: c_int, iov: *const libc::iovec, n: c_int, off: off64_t
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn preadv(
-    fd: c_int,
-    iov: *const libc::iovec,
-    n: c_int,
-    off: off_t,
-) -> ssize_t {
-    // SAFETY: preadv's contract.
-    unsafe { preadv_any(fd, iov, n, off) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn preadv64(
-    fd: c_int,
-    iov: *const libc::iovec,
-    n: c_int,
-    off: off64_t,
-) -> ssize_t {
-    // SAFETY: preadv's contract.
-    unsafe { preadv_any(fd, iov, n, off) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwritev(
-    fd: c_int,
-    iov: *const libc::iovec,
-    n: c_int,
-    off: off_t,
-) -> ssize_t {
-    // SAFETY: pwritev's contract.
-    unsafe { pwritev_any(fd, iov, n, off) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwritev64(
-    fd: c_int,
-    iov: *const libc::iovec,
-    n: c_int,
-    off: off64_t,
-) -> ssize_t {
-    // SAFETY: pwritev's contract.
-    unsafe { pwritev_any(fd, iov, n, off) }
+exported! {
+    [preadv, preadv64] (fd: c_int, iov: *const libc::iovec, n: c_int, off: off_t) -> ssize_t =>
+        preadv_any(fd, iov, n, off);
+    [pwritev, pwritev64] (fd: c_int, iov: *const libc::iovec, n: c_int, off: off_t) -> ssize_t =>
+        pwritev_any(fd, iov, n, off);
 }
 
 fn lseek_any(fd: c_int, off: off64_t, whence: c_int) -> off64_t {

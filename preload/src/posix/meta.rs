@@ -93,47 +93,22 @@ unsafe fn fstatat_any(
     }
 }
 
-/// Exports one body under each of several C names: glibc gives a call a
-/// 64-bit twin (`stat64`), the system call's own name (`newfstatat`), and
-/// binaries built before glibc 2.33 call the `__xstat` family, whose first
-/// argument is the struct version (the same on every 64-bit target).
-macro_rules! exported {
-    ($([$($name:ident),+] $params:tt => $body:expr;)+) => {
-        $($(exported_as!($name $params $body);)+)+
-    };
-}
-
-/// One of [`exported`]'s names.
-macro_rules! exported_as {
-    ($name:ident ($($arg:ident: $ty:ty),*) $body:expr) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
-            // SAFETY: the caller keeps the call's contract (valid pointers to
-            // a NUL-terminated path and to a stat buffer).
-            #[allow(unused_unsafe)]
-            unsafe {
-                $body
-            }
-        }
-    };
-}
-
 exported! {
-    [stat, stat64] (path: *const c_char, st: *mut libc::stat) =>
+    [stat, stat64] (path: *const c_char, st: *mut libc::stat) -> c_int =>
         fstatat_any(libc::AT_FDCWD, path, st, 0);
-    [lstat, lstat64] (path: *const c_char, st: *mut libc::stat) =>
+    [lstat, lstat64] (path: *const c_char, st: *mut libc::stat) -> c_int =>
         fstatat_any(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW);
-    [fstat, fstat64] (fd: c_int, st: *mut libc::stat) => fstat_any(fd, st);
+    [fstat, fstat64] (fd: c_int, st: *mut libc::stat) -> c_int => fstat_any(fd, st);
     [fstatat, fstatat64, newfstatat]
-        (dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) =>
+        (dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) -> c_int =>
         fstatat_any(dirfd, path, st, flags);
-    [__xstat, __xstat64] (_ver: c_int, path: *const c_char, st: *mut libc::stat) =>
+    [__xstat, __xstat64] (_ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int =>
         fstatat_any(libc::AT_FDCWD, path, st, 0);
-    [__lxstat, __lxstat64] (_ver: c_int, path: *const c_char, st: *mut libc::stat) =>
+    [__lxstat, __lxstat64] (_ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int =>
         fstatat_any(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW);
-    [__fxstat, __fxstat64] (_ver: c_int, fd: c_int, st: *mut libc::stat) => fstat_any(fd, st);
+    [__fxstat, __fxstat64] (_ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int => fstat_any(fd, st);
     [__fxstatat, __fxstatat64]
-        (_ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) =>
+        (_ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) -> c_int =>
         fstatat_any(dirfd, path, st, flags);
 }
 
