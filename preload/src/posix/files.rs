@@ -68,78 +68,23 @@ fn mode_if_needed(flags: c_int, mode: mode_t) -> mode_t {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    // SAFETY: open's contract.
-    unsafe { open_at(libc::AT_FDCWD, path, flags, mode_if_needed(flags, mode)) }
+exported! {
+    [open, open64] (path: *const c_char, flags: c_int, mode: mode_t) -> c_int => open_at(libc::AT_FDCWD, path, flags, mode_if_needed(flags, mode));
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    // SAFETY: open's contract.
-    unsafe { open_at(libc::AT_FDCWD, path, flags, mode_if_needed(flags, mode)) }
+exported! {
+    [__open_2, __open64_2] (path: *const c_char, flags: c_int) -> c_int => open_at(libc::AT_FDCWD, path, flags, 0);
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: open's contract.
-    unsafe { open_at(libc::AT_FDCWD, path, flags, 0) }
+exported! {
+    [openat, openat64] (dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int => open_at(dirfd, path, flags, mode_if_needed(flags, mode));
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: open's contract.
-    unsafe { open_at(libc::AT_FDCWD, path, flags, 0) }
+exported! {
+    [__openat_2, __openat64_2] (dirfd: c_int, path: *const c_char, flags: c_int) -> c_int => open_at(dirfd, path, flags, 0);
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn openat(
-    dirfd: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mode: mode_t,
-) -> c_int {
-    // SAFETY: openat's contract.
-    unsafe { open_at(dirfd, path, flags, mode_if_needed(flags, mode)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn openat64(
-    dirfd: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mode: mode_t,
-) -> c_int {
-    // SAFETY: openat's contract.
-    unsafe { open_at(dirfd, path, flags, mode_if_needed(flags, mode)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: openat's contract.
-    unsafe { open_at(dirfd, path, flags, 0) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: openat's contract.
-    unsafe { open_at(dirfd, path, flags, 0) }
-}
-
 const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
 
-#[no_mangle]
-pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
-    // SAFETY: creat's contract.
-    unsafe { open_at(libc::AT_FDCWD, path, CREAT, mode) }
+exported! {
+    [creat, creat64] (path: *const c_char, mode: mode_t) -> c_int => open_at(libc::AT_FDCWD, path, CREAT, mode);
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
-    // SAFETY: creat's contract.
-    unsafe { open_at(libc::AT_FDCWD, path, CREAT, mode) }
-}
-
 /// Closes Shoal descriptor `kfd` (standing for `sfd`): libshoal's first,
 /// the kernel number last, so that it is never reused while it still
 /// stands for the file.
@@ -213,33 +158,20 @@ unsafe fn pwrite_any(fd: c_int, buf: *const c_void, n: size_t, off: off64_t) -> 
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
-    // SAFETY: pread's contract.
-    unsafe { pread_any(fd, buf, n, off) }
+exported! {
+    [pread] (fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t => pread_any(fd, buf, n, off);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
-    // SAFETY: pread's contract.
-    unsafe { pread_any(fd, buf, n, off) }
+exported! {
+    [pread64] (fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t => pread_any(fd, buf, n, off);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
-    // SAFETY: pwrite's contract.
-    unsafe { pwrite_any(fd, buf, n, off) }
+exported! {
+    [pwrite] (fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t => pwrite_any(fd, buf, n, off);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pwrite64(
-    fd: c_int,
-    buf: *const c_void,
-    n: size_t,
-    off: off64_t,
-) -> ssize_t {
-    // SAFETY: pwrite's contract.
-    unsafe { pwrite_any(fd, buf, n, off) }
+exported! {
+    [pwrite64] (fd: c_int, buf: *const c_void, n: size_t, off: off64_t) -> ssize_t => pwrite_any(fd, buf, n, off);
 }
 
 /// Most buffers one readv/writev takes (Linux's UIO_MAXIOV).
@@ -383,14 +315,12 @@ fn lseek_any(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
     }
 }
 
-#[no_mangle]
-pub extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
-    lseek_any(fd, off, whence)
+exported! {
+    [lseek] (fd: c_int, off: off_t, whence: c_int) -> off_t => lseek_any(fd, off, whence);
 }
 
-#[no_mangle]
-pub extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
-    lseek_any(fd, off, whence)
+exported! {
+    [lseek64] (fd: c_int, off: off64_t, whence: c_int) -> off64_t => lseek_any(fd, off, whence);
 }
 
 #[no_mangle]
@@ -425,14 +355,12 @@ fn ftruncate_any(fd: c_int, len: off64_t) -> c_int {
     }
 }
 
-#[no_mangle]
-pub extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
-    ftruncate_any(fd, len)
+exported! {
+    [ftruncate] (fd: c_int, len: off_t) -> c_int => ftruncate_any(fd, len);
 }
 
-#[no_mangle]
-pub extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
-    ftruncate_any(fd, len)
+exported! {
+    [ftruncate64] (fd: c_int, len: off64_t) -> c_int => ftruncate_any(fd, len);
 }
 
 unsafe fn truncate_any(path: *const c_char, len: off64_t) -> c_int {
@@ -453,16 +381,12 @@ unsafe fn truncate_any(path: *const c_char, len: off64_t) -> c_int {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
-    // SAFETY: truncate's contract.
-    unsafe { truncate_any(path, len) }
+exported! {
+    [truncate] (path: *const c_char, len: off_t) -> c_int => truncate_any(path, len);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
-    // SAFETY: truncate's contract.
-    unsafe { truncate_any(path, len) }
+exported! {
+    [truncate64] (path: *const c_char, len: off64_t) -> c_int => truncate_any(path, len);
 }
 
 /// Copies up to `n` bytes between two descriptors of which at least one is
@@ -544,21 +468,12 @@ unsafe fn sendfile_any(out: c_int, inp: c_int, off: *mut off64_t, n: size_t) -> 
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t {
-    // SAFETY: sendfile's contract (off_t is off64_t here).
-    unsafe { sendfile_any(out, inp, off as *mut off64_t, n) }
+exported! {
+    [sendfile] (out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t => sendfile_any(out, inp, off as *mut off64_t, n);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn sendfile64(
-    out: c_int,
-    inp: c_int,
-    off: *mut off64_t,
-    n: size_t,
-) -> ssize_t {
-    // SAFETY: sendfile's contract.
-    unsafe { sendfile_any(out, inp, off, n) }
+exported! {
+    [sendfile64] (out: c_int, inp: c_int, off: *mut off64_t, n: size_t) -> ssize_t => sendfile_any(out, inp, off, n);
 }
 
 #[no_mangle]
@@ -591,14 +506,12 @@ fn fadvise_any(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int {
     }
 }
 
-#[no_mangle]
-pub extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
-    fadvise_any(fd, off, len, advice)
+exported! {
+    [posix_fadvise] (fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int => fadvise_any(fd, off, len, advice);
 }
 
-#[no_mangle]
-pub extern "C" fn posix_fadvise64(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int {
-    fadvise_any(fd, off, len, advice)
+exported! {
+    [posix_fadvise64] (fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int => fadvise_any(fd, off, len, advice);
 }
 
 /// Grows Shoal file `s` to at least `end` bytes (what allocating means on
@@ -630,14 +543,12 @@ fn fallocate_any(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
     }
 }
 
-#[no_mangle]
-pub extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
-    fallocate_any(fd, mode, off, len)
+exported! {
+    [fallocate] (fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int => fallocate_any(fd, mode, off, len);
 }
 
-#[no_mangle]
-pub extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
-    fallocate_any(fd, mode, off, len)
+exported! {
+    [fallocate64] (fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int => fallocate_any(fd, mode, off, len);
 }
 
 fn posix_fallocate_any(fd: c_int, off: off64_t, len: off64_t) -> c_int {
@@ -652,14 +563,12 @@ fn posix_fallocate_any(fd: c_int, off: off64_t, len: off64_t) -> c_int {
     }
 }
 
-#[no_mangle]
-pub extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
-    posix_fallocate_any(fd, off, len)
+exported! {
+    [posix_fallocate] (fd: c_int, off: off_t, len: off_t) -> c_int => posix_fallocate_any(fd, off, len);
 }
 
-#[no_mangle]
-pub extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
-    posix_fallocate_any(fd, off, len)
+exported! {
+    [posix_fallocate64] (fd: c_int, off: off64_t, len: off64_t) -> c_int => posix_fallocate_any(fd, off, len);
 }
 
 /// flock(2): Shoal has no locks across clients; on its descriptors a lock

@@ -213,35 +213,17 @@ unsafe fn faccessat_any(dirfd: c_int, path: *const c_char, mode: c_int, flags: c
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
-    // SAFETY: access's contract.
-    unsafe { faccessat_any(libc::AT_FDCWD, path, mode, 0) }
+exported! {
+    [access] (path: *const c_char, mode: c_int) -> c_int => faccessat_any(libc::AT_FDCWD, path, mode, 0);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn faccessat(
-    dirfd: c_int,
-    path: *const c_char,
-    mode: c_int,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: faccessat's contract.
-    unsafe { faccessat_any(dirfd, path, mode, flags) }
+exported! {
+    [faccessat] (dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int => faccessat_any(dirfd, path, mode, flags);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
-    // SAFETY: access's contract.
-    unsafe { faccessat_any(libc::AT_FDCWD, path, mode, libc::AT_EACCESS) }
+exported! {
+    [euidaccess, eaccess] (path: *const c_char, mode: c_int) -> c_int => faccessat_any(libc::AT_FDCWD, path, mode, libc::AT_EACCESS);
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
-    // SAFETY: access's contract.
-    unsafe { faccessat_any(libc::AT_FDCWD, path, mode, libc::AT_EACCESS) }
-}
-
 // ---------------------------------------------------------------- namespace
 
 /// A call that changes the namespace: the cache goes first.
@@ -264,16 +246,12 @@ unsafe fn mkdirat_any(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int 
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
-    // SAFETY: mkdir's contract.
-    unsafe { mkdirat_any(libc::AT_FDCWD, path, mode) }
+exported! {
+    [mkdir] (path: *const c_char, mode: mode_t) -> c_int => mkdirat_any(libc::AT_FDCWD, path, mode);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
-    // SAFETY: mkdirat's contract.
-    unsafe { mkdirat_any(dirfd, path, mode) }
+exported! {
+    [mkdirat] (dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int => mkdirat_any(dirfd, path, mode);
 }
 
 unsafe fn unlinkat_any(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
@@ -294,22 +272,16 @@ unsafe fn unlinkat_any(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
-    // SAFETY: unlink's contract.
-    unsafe { unlinkat_any(libc::AT_FDCWD, path, 0) }
+exported! {
+    [unlink] (path: *const c_char) -> c_int => unlinkat_any(libc::AT_FDCWD, path, 0);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: unlinkat's contract.
-    unsafe { unlinkat_any(dirfd, path, flags) }
+exported! {
+    [unlinkat] (dirfd: c_int, path: *const c_char, flags: c_int) -> c_int => unlinkat_any(dirfd, path, flags);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
-    // SAFETY: rmdir's contract.
-    unsafe { unlinkat_any(libc::AT_FDCWD, path, libc::AT_REMOVEDIR) }
+exported! {
+    [rmdir] (path: *const c_char) -> c_int => unlinkat_any(libc::AT_FDCWD, path, libc::AT_REMOVEDIR);
 }
 
 /// A call naming two paths (rename, link): both Shoal's, both the kernel's,
@@ -377,33 +349,16 @@ unsafe fn renameat2_any(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int {
-    // SAFETY: rename's contract.
-    unsafe { renameat2_any(libc::AT_FDCWD, old, libc::AT_FDCWD, new, 0) }
+exported! {
+    [rename] (old: *const c_char, new: *const c_char) -> c_int => renameat2_any(libc::AT_FDCWD, old, libc::AT_FDCWD, new, 0);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn renameat(
-    olddirfd: c_int,
-    old: *const c_char,
-    newdirfd: c_int,
-    new: *const c_char,
-) -> c_int {
-    // SAFETY: renameat's contract.
-    unsafe { renameat2_any(olddirfd, old, newdirfd, new, 0) }
+exported! {
+    [renameat] (olddirfd: c_int, old: *const c_char, newdirfd: c_int, new: *const c_char) -> c_int => renameat2_any(olddirfd, old, newdirfd, new, 0);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn renameat2(
-    olddirfd: c_int,
-    old: *const c_char,
-    newdirfd: c_int,
-    new: *const c_char,
-    flags: c_uint,
-) -> c_int {
-    // SAFETY: renameat2's contract.
-    unsafe { renameat2_any(olddirfd, old, newdirfd, new, flags) }
+exported! {
+    [renameat2] (olddirfd: c_int, old: *const c_char, newdirfd: c_int, new: *const c_char, flags: c_uint) -> c_int => renameat2_any(olddirfd, old, newdirfd, new, flags);
 }
 
 unsafe fn linkat_any(
@@ -431,22 +386,12 @@ unsafe fn linkat_any(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn link(old: *const c_char, new: *const c_char) -> c_int {
-    // SAFETY: link's contract.
-    unsafe { linkat_any(libc::AT_FDCWD, old, libc::AT_FDCWD, new, 0) }
+exported! {
+    [link] (old: *const c_char, new: *const c_char) -> c_int => linkat_any(libc::AT_FDCWD, old, libc::AT_FDCWD, new, 0);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn linkat(
-    olddirfd: c_int,
-    old: *const c_char,
-    newdirfd: c_int,
-    new: *const c_char,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: linkat's contract.
-    unsafe { linkat_any(olddirfd, old, newdirfd, new, flags) }
+exported! {
+    [linkat] (olddirfd: c_int, old: *const c_char, newdirfd: c_int, new: *const c_char, flags: c_int) -> c_int => linkat_any(olddirfd, old, newdirfd, new, flags);
 }
 
 unsafe fn symlinkat_any(target: *const c_char, dirfd: c_int, path: *const c_char) -> c_int {
@@ -465,20 +410,12 @@ unsafe fn symlinkat_any(target: *const c_char, dirfd: c_int, path: *const c_char
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
-    // SAFETY: symlink's contract.
-    unsafe { symlinkat_any(target, libc::AT_FDCWD, path) }
+exported! {
+    [symlink] (target: *const c_char, path: *const c_char) -> c_int => symlinkat_any(target, libc::AT_FDCWD, path);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn symlinkat(
-    target: *const c_char,
-    dirfd: c_int,
-    path: *const c_char,
-) -> c_int {
-    // SAFETY: symlinkat's contract.
-    unsafe { symlinkat_any(target, dirfd, path) }
+exported! {
+    [symlinkat] (target: *const c_char, dirfd: c_int, path: *const c_char) -> c_int => symlinkat_any(target, dirfd, path);
 }
 
 unsafe fn readlinkat_any(
@@ -502,21 +439,12 @@ unsafe fn readlinkat_any(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, size: size_t) -> ssize_t {
-    // SAFETY: readlink's contract.
-    unsafe { readlinkat_any(libc::AT_FDCWD, path, buf, size) }
+exported! {
+    [readlink] (path: *const c_char, buf: *mut c_char, size: size_t) -> ssize_t => readlinkat_any(libc::AT_FDCWD, path, buf, size);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn readlinkat(
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut c_char,
-    size: size_t,
-) -> ssize_t {
-    // SAFETY: readlinkat's contract.
-    unsafe { readlinkat_any(dirfd, path, buf, size) }
+exported! {
+    [readlinkat] (dirfd: c_int, path: *const c_char, buf: *mut c_char, size: size_t) -> ssize_t => readlinkat_any(dirfd, path, buf, size);
 }
 
 // ---------------------------------------------------------------- attributes
@@ -539,21 +467,12 @@ unsafe fn fchmodat_any(dirfd: c_int, path: *const c_char, mode: mode_t, flags: c
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn chmod(path: *const c_char, mode: mode_t) -> c_int {
-    // SAFETY: chmod's contract.
-    unsafe { fchmodat_any(libc::AT_FDCWD, path, mode, 0) }
+exported! {
+    [chmod] (path: *const c_char, mode: mode_t) -> c_int => fchmodat_any(libc::AT_FDCWD, path, mode, 0);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fchmodat(
-    dirfd: c_int,
-    path: *const c_char,
-    mode: mode_t,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: fchmodat's contract.
-    unsafe { fchmodat_any(dirfd, path, mode, flags) }
+exported! {
+    [fchmodat] (dirfd: c_int, path: *const c_char, mode: mode_t, flags: c_int) -> c_int => fchmodat_any(dirfd, path, mode, flags);
 }
 
 #[no_mangle]
@@ -596,28 +515,16 @@ unsafe fn fchownat_any(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn chown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
-    // SAFETY: chown's contract.
-    unsafe { fchownat_any(libc::AT_FDCWD, path, uid, gid, 0) }
+exported! {
+    [chown] (path: *const c_char, uid: uid_t, gid: gid_t) -> c_int => fchownat_any(libc::AT_FDCWD, path, uid, gid, 0);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lchown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
-    // SAFETY: lchown's contract.
-    unsafe { fchownat_any(libc::AT_FDCWD, path, uid, gid, libc::AT_SYMLINK_NOFOLLOW) }
+exported! {
+    [lchown] (path: *const c_char, uid: uid_t, gid: gid_t) -> c_int => fchownat_any(libc::AT_FDCWD, path, uid, gid, libc::AT_SYMLINK_NOFOLLOW);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fchownat(
-    dirfd: c_int,
-    path: *const c_char,
-    uid: uid_t,
-    gid: gid_t,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: fchownat's contract.
-    unsafe { fchownat_any(dirfd, path, uid, gid, flags) }
+exported! {
+    [fchownat] (dirfd: c_int, path: *const c_char, uid: uid_t, gid: gid_t, flags: c_int) -> c_int => fchownat_any(dirfd, path, uid, gid, flags);
 }
 
 #[no_mangle]
@@ -640,10 +547,8 @@ unsafe fn futimens_any(fd: c_int, times: *const libc::timespec) -> c_int {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_int {
-    // SAFETY: futimens's contract.
-    unsafe { futimens_any(fd, times) }
+exported! {
+    [futimens] (fd: c_int, times: *const libc::timespec) -> c_int => futimens_any(fd, times);
 }
 
 #[no_mangle]
@@ -699,16 +604,12 @@ unsafe fn utimes_at(path: *const c_char, tv: *const libc::timeval, flags: c_int)
     unsafe { utimensat(libc::AT_FDCWD, path, p, flags) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn utimes(path: *const c_char, tv: *const libc::timeval) -> c_int {
-    // SAFETY: utimes's contract.
-    unsafe { utimes_at(path, tv, 0) }
+exported! {
+    [utimes] (path: *const c_char, tv: *const libc::timeval) -> c_int => utimes_at(path, tv, 0);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lutimes(path: *const c_char, tv: *const libc::timeval) -> c_int {
-    // SAFETY: lutimes's contract.
-    unsafe { utimes_at(path, tv, libc::AT_SYMLINK_NOFOLLOW) }
+exported! {
+    [lutimes] (path: *const c_char, tv: *const libc::timeval) -> c_int => utimes_at(path, tv, libc::AT_SYMLINK_NOFOLLOW);
 }
 
 #[no_mangle]

@@ -322,16 +322,9 @@ fn fcntl_any(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 // fcntl's third argument is variadic: an int or a pointer, passed in the
 // register a third named argument would use on x86-64 and AArch64 Linux.
 
-#[no_mangle]
-pub extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    fcntl_any(fd, cmd, arg)
+exported! {
+    [fcntl, fcntl64] (fd: c_int, cmd: c_int, arg: c_ulong) -> c_int => fcntl_any(fd, cmd, arg);
 }
-
-#[no_mangle]
-pub extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    fcntl_any(fd, cmd, arg)
-}
-
 #[no_mangle]
 pub extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     if state::ready() && !state::in_lib() {

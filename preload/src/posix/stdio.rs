@@ -163,10 +163,8 @@ pub unsafe extern "C" fn fileno(f: *mut FILE) -> c_int {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fileno_unlocked(f: *mut FILE) -> c_int {
-    // SAFETY: fileno's contract.
-    unsafe { fileno(f) }
+exported! {
+    [fileno_unlocked] (f: *mut FILE) -> c_int => fileno(f);
 }
 
 #[no_mangle]

@@ -82,54 +82,18 @@ unsafe fn mkostemps_any(template: *mut c_char, suffix: c_int, flags: c_int) -> c
     fail(libc::EEXIST)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mkstemp(template: *mut c_char) -> c_int {
-    // SAFETY: the call's contract.
-    unsafe { mkostemps_any(template, 0, 0) }
+exported! {
+    [mkstemp, mkstemp64] (template: *mut c_char) -> c_int => mkostemps_any(template, 0, 0);
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn mkstemp64(template: *mut c_char) -> c_int {
-    // SAFETY: the call's contract.
-    unsafe { mkostemps_any(template, 0, 0) }
+exported! {
+    [mkostemp, mkostemp64] (template: *mut c_char, flags: c_int) -> c_int => mkostemps_any(template, 0, flags);
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn mkostemp(template: *mut c_char, flags: c_int) -> c_int {
-    // SAFETY: the call's contract.
-    unsafe { mkostemps_any(template, 0, flags) }
+exported! {
+    [mkstemps, mkstemps64] (template: *mut c_char, suffix: c_int) -> c_int => mkostemps_any(template, suffix, 0);
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int {
-    // SAFETY: the call's contract.
-    unsafe { mkostemps_any(template, 0, flags) }
+exported! {
+    [mkostemps, mkostemps64] (template: *mut c_char, suffix: c_int, flags: c_int) -> c_int => mkostemps_any(template, suffix, flags);
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn mkstemps(template: *mut c_char, suffix: c_int) -> c_int {
-    // SAFETY: the call's contract.
-    unsafe { mkostemps_any(template, suffix, 0) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkstemps64(template: *mut c_char, suffix: c_int) -> c_int {
-    // SAFETY: the call's contract.
-    unsafe { mkostemps_any(template, suffix, 0) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkostemps(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
-    // SAFETY: the call's contract.
-    unsafe { mkostemps_any(template, suffix, flags) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkostemps64(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
-    // SAFETY: the call's contract.
-    unsafe { mkostemps_any(template, suffix, flags) }
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
     // SAFETY: the caller's template.
