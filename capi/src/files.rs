@@ -11,11 +11,11 @@
 //! its objects until its last descriptor closes, as POSIX says: the entry
 //! goes at once, the objects at the last close (`doom`, `close`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
-use shoal_client::{Attr, DirEntry, FileKind};
+use shoal_client::{Attr, DirEntry, FileKind, OpenFiles};
 use shoal_proto::Handle;
 
 use crate::ffi::{err, Result};
@@ -58,13 +58,13 @@ pub struct Table {
     slots: Vec<Option<Arc<OpenFile>>>,
     /// Per file handle: descriptors open on it, and whether it lost its
     /// last name (to reclaim it at the last close).
-    open: HashMap<Handle, (usize, bool)>,
+    open: OpenFiles,
 }
 
 static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(|| {
     Mutex::new(Table {
         slots: Vec::new(),
-        open: HashMap::new(),
+        open: OpenFiles::default(),
     })
 });
 
@@ -92,7 +92,7 @@ pub fn insert_shared(file: Arc<OpenFile>) -> Result<i32> {
         None => return Err(err(libc::EMFILE, "too many open Shoal descriptors")),
     };
     t.slots[fd] = Some(file);
-    t.open.entry(handle).or_insert((0, false)).0 += 1;
+    t.open.opened(handle);
     Ok(fd as i32)
 }
 
@@ -117,24 +117,13 @@ pub fn remove(fd: i32) -> Result<(Arc<OpenFile>, bool)> {
         .ok()
         .and_then(|i| t.slots.get_mut(i).and_then(Option::take))
         .ok_or_else(|| bad_fd(fd))?;
-    let reclaim = release(&mut t, file.handle);
+    let reclaim = t.open.closed(file.handle);
     Ok((file, reclaim))
-}
-
-fn release(t: &mut Table, h: Handle) -> bool {
-    let Some(entry) = t.open.get_mut(&h) else {
-        return false;
-    };
-    entry.0 -= 1;
-    if entry.0 > 0 {
-        return false;
-    }
-    t.open.remove(&h).is_some_and(|(_, doomed)| doomed)
 }
 
 /// Whether some descriptor of this process is open on `h`.
 pub fn is_open(h: Handle) -> bool {
-    lock_table().open.contains_key(&h)
+    lock_table().open.is_open(h)
 }
 
 /// Whether any descriptor of this process is open.
@@ -146,25 +135,16 @@ pub fn any_open() -> bool {
 /// to be reclaimed at its last close and returns false; if not, returns
 /// true: the caller reclaims it now.
 pub fn doom(h: Handle) -> bool {
-    let mut t = lock_table();
-    match t.open.get_mut(&h) {
-        Some(entry) => {
-            entry.1 = true;
-            false
-        }
-        None => true,
-    }
+    !lock_table().open.doom(h)
 }
 
 /// Closes every descriptor (disconnect); returns the files to reclaim.
 pub fn close_all() -> Vec<Handle> {
     let mut t = lock_table();
     t.slots.clear();
-    t.open
-        .drain()
-        .filter(|(_, (_, doomed))| *doomed)
-        .map(|(h, _)| h)
-        .collect()
+    let doomed = t.open.take_doomed();
+    t.open = OpenFiles::default();
+    doomed
 }
 
 impl OpenFile {

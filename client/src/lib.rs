@@ -24,6 +24,7 @@ mod known_dirs;
 pub mod mounts;
 mod name_cache;
 mod namespace;
+mod open_files;
 mod pool;
 mod readdirplus;
 mod types;
@@ -38,6 +39,7 @@ use shoal_proto::error::Result;
 use shoal_proto::msg::{DirHints, Distribution, PingReply};
 use shoal_proto::{ops, Handle, Operation};
 
+pub use open_files::OpenFiles;
 pub use shoal_proto::error::{Errno, ShoalError};
 pub use types::*;
 

@@ -77,7 +77,7 @@ impl Answer<Attr> for ReplyAttr {
 /// A create answers with the new file, open.
 impl Answer<Attr> for ReplyCreate {
     fn answer(self, s: &Shared, a: Attr) {
-        s.open.opened(a.handle);
+        s.open.lock().unwrap().opened(a.handle);
         self.created(
             &s.ttl,
             &s.attr(&a),
@@ -266,7 +266,8 @@ impl Filesystem for ShoalFs {
     fn destroy(&mut self) {
         // Files unlinked while open and still open when the mount ends.
         let c = self.shared.client.clone();
-        for h in self.shared.open.take_doomed() {
+        let doomed = self.shared.open.lock().unwrap().take_doomed();
+        for h in doomed {
             if let Err(e) = self.rt.block_on(c.reclaim(h)) {
                 tracing::warn!("could not reclaim unlinked file {h:#x}: {e}");
             }
@@ -430,7 +431,7 @@ impl Filesystem for ShoalFs {
             // is usually in the client's cache from the kernel's lookup just
             // before.
             let open = match c.lookup(parent.0, &name).await {
-                Ok((h, _)) => s.open.is_open(h),
+                Ok((h, _)) => s.open.lock().unwrap().is_open(h),
                 Err(_) => true,
             };
             let unlinked = c.unlink_keeping(parent.0, &name, open).await?;
@@ -486,7 +487,7 @@ impl Filesystem for ShoalFs {
             // Usually answered from the client's name cache (the kernel has
             // just looked the name up), and the rename needs it anyway.
             let moved = c.lookup(parent.0, &name).await.ok();
-            let open = |h| s.open.is_open(h);
+            let open = |h| s.open.lock().unwrap().is_open(h);
             let replaced = c
                 .rename_keeping(parent.0, &name, newparent.0, &newname, no_replace, open)
                 .await?;
@@ -516,7 +517,7 @@ impl Filesystem for ShoalFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let t0 = Instant::now();
-        self.shared.open.opened(ino.0);
+        self.shared.open.lock().unwrap().opened(ino.0);
         // Stateless: reads and writes name the inode. O_TRUNC arrives as a
         // setattr(size = 0) because FUSE_ATOMIC_O_TRUNC is not negotiated. No
         // FOPEN_KEEP_CACHE: every open drops cached pages, so a file opened
@@ -598,7 +599,7 @@ impl Filesystem for ShoalFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if !self.shared.open.closed(ino.0) {
+        if !self.shared.open.lock().unwrap().closed(ino.0) {
             reply.ok();
             return self.answered("release", Instant::now());
         }

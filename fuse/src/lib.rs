@@ -23,7 +23,6 @@ mod errors;
 mod fs;
 mod groups;
 mod inline_task;
-mod open_files;
 mod readahead;
 mod readdir;
 mod shared;

@@ -3,17 +3,17 @@
 //! tables (open directories, directories' parents, open files, callers'
 //! groups).
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use fuser::FileAttr;
-use shoal_client::{Attr, Client, Unlinked};
+use shoal_client::{Attr, Client, OpenFiles, Unlinked};
 use shoal_proto::cluster::SyncMode;
 use shoal_proto::error::Result;
 
 use crate::attr::{blksize_for, file_attr};
 use crate::dirs::{OpenDirs, Parents};
 use crate::groups::CallerGroups;
-use crate::open_files::OpenFiles;
 
 pub struct Shared {
     pub client: Client,
@@ -25,7 +25,8 @@ pub struct Shared {
     pub scratch: bool,
     pub dirs: OpenDirs,
     pub parents: Parents,
-    pub open: OpenFiles,
+    /// Files the kernel holds open (an unlinked one goes at its last close).
+    pub open: Mutex<OpenFiles>,
     pub groups: CallerGroups,
 }
 
@@ -41,7 +42,7 @@ impl Shared {
             scratch,
             dirs: OpenDirs::default(),
             parents: Parents::default(),
-            open: OpenFiles::default(),
+            open: Mutex::default(),
             groups: CallerGroups::default(),
         }
     }
@@ -55,7 +56,7 @@ impl Shared {
     /// that came meanwhile.
     pub async fn after_unlink(&self, c: &Client, unlinked: Unlinked) -> Result<()> {
         match unlinked {
-            Unlinked::Kept(h) if !self.open.doom(h) => c.reclaim(h).await,
+            Unlinked::Kept(h) if !self.open.lock().unwrap().doom(h) => c.reclaim(h).await,
             _ => Ok(()),
         }
     }

@@ -1,16 +1,17 @@
-//! Files the kernel holds open. POSIX keeps an unlinked (or renamed-over) file
-//! readable until its last close, so such a file loses only its directory
-//! entry at once; its objects are reclaimed when the last descriptor closes.
-//! If the mount dies first they are orphans, which `shoal fsck` reclaims.
+//! Files a process (or the kernel, for a mount) holds open. POSIX keeps an
+//! unlinked (or renamed-over) file readable until its last close, so such a
+//! file loses only its name at once ([`crate::Unlinked::Kept`]); it is
+//! reclaimed ([`crate::Client::reclaim`]) when its last descriptor closes.
+//! If the process dies first it is an orphan, which `shoal fsck` reclaims.
+//! The mount and libshoal keep one each, under locks of their own.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use shoal_proto::Handle;
 
 #[derive(Default)]
 pub struct OpenFiles {
-    map: Mutex<HashMap<Handle, Entry>>,
+    map: HashMap<Handle, Entry>,
 }
 
 #[derive(Default)]
@@ -21,18 +22,23 @@ struct Entry {
 }
 
 impl OpenFiles {
-    pub fn opened(&self, h: Handle) {
-        self.map.lock().unwrap().entry(h).or_default().opens += 1;
+    pub fn opened(&mut self, h: Handle) {
+        self.map.entry(h).or_default().opens += 1;
     }
 
     pub fn is_open(&self, h: Handle) -> bool {
-        self.map.lock().unwrap().contains_key(&h)
+        self.map.contains_key(&h)
+    }
+
+    /// Whether anything is open.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
     }
 
     /// Records a close; true if it was the last one of a doomed file, which
     /// the caller must now reclaim.
-    pub fn closed(&self, h: Handle) -> bool {
-        let mut map = self.map.lock().unwrap();
+    pub fn closed(&mut self, h: Handle) -> bool {
+        let map = &mut self.map;
         let Some(e) = map.get_mut(&h) else {
             return false;
         };
@@ -46,8 +52,8 @@ impl OpenFiles {
     /// Marks `h`, which lost its last name, for reclaiming at its last
     /// close; false if it is not open, in which case the caller reclaims it
     /// now.
-    pub fn doom(&self, h: Handle) -> bool {
-        match self.map.lock().unwrap().get_mut(&h) {
+    pub fn doom(&mut self, h: Handle) -> bool {
+        match self.map.get_mut(&h) {
             Some(e) => {
                 e.doomed = true;
                 true
@@ -56,9 +62,10 @@ impl OpenFiles {
         }
     }
 
-    /// Every doomed file still open (to reclaim when the mount ends).
-    pub fn take_doomed(&self) -> Vec<Handle> {
-        let mut map = self.map.lock().unwrap();
+    /// Every doomed file still open (to reclaim when the mount ends, or the
+    /// process disconnects); they are forgotten.
+    pub fn take_doomed(&mut self) -> Vec<Handle> {
+        let map = &mut self.map;
         let doomed: Vec<Handle> = map
             .iter()
             .filter(|(_, e)| e.doomed)
@@ -75,7 +82,7 @@ mod tests {
 
     #[test]
     fn a_doomed_file_is_reclaimed_at_its_last_close_only() {
-        let f = OpenFiles::default();
+        let mut f = OpenFiles::default();
         assert!(!f.doom(7), "not open: reclaim now");
         f.opened(7);
         f.opened(7);
