@@ -183,8 +183,8 @@ impl Gen<'_, '_> {
         })
     }
 
-    /// An xattr name: often a directory hint (`user.shoal.<hint>`, seed
-    /// 002), known or not.
+    /// An xattr name: often a directory hint (`user.shoal.<hint>`,
+    /// [Kuhn 2008]), known or not.
     fn xattr_name(&mut self) -> ArbResult<String> {
         Ok(match self.u.int_in_range(0u8..=3)? {
             0 => format!(
