@@ -10,6 +10,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use libc::c_char;
 use shoal_client::{Errno, ShoalError};
 
+use crate::held_attrs;
+
 pub type Result<T> = std::result::Result<T, ShoalError>;
 
 thread_local! {
@@ -39,8 +41,20 @@ pub fn last_error() -> *const c_char {
 
 /// Runs the body of entry point `name`: on success returns its value; on an
 /// error sets errno and the message and returns `failed`; a panic becomes
-/// EIO. errno is left as it was on success, as POSIX allows.
+/// EIO. errno is left as it was on success, as POSIX allows. An attribute
+/// change held back (`held_attrs`) is sent first, and if that fails the call
+/// fails with its error.
 pub fn call<T>(name: &str, failed: T, body: impl FnOnce() -> Result<T>) -> T {
+    call_keeping_held(name, failed, || {
+        held_attrs::flush()?;
+        body()
+    })
+}
+
+/// [`call`] for the entry points that send a held attribute change
+/// themselves: those that may add to it, and close (which closes even if
+/// sending it fails).
+pub fn call_keeping_held<T>(name: &str, failed: T, body: impl FnOnce() -> Result<T>) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => {

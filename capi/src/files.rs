@@ -12,7 +12,7 @@
 //! goes at once, the objects at the last close (`doom`, `close`).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use shoal_client::{Attr, DirEntry, FileKind, OpenFiles};
@@ -34,6 +34,13 @@ pub struct OpenFile {
     pub offset: AtomicU64,
     /// A directory's listing cursor.
     pub dir: Option<Mutex<DirStream>>,
+    /// The file's attributes as this open created it; None if it opened an
+    /// existing file (see `held_attrs`).
+    pub created: Option<Attr>,
+    /// Whether every change to the file's attributes this process made since
+    /// it created it is still held (`held_attrs`): only then is `created`,
+    /// with the held changes, what the file is.
+    pub fresh: AtomicBool,
 }
 
 /// Where a listing stands: entries fetched and not returned yet (with their
@@ -121,6 +128,16 @@ pub fn remove(fd: i32) -> Result<(Arc<OpenFile>, bool)> {
     Ok((file, reclaim))
 }
 
+/// This process changed `h`'s attributes without holding the change: its
+/// descriptors' `created` attributes no longer say what it is.
+pub fn attributes_changed(h: Handle) {
+    for file in lock_table().slots.iter().flatten() {
+        if file.handle == h {
+            file.fresh.store(false, Ordering::Release);
+        }
+    }
+}
+
 /// Whether some descriptor of this process is open on `h`.
 pub fn is_open(h: Handle) -> bool {
     lock_table().open.is_open(h)
@@ -181,6 +198,8 @@ mod tests {
             path: "/f".into(),
             offset: AtomicU64::new(0),
             dir: None,
+            created: None,
+            fresh: AtomicBool::new(false),
         }
     }
 

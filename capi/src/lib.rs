@@ -22,6 +22,7 @@
 
 mod ffi;
 mod files;
+mod held_attrs;
 mod ops;
 mod session;
 
@@ -30,7 +31,7 @@ use std::path::Path;
 use libc::{c_char, c_int, c_void, gid_t, mode_t, off_t, size_t, ssize_t, uid_t};
 use shoal_client::{FileKind, SetAttr};
 
-use ffi::{c_path, c_str, call, copy_sized, err, in_buf, out_buf, out_struct};
+use ffi::{c_path, c_str, call, call_keeping_held, copy_sized, err, in_buf, out_buf, out_struct};
 use ops::Target;
 
 /// Longest entry name, in bytes (without the NUL).
@@ -164,7 +165,22 @@ pub unsafe extern "C" fn shoal_creat(path: *const c_char, mode: mode_t) -> c_int
 /// close(2). The descriptor is released even when it fails.
 #[no_mangle]
 pub extern "C" fn shoal_close(fd: c_int) -> c_int {
-    call("shoal_close", -1, || ops::close(fd).map(|_| 0))
+    call_keeping_held("shoal_close", -1, || {
+        let sent = held_attrs::flush();
+        ops::close(fd)?;
+        sent.map(|_| 0)
+    })
+}
+
+/// Sends the attribute changes libshoal holds back: a chmod that widens
+/// access, a chown that changes nothing and utimens, through a descriptor
+/// whose open created the file, wait for the process's next call of another
+/// kind, so that `tar` and `cp -p` pay one round trip for the three they make
+/// per file. Every other call sends them first, and so does exit(3); a
+/// program that ends with `_exit` calls this first.
+#[no_mangle]
+pub extern "C" fn shoal_flush() -> c_int {
+    call("shoal_flush", -1, || Ok(0))
 }
 
 /// dup(2): a new descriptor sharing `fd`'s open file and offset.
@@ -399,8 +415,8 @@ pub unsafe extern "C" fn shoal_chmod(path: *const c_char, mode: mode_t) -> c_int
 /// fchmod(2).
 #[no_mangle]
 pub extern "C" fn shoal_fchmod(fd: c_int, mode: mode_t) -> c_int {
-    call("shoal_fchmod", -1, || {
-        ops::setattr(&Target::Fd(fd), chmod_set(mode)).map(|_| 0)
+    call_keeping_held("shoal_fchmod", -1, || {
+        ops::setattr_fd(fd, chmod_set(mode)).map(|_| 0)
     })
 }
 
@@ -423,8 +439,8 @@ pub unsafe extern "C" fn shoal_lchown(path: *const c_char, uid: uid_t, gid: gid_
 /// fchown(2).
 #[no_mangle]
 pub extern "C" fn shoal_fchown(fd: c_int, uid: uid_t, gid: gid_t) -> c_int {
-    call("shoal_fchown", -1, || {
-        ops::setattr(&Target::Fd(fd), chown_set(uid, gid)).map(|_| 0)
+    call_keeping_held("shoal_fchown", -1, || {
+        ops::setattr_fd(fd, chown_set(uid, gid)).map(|_| 0)
     })
 }
 
@@ -456,8 +472,8 @@ pub unsafe extern "C" fn shoal_utimens(
 /// futimens(3).
 #[no_mangle]
 pub unsafe extern "C" fn shoal_futimens(fd: c_int, times: *const libc::timespec) -> c_int {
-    call("shoal_futimens", -1, || {
-        ops::setattr(&Target::Fd(fd), ops::times(times_arg(times))?).map(|_| 0)
+    call_keeping_held("shoal_futimens", -1, || {
+        ops::setattr_fd(fd, ops::times(times_arg(times))?).map(|_| 0)
     })
 }
 

@@ -3,7 +3,7 @@
 //! directory streams with readdirplus batches, and attribute conversion to
 //! `struct stat` and `struct statvfs`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -16,6 +16,7 @@ use shoal_proto::Handle;
 
 use crate::ffi::{err, Result};
 use crate::files::{self, DirStream, OpenFile};
+use crate::held_attrs;
 use crate::session::{self, Session};
 
 /// Symlinks followed for one path, as Linux's limit.
@@ -209,6 +210,8 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
         path: path.to_string(),
         offset: AtomicU64::new(0),
         dir,
+        created: created.then_some(attr),
+        fresh: AtomicBool::new(created),
     })
 }
 
@@ -629,7 +632,21 @@ pub fn readlink(path: &str) -> Result<String> {
 }
 
 pub fn setattr(t: &Target, set: SetAttr) -> Result<()> {
-    t.with(|c, h| async move { c.setattr(h, &set).await.map(|_| ()) })
+    t.with(|c, h| async move {
+        files::attributes_changed(h);
+        c.setattr(h, &set).await.map(|_| ())
+    })
+}
+
+/// fchmod, fchown and futimens: held back if it may be (`held_attrs`),
+/// else sent now, after any change held.
+pub fn setattr_fd(fd: i32, set: SetAttr) -> Result<()> {
+    let file = files::get(fd)?;
+    if held_attrs::hold(file, session()?.client.cred(), &set)? {
+        return Ok(());
+    }
+    held_attrs::flush()?;
+    setattr(&Target::Fd(fd), set)
 }
 
 /// utimensat(2)'s times: NULL sets both to now.

@@ -15,13 +15,13 @@
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Once, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, MutexGuard, Once, RwLock, RwLockWriteGuard};
 
 use shoal_client::Client;
 use shoal_proto::cluster::ClusterConfig;
 
 use crate::ffi::{err, Result};
-use crate::files;
+use crate::{files, held_attrs};
 
 /// Worker threads of the library's runtime: they drive the sockets; the
 /// caller's thread runs each call itself (`block_on`).
@@ -208,7 +208,9 @@ thread_local! {
 }
 
 struct Held {
-    // Dropped in field order: files first, state last (the reverse of taking).
+    // Dropped in field order: the held attribute change first, state last
+    // (the reverse of taking).
+    _attrs: MutexGuard<'static, Option<held_attrs::Held>>,
     _files: files::TableGuard,
     _state: RwLockWriteGuard<'static, Option<Connected>>,
 }
@@ -216,8 +218,10 @@ struct Held {
 extern "C" fn before_fork() {
     let state = write_state();
     let files = files::lock_table();
+    let attrs = held_attrs::lock();
     HELD.with(|h| {
         *h.borrow_mut() = Some(Held {
+            _attrs: attrs,
             _files: files,
             _state: state,
         })

@@ -706,6 +706,79 @@ static void test_a_forked_child_does_io_on_its_own_connection(void **state)
     OK(shoal_close(inherited));
 }
 
+/* What another process sees of `path`: forks a child (its own connection,
+ * nothing cached) that compares the mode and mtime with the expected ones. */
+static void another_process_sees(const char *path, mode_t mode, time_t mtime)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(120);
+        struct stat st;
+        if (shoal_stat(path, &st) < 0)
+            _exit(20);
+        if ((st.st_mode & 07777) != mode || st.st_mtim.tv_sec != mtime) {
+            fprintf(stderr, "%s: mode %o mtime %ld, expected %o and %ld\n", path,
+                    st.st_mode & 07777, (long)st.st_mtim.tv_sec, mode, (long)mtime);
+            _exit(21);
+        }
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_attribute_changes_of_a_new_file_are_sent_as_one(void **state)
+{
+    (void)state;
+    OK(shoal_mkdir(at("held", NULL), 0755));
+    const char *f = at("held", "f");
+    int fd = shoal_open(f, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    OK(fd);
+    assert_int_equal(shoal_write(fd, "x", 1), 1);
+    struct stat st;
+    OK(shoal_fstat(fd, &st));
+    time_t created = st.st_mtim.tv_sec;
+
+    /* What tar does after writing a file: times, owner (unchanged), mode. */
+    struct timespec times[2] = {{0, UTIME_OMIT}, {1000000, 0}};
+    OK(shoal_futimens(fd, times));
+    OK(shoal_fchown(fd, getuid(), getgid()));
+    OK(shoal_fchmod(fd, 0644));
+    /* Held: another process still sees the file as it was created... */
+    another_process_sees(f, 0600, created);
+    /* ...this one sees its changes (its next call sends them first)... */
+    OK(shoal_fstat(fd, &st));
+    assert_int_equal(st.st_mode & 07777, 0644);
+    assert_int_equal(st.st_mtim.tv_sec, 1000000);
+    /* ...and so does everyone once they are sent. */
+    another_process_sees(f, 0644, 1000000);
+
+    /* A change that narrows access is sent at once. */
+    OK(shoal_fchmod(fd, 0600));
+    another_process_sees(f, 0600, 1000000);
+
+    /* close and shoal_flush send what is held. */
+    times[1].tv_sec = 2000000;
+    OK(shoal_futimens(fd, times));
+    OK(shoal_flush());
+    another_process_sees(f, 0600, 2000000);
+    times[1].tv_sec = 3000000;
+    OK(shoal_futimens(fd, times));
+    OK(shoal_close(fd));
+    another_process_sees(f, 0600, 3000000);
+
+    /* A file this open did not create: sent at once. */
+    fd = shoal_open(f, O_WRONLY, 0);
+    OK(fd);
+    OK(shoal_fchmod(fd, 0640));
+    another_process_sees(f, 0640, 3000000);
+    OK(shoal_close(fd));
+}
+
 static void test_metadata_calls(void **state)
 {
     (void)state;
@@ -849,6 +922,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_xattrs),
         cmocka_unit_test(test_directory_hints),
         cmocka_unit_test(test_a_forked_child_does_io_on_its_own_connection),
+        cmocka_unit_test(test_attribute_changes_of_a_new_file_are_sent_as_one),
         cmocka_unit_test(test_metadata_calls),
     };
     int failed = cmocka_run_group_tests_name("libshoal before connecting", unconnected, NULL, NULL);

@@ -49,6 +49,13 @@ pub fn join(base: &[u8], rel: &[u8]) -> Vec<u8> {
     normalize(&p)
 }
 
+/// Whether relative path `rel` has a `..` component. Taken from a directory
+/// of the kernel's, such a path is left to the kernel: a symlink before the
+/// `..` would make the lexical answer wrong.
+pub fn has_dotdot(rel: &[u8]) -> bool {
+    rel.split(|&b| b == b'/').any(|c| c == b"..")
+}
+
 /// If `p` (normalised) is `prefix` or under it, the rest: "" or "/...".
 pub fn under<'p>(p: &'p [u8], prefix: &[u8]) -> Option<&'p [u8]> {
     if prefix == b"/" {
@@ -120,6 +127,15 @@ pub fn shoal_mounts(mounts: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_dotdot_components_only() {
+        assert!(has_dotdot(b".."));
+        assert!(has_dotdot(b"a/../b"));
+        assert!(has_dotdot(b"a/.."));
+        assert!(!has_dotdot(b"a/..b/c.."));
+        assert!(!has_dotdot(b"./a"));
+    }
 
     #[test]
     fn normalizes_lexically() {

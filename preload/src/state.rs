@@ -155,6 +155,8 @@ pub fn init() {
                 set_cwd(Some(h));
             } else if under_prefix(&dir) {
                 set_cwd(Some(dir));
+            } else {
+                *KERNEL_CWD.write().unwrap_or_else(|e| e.into_inner()) = Some(dir);
             }
         }
     }
@@ -267,7 +269,12 @@ pub unsafe fn classify_at(dirfd: c_int, path: *const c_char) -> Where {
     } else if dirfd == libc::AT_FDCWD {
         match cwd() {
             Some(dir) => (paths::join(&dir, p).into(), true),
-            None => return Where::Kernel(None),
+            // The kernel's directory: a path that stays outside Shoal goes
+            // to libc as the caller gave it.
+            None => match from_kernel_cwd(p) {
+                Some(abs) => (abs.into(), false),
+                None => return Where::Kernel(None),
+            },
         }
     } else {
         match fd_local(dirfd) {
@@ -331,10 +338,44 @@ pub fn cwd() -> Option<Vec<u8>> {
     CWD.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
+/// Sets the current directory: `Some` a Shoal directory, `None` after the
+/// kernel's chdir succeeded (then the kernel's is read again).
 pub fn set_cwd(dir: Option<Vec<u8>>) {
+    if dir.is_none() {
+        *KERNEL_CWD.write().unwrap_or_else(|e| e.into_inner()) = real_getcwd();
+    }
     let mut c = CWD.write().unwrap_or_else(|e| e.into_inner());
     HAS_CWD.store(dir.is_some(), Ordering::Release);
     *c = dir;
+}
+
+/// The kernel's current directory (absolute, as getcwd(2) gives it) while
+/// the current directory is not Shoal's: a relative path is taken from it to
+/// find the ones that lead into a prefix (`tar -xf t.tar -C mnt/dir` run from
+/// outside the mount). Kept up to date by the chdir and fchdir this library
+/// passes to the kernel.
+static KERNEL_CWD: RwLock<Option<Vec<u8>>> = RwLock::new(None);
+
+fn real_getcwd() -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: a buffer of its stated size.
+    let p = unsafe { real::getcwd(buf.as_mut_ptr().cast(), buf.len()) };
+    if p.is_null() {
+        return None;
+    }
+    let len = buf.iter().position(|&b| b == 0)?;
+    buf.truncate(len);
+    (buf.first() == Some(&b'/')).then_some(buf)
+}
+
+/// A relative path taken from the kernel's current directory, unless it
+/// has a `..` (see [`paths::has_dotdot`]) or that directory is unknown.
+fn from_kernel_cwd(rel: &[u8]) -> Option<Vec<u8>> {
+    if paths::has_dotdot(rel) {
+        return None;
+    }
+    let dir = KERNEL_CWD.read().unwrap_or_else(|e| e.into_inner());
+    Some(paths::join(dir.as_deref()?, rel))
 }
 
 // ---------------------------------------------------------------- descriptors

@@ -368,6 +368,9 @@ fn before_exec() -> Vec<c_int> {
         return replaced;
     }
     let _g = state::Guard::enter();
+    // Attribute changes libshoal holds back would be lost with its memory;
+    // exec has no way to report a failure to send them.
+    let _ = shoal::shoal_flush();
     for kfd in state::all_fds() {
         if state::with_info(kfd, |i| i.cloexec) != Some(false) {
             continue;
