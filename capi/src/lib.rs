@@ -539,6 +539,49 @@ pub unsafe extern "C" fn shoal_readdirplus(
     next_entry("shoal_readdirplus", dirfd, ent, Some(st))
 }
 
+/// The attributes of `n` objects named by their handles (`d_ino` of a
+/// shoal_dirent, `st_ino` of a stat) into `sts[0..n]`, fetched together: one
+/// ListAttr per server holding some of them, as shoal_readdirplus does for a
+/// batch. An object that no longer exists gets `st_ino` 0. This lets a
+/// program list with shoal_readdir and fetch attributes only if it needs
+/// them. Returns 0, or -1 with errno (EINVAL for n over 4096).
+#[no_mangle]
+pub unsafe extern "C" fn shoal_stat_handles(
+    handles: *const u64,
+    n: size_t,
+    sts: *mut libc::stat,
+) -> c_int {
+    const MAX: usize = 4096;
+    call("shoal_stat_handles", -1, || {
+        if n > MAX {
+            return Err(err(libc::EINVAL, format!("{n} handles, at most {MAX}")));
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        if handles.is_null() || sts.is_null() {
+            return Err(err(libc::EFAULT, "handles or stat array is NULL"));
+        }
+        // SAFETY: the caller passes n handles and room for n stats.
+        let (handles, sts) = unsafe {
+            (
+                std::slice::from_raw_parts(handles, n),
+                std::slice::from_raw_parts_mut(sts, n),
+            )
+        };
+        let s = ops::session()?;
+        let attrs = s.run(s.client.listattr(handles))?;
+        for (st, a) in sts.iter_mut().zip(attrs) {
+            match a {
+                Some(a) => ops::fill_stat(st, &a, ops::blksize()),
+                // SAFETY: struct stat is plain data; all zeros is valid.
+                None => *st = unsafe { std::mem::zeroed() },
+            }
+        }
+        Ok(0)
+    })
+}
+
 /// rewinddir(3): the next shoal_readdir starts over.
 #[no_mangle]
 pub extern "C" fn shoal_rewinddir(dirfd: c_int) -> c_int {

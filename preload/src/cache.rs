@@ -1,10 +1,19 @@
-//! Attributes that a readdirplus brought, kept for the cluster's
-//! `cache_ttl_ms` so that a listing followed by a stat of each entry (`ls
+//! What listings said about their entries, kept for the cluster's
+//! `cache_ttl_ms`, so that a listing followed by a stat of each entry (`ls
 //! -l`, `find`, `du`) costs the listing's batches and not one message per
-//! entry. Any change this process makes through the library empties it
-//! (changes are rare while a listing is being stat'ed, and a whole-cache
-//! clear cannot miss one); another client's change shows within the TTL, the
-//! same promise as libshoal's own name and attribute caches.
+//! entry, and a listing nobody stats (`ls -R`, `find` without tests on
+//! attributes) costs no attributes at all.
+//!
+//! A listing records each entry's name, handle and type ([`listed`]), in
+//! batches of [`BATCH`] entries per directory. The first stat of an entry
+//! asks for the attributes of its whole batch at once (one ListAttr per
+//! server holding some of them); they are kept ([`put`]) and answer the
+//! batch's other stats. Once a program has stat'ed a listed entry (`ls -l`
+//! does, `ls -R` does not), its listings bring attributes from then on, a
+//! batch at a time ([`wants_attrs`]). Any change this process makes through the library
+//! empties the cache (changes are rare while a listing is being stat'ed, and
+//! a whole-cache clear cannot miss one); another client's change shows within
+//! the TTL, the same promise as libshoal's own name and attribute caches.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,16 +22,56 @@ use std::time::{Duration, Instant};
 
 /// Entries kept at most (a listing bigger than this only keeps its tail).
 const MAX_ENTRIES: usize = 1 << 16;
+/// Entries of one directory whose attributes are fetched together: libshoal's
+/// default readdir batch.
+pub const BATCH: usize = 512;
+
+enum Known {
+    Attrs(libc::stat),
+    /// Listed, attributes not fetched yet.
+    Listed {
+        handle: u64,
+        symlink: bool,
+        batch: u64,
+    },
+}
 
 struct Entry {
-    st: libc::stat,
+    known: Known,
     at: Instant,
 }
 
-static CACHE: Mutex<Option<HashMap<Vec<u8>, Entry>>> = Mutex::new(None);
+#[derive(Default)]
+struct Cache {
+    entries: HashMap<Vec<u8>, Entry>,
+    /// The paths of each batch of listed entries.
+    batches: HashMap<u64, Vec<Vec<u8>>>,
+    /// Per directory listed (its "/"-ended path).
+    filling: HashMap<Vec<u8>, Filling>,
+    next_batch: u64,
+}
+
+/// A directory's listing: the batch its next entry joins, and how many it
+/// holds.
+struct Filling {
+    batch: u64,
+    entries: usize,
+}
+
+/// What the cache knows of a path.
+pub enum Found {
+    Attrs(libc::stat),
+    /// Listed without attributes: the (path, handle) pairs of its batch whose
+    /// attributes are still to fetch, this path among them.
+    Listed(Vec<(Vec<u8>, u64)>),
+    Nothing,
+}
+
+static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
 /// Whether CACHE may hold something: lets a write skip the lock.
 static FILLED: AtomicBool = AtomicBool::new(false);
 static TTL_MS: AtomicU64 = AtomicU64::new(100);
+static WANTS_ATTRS: AtomicBool = AtomicBool::new(false);
 
 pub fn set_ttl(ms: u64) {
     TTL_MS.store(ms, Ordering::Relaxed);
@@ -32,52 +81,139 @@ fn ttl() -> Duration {
     Duration::from_millis(TTL_MS.load(Ordering::Relaxed))
 }
 
-/// Remembers the attributes of Shoal path `path` (no symlink followed).
-pub fn put(path: Vec<u8>, st: &libc::stat) {
+fn with_cache<T>(f: impl FnOnce(&mut Cache) -> T) -> Option<T> {
     if TTL_MS.load(Ordering::Relaxed) == 0 {
-        return;
+        return None;
     }
     let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    let map = c.get_or_insert_with(HashMap::new);
-    if map.len() >= MAX_ENTRIES {
-        map.clear();
+    let cache = c.get_or_insert_with(Cache::default);
+    if cache.entries.len() >= MAX_ENTRIES {
+        *cache = Cache::default();
     }
-    map.insert(
-        path,
-        Entry {
-            st: *st,
-            at: Instant::now(),
-        },
-    );
     FILLED.store(true, Ordering::Relaxed);
+    Some(f(cache))
 }
 
-/// The attributes of `path` if a listing brought them less than the TTL
-/// ago. With `follow`, a symlink's own attributes are no answer.
-pub fn get(path: &[u8], follow: bool) -> Option<libc::stat> {
+/// Remembers the attributes of Shoal path `path` (no symlink followed).
+pub fn put(path: Vec<u8>, st: &libc::stat) {
+    with_cache(|c| {
+        let at = Instant::now();
+        c.entries.insert(
+            path,
+            Entry {
+                known: Known::Attrs(*st),
+                at,
+            },
+        );
+    });
+}
+
+/// Remembers that a listing of directory `dir` ("/"-ended) found `name`,
+/// object `handle`, a symlink or not.
+pub fn listed(dir: &[u8], name: &[u8], handle: u64, symlink: bool) {
+    with_cache(|c| {
+        let batch = match c.filling.get_mut(dir) {
+            Some(f) if f.entries < BATCH => {
+                f.entries += 1;
+                f.batch
+            }
+            Some(f) => {
+                c.next_batch += 1;
+                f.batch = c.next_batch;
+                f.entries = 1;
+                f.batch
+            }
+            None => {
+                c.next_batch += 1;
+                let f = Filling {
+                    batch: c.next_batch,
+                    entries: 1,
+                };
+                c.filling.insert(dir.to_vec(), f);
+                c.next_batch
+            }
+        };
+        let mut path = Vec::with_capacity(dir.len() + name.len());
+        path.extend_from_slice(dir);
+        path.extend_from_slice(name);
+        c.batches.entry(batch).or_default().push(path.clone());
+        let known = Known::Listed {
+            handle,
+            symlink,
+            batch,
+        };
+        let at = Instant::now();
+        c.entries.insert(path, Entry { known, at });
+    });
+}
+
+/// What is known of `path` less than the TTL ago. With `follow`, a symlink's
+/// own attributes are no answer.
+pub fn get(path: &[u8], follow: bool) -> Found {
     if !FILLED.load(Ordering::Relaxed) {
-        return None;
+        return Found::Nothing;
     }
     let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    let map = c.as_mut()?;
-    let e = map.get(path)?;
+    let Some(c) = c.as_mut() else {
+        return Found::Nothing;
+    };
+    let Some(e) = c.entries.get(path) else {
+        return Found::Nothing;
+    };
     if e.at.elapsed() > ttl() {
-        map.remove(path);
-        return None;
+        c.entries.remove(path);
+        return Found::Nothing;
     }
-    if follow && e.st.st_mode & libc::S_IFMT == libc::S_IFLNK {
-        return None;
+    match e.known {
+        Known::Attrs(st) if follow && st.st_mode & libc::S_IFMT == libc::S_IFLNK => Found::Nothing,
+        Known::Attrs(st) => Found::Attrs(st),
+        Known::Listed { symlink: true, .. } if follow => Found::Nothing,
+        Known::Listed { batch, .. } => {
+            WANTS_ATTRS.store(true, Ordering::Relaxed);
+            let paths = c.batches.remove(&batch).unwrap_or_default();
+            let pending = paths
+                .into_iter()
+                .filter_map(|p| match c.entries.get(&p)?.known {
+                    Known::Listed { handle, .. } => Some((p, handle)),
+                    Known::Attrs(_) => None,
+                })
+                .collect();
+            Found::Listed(pending)
+        }
     }
-    Some(e.st)
+}
+
+/// Whether this program stats what it lists (a stat asked for a listed
+/// entry: `ls -l`, not `ls -R`): its listings then bring attributes, a batch
+/// at a time ([`put`]), rather than wait for a stat to ask.
+pub fn wants_attrs() -> bool {
+    WANTS_ATTRS.load(Ordering::Relaxed)
+}
+
+/// Whether `path` exists and is not a symlink (whose target might not), as
+/// far as a listing less than the TTL ago knows: access(F_OK) without a
+/// message.
+pub fn exists(path: &[u8]) -> bool {
+    if !FILLED.load(Ordering::Relaxed) {
+        return false;
+    }
+    let c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    c.as_ref()
+        .and_then(|c| c.entries.get(path))
+        .is_some_and(|e| {
+            let symlink = match e.known {
+                Known::Attrs(st) => st.st_mode & libc::S_IFMT == libc::S_IFLNK,
+                Known::Listed { symlink, .. } => symlink,
+            };
+            !symlink && e.at.elapsed() <= ttl()
+        })
 }
 
 /// Forgets everything (this process changed something).
 pub fn clear() {
     if FILLED.swap(false, Ordering::Relaxed) {
         let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(map) = c.as_mut() {
-            map.clear();
-        }
+        *c = None;
     }
 }
 
@@ -85,24 +221,56 @@ pub fn clear() {
 mod tests {
     use super::*;
 
-    #[test]
-    fn answers_within_the_ttl_and_forgets_on_a_change() {
+    fn stat_of(mode: u32, size: i64) -> libc::stat {
         // SAFETY: a plain C struct; all zeroes is a valid value.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        st.st_mode = libc::S_IFREG | 0o644;
-        st.st_size = 42;
-        put(b"/d/f".to_vec(), &st);
-        st.st_mode = libc::S_IFLNK | 0o777;
-        put(b"/d/l".to_vec(), &st);
-        assert_eq!(get(b"/d/f", true).unwrap().st_size, 42);
-        assert!(get(b"/d/l", false).is_some());
-        assert!(get(b"/d/l", true).is_none(), "a symlink is followed");
-        assert!(get(b"/d/g", false).is_none());
+        st.st_mode = mode;
+        st.st_size = size;
+        st
+    }
+
+    // One test: the cache is process-wide.
+    #[test]
+    fn answers_within_the_ttl_fetches_a_listed_batch_once_and_forgets_on_a_change() {
+        put(b"/d/f".to_vec(), &stat_of(libc::S_IFREG | 0o644, 42));
+        put(b"/d/l".to_vec(), &stat_of(libc::S_IFLNK | 0o777, 1));
+        assert!(matches!(get(b"/d/f", true), Found::Attrs(st) if st.st_size == 42));
+        assert!(matches!(get(b"/d/l", false), Found::Attrs(_)));
+        assert!(
+            matches!(get(b"/d/l", true), Found::Nothing),
+            "a symlink is followed"
+        );
+        assert!(matches!(get(b"/d/g", false), Found::Nothing));
+
+        assert!(!wants_attrs());
+        for i in 0..BATCH as u64 + 2 {
+            listed(b"/e/", format!("n{i}").as_bytes(), 100 + i, i == 1);
+        }
+        assert!(exists(b"/e/n0"));
+        assert!(!exists(b"/e/n1"), "a symlink's target might not exist");
+        assert!(
+            matches!(get(b"/e/n1", true), Found::Nothing),
+            "a listed symlink"
+        );
+        let Found::Listed(batch) = get(b"/e/n0", false) else {
+            panic!("listed")
+        };
+        assert_eq!(batch.len(), BATCH, "the first batch, whole");
+        assert!(batch.contains(&(b"/e/n7".to_vec(), 107)));
+        put(b"/e/n0".to_vec(), &stat_of(libc::S_IFREG | 0o600, 7));
+        assert!(matches!(get(b"/e/n0", false), Found::Attrs(st) if st.st_size == 7));
+        let Found::Listed(rest) = get(b"/e/n513", false) else {
+            panic!("listed")
+        };
+        assert_eq!(rest.len(), 2, "the second batch");
+        assert!(wants_attrs(), "a stat of a listed entry");
+
         clear();
-        assert!(get(b"/d/f", false).is_none());
+        assert!(matches!(get(b"/d/f", false), Found::Nothing));
+        assert!(!exists(b"/e/n3"));
         set_ttl(0);
-        put(b"/d/f".to_vec(), &st);
-        assert!(get(b"/d/f", false).is_none());
+        put(b"/d/f".to_vec(), &stat_of(libc::S_IFREG, 1));
+        assert!(matches!(get(b"/d/f", false), Found::Nothing));
         set_ttl(100);
     }
 }

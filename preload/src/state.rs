@@ -395,7 +395,7 @@ pub struct FdInfo {
     pub cloexec: bool,
     pub mounted: bool,
     /// An entry getdents64 read but had no room for.
-    pub pending: Option<Box<(shoal::shoal_dirent, libc::stat)>>,
+    pub pending: Option<Box<shoal::shoal_dirent>>,
 }
 
 type InfoMap = std::collections::HashMap<c_int, FdInfo>;

@@ -121,25 +121,32 @@ pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
     }
 }
 
-/// The next entry of libshoal directory `sfd` with its attributes, which
-/// go into the cache under `base` + name. Ok(None) at the end.
-fn next_entry(sfd: c_int, base: &[u8]) -> Result<Option<(shoal::shoal_dirent, libc::stat)>, ()> {
+/// The next entry of libshoal directory `sfd`, which goes into the cache
+/// under `base` + name: as listed (its attributes fetched if a stat asks),
+/// or with its attributes once this program has stat'ed a listed entry.
+/// Ok(None) at the end.
+fn next_entry(sfd: c_int, base: &[u8]) -> Result<Option<shoal::shoal_dirent>, ()> {
     // SAFETY: zeroed C structs are valid; libshoal fills them.
     let (mut e, mut st): (shoal::shoal_dirent, libc::stat) =
         unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    let plus = cache::wants_attrs();
     // SAFETY: our own structs.
     match serve(Op::Readdir, || unsafe {
-        shoal::shoal_readdirplus(sfd, &mut e, &mut st)
+        match plus {
+            true => shoal::shoal_readdirplus(sfd, &mut e, &mut st),
+            false => shoal::shoal_readdir(sfd, &mut e),
+        }
     }) {
         1 => {
             // SAFETY: libshoal NUL-terminates the name.
             let name = unsafe { std::ffi::CStr::from_ptr(e.d_name.as_ptr()) }.to_bytes();
             if name != b"." && name != b".." {
-                let mut key = base.to_vec();
-                key.extend_from_slice(name);
-                cache::put(key, &st);
+                match plus {
+                    true => cache::put([base, name].concat(), &st),
+                    false => cache::listed(base, name, e.d_ino, e.d_type == libc::DT_LNK),
+                }
             }
-            Ok(Some((e, st)))
+            Ok(Some(e))
         }
         0 => Ok(None),
         _ => Err(()),
@@ -174,7 +181,7 @@ unsafe fn readdir_any(d: *mut DIR) -> *mut libc::dirent64 {
         }
     };
     match next_entry(sfd, &sd.base) {
-        Ok(Some((e, _))) => {
+        Ok(Some(e)) => {
             sd.pos += 1;
             fill(&mut sd.ent, &e, sd.pos);
             &mut sd.ent
@@ -289,7 +296,7 @@ pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> s
     let mut used = 0usize;
     loop {
         let pending = state::with_info(fd, |i| i.pending.take()).flatten();
-        let (e, _) = match pending {
+        let e = match pending {
             Some(p) => *p,
             None => match next_entry(sfd, &base) {
                 Ok(Some(x)) => x,
@@ -304,9 +311,7 @@ pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> s
             if used == 0 {
                 return fail(libc::EINVAL);
             }
-            // SAFETY: a zeroed stat is valid.
-            let st: libc::stat = unsafe { std::mem::zeroed() };
-            state::with_info(fd, |i| i.pending = Some(Box::new((e, st))));
+            state::with_info(fd, |i| i.pending = Some(Box::new(e)));
             break;
         }
         // SAFETY: `len` bytes at `used` are inside the caller's buffer.

@@ -44,7 +44,12 @@ fn stat_target(t: &Target, follow: bool, st: *mut libc::stat) -> c_int {
         return fail(libc::EFAULT);
     }
     let t0 = stats::start();
-    if let Some(cached) = cache::get(t.shoal_bytes(), follow) {
+    let cached = match cache::get(t.shoal_bytes(), follow) {
+        cache::Found::Attrs(st) => Some(st),
+        cache::Found::Listed(batch) => fetch_listed(batch, t.shoal_bytes()),
+        cache::Found::Nothing => None,
+    };
+    if let Some(cached) = cached {
         // SAFETY: checked not NULL; the caller's struct.
         unsafe { *st = cached };
         stats::record(Op::StatCached, t0);
@@ -60,6 +65,36 @@ fn stat_target(t: &Target, follow: bool, st: *mut libc::stat) -> c_int {
             }
         }
     })
+}
+
+/// Fetches the attributes of a batch of listed entries (one ListAttr per
+/// server), keeps them, and returns `path`'s (None if it went meanwhile or
+/// the fetch failed: the caller asks for it alone).
+fn fetch_listed(batch: Vec<(Vec<u8>, u64)>, path: &[u8]) -> Option<libc::stat> {
+    if !batch.iter().any(|(p, _)| p == path) {
+        return None;
+    }
+    let handles: Vec<u64> = batch.iter().map(|(_, h)| *h).collect();
+    // SAFETY: zeroed stats are valid; libshoal fills them.
+    let mut sts: Vec<libc::stat> = vec![unsafe { std::mem::zeroed() }; handles.len()];
+    // SAFETY: `handles.len()` handles and as many stats.
+    let r = serve(Op::Stat, || unsafe {
+        shoal::shoal_stat_handles(handles.as_ptr(), handles.len(), sts.as_mut_ptr())
+    });
+    if r != 0 {
+        return None;
+    }
+    let mut found = None;
+    for ((p, _), st) in batch.into_iter().zip(sts) {
+        if st.st_ino == 0 {
+            continue; // gone since the listing
+        }
+        if p == path {
+            found = Some(st);
+        }
+        cache::put(p, &st);
+    }
+    found
 }
 
 fn fstat_any(fd: c_int, st: *mut libc::stat) -> c_int {
@@ -203,7 +238,7 @@ unsafe fn faccessat_any(dirfd: c_int, path: *const c_char, mode: c_int, flags: c
             dirfd,
             path,
             |t| {
-                if mode == libc::F_OK && cache::get(t.shoal_bytes(), true).is_some() {
+                if mode == libc::F_OK && cache::exists(t.shoal_bytes()) {
                     return 0;
                 }
                 serve(Op::Access, || shoal::shoal_access(t.shoal.as_ptr(), mode))
