@@ -4,6 +4,7 @@
     bench/plot.py ablation bench/results/ablation.csv bench/results/ablation.png
     bench/plot.py no_metafile bench/results/no_metafile.csv bench/results/no_metafile.png
     bench/plot.py interfaces bench/results/interfaces-smallfile.csv bench/results/interfaces-smallfile.png
+    bench/plot.py pfa bench/results/pfa.csv bench/results/pfa.png
 
 The interfaces charts (`shoal bench interfaces ...`): per metric, one bar per
 target (preload library, FUSE mount, native client, bindfs passthrough), one
@@ -130,7 +131,37 @@ def no_metafile(csv_path, png_path):
     fig.savefig(png_path, dpi=100)
 
 
-CHARTS = {"ablation": ablation, "no_metafile": no_metafile, "interfaces": interfaces}
+def pfa(csv_path, png_path):
+    """`shoal bench pfa`: bandwidth and files per pattern, checkpoint bytes."""
+    rows = list(csv.DictReader(open(csv_path)))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    panels = [
+        ("MiB/s", "MiB/s (higher is better)", "write and read bandwidth"),
+        ("files", "files created (lower is better)", "files created"),
+        ("MiB", "MiB written (lower is better)", "checkpoint: bytes stored"),
+    ]
+    for ax, (unit, ylabel, title) in zip(axes, panels):
+        mine = [r for r in rows if r["unit"] == unit]
+        targets = list(dict.fromkeys(r["target"] for r in mine))
+        metrics = list(dict.fromkeys(r["metric"] for r in mine))
+        value = {(r["target"], r["metric"]): float(r["median"]) for r in mine}
+        width = 0.8 / max(len(targets), 1)
+        for i, t in enumerate(targets):
+            xs = [m + i * width for m in range(len(metrics))]
+            ax.bar(xs, [value.get((t, m), 0) for m in metrics], width, label=t)
+        ax.set_xticks([m + 0.4 - width / 2 for m in range(len(metrics))])
+        ax.set_xticklabels(metrics, fontsize=8, rotation=15)
+        ax.set_yscale("log")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("[Kato 2011]: N-N, naive N-1 with record locks, PFA")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+
+
+CHARTS = {"ablation": ablation, "no_metafile": no_metafile, "interfaces": interfaces, "pfa": pfa}
 
 if __name__ == "__main__":
     if len(sys.argv) != 4 or sys.argv[1] not in CHARTS:

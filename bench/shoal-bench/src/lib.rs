@@ -14,6 +14,8 @@ mod nometafile;
 mod nometafile_report;
 mod nometafile_worker;
 mod pattern;
+mod pfa;
+mod pfa_worker;
 mod report;
 mod smallfile;
 mod smallfile_native;
@@ -57,6 +59,11 @@ pub enum Workload {
     /// over tmpfs (bindfs), in one run on a fresh local cluster; writes
     /// interfaces-<workload>.{csv,md,png}.
     Interfaces(InterfacesArgs),
+    /// The experiments of the parallel file aggregation paper [Kato 2011]:
+    /// P ranks write records a file per rank per step, into one shared file
+    /// under record locks, and into a PFA container; and the checkpoint
+    /// workload with and without incremental logging; writes pfa.{md,csv,png}.
+    Pfa(PfaArgs),
     /// Internal: one process of `shoal bench interfaces bandwidth`.
     #[command(hide = true)]
     BandwidthWorker(BandwidthWorkerArgs),
@@ -127,6 +134,37 @@ pub enum InterfacesWorkload {
         #[arg(long, default_value_t = 4)]
         files_k: u32,
     },
+}
+
+#[derive(clap::Args)]
+pub struct PfaArgs {
+    /// A directory to run in (repeatable): a Shoal mount, the local disk,
+    /// tmpfs; each run works in a fresh subdirectory, removed after.
+    #[arg(long = "dir", required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Ranks (processes).
+    #[arg(short = 'p', long = "procs", default_value_t = 8)]
+    pub procs: usize,
+    /// Records each rank writes (one per step).
+    #[arg(long, default_value_t = 64)]
+    pub steps: u64,
+    /// Bytes per record ([Kato 2011]'s: 272,383).
+    #[arg(long, default_value_t = pfa::RECORD)]
+    pub record: usize,
+    /// Steps of the checkpoint workload.
+    #[arg(long, default_value_t = 20)]
+    pub checkpoint_steps: u64,
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Where pfa.{md,csv,png} go.
+    #[arg(long, default_value = "bench/results")]
+    pub out: PathBuf,
+    /// Internal: run as rank K in the run directory given as --dir.
+    #[arg(long, hide = true, value_name = "K")]
+    pub worker: Option<usize>,
+    /// Internal: the worker's pattern.
+    #[arg(long, hide = true, value_enum)]
+    pub pattern: Option<pfa_worker::Pattern>,
 }
 
 #[derive(clap::Args)]
@@ -396,6 +434,28 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 let results = with_sigpipe_ignored(|| nometafile::measure(&opts))?;
                 nometafile_report::write(&results, &opts)
             }
+        },
+        Workload::Pfa(a) => match (a.worker, a.pattern) {
+            (Some(k), Some(p)) => {
+                as_worker(pfa_worker::worker(&a.dirs[0], k, a.steps, a.record, p))
+            }
+            (Some(_), None) => Err(shoal_proto::ShoalError::invalid(
+                "a pfa worker needs --pattern",
+            )),
+            (None, _) => with_sigpipe_ignored(|| {
+                pfa::pfa(&pfa::PfaOptions {
+                    dirs: a.dirs,
+                    procs: a.procs,
+                    steps: a.steps,
+                    record: a.record,
+                    checkpoint_steps: a.checkpoint_steps,
+                    rounds: a.rounds.max(1),
+                    out: a.out,
+                    command: std::env::args()
+                        .skip(1)
+                        .fold("shoal".to_string(), |c, a| c + " " + &a),
+                })
+            }),
         },
         Workload::Ls(a) => ls::ls(&ls::LsOptions {
             out: a.out,

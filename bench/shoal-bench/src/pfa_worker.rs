@@ -1,0 +1,226 @@
+//! One rank of `shoal bench pfa`: writes STEPS records of RECORD bytes, one
+//! per step, in one of the three patterns of [Kato 2011], then reads them all
+//! back and verifies them, each phase behind the parent's barrier.
+//!
+//! - `n-n`: a file per rank per step (`nn/r<rank>.s<step>`), as the
+//!   application did before PFA;
+//! - `n-1-locked`: one shared file, as an application would share it without
+//!   PFA: a byte-range lock on an 8-byte counter at offset 0 claims the next
+//!   free extent, then a lock on that extent covers the write (POSIX record
+//!   locks, `F_SETLKW`);
+//! - `pfa`: one PFA container (made by the parent), the record written into
+//!   the rank's mapped buffer and stored with `append`.
+//!
+//! Each write phase ends when the rank's records are durable: N-N fsyncs
+//! each of its files once all are written, N-1 the shared file once, PFA
+//! syncs the container (its stores went with O_DIRECT where the file system
+//! takes it).
+
+use std::fs::{File, OpenOptions};
+use std::io::SeekFrom;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use shoal_pfa::{Container, Mode};
+use shoal_proto::error::{Result, ShoalError};
+
+use crate::fsops::{self, at};
+use crate::pattern;
+use crate::workers::Barrier;
+
+pub const PHASES: [&str; 2] = ["write", "read"];
+
+/// Where the shared file's counter lives; records start after it.
+const COUNTER_BYTES: u64 = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Pattern {
+    /// A file per rank per step.
+    #[value(name = "n-n")]
+    NN,
+    /// One shared file, extents claimed and written under record locks.
+    #[value(name = "n-1-locked")]
+    N1Locked,
+    /// One PFA container.
+    #[value(name = "pfa")]
+    Pfa,
+}
+
+impl Pattern {
+    pub const ALL: [Pattern; 3] = [Pattern::NN, Pattern::N1Locked, Pattern::Pfa];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::NN => "n-n",
+            Pattern::N1Locked => "n-1-locked",
+            Pattern::Pfa => "pfa",
+        }
+    }
+}
+
+/// The shared file of `n-1-locked` and the container of `pfa`, in `dir`.
+pub const SHARED_FILE: &str = "n1.dat";
+pub const CONTAINER: &str = "out.pfa";
+/// The logical file name every rank writes into the container.
+pub const LOGICAL_NAME: &str = "particles.dat";
+
+/// Rank `rank`'s record of step `step`: the same bytes in every pattern.
+pub fn record(rank: usize, step: u64, len: usize) -> Vec<u8> {
+    let mut buf = pattern::base(len, rank);
+    pattern::stamp(&mut buf, pattern::tag(rank, step), 0);
+    buf
+}
+
+fn nn_path(dir: &Path, rank: usize, step: u64) -> std::path::PathBuf {
+    dir.join("nn").join(format!("r{rank}.s{step}"))
+}
+
+pub fn worker(dir: &Path, rank: usize, steps: u64, len: usize, p: Pattern) -> Result<()> {
+    let mut barrier = Barrier::new();
+    match p {
+        Pattern::NN => {
+            barrier.phase(PHASES[0], || {
+                let mut files = Vec::with_capacity(steps as usize);
+                for step in 0..steps {
+                    let path = nn_path(dir, rank, step);
+                    let f = File::create(&path).map_err(|e| at(&path, e))?;
+                    f.write_all_at(&record(rank, step, len), 0)
+                        .map_err(|e| at(&path, e))?;
+                    files.push((f, path));
+                }
+                for (f, path) in files {
+                    f.sync_all().map_err(|e| at(&path, e))?;
+                    fsops::close(f, &path)?;
+                }
+                Ok(())
+            })?;
+            barrier.phase(PHASES[1], || {
+                let mut got = vec![0u8; len];
+                for step in 0..steps {
+                    let path = nn_path(dir, rank, step);
+                    let f = File::open(&path).map_err(|e| at(&path, e))?;
+                    fsops::read_full_at(&f, &mut got, 0, &path)?;
+                    verify(&got, len, rank, step, &path)?;
+                }
+                Ok(())
+            })
+        }
+        Pattern::N1Locked => {
+            let path = dir.join(SHARED_FILE);
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(|e| at(&path, e))?;
+            let offsets = barrier.phase(PHASES[0], || {
+                let mut offsets = Vec::with_capacity(steps as usize);
+                for step in 0..steps {
+                    let off = claim(&f, len as u64, &path)?;
+                    lock(&f, libc::F_WRLCK, off, len as u64, &path)?;
+                    let wrote = f.write_all_at(&record(rank, step, len), off);
+                    lock(&f, libc::F_UNLCK, off, len as u64, &path)?;
+                    wrote.map_err(|e| at(&path, e))?;
+                    offsets.push(off);
+                }
+                f.sync_all().map_err(|e| at(&path, e))?;
+                Ok(offsets)
+            })?;
+            barrier.phase(PHASES[1], || {
+                let mut got = vec![0u8; len];
+                for (step, off) in offsets.iter().enumerate() {
+                    lock(&f, libc::F_RDLCK, *off, len as u64, &path)?;
+                    let read = fsops::read_full_at(&f, &mut got, *off, &path);
+                    lock(&f, libc::F_UNLCK, *off, len as u64, &path)?;
+                    read?;
+                    verify(&got, len, rank, step as u64, &path)?;
+                }
+                Ok(())
+            })
+        }
+        Pattern::Pfa => {
+            let path = dir.join(CONTAINER);
+            let rank32 = rank as u32;
+            barrier.phase(PHASES[0], || {
+                let c = Container::open(&path).map_err(|e| at(&path, e))?;
+                let mut b = c
+                    .mmap(LOGICAL_NAME, len, rank32, Mode::Write)
+                    .map_err(|e| at(&path, e))?;
+                for step in 0..steps {
+                    b.as_mut_slice().copy_from_slice(&record(rank, step, len));
+                    b.append(len).map_err(|e| at(&path, e))?;
+                }
+                drop(b);
+                c.sync().and_then(|()| c.close()).map_err(|e| at(&path, e))
+            })?;
+            barrier.phase(PHASES[1], || {
+                let c = Container::open_read_only(&path).map_err(|e| at(&path, e))?;
+                let mut b = c
+                    .mmap(LOGICAL_NAME, len, rank32, Mode::Read)
+                    .map_err(|e| at(&path, e))?;
+                let mut step = 0;
+                while !b.eof() {
+                    verify(&b.as_slice()[..b.len()], len, rank, step, &path)?;
+                    b.seek(SeekFrom::Current(1)).map_err(|e| at(&path, e))?;
+                    step += 1;
+                }
+                if step != steps {
+                    return Err(ShoalError::io(format!(
+                        "{}: rank {rank} reads {step} steps back, wrote {steps}",
+                        path.display()
+                    )));
+                }
+                Ok(())
+            })
+        }
+    }
+}
+
+fn verify(got: &[u8], len: usize, rank: usize, step: u64, path: &Path) -> Result<()> {
+    let want = record(rank, step, len);
+    if got.len() != want.len() {
+        return Err(ShoalError::io(format!(
+            "{}: rank {rank} step {step}: read {} bytes",
+            path.display(),
+            got.len()
+        )));
+    }
+    match pattern::first_mismatch(got, &want, true) {
+        None => Ok(()),
+        Some(pos) => Err(ShoalError::io(format!(
+            "{}: rank {rank} step {step} differs at byte {pos}: {}",
+            path.display(),
+            pattern::describe_mismatch(got, &want, pos)
+        ))),
+    }
+}
+
+/// Claims `len` bytes of the shared file: under a lock on the counter, reads
+/// the next free offset and moves it on.
+fn claim(f: &File, len: u64, path: &Path) -> Result<u64> {
+    lock(f, libc::F_WRLCK, 0, COUNTER_BYTES, path)?;
+    let mut counter = [0u8; COUNTER_BYTES as usize];
+    let claimed = fsops::read_full_at(f, &mut counter, 0, path).and_then(|_| {
+        let next = u64::from_le_bytes(counter).max(COUNTER_BYTES);
+        f.write_all_at(&(next + len).to_le_bytes(), 0)
+            .map_err(|e| at(path, e))?;
+        Ok(next)
+    });
+    lock(f, libc::F_UNLCK, 0, COUNTER_BYTES, path)?;
+    claimed
+}
+
+/// A POSIX record lock (or unlock) on `len` bytes at `start`, waiting for it.
+fn lock(f: &File, kind: i32, start: u64, len: u64, path: &Path) -> Result<()> {
+    // SAFETY: a plain C struct; all zeroes is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = start as i64;
+    fl.l_len = len as i64;
+    // SAFETY: an open descriptor and our own struct.
+    if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLKW, &fl) } < 0 {
+        return Err(at(path, std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
