@@ -66,12 +66,16 @@ pub struct Table {
     /// Per file handle: descriptors open on it, and whether it lost its
     /// last name (to reclaim it at the last close).
     open: OpenFiles,
+    /// Descriptors open on anything but a directory: while there are none,
+    /// an unlink cannot take a name from an open file.
+    non_dirs: usize,
 }
 
 static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(|| {
     Mutex::new(Table {
         slots: Vec::new(),
         open: OpenFiles::default(),
+        non_dirs: 0,
     })
 });
 
@@ -98,6 +102,7 @@ pub fn insert_shared(file: Arc<OpenFile>) -> Result<i32> {
         }
         None => return Err(err(libc::EMFILE, "too many open Shoal descriptors")),
     };
+    t.non_dirs += usize::from(file.kind != FileKind::Directory);
     t.slots[fd] = Some(file);
     t.open.opened(handle);
     Ok(fd as i32)
@@ -124,6 +129,7 @@ pub fn remove(fd: i32) -> Result<(Arc<OpenFile>, bool)> {
         .ok()
         .and_then(|i| t.slots.get_mut(i).and_then(Option::take))
         .ok_or_else(|| bad_fd(fd))?;
+    t.non_dirs -= usize::from(file.kind != FileKind::Directory);
     let reclaim = t.open.closed(file.handle);
     Ok((file, reclaim))
 }
@@ -143,9 +149,10 @@ pub fn is_open(h: Handle) -> bool {
     lock_table().open.is_open(h)
 }
 
-/// Whether any descriptor of this process is open.
-pub fn any_open() -> bool {
-    !lock_table().open.is_empty()
+/// Whether any descriptor of this process is open on something other than
+/// a directory (a file, a symlink, a special file).
+pub fn any_non_dir_open() -> bool {
+    lock_table().non_dirs > 0
 }
 
 /// `h` lost its last name. If a descriptor is still open on it, marks it
@@ -159,6 +166,7 @@ pub fn doom(h: Handle) -> bool {
 pub fn close_all() -> Vec<Handle> {
     let mut t = lock_table();
     t.slots.clear();
+    t.non_dirs = 0;
     let doomed = t.open.take_doomed();
     t.open = OpenFiles::default();
     doomed

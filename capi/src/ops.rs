@@ -554,9 +554,10 @@ pub fn unlink(path: &str) -> Result<()> {
     let c = &s.client;
     s.run(async {
         let (dir, name) = resolve_parent(c, path).await?;
-        if !files::any_open() {
-            // Nothing open here to keep: the one-step unlink (EISDIR for a
-            // directory comes from its server).
+        if !files::any_non_dir_open() {
+            // Nothing open here to keep (a directory's entry is not taken by
+            // unlink): the one-step unlink (EISDIR for a directory comes
+            // from its server).
             return c.unlink(dir, name).await;
         }
         let (h, kind) = c.lookup(dir, name).await?;

@@ -30,11 +30,6 @@ impl OpenFiles {
         self.map.contains_key(&h)
     }
 
-    /// Whether anything is open.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     /// Records a close; true if it was the last one of a doomed file, which
     /// the caller must now reclaim.
     pub fn closed(&mut self, h: Handle) -> bool {
