@@ -29,7 +29,7 @@ mod session;
 use std::path::Path;
 
 use libc::{c_char, c_int, c_void, gid_t, mode_t, off_t, size_t, ssize_t, uid_t};
-use shoal_client::{FileKind, SetAttr};
+use shoal_client::{Attr, DirEntry, FileKind, SetAttr};
 
 use ffi::{c_path, c_str, call, call_keeping_held, copy_sized, err, in_buf, out_buf, out_struct};
 use ops::Target;
@@ -42,6 +42,7 @@ pub const SHOAL_SUPER_MAGIC: i64 = 0x5348_4f4c;
 
 /// One directory entry, as `shoal_readdir` and `shoal_readdirplus` return it.
 #[repr(C)]
+#[derive(Clone, Copy)]
 #[allow(non_camel_case_types)]
 pub struct shoal_dirent {
     /// The object's handle (`st_ino` of its `struct stat`).
@@ -486,46 +487,64 @@ pub unsafe extern "C" fn shoal_opendir(path: *const c_char) -> c_int {
     })
 }
 
-unsafe fn next_entry(
-    name: &str,
-    fd: c_int,
-    ent: *mut shoal_dirent,
-    st: Option<*mut libc::stat>,
-) -> c_int {
-    call(name, -1, || {
-        let ent = out_struct(ent, "entry")?;
-        let st = st.map(|p| out_struct(p, "stat buffer")).transpose()?;
-        let Some((e, attr)) = ops::readdir(fd, st.is_some())? else {
-            return Ok(0);
-        };
-        ent.d_ino = e.handle;
-        ent.d_type = match e.kind {
-            FileKind::Directory => libc::DT_DIR,
-            FileKind::File => libc::DT_REG,
-            FileKind::Symlink => libc::DT_LNK,
-            FileKind::Fifo => libc::DT_FIFO,
-            FileKind::Socket => libc::DT_SOCK,
-            FileKind::CharDevice => libc::DT_CHR,
-            FileKind::BlockDevice => libc::DT_BLK,
-        };
-        let bytes = e.name.as_bytes();
-        let n = bytes.len().min(SHOAL_NAME_MAX);
-        for (d, s) in ent.d_name.iter_mut().zip(&bytes[..n]) {
-            *d = *s as c_char;
-        }
-        ent.d_name[n] = 0;
-        if let (Some(st), Some(a)) = (st, attr) {
-            ops::fill_stat(st, &a, ops::blksize());
-        }
-        Ok(1)
-    })
+/// Fills `ent` (and `st`, if given, with `blksize`) from a listed entry.
+fn fill_entry(
+    ent: &mut shoal_dirent,
+    e: &DirEntry,
+    st: Option<&mut libc::stat>,
+    attr: Option<&Attr>,
+    blksize: u64,
+) {
+    ent.d_ino = e.handle;
+    ent.d_type = match e.kind {
+        FileKind::Directory => libc::DT_DIR,
+        FileKind::File => libc::DT_REG,
+        FileKind::Symlink => libc::DT_LNK,
+        FileKind::Fifo => libc::DT_FIFO,
+        FileKind::Socket => libc::DT_SOCK,
+        FileKind::CharDevice => libc::DT_CHR,
+        FileKind::BlockDevice => libc::DT_BLK,
+    };
+    let bytes = e.name.as_bytes();
+    let n = bytes.len().min(SHOAL_NAME_MAX);
+    for (d, s) in ent.d_name.iter_mut().zip(&bytes[..n]) {
+        *d = *s as c_char;
+    }
+    ent.d_name[n] = 0;
+    if let (Some(st), Some(a)) = (st, attr) {
+        ops::fill_stat(st, a, blksize);
+    }
 }
 
+/// Up to `max` entries into `ents` (and their attributes into `sts` if not
+/// NULL): the count, 0 at the end.
+unsafe fn next_entries(
+    name: &str,
+    fd: c_int,
+    ents: *mut shoal_dirent,
+    sts: *mut libc::stat,
+    max: size_t,
+) -> ssize_t {
+    call(name, -1, || {
+        if ents.is_null() {
+            return Err(err(libc::EFAULT, "entry buffer is NULL"));
+        }
+        let listed = ops::readdir_many(fd, !sts.is_null(), max)?;
+        let blksize = ops::blksize();
+        for (i, (e, attr)) in listed.iter().enumerate() {
+            // SAFETY: the caller passes room for `max` entries (and stats),
+            // and i < max.
+            let (ent, st) = unsafe { (&mut *ents.add(i), sts.as_mut().map(|_| &mut *sts.add(i))) };
+            fill_entry(ent, e, st, attr.as_ref(), blksize);
+        }
+        Ok(listed.len() as ssize_t)
+    })
+}
 /// readdir(3): fills `ent` with the next entry ("." and ".." first) and
 /// returns 1; returns 0 at the end, -1 on an error.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_readdir(dirfd: c_int, ent: *mut shoal_dirent) -> c_int {
-    next_entry("shoal_readdir", dirfd, ent, None)
+    next_entries("shoal_readdir", dirfd, ent, std::ptr::null_mut(), 1) as c_int
 }
 
 /// As shoal_readdir, and fills `st` with the entry's attributes (what
@@ -536,7 +555,26 @@ pub unsafe extern "C" fn shoal_readdirplus(
     ent: *mut shoal_dirent,
     st: *mut libc::stat,
 ) -> c_int {
-    next_entry("shoal_readdirplus", dirfd, ent, Some(st))
+    if st.is_null() {
+        return call("shoal_readdirplus", -1, || {
+            Err(err(libc::EFAULT, "stat buffer is NULL"))
+        });
+    }
+    next_entries("shoal_readdirplus", dirfd, ent, st, 1) as c_int
+}
+
+/// Up to `max` next entries of directory `dirfd` into `ents[0..]` and, if
+/// `sts` is not NULL, their attributes into `sts[0..]` (as shoal_readdirplus
+/// gives them): the number filled, 0 at the end, -1 on an error. One call
+/// per batch, for a caller that serves getdents(2) or buffers a listing.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_readdir_many(
+    dirfd: c_int,
+    ents: *mut shoal_dirent,
+    sts: *mut libc::stat,
+    max: size_t,
+) -> ssize_t {
+    next_entries("shoal_readdir_many", dirfd, ents, sts, max)
 }
 
 /// The attributes of `n` objects named by their handles (`d_ino` of a

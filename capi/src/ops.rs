@@ -679,9 +679,9 @@ pub fn times(times: Option<&[libc::timespec; 2]>) -> Result<SetAttr> {
     })
 }
 
-/// One entry of a listing (with its attributes for a readdirplus), or None
-/// at the end.
-pub fn readdir(fd: i32, plus: bool) -> Result<Option<(DirEntry, Option<Attr>)>> {
+/// Up to `max` next entries of a listing (with their attributes for a
+/// readdirplus); none at the end.
+pub fn readdir_many(fd: i32, plus: bool, max: usize) -> Result<Vec<(DirEntry, Option<Attr>)>> {
     let file = files::get(fd)?;
     let dir = file
         .dir
@@ -690,7 +690,8 @@ pub fn readdir(fd: i32, plus: bool) -> Result<Option<(DirEntry, Option<Attr>)>> 
     let s = session()?;
     let c = &s.client;
     let mut st = dir.lock().unwrap_or_else(|e| e.into_inner());
-    if st.dots < 2 {
+    let mut out = Vec::with_capacity(max.min(st.buffered.len() + 2));
+    while out.len() < max && st.dots < 2 {
         let dot = st.dots == 0;
         let name = if dot { "." } else { ".." };
         let h = if dot || file.path.trim_matches('/').is_empty() {
@@ -708,12 +709,12 @@ pub fn readdir(fd: i32, plus: bool) -> Result<Option<(DirEntry, Option<Attr>)>> 
             handle: h,
             kind: FileKind::Directory,
         };
-        return Ok(Some((entry, attr)));
+        out.push((entry, attr));
     }
-    loop {
+    while out.len() < max {
         if st.buffered.is_empty() {
             if st.done {
-                return Ok(None);
+                break;
             }
             let batch = c.config().settings.readdir_batch.max(1);
             let (entries, done) = s
@@ -740,8 +741,10 @@ pub fn readdir(fd: i32, plus: bool) -> Result<Option<(DirEntry, Option<Attr>)>> 
                 .collect();
             continue;
         }
-        return Ok(st.buffered.pop_front());
+        let n = (max - out.len()).min(st.buffered.len());
+        out.extend(st.buffered.drain(..n));
     }
+    Ok(out)
 }
 
 /// A hint named `name` of directory `path`, the directory's handle and the

@@ -4,6 +4,7 @@
  *
  * Each test works in its own directory under /capi-<pid>.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -417,6 +418,41 @@ static void test_a_listing_spans_several_batches(void **state)
     assert_int_equal(r, 0);
     assert_int_equal(count, N);
     OK(shoal_closedir(d));
+
+    /* The same listing a batch per call, with and without attributes. */
+    for (int plus = 0; plus < 2; plus++) {
+        static struct shoal_dirent ents[100];
+        static struct stat sts[100];
+        memset(seen, 0, sizeof seen);
+        d = shoal_opendir(at("many", NULL));
+        OK(d);
+        int calls = 0;
+        long got;
+        count = 0;
+        while ((got = shoal_readdir_many(d, ents, plus ? sts : NULL, 100)) > 0) {
+            assert_in_range(got, 1, 100);
+            calls++;
+            for (long k = 0; k < got; k++) {
+                if (ents[k].d_name[0] == '.')
+                    continue;
+                int i = atoi(ents[k].d_name + 1);
+                assert_int_equal(seen[i], 0);
+                seen[i] = 1;
+                assert_int_equal(ents[k].d_type, DT_REG);
+                if (plus) {
+                    assert_int_equal(sts[k].st_size, i % 2 ? 5 : 0);
+                    assert_int_equal(sts[k].st_ino, ents[k].d_ino);
+                }
+                count++;
+            }
+        }
+        assert_int_equal(got, 0);
+        assert_int_equal(count, N);
+        assert_int_equal(calls, (N + 2 + 99) / 100); /* full batches until the end */
+        OK(shoal_closedir(d));
+    }
+    assert_int_equal(shoal_readdir_many(-1, NULL, NULL, 1), -1);
+    assert_int_equal(errno, EFAULT);
 }
 
 struct writer {

@@ -394,8 +394,9 @@ pub struct FdInfo {
     /// it, so that an exec never inherits a stand-in).
     pub cloexec: bool,
     pub mounted: bool,
-    /// An entry getdents64 read but had no room for.
-    pub pending: Option<Box<shoal::shoal_dirent>>,
+    /// Listed entries not returned yet (a directory is listed a batch per
+    /// libshoal call); emptied when the listing starts over.
+    pub pending: std::collections::VecDeque<shoal::shoal_dirent>,
 }
 
 type InfoMap = std::collections::HashMap<c_int, FdInfo>;
@@ -499,7 +500,7 @@ pub fn adopt(sfd: c_int, local: Vec<u8>, flags: c_int, mounted: bool) -> c_int {
         flags: flags & !libc::O_CLOEXEC,
         cloexec: flags & libc::O_CLOEXEC != 0,
         mounted,
-        pending: None,
+        pending: std::collections::VecDeque::new(),
     };
     if kfd >= 0 {
         match register(kfd, info) {

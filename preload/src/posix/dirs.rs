@@ -121,36 +121,60 @@ pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
     }
 }
 
-/// The next entry of libshoal directory `sfd`, which goes into the cache
-/// under `base` + name: as listed (its attributes fetched if a stat asks),
-/// or with its attributes once this program has stat'ed a listed entry.
-/// Ok(None) at the end.
-fn next_entry(sfd: c_int, base: &[u8]) -> Result<Option<shoal::shoal_dirent>, ()> {
-    // SAFETY: zeroed C structs are valid; libshoal fills them.
-    let (mut e, mut st): (shoal::shoal_dirent, libc::stat) =
-        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-    let plus = cache::wants_attrs();
-    // SAFETY: our own structs.
-    match serve(Op::Readdir, || unsafe {
-        match plus {
-            true => shoal::shoal_readdirplus(sfd, &mut e, &mut st),
-            false => shoal::shoal_readdir(sfd, &mut e),
-        }
-    }) {
-        1 => {
-            // SAFETY: libshoal NUL-terminates the name.
-            let name = unsafe { std::ffi::CStr::from_ptr(e.d_name.as_ptr()) }.to_bytes();
-            if name != b"." && name != b".." {
-                match plus {
-                    true => cache::put([base, name].concat(), &st),
-                    false => cache::listed(base, name, e.d_ino, e.d_type == libc::DT_LNK),
-                }
-            }
-            Ok(Some(e))
-        }
-        0 => Ok(None),
-        _ => Err(()),
+/// Entries asked of libshoal per call.
+const BATCH_ENTRIES: usize = 64;
+
+/// The next entry of Shoal directory descriptor `kfd` (libshoal's `sfd`),
+/// Ok(None) at the end. Entries come from libshoal a batch per call and go
+/// into the cache under `base` + name: as listed (their attributes fetched
+/// if a stat asks), or with their attributes once this program has stat'ed
+/// a listed entry.
+fn next_entry(kfd: c_int, sfd: c_int, base: &[u8]) -> Result<Option<shoal::shoal_dirent>, ()> {
+    if let Some(e) = state::with_info(kfd, |i| i.pending.pop_front()).flatten() {
+        return Ok(Some(e));
     }
+    // SAFETY: zeroed C structs are valid; libshoal fills them.
+    let zero: (shoal::shoal_dirent, libc::stat) = unsafe { std::mem::zeroed() };
+    let mut ents = vec![zero.0; BATCH_ENTRIES];
+    let plus = cache::wants_attrs();
+    let mut sts = if plus {
+        vec![zero.1; BATCH_ENTRIES]
+    } else {
+        Vec::new()
+    };
+    let sts_ptr = if plus {
+        sts.as_mut_ptr()
+    } else {
+        std::ptr::null_mut()
+    };
+    // SAFETY: room for BATCH_ENTRIES entries (and stats).
+    let n = serve(Op::Readdir, || unsafe {
+        shoal::shoal_readdir_many(sfd, ents.as_mut_ptr(), sts_ptr, BATCH_ENTRIES) as c_int
+    });
+    if n < 0 {
+        return Err(());
+    }
+    ents.truncate(n as usize);
+    for (i, e) in ents.iter().enumerate() {
+        // SAFETY: libshoal NUL-terminates the name.
+        let name = unsafe { std::ffi::CStr::from_ptr(e.d_name.as_ptr()) }.to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        match plus {
+            true => cache::put([base, name].concat(), &sts[i]),
+            false => cache::listed(base, name, e.d_ino, e.d_type == libc::DT_LNK),
+        }
+    }
+    let mut ents = ents.into_iter();
+    let first = ents.next();
+    state::with_info(kfd, |i| i.pending.extend(ents));
+    Ok(first)
+}
+
+/// The listing of `kfd` starts over: what was fetched and not returned goes.
+pub fn forget_listed(kfd: c_int) {
+    state::with_info(kfd, |i| i.pending.clear());
 }
 
 fn fill(ent: &mut libc::dirent64, e: &shoal::shoal_dirent, off: i64) {
@@ -180,7 +204,7 @@ unsafe fn readdir_any(d: *mut DIR) -> *mut libc::dirent64 {
             return std::ptr::null_mut();
         }
     };
-    match next_entry(sfd, &sd.base) {
+    match next_entry(sd.kfd, sfd, &sd.base) {
         Ok(Some(e)) => {
             sd.pos += 1;
             fill(&mut sd.ent, &e, sd.pos);
@@ -244,6 +268,7 @@ pub unsafe extern "C" fn rewinddir(d: *mut DIR) {
     let sd = unsafe { &mut *(d as *mut ShoalDir) };
     if let Fd::Shoal(s) = state::fd(sd.kfd) {
         shoal::shoal_rewinddir(s);
+        forget_listed(sd.kfd);
         sd.pos = 0;
     }
 }
@@ -295,14 +320,10 @@ pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> s
     };
     let mut used = 0usize;
     loop {
-        let pending = state::with_info(fd, |i| i.pending.take()).flatten();
-        let e = match pending {
-            Some(p) => *p,
-            None => match next_entry(sfd, &base) {
-                Ok(Some(x)) => x,
-                Ok(None) => break,
-                Err(()) => return if used > 0 { used as ssize_t } else { -1 },
-            },
+        let e = match next_entry(fd, sfd, &base) {
+            Ok(Some(x)) => x,
+            Ok(None) => break,
+            Err(()) => return if used > 0 { used as ssize_t } else { -1 },
         };
         // SAFETY: libshoal NUL-terminates the name.
         let name = unsafe { std::ffi::CStr::from_ptr(e.d_name.as_ptr()) }.to_bytes();
@@ -311,7 +332,7 @@ pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> s
             if used == 0 {
                 return fail(libc::EINVAL);
             }
-            state::with_info(fd, |i| i.pending = Some(Box::new(e)));
+            state::with_info(fd, |i| i.pending.push_front(e));
             break;
         }
         // SAFETY: `len` bytes at `used` are inside the caller's buffer.

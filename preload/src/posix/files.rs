@@ -310,7 +310,14 @@ fn lseek_any(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
     match state::fd(fd) {
         // SAFETY: lseek's contract.
         Fd::Kernel => unsafe { real::lseek64(fd, off, whence) },
-        Fd::Shoal(s) => serve(Op::Seek, || shoal::shoal_lseek(s, off, whence)),
+        Fd::Shoal(s) => serve(Op::Seek, || {
+            let r = shoal::shoal_lseek(s, off, whence);
+            if r == 0 {
+                // A directory's listing starts over (getdents64 users).
+                super::dirs::forget_listed(fd);
+            }
+            r
+        }),
         Fd::Busy => busy(),
     }
 }

@@ -166,7 +166,7 @@ fn duplicate(kfd: c_int, s: c_int, k2: c_int, cloexec: bool) -> c_int {
             flags,
             cloexec,
             mounted,
-            pending: None,
+            pending: std::collections::VecDeque::new(),
         };
         match state::register(k2, info) {
             Ok(()) => k2,
