@@ -19,6 +19,7 @@ use shoal_client::{Attr, DirEntry, FileKind, OpenFiles};
 use shoal_proto::Handle;
 
 use crate::ffi::{err, Result};
+use crate::read_ahead::ReadAhead;
 
 /// Most descriptors open at once (EMFILE beyond).
 const MAX_DESCRIPTORS: usize = 1 << 20;
@@ -37,6 +38,8 @@ pub struct OpenFile {
     /// The file's attributes as this open created it; None if it opened an
     /// existing file (see `held_attrs`).
     pub created: Option<Attr>,
+    /// What a sequential small read fetched ahead.
+    pub read_ahead: Mutex<ReadAhead>,
     /// Whether every change to the file's attributes this process made since
     /// it created it is still held (`held_attrs`): only then is `created`,
     /// with the held changes, what the file is.
@@ -144,6 +147,18 @@ pub fn attributes_changed(h: Handle) {
     }
 }
 
+/// This process changed `h`'s data: what its descriptors read ahead goes.
+pub fn data_changed(h: Handle) {
+    for file in lock_table().slots.iter().flatten() {
+        if file.handle == h {
+            file.read_ahead
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
+        }
+    }
+}
+
 /// Whether some descriptor of this process is open on `h`.
 pub fn is_open(h: Handle) -> bool {
     lock_table().open.is_open(h)
@@ -207,6 +222,7 @@ mod tests {
             offset: AtomicU64::new(0),
             dir: None,
             created: None,
+            read_ahead: Mutex::default(),
             fresh: AtomicBool::new(false),
         }
     }

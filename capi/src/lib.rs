@@ -24,6 +24,7 @@ mod ffi;
 mod files;
 mod held_attrs;
 mod ops;
+mod read_ahead;
 mod session;
 
 use std::path::Path;

@@ -211,6 +211,7 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
         offset: AtomicU64::new(0),
         dir,
         created: created.then_some(attr),
+        read_ahead: Mutex::default(),
         fresh: AtomicBool::new(created),
     })
 }
@@ -303,13 +304,24 @@ pub fn read(fd: i32, buf: &mut [u8], at: Option<u64>) -> Result<usize> {
     let s = session()?;
     let len = buf.len() as u64;
     let start = at.unwrap_or_else(|| file.reserve(len));
-    let got = s.run(s.client.read(file.handle, start, buf.len()));
-    let n = got.as_ref().map_or(0, |d| d.len());
+    let lock_ra = || file.read_ahead.lock().unwrap_or_else(|e| e.into_inner());
+    let (served, fetch) = {
+        let mut ra = lock_ra();
+        (ra.serve(start, buf), ra.fetch_len(start, buf.len()))
+    };
+    if let Some(n) = served {
+        return Ok(n);
+    }
+    // The window's lock is not held across the request: concurrent reads
+    // of one descriptor proceed together.
+    let got = s.run(s.client.read(file.handle, start, fetch));
+    let n = got.as_ref().map_or(0, |d| d.len().min(buf.len()));
     if at.is_none() {
         file.settle(start, len, n as u64);
     }
     let data = got.map_err(about(&file.path))?;
-    buf[..n].copy_from_slice(&data);
+    buf[..n].copy_from_slice(&data[..n]);
+    lock_ra().fetched(start, data, n);
     Ok(n)
 }
 
@@ -340,6 +352,9 @@ pub fn write(fd: i32, buf: &[u8], at: Option<u64>) -> Result<usize> {
         None => file.reserve(len),
     };
     let done = s.run(c.write(file.handle, start, data));
+    // After the write: a read racing with it cannot leave older bytes
+    // in a window.
+    files::data_changed(file.handle);
     if at.is_none() && !file.append {
         file.settle(start, len, *done.as_ref().unwrap_or(&0) as u64);
     }
@@ -440,7 +455,9 @@ fn truncate_handle(h: Handle, length: i64, path: &str) -> Result<()> {
     let size = u64::try_from(length)
         .map_err(|_| err(libc::EINVAL, format!("negative length {length}")))?;
     let s = session()?;
-    s.run(s.client.truncate(h, size)).map_err(about(path))
+    let done = s.run(s.client.truncate(h, size)).map_err(about(path));
+    files::data_changed(h);
+    done
 }
 
 /// The object a path or descriptor names.

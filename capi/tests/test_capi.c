@@ -815,6 +815,45 @@ static void test_attribute_changes_of_a_new_file_are_sent_as_one(void **state)
     OK(shoal_close(fd));
 }
 
+static void test_small_sequential_reads_see_this_process_writes(void **state)
+{
+    (void)state;
+    enum { SIZE = 1 << 20, STEP = 4096 };
+    static unsigned char data[SIZE], back[STEP];
+    for (int i = 0; i < SIZE; i++)
+        data[i] = (unsigned char)(i * 7 + i / 4096);
+    OK(shoal_mkdir(at("readahead", NULL), 0755));
+    const char *f = at("readahead", "f");
+    int w = shoal_open(f, O_CREAT | O_RDWR, 0644);
+    OK(w);
+    assert_int_equal(shoal_write(w, data, SIZE), SIZE);
+    int r = shoal_open(f, O_RDONLY, 0);
+    OK(r);
+    /* Sequential 4 KiB reads (served from windows read ahead). */
+    for (long off = 0; off < SIZE; off += STEP) {
+        assert_int_equal(shoal_read(r, back, STEP), STEP);
+        assert_memory_equal(back, data + off, STEP);
+    }
+    assert_int_equal(shoal_read(r, back, STEP), 0);
+    /* A write through another descriptor of this process shows at once,
+     * inside a window the reader has already fetched. */
+    assert_int_equal(shoal_lseek(r, 0, SEEK_SET), 0);
+    assert_int_equal(shoal_read(r, back, STEP), STEP);
+    assert_int_equal(shoal_read(r, back, STEP), STEP);
+    memset(data + 3 * STEP, 0xAB, STEP);
+    assert_int_equal(shoal_pwrite(w, data + 3 * STEP, STEP, 3 * STEP), STEP);
+    assert_int_equal(shoal_read(r, back, STEP), STEP); /* block 2 */
+    assert_memory_equal(back, data + 2 * STEP, STEP);
+    assert_int_equal(shoal_read(r, back, STEP), STEP); /* block 3, rewritten */
+    assert_memory_equal(back, data + 3 * STEP, STEP);
+    /* So does a truncate. */
+    OK(shoal_ftruncate(w, 5 * STEP));
+    assert_int_equal(shoal_read(r, back, STEP), STEP);
+    assert_int_equal(shoal_read(r, back, STEP), 0);
+    OK(shoal_close(r));
+    OK(shoal_close(w));
+}
+
 static void test_metadata_calls(void **state)
 {
     (void)state;
@@ -959,6 +998,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_directory_hints),
         cmocka_unit_test(test_a_forked_child_does_io_on_its_own_connection),
         cmocka_unit_test(test_attribute_changes_of_a_new_file_are_sent_as_one),
+        cmocka_unit_test(test_small_sequential_reads_see_this_process_writes),
         cmocka_unit_test(test_metadata_calls),
     };
     int failed = cmocka_run_group_tests_name("libshoal before connecting", unconnected, NULL, NULL);
