@@ -137,26 +137,40 @@ pub fn remove(fd: i32) -> Result<(Arc<OpenFile>, bool)> {
     Ok((file, reclaim))
 }
 
-/// This process changed `h`'s attributes without holding the change: its
-/// descriptors' `created` attributes no longer say what it is.
-pub fn attributes_changed(h: Handle) {
-    for file in lock_table().slots.iter().flatten() {
-        if file.handle == h {
-            file.fresh.store(false, Ordering::Release);
+/// Runs `f` on every open file of this process on `h` but `except`. The
+/// descriptor slots are scanned only if `h` has other opens: a write, which
+/// calls this, must not cost a walk of every open descriptor.
+fn for_each_on(h: Handle, except: Option<&OpenFile>, f: impl Fn(&OpenFile)) {
+    let t = lock_table();
+    if t.open.opens(h) <= u32::from(except.is_some()) {
+        return;
+    }
+    for file in t.slots.iter().flatten() {
+        if file.handle == h && !except.is_some_and(|e| std::ptr::eq(e, &**file)) {
+            f(file);
         }
     }
 }
 
-/// This process changed `h`'s data: what its descriptors read ahead goes.
-pub fn data_changed(h: Handle) {
-    for file in lock_table().slots.iter().flatten() {
-        if file.handle == h {
-            file.read_ahead
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clear();
-        }
+/// This process changed `h`'s attributes without holding the change: its
+/// descriptors' `created` attributes no longer say what it is.
+pub fn attributes_changed(h: Handle) {
+    for_each_on(h, None, |file| file.fresh.store(false, Ordering::Release));
+}
+
+/// This process changed `h`'s data (through `writer`, if a descriptor):
+/// what its descriptors read ahead goes.
+pub fn data_changed(h: Handle, writer: Option<&OpenFile>) {
+    let clear = |file: &OpenFile| {
+        file.read_ahead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear()
+    };
+    if let Some(w) = writer {
+        clear(w);
     }
+    for_each_on(h, writer, clear);
 }
 
 /// Whether some descriptor of this process is open on `h`.

@@ -354,7 +354,7 @@ pub fn write(fd: i32, buf: &[u8], at: Option<u64>) -> Result<usize> {
     let done = s.run(c.write(file.handle, start, data));
     // After the write: a read racing with it cannot leave older bytes
     // in a window.
-    files::data_changed(file.handle);
+    files::data_changed(file.handle, Some(&file));
     if at.is_none() && !file.append {
         file.settle(start, len, *done.as_ref().unwrap_or(&0) as u64);
     }
@@ -456,7 +456,7 @@ fn truncate_handle(h: Handle, length: i64, path: &str) -> Result<()> {
         .map_err(|_| err(libc::EINVAL, format!("negative length {length}")))?;
     let s = session()?;
     let done = s.run(s.client.truncate(h, size)).map_err(about(path));
-    files::data_changed(h);
+    files::data_changed(h, None);
     done
 }
 

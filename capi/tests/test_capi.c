@@ -453,6 +453,29 @@ static void test_a_listing_spans_several_batches(void **state)
     }
     assert_int_equal(shoal_readdir_many(-1, NULL, NULL, 1), -1);
     assert_int_equal(errno, EFAULT);
+
+    /* Attributes by handle, as a listing names them. */
+    uint64_t handles[3];
+    struct stat by_path[2], by_handle[3];
+    OK(shoal_stat(at("many", "f0001"), &by_path[0]));
+    OK(shoal_stat(at("many", "f0002"), &by_path[1]));
+    handles[0] = by_path[0].st_ino;
+    handles[1] = by_path[1].st_ino;
+    OK(shoal_stat(at("many", "f0003"), &by_handle[2]));
+    handles[2] = by_handle[2].st_ino;
+    OK(shoal_unlink(at("many", "f0003")));
+    OK(shoal_stat_handles(handles, 3, by_handle));
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(by_handle[k].st_ino, by_path[k].st_ino);
+        assert_int_equal(by_handle[k].st_size, by_path[k].st_size);
+        assert_int_equal(by_handle[k].st_mode, by_path[k].st_mode);
+    }
+    assert_int_equal(by_handle[2].st_ino, 0); /* gone */
+    assert_int_equal(shoal_stat_handles(NULL, 1, by_handle), -1);
+    assert_int_equal(errno, EFAULT);
+    assert_int_equal(shoal_stat_handles(handles, 5000, by_handle), -1);
+    assert_int_equal(errno, EINVAL);
+    OK(shoal_stat_handles(NULL, 0, NULL));
 }
 
 struct writer {

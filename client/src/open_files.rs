@@ -30,6 +30,11 @@ impl OpenFiles {
         self.map.contains_key(&h)
     }
 
+    /// How many opens of `h` are not closed yet.
+    pub fn opens(&self, h: Handle) -> u32 {
+        self.map.get(&h).map_or(0, |e| e.opens)
+    }
+
     /// Records a close; true if it was the last one of a doomed file, which
     /// the caller must now reclaim.
     pub fn closed(&mut self, h: Handle) -> bool {

@@ -156,7 +156,7 @@ pub fn init() {
             } else if under_prefix(&dir) {
                 set_cwd(Some(dir));
             } else {
-                *KERNEL_CWD.write().unwrap_or_else(|e| e.into_inner()) = Some(dir);
+                set_kernel_cwd(Some(dir), &prefixes);
             }
         }
     }
@@ -342,7 +342,7 @@ pub fn cwd() -> Option<Vec<u8>> {
 /// kernel's chdir succeeded (then the kernel's is read again).
 pub fn set_cwd(dir: Option<Vec<u8>>) {
     if dir.is_none() {
-        *KERNEL_CWD.write().unwrap_or_else(|e| e.into_inner()) = real_getcwd();
+        set_kernel_cwd(real_getcwd(), prefixes());
     }
     let mut c = CWD.write().unwrap_or_else(|e| e.into_inner());
     HAS_CWD.store(dir.is_some(), Ordering::Release);
@@ -354,7 +354,35 @@ pub fn set_cwd(dir: Option<Vec<u8>>) {
 /// find the ones that lead into a prefix (`tar -xf t.tar -C mnt/dir` run from
 /// outside the mount). Kept up to date by the chdir and fchdir this library
 /// passes to the kernel.
-static KERNEL_CWD: RwLock<Option<Vec<u8>>> = RwLock::new(None);
+struct KernelCwd {
+    dir: Vec<u8>,
+    /// The first component of the way from `dir` down to each prefix below
+    /// it: a relative path that starts otherwise stays outside Shoal.
+    toward: Vec<Vec<u8>>,
+}
+
+static KERNEL_CWD: RwLock<Option<KernelCwd>> = RwLock::new(None);
+/// Whether some prefix lies below the kernel's current directory: when not
+/// (the common case), a relative path costs no lock and no allocation.
+static KERNEL_CWD_LEADS_IN: AtomicBool = AtomicBool::new(false);
+
+fn set_kernel_cwd(dir: Option<Vec<u8>>, prefixes: &[Prefix]) {
+    let cwd = dir.map(|dir| {
+        let toward = prefixes
+            .iter()
+            .filter_map(|p| {
+                let rest = paths::under(&p.local, &dir)?;
+                rest.split(|&b| b == b'/')
+                    .find(|c| !c.is_empty())
+                    .map(<[u8]>::to_vec)
+            })
+            .collect();
+        KernelCwd { dir, toward }
+    });
+    let leads_in = cwd.as_ref().is_some_and(|c| !c.toward.is_empty());
+    *KERNEL_CWD.write().unwrap_or_else(|e| e.into_inner()) = cwd;
+    KERNEL_CWD_LEADS_IN.store(leads_in, Ordering::Release);
+}
 
 fn real_getcwd() -> Option<Vec<u8>> {
     let mut buf = vec![0u8; libc::PATH_MAX as usize];
@@ -368,14 +396,22 @@ fn real_getcwd() -> Option<Vec<u8>> {
     (buf.first() == Some(&b'/')).then_some(buf)
 }
 
-/// A relative path taken from the kernel's current directory, unless it
-/// has a `..` (see [`paths::has_dotdot`]) or that directory is unknown.
+/// A relative path taken from the kernel's current directory, if it may lead
+/// into a prefix: not if it has a `..` (see [`paths::has_dotdot`]), nor if
+/// its first component is not on the way to one.
 fn from_kernel_cwd(rel: &[u8]) -> Option<Vec<u8>> {
-    if paths::has_dotdot(rel) {
+    if !KERNEL_CWD_LEADS_IN.load(Ordering::Acquire) || paths::has_dotdot(rel) {
         return None;
     }
-    let dir = KERNEL_CWD.read().unwrap_or_else(|e| e.into_inner());
-    Some(paths::join(dir.as_deref()?, rel))
+    let cwd = KERNEL_CWD.read().unwrap_or_else(|e| e.into_inner());
+    let cwd = cwd.as_ref()?;
+    let first = rel
+        .split(|&b| b == b'/')
+        .find(|c| !c.is_empty() && *c != b".")?;
+    cwd.toward
+        .iter()
+        .any(|t| t == first)
+        .then(|| paths::join(&cwd.dir, rel))
 }
 
 // ---------------------------------------------------------------- descriptors

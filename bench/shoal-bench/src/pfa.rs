@@ -75,7 +75,7 @@ pub fn pfa(opts: &PfaOptions) -> Result<()> {
     let dirs: Vec<(String, PathBuf)> = opts
         .dirs
         .iter()
-        .map(|d| Ok((label(d)?, canonical_dir(d)?)))
+        .map(|d| canonical_dir(d).map(|d| (label(&d), d)))
         .collect::<Result<_>>()?;
     let mut measured: BTreeMap<(usize, Pattern), Measured> = BTreeMap::new();
     let mut checkpoints = Vec::new();
@@ -110,15 +110,13 @@ pub fn pfa(opts: &PfaOptions) -> Result<()> {
 }
 
 /// "shoal" for a Shoal mount, else the file system's type.
-fn label(dir: &Path) -> Result<String> {
-    let dir = canonical_dir(dir)?;
-    let context = report::environment(&dir);
-    let fs = report::fs_type_of(&context);
-    Ok(if fs.contains("shoal") {
+fn label(dir: &Path) -> String {
+    let fs = report::fs_type_of(&report::environment(dir));
+    if fs.contains("shoal") {
         "shoal".into()
     } else {
         fs
-    })
+    }
 }
 
 fn one_run(opts: &PfaOptions, dir: &Path, p: Pattern, m: &mut Measured) -> Result<()> {

@@ -245,16 +245,7 @@ pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()
         }
         Ok(())
     })?;
-    b.phase(PHASES[7].0, || {
-        for name in &names {
-            fs::remove_file(name).map_err(|e| at(name, e))?;
-        }
-        Ok(())
-    })?;
-    b.phase(PHASES[8].0, || {
-        fs::remove_dir(&dir).map_err(|e| at(&dir, e))
-    })?;
-    Ok(())
+    remove_phases(&mut b, &names, &dir)
 }
 
 /// One worker process in the open+close form: every phase opens each file
@@ -317,16 +308,7 @@ pub fn reopen_worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Re
     })?;
     b.phase(PHASES[5].0, || readdir_stat(&dir, files, size as u64))?;
     b.phase(PHASES[6].0, || Ok(()))?;
-    b.phase(PHASES[7].0, || {
-        for name in &names {
-            fs::remove_file(name).map_err(|e| at(name, e))?;
-        }
-        Ok(())
-    })?;
-    b.phase(PHASES[8].0, || {
-        fs::remove_dir(&dir).map_err(|e| at(&dir, e))
-    })?;
-    Ok(())
+    remove_phases(&mut b, &names, &dir)
 }
 
 /// `got` is what was written (`want`), or an error naming the file.
@@ -386,4 +368,15 @@ fn readdir_stat(dir: &Path, files: usize, size: u64) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The last two phases of both forms: unlink every file, then the directory.
+fn remove_phases(b: &mut Barrier, names: &[PathBuf], dir: &Path) -> Result<()> {
+    b.phase(PHASES[7].0, || {
+        for name in names {
+            fs::remove_file(name).map_err(|e| at(name, e))?;
+        }
+        Ok(())
+    })?;
+    b.phase(PHASES[8].0, || fs::remove_dir(dir).map_err(|e| at(dir, e)))
 }
