@@ -5,6 +5,7 @@
     bench/plot.py no_metafile bench/results/no_metafile.csv bench/results/no_metafile.png
     bench/plot.py interfaces bench/results/interfaces-smallfile.csv bench/results/interfaces-smallfile.png
     bench/plot.py pfa bench/results/pfa.csv bench/results/pfa.png
+    bench/plot.py writesize bench/results/writesize.csv bench/results/writesize.png
 
 The interfaces charts (`shoal bench interfaces ...`): per metric, one bar per
 target (preload library, FUSE mount, native client, bindfs passthrough), one
@@ -161,7 +162,35 @@ def pfa(csv_path, png_path):
     fig.savefig(png_path, dpi=100)
 
 
-CHARTS = {"ablation": ablation, "no_metafile": no_metafile, "interfaces": interfaces, "pfa": pfa}
+def writesize(csv_path, png_path):
+    """`shoal bench writesize`: MiB/s per write size, a line per data path."""
+    rows = list(csv.DictReader(open(csv_path)))
+    experiments = list(dict.fromkeys(r["experiment"] for r in rows))
+    fig, axes = plt.subplots(1, len(experiments), figsize=(6 * len(experiments), 4.5))
+    for ax, e in zip(axes if len(experiments) > 1 else [axes], experiments):
+        mine = [r for r in rows if r["experiment"] == e]
+        for path in dict.fromkeys(r["path"] for r in mine):
+            pts = sorted((int(r["size"]), float(r["median_mib_s"])) for r in mine if r["path"] == path)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=path)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("write size (bytes)")
+        ax.set_ylabel("MiB/s (higher is better)")
+        ax.set_title(e)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("[Hildebrand 2006]: direct path, gathering path and the write threshold")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+
+
+CHARTS = {
+    "ablation": ablation,
+    "no_metafile": no_metafile,
+    "interfaces": interfaces,
+    "pfa": pfa,
+    "writesize": writesize,
+}
 
 if __name__ == "__main__":
     if len(sys.argv) != 4 or sys.argv[1] not in CHARTS:

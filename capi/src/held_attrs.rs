@@ -21,7 +21,7 @@
 //! error (a close still closes), as a write-back error reaches a later call.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Once};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use shoal_client::{Attr, Cred, FileKind, SetAttr};
 
@@ -95,8 +95,12 @@ pub fn hold(file: Arc<OpenFile>, cred: Cred, set: &SetAttr) -> Result<bool> {
         h.attr.mode = m;
     }
     HOLDING.store(true, Ordering::Release);
-    register_exit_flush();
     Ok(true)
+}
+
+/// Whether a change is held.
+pub fn holding() -> bool {
+    HOLDING.load(Ordering::Acquire)
 }
 
 /// Sends the held change, if any.
@@ -124,17 +128,6 @@ fn send(held: Option<Held>) -> Result<()> {
     h.file.fresh.store(false, Ordering::Release);
     let s = session::current()?;
     s.run(s.client.setattr(h.file.handle, &h.set)).map(|_| ())
-}
-
-fn register_exit_flush() {
-    static ONCE: Once = Once::new();
-    extern "C" fn at_exit() {
-        let _ = flush();
-    }
-    // SAFETY: a plain function that lives as long as the process.
-    ONCE.call_once(|| unsafe {
-        libc::atexit(at_exit);
-    });
 }
 
 #[cfg(test)]

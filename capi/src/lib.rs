@@ -174,15 +174,19 @@ pub extern "C" fn shoal_close(fd: c_int) -> c_int {
     })
 }
 
-/// Sends the attribute changes libshoal holds back: a chmod that widens
+/// Sends what libshoal holds back. Attribute changes: a chmod that widens
 /// access, a chown that changes nothing and utimens, through a descriptor
 /// whose open created the file, wait for the process's next call of another
 /// kind, so that `tar` and `cp -p` pay one round trip for the three they make
-/// per file. Every other call sends them first, and so does exit(3); a
-/// program that ends with `_exit` calls this first.
+/// per file. Writes under the cluster's `write_threshold`: kept and joined,
+/// and sent when a file's buffer fills, at its close or fsync, on a read of
+/// them, or on a write `gather_delay_ms` later. exit(3), exec through the
+/// preload library and shoal_disconnect send both; a program that ends with
+/// `_exit` calls this first. Fails with the error of a send that failed
+/// (of this call or an earlier one not reported by a close or fsync).
 #[no_mangle]
 pub extern "C" fn shoal_flush() -> c_int {
-    call("shoal_flush", -1, || Ok(0))
+    call_keeping_held("shoal_flush", -1, || session::send_everything().map(|_| 0))
 }
 
 /// dup(2): a new descriptor sharing `fd`'s open file and offset.

@@ -263,14 +263,22 @@ async fn open_or_create(
 }
 
 /// close(2). A file unlinked while open goes with its last descriptor.
+/// Writes the gathering path keeps go first (another client that opens
+/// the file next sees them), and close reports a send of them that failed.
 pub fn close(fd: i32) -> Result<()> {
     let (file, reclaim) = files::remove(fd)?;
+    let s = session()?;
+    let sent = match file.writable {
+        true => s
+            .run(s.client.flush(file.handle))
+            .map_err(about(&file.path)),
+        false => Ok(()),
+    };
     if reclaim {
-        let s = session()?;
         s.run(s.client.reclaim(file.handle))
             .map_err(about(&file.path))?;
     }
-    Ok(())
+    sent
 }
 
 /// dup(2): a second descriptor for the same open file (offset shared).

@@ -118,6 +118,55 @@ pub fn current() -> Result<Arc<Session>> {
     Ok(c.session.clone())
 }
 
+/// Sends what this process holds back: an attribute change (`held_attrs`)
+/// and the writes its client keeps (the gathering path). Reports the first
+/// failure, of this send or of an earlier one not reported yet.
+pub fn send_everything() -> Result<()> {
+    let attrs = held_attrs::flush();
+    let writes = match ours() {
+        Some(s) => s.run(s.client.flush_all()),
+        None => Ok(()),
+    };
+    attrs.and(writes)
+}
+
+/// The session if this process built it (never builds one: a forked child
+/// that made no call has nothing of its own to send).
+fn ours() -> Option<Arc<Session>> {
+    let state = STATE.read().unwrap_or_else(|e| e.into_inner());
+    let c = state.as_ref()?;
+    (c.session.pid == std::process::id()).then(|| c.session.clone())
+}
+
+/// What is held back goes at exit(3) (not at `_exit`, which skips atexit
+/// handlers: a program that ends so calls shoal_flush first).
+///
+/// From a thread of its own: glibc runs the exiting thread's thread-local
+/// destructors before the atexit handlers, so on that thread the runtime's
+/// context (a thread-local) is gone and waiting on it would panic.
+fn register_exit_send() {
+    static ONCE: Once = Once::new();
+    extern "C" fn at_exit() {
+        let keeps = ours().is_some_and(|s| s.client.keeps_writes());
+        if !keeps && !held_attrs::holding() {
+            return;
+        }
+        let sent = std::panic::catch_unwind(|| {
+            std::thread::Builder::new()
+                .name("shoal-exit".into())
+                .spawn(send_everything)
+                .map(|t| t.join())
+        });
+        if !matches!(sent, Ok(Ok(Ok(Ok(()))))) {
+            eprintln!("libshoal: at exit, sending kept writes or attribute changes failed");
+        }
+    }
+    // SAFETY: a plain function that lives as long as the process.
+    ONCE.call_once(|| unsafe {
+        libc::atexit(at_exit);
+    });
+}
+
 fn not_connected() -> shoal_client::ShoalError {
     err(
         libc::ENOTCONN,
@@ -131,6 +180,7 @@ fn not_connected() -> shoal_client::ShoalError {
 /// more user; to another file is EISCONN.
 pub fn connect(cluster_file: &Path, check: bool, flavor: Flavor) -> Result<()> {
     install_fork_handlers();
+    register_exit_send();
     let canonical = std::fs::canonicalize(cluster_file).map_err(|e| {
         shoal_client::ShoalError::from(e)
             .context(format!("cluster file {}", cluster_file.display()))
@@ -181,7 +231,8 @@ pub fn disconnect() -> Result<()> {
         std::mem::forget(c.session);
         return Ok(());
     }
-    let mut first_error = None;
+    // Writes kept by the gathering path go before the connections do.
+    let mut first_error = c.session.run(c.session.client.flush_all()).err();
     for h in doomed {
         if let Err(e) = c.session.run(c.session.client.reclaim(h)) {
             first_error.get_or_insert(e);

@@ -112,6 +112,11 @@ impl Client {
                 self.inner.known_dirs.seen(rec);
             }
         }
+        if let Some(end) = self.kept_end(h) {
+            // Writes this client keeps make the file longer than its
+            // servers know yet.
+            attr.size = attr.size.max(end);
+        }
         Ok(Some(attr))
     }
 
@@ -193,6 +198,7 @@ impl Client {
     /// file, so that its next data request has the rights the new mode
     /// gives.
     pub async fn setattr(&self, h: Handle, set: &SetAttr) -> Result<Attr> {
+        self.send_kept(h).await;
         if let Some(size) = set.size {
             self.truncate(h, size).await?;
         }
@@ -247,6 +253,9 @@ impl Client {
         create_only: bool,
         replace_only: bool,
     ) -> Result<()> {
+        if let Some(done) = self.threshold_xattr(h, name, Some(value)).await {
+            return done;
+        }
         self.pool()
             .call::<ops::SetXattr>(
                 server_of(h),
@@ -265,6 +274,9 @@ impl Client {
     }
 
     pub async fn getxattr(&self, h: Handle, name: &str) -> Result<Vec<u8>> {
+        if let Some(value) = self.threshold_xattr_value(h, name).await {
+            return Ok(value);
+        }
         let reply: GetXattrReply = self
             .pool()
             .call::<ops::GetXattr>(
@@ -288,6 +300,9 @@ impl Client {
     }
 
     pub async fn removexattr(&self, h: Handle, name: &str) -> Result<()> {
+        if let Some(done) = self.threshold_xattr(h, name, None).await {
+            return done;
+        }
         self.pool()
             .call::<ops::RemoveXattr>(
                 server_of(h),

@@ -53,6 +53,18 @@ impl Client {
             && !self.inner.dists.get(&h).is_some_and(|d| d.is_single(h))
     }
 
+    /// Whether a write to file `h` could be refused by the server holding it
+    /// with no capability to show the right beforehand: a file without a
+    /// metafile on a cluster with a secret, written by anyone but root (its
+    /// server checks the caller against the file's own record).
+    pub(crate) fn checked_only_by_its_server(&self, h: Handle) -> bool {
+        let settings = &self.config().settings;
+        let root = self.cred.is_root() && !settings.root_squash;
+        self.config().secret_file.is_some()
+            && !root
+            && self.inner.dists.get(&h).is_some_and(|d| d.is_single(h))
+    }
+
     /// A capability of the caller for file `h` that grants `need` (a right,
     /// or `capability::ANY`): the one kept, else a fresh one from the file's
     /// server. EACCES if the caller does not have the right.

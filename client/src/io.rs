@@ -121,39 +121,20 @@ impl Client {
 
     /// The distribution for reading or writing file `h` up to byte `end`.
     /// Within the first strip any stuffed layout this client saw will do.
-    async fn dist_upto(&self, h: Handle, end: u64) -> Result<Distribution> {
+    pub(crate) async fn dist_upto(&self, h: Handle, end: u64) -> Result<Distribution> {
         match self.inner.dists.stuffed_layout(&h) {
             Some(d) if end <= d.strip_size => Ok(d),
             _ => self.distribution(h).await,
         }
     }
 
-    /// Writes `data` at `offset` of file `h`; returns the bytes written.
-    pub async fn write(&self, h: Handle, offset: u64, data: Bytes) -> Result<usize> {
-        if data.is_empty() {
-            return Ok(0);
-        }
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|e| *e <= dist::MAX_FILE_SIZE)
-            .ok_or_else(|| {
-                ShoalError::new(
-                    Errno::EFBIG,
-                    format!(
-                        "write at offset {offset} goes past the largest file size ({} bytes)",
-                        dist::MAX_FILE_SIZE
-                    ),
-                )
-            })?;
-        self.with_capability(h, WRITE, |cap| self.write_with(h, offset, &data, end, cap))
-            .await?;
-        let now = shoal_proto::time::now_ns();
-        self.inner.attrs.update(&h, |a| {
-            a.size = a.size.max(end);
-            a.mtime_ns = now;
-            a.ctime_ns = now;
-        });
-        Ok(data.len())
+    /// Sends a write of `data` at `offset` (ending at `end`) of file `h`
+    /// straight to the servers holding its strips, all in parallel: the
+    /// direct path (`write_path` decides which path a write takes).
+    pub(crate) async fn write_direct(&self, h: Handle, offset: u64, data: &Bytes) -> Result<()> {
+        let end = offset + data.len() as u64;
+        self.with_capability(h, WRITE, |cap| self.write_with(h, offset, data, end, cap))
+            .await
     }
 
     /// A write of `data` at `offset` (ending at `end`) with capability `cap`.
@@ -207,6 +188,7 @@ impl Client {
             return Ok(Bytes::new());
         }
         len = len.min((dist::MAX_FILE_SIZE - offset) as usize);
+        self.settle_for_read(h, offset).await;
         self.with_capability(h, READ, |cap| self.read_with(h, offset, len, cap))
             .await
     }
@@ -306,6 +288,7 @@ impl Client {
                 ),
             ));
         }
+        self.send_kept(h).await;
         self.with_capability(h, WRITE, |cap| self.truncate_with(h, size, cap))
             .await?;
         let now = shoal_proto::time::now_ns();
@@ -359,6 +342,7 @@ impl Client {
     /// EIO if a server restarted since it acknowledged a change to the file
     /// that was not durable yet (see `uncommitted_writes`).
     pub async fn fsync(&self, h: Handle) -> Result<()> {
+        self.flush(h).await?;
         let replies = match self.distribution(h).await {
             Ok(_) => {
                 self.with_capability(h, ANY, |cap| self.commit_file(h, cap))

@@ -29,6 +29,8 @@ mod pool;
 mod readdirplus;
 mod types;
 mod uncommitted_writes;
+mod write_back;
+mod write_path;
 
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
@@ -42,6 +44,7 @@ use shoal_proto::{ops, Handle, Operation};
 pub use open_files::OpenFiles;
 pub use shoal_proto::error::{Errno, ShoalError};
 pub use types::*;
+pub use write_path::{WritePaths, THRESHOLD_XATTR};
 
 use cache::TtlCache;
 use pool::Pool;
@@ -72,6 +75,8 @@ struct Inner {
     /// File changes acknowledged and not yet fsynced (unstable writes
     /// awaiting commit), with their servers' verifiers.
     uncommitted_writes: uncommitted_writes::UncommittedWrites,
+    /// Small writes kept to send later (the gathering path).
+    gathering: write_path::Gathering,
 }
 
 impl Client {
@@ -90,6 +95,7 @@ impl Client {
                 known_dirs: known_dirs::KnownDirs::new(ttl),
                 next_server: AtomicU32::new(first),
                 uncommitted_writes: Default::default(),
+                gathering: Default::default(),
                 pool: Pool::new(config),
             }),
             cred: current_cred(),

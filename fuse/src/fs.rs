@@ -264,8 +264,11 @@ fn set_time(t: TimeOrNow) -> SetTime {
 
 impl Filesystem for ShoalFs {
     fn destroy(&mut self) {
-        // Files unlinked while open and still open when the mount ends.
         let c = self.shared.client.clone();
+        if let Err(e) = self.rt.block_on(c.flush_all()) {
+            tracing::warn!("writes kept for sending were lost at unmount: {e}");
+        }
+        // Files unlinked while open and still open when the mount ends.
         let doomed = self.shared.open.lock().unwrap().take_doomed();
         for h in doomed {
             if let Err(e) = self.rt.block_on(c.reclaim(h)) {
@@ -575,18 +578,28 @@ impl Filesystem for ShoalFs {
 
     fn flush(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Writes reach the servers before they are acknowledged (the client has
-        // no write-back buffer), so close has nothing left to send. ENOSYS
-        // tells the kernel so once: it stops sending FLUSH, and every close
-        // after this one saves a round trip to this process.
-        reply.error(fuser::Errno::from_i32(libc::ENOSYS));
-        self.answered("flush", Instant::now());
+        if self.shared.client.config().settings.write_threshold == 0 {
+            // Every write reaches the servers before it is acknowledged, so
+            // close has nothing left to send. ENOSYS tells the kernel so
+            // once: it stops sending FLUSH, and every close after this one
+            // saves a round trip to this process.
+            reply.error(fuser::Errno::from_i32(libc::ENOSYS));
+            return self.answered("flush", Instant::now());
+        }
+        // close(2): what the gathering path keeps of the file goes to the
+        // servers before close returns, and close reports a send that failed.
+        self.serve(
+            req,
+            "flush",
+            reply,
+            |c, _| async move { c.flush(ino.0).await },
+        );
     }
 
     fn release(
@@ -725,8 +738,11 @@ impl Filesystem for ShoalFs {
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = or_reply!("getxattr", xattr_name(name), reply);
         if ino == INodeNo::ROOT && name == stats::XATTR {
-            // `shoal stats --mount DIR`: the table, not counted.
-            return reply_value(reply, size, self.stats.table().as_bytes());
+            // `shoal stats --mount DIR`: the table, not counted, and which
+            // path the mount's writes took.
+            let paths = stats::write_paths_line(&self.shared.client.write_paths());
+            let text = self.stats.table() + &paths;
+            return reply_value(reply, size, text.as_bytes());
         }
         self.serve_then(
             req,

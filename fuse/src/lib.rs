@@ -72,6 +72,7 @@ pub fn mount(
         .map_err(|e| ShoalError::from(e).context(mountpoint.display()))?;
     reserve_standard_fds();
     let config = session_config(opts);
+    let sender = send_due_writes(&client, &runtime);
     let fs = fs::ShoalFs::new(client, runtime, opts.ttl);
     let session = Session::new(fs, &mountpoint, &config)
         .map_err(|e| ShoalError::from(e).context(format!("mount {}", mountpoint.display())))?;
@@ -80,8 +81,28 @@ pub fn mount(
     session
         .run()
         .map_err(|e| ShoalError::from(e).context(format!("serving {}", mountpoint.display())))?;
+    sender.abort();
     tracing::info!("unmounted {}", mountpoint.display());
     Ok(())
+}
+
+/// Sends the gathering path's kept writes once they are `gather_delay_ms`
+/// old, so other clients see them that soon even if the writer keeps the
+/// file open (close and fsync send them anyway).
+fn send_due_writes(
+    client: &shoal_client::Client,
+    runtime: &tokio::runtime::Handle,
+) -> tokio::task::JoinHandle<()> {
+    let client = client.clone();
+    let delay = client.config().settings.gather_delay_ms.max(2) as u64;
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(delay / 2));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            client.flush_due().await;
+        }
+    })
 }
 
 /// Makes sure descriptors 0, 1 and 2 are open (on /dev/null if they were

@@ -98,6 +98,24 @@ pub struct Settings {
     /// already holds one within this time. Default 60.
     pub capability_ttl_s: u32,
 
+    // The write threshold [Hildebrand 2006]: the gathering path for small
+    // writes, the direct path for large ones.
+    /// Writes smaller than this many bytes take the gathering path: the
+    /// client keeps them in a per-file write-back buffer that joins touching
+    /// and overlapping writes and sends them later as a few large writes;
+    /// larger writes go straight to the servers holding the strips. 0: every
+    /// write goes direct. A mount may use another (`shoal mount -o
+    /// write_threshold=N`). Default 32 KiB.
+    pub write_threshold: u32,
+    /// Bytes a file's write-back buffer holds before it is sent. Default 1 MiB.
+    pub gather_buffer: u32,
+    /// Milliseconds a buffered write waits at most before it is sent, if
+    /// nothing sends it sooner (a full buffer, fsync, close, a read or a
+    /// large write of the file); a client with no thread of its own
+    /// (libshoal, the preload library) sends on its next call after that.
+    /// Default 20.
+    pub gather_delay_ms: u32,
+
     // The small-file techniques of [Carns 2009], each a switch (all on by default;
     // `shoal up --baseline` turns all five off).
     /// Precreate: servers keep pools of datafile handles created ahead on every
@@ -151,6 +169,9 @@ impl Default for Settings {
             max_transfer: 1 << 20,
             root_squash: false,
             capability_ttl_s: 60,
+            write_threshold: 32 << 10,
+            gather_buffer: 1 << 20,
+            gather_delay_ms: 20,
             precreate: true,
             precreate_batch: 512,
             precreate_low_mark: 128,
@@ -273,6 +294,18 @@ impl Settings {
         check(
             self.eager_limit <= self.max_transfer,
             "eager_limit must be at most max_transfer",
+        )?;
+        check(
+            (4096..=64 << 20).contains(&self.gather_buffer),
+            "gather_buffer must be between 4096 and 64 MiB",
+        )?;
+        check(
+            self.write_threshold <= self.gather_buffer,
+            "write_threshold must be at most gather_buffer",
+        )?;
+        check(
+            (1..=60_000).contains(&self.gather_delay_ms),
+            "gather_delay_ms must be 1..=60000",
         )
     }
 }

@@ -182,9 +182,15 @@ async fn a_crash_during_an_unstuff_keeps_the_first_strip_and_orphans_only_new_da
     client.fsync(h).await.unwrap();
 
     arm(&mut cluster, 0, cp::UNSTUFF_AFTER_CREATE);
-    let past = client
-        .write(h, strip as u64 * 2, Bytes::from(pattern(2, 5000)))
-        .await;
+    // A small write is kept (the gathering path): its send, which needs
+    // the unstuff, fails at the fsync that reports it.
+    let past = async {
+        client
+            .write(h, strip as u64 * 2, Bytes::from(pattern(2, 5000)))
+            .await?;
+        client.fsync(h).await
+    }
+    .await;
     assert!(past.is_err(), "the unstuff never completed");
     crashed_restart(&mut cluster, 0);
 

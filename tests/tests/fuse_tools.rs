@@ -947,7 +947,12 @@ fn getfattr_setfattr_round_trip() {
 fn file_capabilities_are_refused_and_a_small_write_is_one_message() {
     use std::os::unix::fs::FileExt;
 
-    let mut c = Cluster::builder().servers(4).start();
+    // The direct path, so that the write is its one message (the gathering
+    // path would keep it for the close).
+    let mut c = Cluster::builder()
+        .servers(4)
+        .set("write_threshold=0")
+        .start();
     let mnt = c.mount();
     std::fs::write(mnt.join("f"), b"x").unwrap();
     // A well-formed VFS_CAP_REVISION_2 value (the kernel checks the format).

@@ -109,6 +109,7 @@ fn a_create_without_o_excl_through_the_mount_opens_what_another_client_made() {
             .write(h, 0, Bytes::from_static(b"their data"))
             .await
             .unwrap();
+        other.flush(h).await.unwrap();
     });
 
     // O_CREAT without O_EXCL: the existing file, untouched.

@@ -874,6 +874,7 @@ async fn native_client_offsets_near_u64_max_are_clear_errors() {
         .write(f, 0, Bytes::from_static(b"abc"))
         .await
         .unwrap();
+    client.flush(f).await.unwrap();
 
     type Check = (&'static str, u64, usize, bool);
     // (operation, offset or size, length, is a read)

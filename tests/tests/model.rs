@@ -816,6 +816,17 @@ impl Shoal<'_> {
         })
     }
 
+    /// Sends what every native actor keeps (the mounts' programs closed
+    /// their files already).
+    fn flush_all(&self) -> Result<(), ShoalError> {
+        for a in self.actors {
+            if let Actor::Native { client, .. } = a {
+                self.block_on(client.flush_all())?;
+            }
+        }
+        Ok(())
+    }
+
     fn apply(&self, who: usize, op: &Op<Path>) -> Result<Out, ShoalError> {
         let c = match &self.actors[who] {
             Actor::Native { client, .. } => client,
@@ -864,7 +875,15 @@ impl Shoal<'_> {
                 } => {
                     let (h, _) = c.resolve(&self.abs(path)).await?;
                     let data = Bytes::from(pattern(*seed, *offset, *len));
-                    Ok(Out::Written(c.write(h, *offset, data).await?))
+                    let written = c.write(h, *offset, data).await?;
+                    if self.actors.len() > 1 {
+                        // Among several clients a write is a program's write
+                        // and close: others see it (close-to-open). Alone,
+                        // the client keeps small writes, and every later
+                        // operation must see them all the same.
+                        c.flush(h).await?;
+                    }
+                    Ok(Out::Written(written))
                 }
                 Op::Truncate(p, size) => {
                     let (h, _) = c.resolve(&self.abs(p)).await?;
@@ -1030,6 +1049,10 @@ fn run_case(shoal: &Shoal, ops: &[(Who, Op<Sel>)]) -> Result<(), TestCaseError> 
         }
         trace += &format!("op {i} `{shown:?}`{by} -> {}\n", outcome(&want));
     }
+    // The programs end: what their clients keep goes to the servers.
+    shoal
+        .flush_all()
+        .map_err(|e| TestCaseError::fail(format!("{trace}flushing at the end: {e}")))?;
     let tree = shoal
         .snapshot()
         .map_err(|e| TestCaseError::fail(format!("{trace}reading the final tree: {e}")))?;

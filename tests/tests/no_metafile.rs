@@ -183,6 +183,7 @@ async fn chmod_chown_and_utimes_are_stored_on_the_datafile() {
 
     // Data written after the utimes is the newer mtime, as for any file.
     client.write(h, 0, Bytes::from_static(b"x")).await.unwrap();
+    client.flush(h).await.unwrap();
     let a = other.getattr(h).await.unwrap();
     assert!(a.mtime_ns > 2_000_000_000);
     assert_eq!(a.size, 1);
@@ -233,6 +234,7 @@ async fn renamed_or_moved_it_stays_a_readable_file_without_metafile() {
         .write(h, 0, Bytes::from_static(b"payload"))
         .await
         .unwrap();
+    client.flush(h).await.unwrap();
 
     client.rename(nm, "a", nm, "b", false).await.unwrap();
     client.rename(nm, "b", plain, "c", false).await.unwrap();
@@ -276,6 +278,7 @@ async fn hard_links_name_the_datafile_and_it_goes_with_the_last() {
         .write(h, 0, Bytes::from_static(b"kept"))
         .await
         .unwrap();
+    client.flush(h).await.unwrap();
     let objects = all_objects(&cluster, &fresh).await.len();
     assert_eq!(client.link(h, plain, "b").await.unwrap().nlink, 2);
     assert_eq!(client.link(h, nm, "c").await.unwrap().nlink, 3);

@@ -623,8 +623,13 @@ async fn a_chmod_reaches_a_user_holding_a_capability_within_its_lifetime() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capabilities_cost_no_message_where_the_switches_promise_one() {
     // All on: a user's create, small write, stat, read and remove are one
-    // message each (the capability comes with the create's reply).
-    let cluster = Cluster::builder().servers(4).start();
+    // message each (the capability comes with the create's reply). The
+    // write takes the direct path here (the gathering path would send it
+    // later, with whatever else the file gets).
+    let cluster = Cluster::builder()
+        .servers(4)
+        .set("write_threshold=0")
+        .start();
     let root = cluster.uncached_client();
     root.ping_all().await.unwrap();
     cluster.wait_for_pools(&root).await;
@@ -654,7 +659,11 @@ async fn capabilities_cost_no_message_where_the_switches_promise_one() {
 
     // The baseline protocol: create n+3 (set_dist brings the capability),
     // a small write 2 (rendezvous and data, eager being off).
-    let cluster = Cluster::builder().servers(4).baseline().start();
+    let cluster = Cluster::builder()
+        .servers(4)
+        .baseline()
+        .set("write_threshold=0")
+        .start();
     let root = cluster.uncached_client();
     let (_, _, [create, write]) = alices_create_and_write(&cluster, &root).await;
     assert_eq!((create, write), (4 + 3, 2));

@@ -3,6 +3,9 @@
 //! one get_sizes per server per batch, not a getattr per entry; with the
 //! switch off it falls back to one getattr per entry. The FUSE mount answers
 //! `ls -l` with it.
+//!
+//! Writes here take the direct path (`write_threshold = 0`): the tests count
+//! its messages and read what other clients wrote without their close.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -90,6 +93,7 @@ fn check_listing(listed: &[(shoal_client::DirEntry, shoal_client::Attr)], n: usi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readdirplus_costs_a_few_messages_per_batch() {
     let cluster = Cluster::builder()
+        .set("write_threshold=0")
         .servers(SERVERS as u32)
         .set(&format!("readdir_batch={BATCH}"))
         .set(&format!("strip_size={STRIP}"))
@@ -137,6 +141,7 @@ async fn readdirplus_costs_a_few_messages_per_batch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn baseline_readdirplus_falls_back_to_a_getattr_per_entry() {
     let cluster = Cluster::builder()
+        .set("write_threshold=0")
         .servers(SERVERS as u32)
         .baseline()
         .set(&format!("readdir_batch={BATCH}"))
@@ -161,6 +166,7 @@ async fn baseline_readdirplus_falls_back_to_a_getattr_per_entry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ls_l_on_the_mount_shows_every_size() {
     let mut cluster = Cluster::builder()
+        .set("write_threshold=0")
         .servers(SERVERS as u32)
         .set(&format!("strip_size={STRIP}"))
         .set("sync=none")

@@ -111,7 +111,12 @@ async fn a_client_reconnects_after_a_server_restarts() {
 /// and the fsync must say so (EIO), never succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fsync_after_the_server_lost_unsynced_writes_fails_instead_of_lying() {
-    let mut cluster = Cluster::builder().servers(2).start();
+    // Written straight to the server (the gathering path would keep it
+    // until the fsync, and lose nothing).
+    let mut cluster = Cluster::builder()
+        .servers(2)
+        .set("write_threshold=0")
+        .start();
     let client = cluster.client();
     let f = client.create(ROOT, "f", 0o644).await.unwrap().handle;
     let server = shoal_proto::handle::server_of(f);

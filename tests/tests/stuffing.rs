@@ -3,6 +3,9 @@
 //! `unstuff` gives it the rest (from the precreate pools) without moving the
 //! first strip. A stuffed file's stat is one message and its remove needs no
 //! other server.
+//!
+//! Writes here take the direct path (`write_threshold = 0`): the tests count
+//! its messages and read what other clients wrote without their close.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -26,6 +29,7 @@ fn model_write(file: &mut Vec<u8>, offset: usize, data: &[u8]) {
 /// stat, remove) with every technique on and `colocate` as given.
 async fn small_file_costs(colocate: bool) -> [u64; 4] {
     let cluster = Cluster::builder()
+        .set("write_threshold=0")
         .servers(4)
         .set(&format!("colocate={colocate}"))
         .start();
@@ -93,6 +97,7 @@ async fn with_colocate_create_and_remove_are_one_message_each() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stuffing_only_stat_is_1_and_unstuff_creates_the_datafiles_itself() {
     let cluster = Cluster::builder()
+        .set("write_threshold=0")
         .servers(4)
         .baseline()
         .set("stuffing=true")
@@ -141,6 +146,7 @@ async fn stuffing_only_stat_is_1_and_unstuff_creates_the_datafiles_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writing_past_the_first_strip_unstuffs_with_identical_content() {
     let cluster = Cluster::builder()
+        .set("write_threshold=0")
         .servers(4)
         .set(&format!("strip_size={STRIP}"))
         .start();
@@ -202,6 +208,7 @@ async fn writing_past_the_first_strip_unstuffs_with_identical_content() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_saw_the_stuffed_layout_reads_right_after_the_unstuff() {
     let cluster = Cluster::builder()
+        .set("write_threshold=0")
         .servers(4)
         .set(&format!("strip_size={STRIP}"))
         .start();
@@ -292,6 +299,7 @@ async fn concurrent_unstuffs(cluster: &Cluster) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_concurrent_writers_past_the_first_strip_agree_on_one_layout() {
     let cluster = Cluster::builder()
+        .set("write_threshold=0")
         .servers(4)
         .set(&format!("strip_size={STRIP}"))
         .start();
@@ -301,6 +309,7 @@ async fn eight_concurrent_writers_past_the_first_strip_agree_on_one_layout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_unstuffs_without_precreate_agree_too() {
     let cluster = Cluster::builder()
+        .set("write_threshold=0")
         .servers(4)
         .set("precreate=false")
         .set(&format!("strip_size={STRIP}"))
@@ -312,6 +321,7 @@ async fn concurrent_unstuffs_without_precreate_agree_too() {
 async fn with_colocate_a_lookup_brings_the_attributes_and_entry_changes_refresh_the_directory() {
     // Caches that outlive the test, so that counts do not depend on timing.
     let cluster = Cluster::builder()
+        .set("write_threshold=0")
         .servers(4)
         .set("cache_ttl_ms=600000")
         .start();

@@ -21,6 +21,7 @@ mod smallfile;
 mod smallfile_native;
 mod streaming;
 mod workers;
+mod writesize;
 
 use std::path::PathBuf;
 
@@ -64,6 +65,12 @@ pub enum Workload {
     /// under record locks, and into a PFA container; and the checkpoint
     /// workload with and without incremental logging; writes pfa.{md,csv,png}.
     Pfa(PfaArgs),
+    /// The write-size experiments of [Hildebrand 2006] (its Figures 6, 7 and
+    /// 8): sequential writes from one client, several clients into one
+    /// file, random writes covering a file, at each write size, through the
+    /// direct path, the gathering path and the write threshold, on a fresh
+    /// local cluster; writes writesize.{md,csv,png}.
+    Writesize(WritesizeArgs),
     /// Internal: one process of `shoal bench interfaces bandwidth`.
     #[command(hide = true)]
     BandwidthWorker(BandwidthWorkerArgs),
@@ -165,6 +172,37 @@ pub struct PfaArgs {
     /// Internal: the worker's pattern.
     #[arg(long, hide = true, value_enum)]
     pub pattern: Option<pfa_worker::Pattern>,
+}
+
+#[derive(clap::Args)]
+pub struct WritesizeArgs {
+    /// Scratch directory for the cluster's data (emptied first).
+    #[arg(long, default_value = "/tmp/shoal-bench-writesize")]
+    pub work: PathBuf,
+    /// Where writesize.{md,csv,png} go.
+    #[arg(long, default_value = "bench/results")]
+    pub out: PathBuf,
+    #[arg(long, default_value_t = 4)]
+    pub servers: u32,
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Consecutive writes per size from one client (the clients experiment
+    /// splits them among its clients).
+    #[arg(long, default_value_t = 1000)]
+    pub writes: u64,
+    /// Clients of the several-clients experiment.
+    #[arg(long, default_value_t = 10)]
+    pub clients: usize,
+    /// Bytes of the file the random experiment covers.
+    #[arg(long, default_value_t = 32 << 20)]
+    pub random_file: u64,
+    /// Write sizes in bytes (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "16,64,256,1024,4096,16384,32768,65536,262144,1048576"
+    )]
+    pub sizes: Vec<usize>,
 }
 
 #[derive(clap::Args)]
@@ -435,6 +473,21 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 nometafile_report::write(&results, &opts)
             }
         },
+        Workload::Writesize(a) => with_sigpipe_ignored(|| {
+            writesize::writesize(&writesize::WritesizeOptions {
+                work: a.work,
+                out: a.out,
+                servers: a.servers,
+                rounds: a.rounds,
+                writes: a.writes,
+                clients: a.clients,
+                random_file: a.random_file,
+                sizes: a.sizes,
+                command: std::env::args()
+                    .skip(1)
+                    .fold("shoal".to_string(), |c, a| c + " " + &a),
+            })
+        }),
         Workload::Pfa(a) => match (a.worker, a.pattern) {
             (Some(k), Some(p)) => {
                 as_worker(pfa_worker::worker(&a.dirs[0], k, a.steps, a.record, p))

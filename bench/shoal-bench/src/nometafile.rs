@@ -166,7 +166,7 @@ fn fs_type(dir: &Path) -> String {
 
 /// Runs `f` with the cluster file of a fresh local cluster in `data`, then
 /// takes the cluster down and removes its data, whatever `f` returned.
-fn with_cluster<T>(
+pub(crate) fn with_cluster<T>(
     data: &Path,
     servers: u32,
     protocol: Protocol,

@@ -27,13 +27,43 @@ pub struct MountArgs {
     /// Log file of the background process (default: DIR's name under /tmp).
     #[arg(long)]
     pub log: Option<PathBuf>,
+    /// A client-side setting for this mount only, KEY=VALUE (repeatable):
+    /// write_threshold, gather_buffer, gather_delay_ms, cache_ttl_ms,
+    /// readdir_batch or max_inflight.
+    #[arg(short = 'o', value_name = "KEY=VALUE")]
+    pub option: Vec<String>,
+}
+
+/// Settings a mount may choose for itself: the ones only its client uses.
+const MOUNT_SETTINGS: [&str; 6] = [
+    "write_threshold",
+    "gather_buffer",
+    "gather_delay_ms",
+    "cache_ttl_ms",
+    "readdir_batch",
+    "max_inflight",
+];
+
+/// The cluster's settings with this mount's `-o` options applied.
+fn with_mount_options(mut config: ClusterConfig, options: &[String]) -> Result<ClusterConfig> {
+    for o in options.iter().flat_map(|o| o.split(',')) {
+        let key = o.split_once('=').map_or(o, |(k, _)| k);
+        if !MOUNT_SETTINGS.contains(&key) {
+            return Err(ShoalError::invalid(format!(
+                "mount option {o:?}: a mount may set {}",
+                MOUNT_SETTINGS.join(", ")
+            )));
+        }
+        config.settings.set(o)?;
+    }
+    Ok(config)
 }
 
 pub fn run(args: MountArgs) -> Result<()> {
     let cluster_file = std::fs::canonicalize(&args.cluster).map_err(|e| {
         ShoalError::from(e).context(format!("cluster file {}", args.cluster.display()))
     })?;
-    let config = ClusterConfig::load(&cluster_file)?;
+    let config = with_mount_options(ClusterConfig::load(&cluster_file)?, &args.option)?;
     let dir = std::fs::canonicalize(&args.mountpoint).map_err(|e| {
         ShoalError::from(e).context(format!("mount point {}", args.mountpoint.display()))
     })?;
@@ -82,6 +112,9 @@ fn mount_in_background(
     let mut argv = vec!["mount", "--foreground", &cluster, &mountpoint];
     if args.allow_other {
         argv.push("--allow-other");
+    }
+    for o in &args.option {
+        argv.extend(["-o", o]);
     }
     let pid = local_cluster::spawn_shoal(&argv, &log)?;
     let done = local_cluster::wait_until(Duration::from_secs(30), || {

@@ -207,6 +207,7 @@ impl Client {
     pub(super) async fn removed(&self, h: Handle, dist: Option<Distribution>) -> Result<()> {
         self.forget(h);
         self.inner.uncommitted_writes.forget(h);
+        self.discard_kept(h);
         self.remove_datafiles(&dist.map(|d| d.datafiles).unwrap_or_default())
             .await
     }

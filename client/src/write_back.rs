@@ -1,0 +1,385 @@
+//! The write-back buffer of the gathering path [Hildebrand 2006]: writes
+//! under the write threshold are kept here, per file, joined where they touch
+//! or overlap, and sent later as a few large writes (see `write_path`).
+//!
+//! Per file the buffer is a set of disjoint extents that never touch (two
+//! that would are one): a stream of small sequential writes is one growing
+//! extent, and 10 writers of one file's disjoint pieces are at most 10. What
+//! is kept is bounded per file (`gather_buffer`, the caller flushes a file
+//! whose buffer is full) and in all (`MAX_TOTAL`, past which every put asks
+//! for a flush).
+//!
+//! Invariants, checked in debug builds: the extents of a file are sorted,
+//! disjoint and not touching; a file's `bytes` is the sum of its extents'
+//! lengths and `State::bytes` the sum over files.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use shoal_proto::error::ShoalError;
+use shoal_proto::Handle;
+
+use crate::Cred;
+
+/// Bytes kept across every file of one client before each write asks for a
+/// flush: room for 64 full buffers of the default size.
+pub const MAX_TOTAL: usize = 64 << 20;
+
+/// What became of a small write handed to [`WriteBack::put`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Put {
+    /// Kept.
+    Kept,
+    /// Kept, and the file's buffer (or the client's) is full: flush it.
+    KeptFull,
+}
+
+/// The bytes of one file to send: its caller and (offset, data) extents.
+pub struct Taken {
+    /// The caller of the latest write kept: every writer's right to write
+    /// was checked when its write was kept, so the bytes go as one of them.
+    pub cred: Cred,
+    pub extents: Vec<(u64, Vec<u8>)>,
+}
+
+struct FileBuf {
+    cred: Cred,
+    extents: BTreeMap<u64, Vec<u8>>,
+    bytes: usize,
+    /// When the oldest byte now kept was put.
+    since: Instant,
+    /// The end of the furthest byte put and not yet known to be on the
+    /// servers: the file is at least this long for this client's readers.
+    end: u64,
+    /// Flushes under way, which own `end` until they finish.
+    sending: u32,
+    /// A flush that failed, to report at the next fsync or close.
+    error: Option<ShoalError>,
+    /// Held while a flush of this file is under way, so flushes go one after
+    /// the other and a later one never overtakes an earlier one's bytes.
+    gate: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl FileBuf {
+    fn new(cred: Cred) -> FileBuf {
+        FileBuf {
+            cred,
+            extents: BTreeMap::new(),
+            bytes: 0,
+            since: Instant::now(),
+            end: 0,
+            sending: 0,
+            error: None,
+            gate: Arc::default(),
+        }
+    }
+
+    /// Joins `data` at `offset` with every extent it touches or overlaps;
+    /// newer bytes win. Returns how many bytes the buffer grew by.
+    fn join(&mut self, offset: u64, data: &[u8]) -> usize {
+        let end = offset + data.len() as u64;
+        // The extent before `offset` that reaches it, if any: the usual case
+        // of a sequential stream, which grows in place.
+        let before = self
+            .extents
+            .range(..=offset)
+            .next_back()
+            .filter(|(s, v)| **s + v.len() as u64 >= offset)
+            .map(|(s, _)| *s);
+        let start = before.unwrap_or(offset);
+        let touched: Vec<u64> = self.extents.range(start..=end).map(|(s, _)| *s).collect();
+        let old: usize = touched.iter().map(|s| self.extents[s].len()).sum();
+        let mut merged = match before {
+            Some(s) => self.extents.remove(&s).unwrap_or_default(),
+            None => Vec::with_capacity(data.len()),
+        };
+        for s in touched.iter().filter(|s| Some(**s) != before) {
+            let v = self.extents.remove(s).unwrap_or_default();
+            let at = (*s - start) as usize;
+            if merged.len() < at + v.len() {
+                merged.resize(at + v.len(), 0);
+            }
+            merged[at..at + v.len()].copy_from_slice(&v);
+        }
+        let at = (offset - start) as usize;
+        if merged.len() < at + data.len() {
+            merged.resize(at + data.len(), 0);
+        }
+        merged[at..at + data.len()].copy_from_slice(data);
+        let grown = merged.len() - old;
+        self.extents.insert(start, merged);
+        self.bytes += grown;
+        self.end = self.end.max(end);
+        grown
+    }
+
+    fn check(&self) {
+        if cfg!(debug_assertions) {
+            let mut last_end = None;
+            for (s, v) in &self.extents {
+                assert!(!v.is_empty(), "an empty extent at {s}");
+                assert!(
+                    last_end.is_none_or(|e| e < *s),
+                    "extents touch or overlap at {s}"
+                );
+                last_end = Some(s + v.len() as u64);
+            }
+            let sum: usize = self.extents.values().map(Vec::len).sum();
+            assert_eq!(sum, self.bytes, "a file's byte count");
+        }
+    }
+
+    /// Nothing kept, nothing under way, nothing to report: can go.
+    fn idle(&self) -> bool {
+        self.extents.is_empty() && self.sending == 0 && self.error.is_none()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    files: HashMap<Handle, FileBuf>,
+    bytes: usize,
+    /// No file's oldest kept byte is older than this: [`WriteBack::due`]
+    /// answers without a scan until `delay` after it.
+    oldest: Option<Instant>,
+}
+
+#[derive(Default)]
+pub struct WriteBack {
+    state: Mutex<State>,
+    /// Whether any file is in `state`: lets reads, getattrs and closes of a
+    /// client that gathers nothing skip the lock.
+    any: AtomicBool,
+}
+
+impl WriteBack {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps a write of `data` at `offset` of file `h` by `cred` (who may
+    /// write it: the caller checked); `per_file` is the most a file's buffer
+    /// holds before it must be flushed.
+    pub fn put(&self, h: Handle, cred: Cred, offset: u64, data: &[u8], per_file: usize) -> Put {
+        let mut st = self.state();
+        let f = st.files.entry(h).or_insert_with(|| FileBuf::new(cred));
+        f.cred = cred;
+        if f.extents.is_empty() {
+            f.since = Instant::now();
+            let since = f.since;
+            st.oldest.get_or_insert(since);
+        }
+        let f = st.files.get_mut(&h).expect("just put");
+        let grown = f.join(offset, data);
+        f.check();
+        let full = f.bytes >= per_file;
+        st.bytes += grown;
+        self.any.store(true, Ordering::Relaxed);
+        match full || st.bytes >= MAX_TOTAL {
+            true => Put::KeptFull,
+            false => Put::Kept,
+        }
+    }
+
+    /// Whether any file has something here.
+    pub fn any(&self) -> bool {
+        self.any.load(Ordering::Relaxed)
+    }
+
+    /// The flush gate of file `h`, if anything of it is here.
+    pub fn gate(&self, h: Handle) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        if !self.any.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.state().files.get(&h).map(|f| f.gate.clone())
+    }
+
+    /// Takes what file `h` keeps, to send (the caller holds its gate); the
+    /// file stays at least as long as it was until [`WriteBack::sent`].
+    pub fn take(&self, h: Handle) -> Option<Taken> {
+        let mut st = self.state();
+        let f = st.files.get_mut(&h)?;
+        if f.extents.is_empty() {
+            return None;
+        }
+        let extents: Vec<(u64, Vec<u8>)> = std::mem::take(&mut f.extents).into_iter().collect();
+        let taken = Taken {
+            cred: f.cred,
+            extents,
+        };
+        let bytes = std::mem::take(&mut f.bytes);
+        f.sending += 1;
+        st.bytes -= bytes;
+        Some(taken)
+    }
+
+    /// A flush of `h` taken with [`WriteBack::take`] ended (`error` if it
+    /// failed: kept for the next fsync or close to report).
+    pub fn sent(&self, h: Handle, error: Option<ShoalError>) {
+        let mut st = self.state();
+        let Some(f) = st.files.get_mut(&h) else {
+            return;
+        };
+        f.sending -= 1;
+        if let Some(e) = error {
+            f.error.get_or_insert(e);
+        }
+        if f.extents.is_empty() && f.sending == 0 {
+            f.end = 0;
+        }
+        if f.idle() {
+            self.remove(&mut st, h);
+        }
+    }
+
+    fn remove(&self, st: &mut State, h: Handle) {
+        if let Some(f) = st.files.remove(&h) {
+            st.bytes -= f.bytes;
+        }
+        if st.files.is_empty() {
+            self.any.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// The error of a failed flush of `h`, once.
+    pub fn take_error(&self, h: Handle) -> Option<ShoalError> {
+        if !self.any.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut st = self.state();
+        let f = st.files.get_mut(&h)?;
+        let e = f.error.take();
+        if f.idle() {
+            self.remove(&mut st, h);
+        }
+        e
+    }
+
+    /// Whether a read from `offset` of `h` must wait for a send: bytes are
+    /// being sent, or kept bytes lie past `offset` (there, or further on: the
+    /// servers would end the file before them, and a read answered short
+    /// makes the kernel think the file shrank).
+    pub fn touches(&self, h: Handle, offset: u64) -> bool {
+        if !self.any.load(Ordering::Relaxed) {
+            return false;
+        }
+        let st = self.state();
+        st.files
+            .get(&h)
+            .is_some_and(|f| f.sending > 0 || f.end > offset)
+    }
+
+    /// How long file `h` is at least, counting what is kept or being sent.
+    pub fn end_of(&self, h: Handle) -> Option<u64> {
+        if !self.any.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.state().files.get(&h).map(|f| f.end).filter(|e| *e > 0)
+    }
+
+    /// Files whose oldest kept byte was put more than `delay` ago. Cheap
+    /// when none can be (every write asks).
+    pub fn due(&self, delay: Duration) -> Vec<Handle> {
+        if !self.any.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let mut st = self.state();
+        if st.oldest.is_none_or(|o| o.elapsed() < delay) {
+            return Vec::new();
+        }
+        let kept = st.files.iter().filter(|(_, f)| !f.extents.is_empty());
+        let (due, waiting): (Vec<_>, Vec<_>) = kept.partition(|(_, f)| f.since.elapsed() >= delay);
+        let oldest = waiting.iter().map(|(_, f)| f.since).min();
+        let due = due.into_iter().map(|(h, _)| *h).collect();
+        st.oldest = oldest;
+        due
+    }
+
+    /// Every file with bytes kept.
+    pub fn kept(&self) -> Vec<Handle> {
+        self.due(Duration::ZERO)
+    }
+
+    /// Drops everything of `h` (the file is gone).
+    pub fn discard(&self, h: Handle) {
+        if !self.any.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut st = self.state();
+        self.remove(&mut st, h);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: Cred = Cred::new(1000, 1000);
+    const B: Cred = Cred::new(1001, 1001);
+
+    fn extents(w: &WriteBack, h: Handle) -> Vec<(u64, Vec<u8>)> {
+        let t = w.take(h).map(|t| t.extents).unwrap_or_default();
+        w.sent(h, None);
+        t
+    }
+
+    #[test]
+    fn sequential_writes_grow_one_extent_and_overlaps_keep_the_newest_bytes() {
+        let w = WriteBack::default();
+        for i in 0..100u64 {
+            assert_eq!(w.put(7, A, i * 16, &[i as u8; 16], 1 << 20), Put::Kept);
+        }
+        assert_eq!(w.end_of(7), Some(1600));
+        let got = extents(&w, 7);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, 0);
+        assert_eq!(got[0].1.len(), 1600);
+        assert_eq!(got[0].1[16 * 42], 42);
+        assert_eq!(w.end_of(7), None, "sent: the servers have it");
+
+        // Disjoint, then a write bridging both and overlapping each.
+        w.put(7, A, 0, b"aaaa", 1 << 20);
+        w.put(7, A, 10, b"bbbb", 1 << 20);
+        assert!(w.touches(7, 3) && w.touches(7, 13) && w.touches(7, 4));
+        assert!(!w.touches(7, 14), "past every kept byte");
+        w.put(7, A, 2, b"cccccccccc", 1 << 20);
+        assert_eq!(extents(&w, 7), vec![(0, b"aaccccccccccbb".to_vec())]);
+    }
+
+    #[test]
+    fn a_full_buffer_two_callers_and_a_failed_flush() {
+        let w = WriteBack::default();
+        assert_eq!(w.put(1, A, 0, &[1; 64], 100), Put::Kept);
+        assert_eq!(w.put(1, A, 64, &[1; 64], 100), Put::KeptFull);
+        let t = w.take(1).expect("kept");
+        assert_eq!((t.cred, t.extents.len()), (A, 1));
+        assert!(w.touches(1, 200), "being sent");
+        assert_eq!(w.end_of(1), Some(128), "being sent still counts");
+        assert_eq!(w.put(1, B, 500, &[2; 8], 100), Put::Kept);
+        assert_eq!(w.put(1, A, 600, &[2; 8], 100), Put::Kept);
+        assert_eq!(w.take(1).map(|t| t.cred), Some(A), "the latest writer");
+        w.sent(1, None);
+        w.sent(1, Some(ShoalError::io("disk gone")));
+        assert_eq!(w.end_of(1), None, "everything sent");
+        assert!(w.take_error(1).is_some());
+        assert!(w.take_error(1).is_none(), "reported once");
+        w.put(1, A, 0, &[3; 8], 100);
+        assert_eq!(w.due(Duration::ZERO), vec![1]);
+        w.discard(1);
+        assert!(w.take(1).is_none() && w.end_of(1).is_none());
+    }
+
+    #[test]
+    fn the_client_wide_bound_asks_for_flushes() {
+        let w = WriteBack::default();
+        let big = vec![0u8; 1 << 20];
+        for h in 0..(MAX_TOTAL >> 20) as u64 - 1 {
+            assert_eq!(w.put(h, A, 0, &big, 2 << 20), Put::Kept);
+        }
+        assert_eq!(w.put(999, A, 0, &big, 2 << 20), Put::KeptFull);
+        extents(&w, 999);
+        assert_eq!(w.put(999, A, 0, &[1], 2 << 20), Put::Kept);
+    }
+}

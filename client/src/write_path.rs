@@ -1,0 +1,333 @@
+//! Which path a write takes [Hildebrand 2006]: under the write threshold the
+//! gathering path (the write-back buffer of `write_back`, sent later as a few
+//! large writes), else the direct path (straight to the servers holding the
+//! strips, `io`).
+//!
+//! What keeps the gathering path invisible to this client's callers:
+//! - a read from an offset before the end of the kept bytes first sends
+//!   them and waits (reads see this client's own writes, and never end the
+//!   file short of them);
+//! - a direct write, a truncate or any setattr of the file first sends what
+//!   it keeps (a later flush must never overwrite newer bytes, or a data
+//!   write move an mtime set explicitly after it);
+//! - attributes count kept bytes in the size (`attrs`), so `O_APPEND`
+//!   through the kernel and `ls -l` see the file as written;
+//! - fsync and close ([`Client::flush`]) send what is kept and report a
+//!   send that failed since the last of them: an error of the gathering path
+//!   reaches the application there, as NFS reports its unstable writes'
+//!   errors (the write itself was acknowledged when it was kept).
+//!
+//! Other clients see the bytes once they are sent: at the latest
+//! `gather_delay_ms` after they were written if the front end has a thread
+//! that calls [`Client::flush_due`] (the mount), and at close or fsync
+//! always (close-to-open consistency).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use shoal_proto::capability::WRITE;
+use shoal_proto::dist;
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::Handle;
+
+use crate::cache::TtlCache;
+use crate::write_back::{Put, WriteBack};
+use crate::Client;
+
+/// Files with a threshold of their own set through this client.
+const MAX_FILE_THRESHOLDS: usize = 1 << 16;
+
+/// The extended attribute that shows and sets a file's write threshold in
+/// this client (`setfattr -n user.shoal.write_threshold -v 4096 FILE` on a
+/// mount, `shoal_setxattr` in C): bytes, a K or M suffix allowed; removing
+/// it returns the file to the cluster's. It lives in the client, never on
+/// the servers: one program's choice for the file it writes.
+pub const THRESHOLD_XATTR: &str = "user.shoal.write_threshold";
+
+/// How many writes and bytes took each path, and what the gathering path
+/// sent for them, since the client started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WritePaths {
+    pub direct_writes: u64,
+    pub direct_bytes: u64,
+    pub gathered_writes: u64,
+    pub gathered_bytes: u64,
+    /// Writes the gathering path sent to the servers (one per kept extent,
+    /// before splitting at strips).
+    pub gathered_sends: u64,
+}
+
+/// The client's side of the gathering path: the buffer, per-file
+/// thresholds, and counts.
+pub(crate) struct Gathering {
+    pub(crate) buffer: WriteBack,
+    thresholds: TtlCache<Handle, u32>,
+    direct_writes: AtomicU64,
+    direct_bytes: AtomicU64,
+    gathered_writes: AtomicU64,
+    gathered_bytes: AtomicU64,
+    gathered_sends: AtomicU64,
+}
+
+impl Default for Gathering {
+    fn default() -> Self {
+        Gathering {
+            buffer: WriteBack::default(),
+            thresholds: TtlCache::bounded(crate::cache::FOREVER, MAX_FILE_THRESHOLDS),
+            direct_writes: AtomicU64::new(0),
+            direct_bytes: AtomicU64::new(0),
+            gathered_writes: AtomicU64::new(0),
+            gathered_bytes: AtomicU64::new(0),
+            gathered_sends: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Client {
+    /// Writes `data` at `offset` of file `h`; returns the bytes written.
+    /// Under the write threshold the write is kept and sent later (see the
+    /// module's comment); errors of that send come at fsync or close.
+    pub async fn write(&self, h: Handle, offset: u64, data: Bytes) -> Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|e| *e <= dist::MAX_FILE_SIZE)
+            .ok_or_else(|| {
+                ShoalError::new(
+                    Errno::EFBIG,
+                    format!(
+                        "write at offset {offset} goes past the largest file size ({} bytes)",
+                        dist::MAX_FILE_SIZE
+                    ),
+                )
+            })?;
+        let g = &self.inner.gathering;
+        let n = data.len() as u64;
+        if data.len() < self.write_threshold(h) && self.may_keep(h, end).await? {
+            let per_file = self.config().settings.gather_buffer as usize;
+            if g.buffer.put(h, self.cred, offset, &data, per_file) == Put::KeptFull {
+                self.send_kept(h).await;
+            }
+            g.gathered_writes.fetch_add(1, Ordering::Relaxed);
+            g.gathered_bytes.fetch_add(n, Ordering::Relaxed);
+            // A client without a thread of its own sends what waited long
+            // enough when it writes again.
+            self.flush_due().await;
+        } else {
+            self.send_kept(h).await;
+            self.write_direct(h, offset, &data).await?;
+            g.direct_writes.fetch_add(1, Ordering::Relaxed);
+            g.direct_bytes.fetch_add(n, Ordering::Relaxed);
+        }
+        let now = shoal_proto::time::now_ns();
+        self.inner.attrs.update(&h, |a| {
+            a.size = a.size.max(end);
+            a.mtime_ns = now;
+            a.ctime_ns = now;
+        });
+        Ok(data.len())
+    }
+
+    /// Whether a small write to `h` may be kept: it is a regular file (its
+    /// layout, cached for files, says so), the caller's right to write it is
+    /// known now (a write refused at its send would be refused to nobody),
+    /// so files whose server alone can check the caller (see
+    /// `checked_only_by_its_server`) take the direct path.
+    async fn may_keep(&self, h: Handle, end: u64) -> Result<bool> {
+        self.dist_upto(h, end).await?;
+        if self.checked_only_by_its_server(h) {
+            return Ok(false);
+        }
+        self.capability(h, WRITE).await?;
+        Ok(true)
+    }
+
+    /// The write threshold for file `h`: its own if one was set through this
+    /// client, else the cluster's (or the mount's).
+    pub fn write_threshold(&self, h: Handle) -> usize {
+        let g = &self.inner.gathering;
+        g.thresholds
+            .get(&h)
+            .unwrap_or(self.config().settings.write_threshold) as usize
+    }
+
+    /// Gives file `h` a write threshold of its own in this client (None:
+    /// the cluster's again); what it keeps under the old one is sent first.
+    pub async fn set_write_threshold(&self, h: Handle, bytes: Option<u32>) -> Result<()> {
+        let max = self.config().settings.gather_buffer;
+        if bytes.is_some_and(|b| b > max) {
+            return Err(ShoalError::invalid(format!(
+                "write threshold {} is over the cluster's gather_buffer ({max} bytes)",
+                bytes.unwrap_or(0)
+            )));
+        }
+        self.send_kept(h).await;
+        let g = &self.inner.gathering;
+        match bytes {
+            Some(b) => g.thresholds.put(h, b),
+            None => g.thresholds.remove(&h),
+        }
+        Ok(())
+    }
+
+    /// Sends what this client keeps of file `h` and reports a send of its
+    /// kept writes that failed since the last fsync or close: what close(2)
+    /// needs before it returns.
+    pub async fn flush(&self, h: Handle) -> Result<()> {
+        self.send_kept(h).await;
+        match self.inner.gathering.buffer.take_error(h) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends what was kept longer than `gather_delay_ms`, of every file: for
+    /// front ends to call every few milliseconds (the mount) or now and then
+    /// (libshoal, on its calls). Errors wait for the files' fsync or close.
+    pub async fn flush_due(&self) {
+        let delay = Duration::from_millis(self.config().settings.gather_delay_ms as u64);
+        let due = self.inner.gathering.buffer.due(delay);
+        futures::future::join_all(due.into_iter().map(|h| self.send_kept(h))).await;
+    }
+
+    /// Sends everything kept, of every file, and reports the first failure
+    /// (of this send or an earlier one not reported yet): for a front end
+    /// going away (unmount, process exit).
+    pub async fn flush_all(&self) -> Result<()> {
+        let kept = self.inner.gathering.buffer.kept();
+        let results = futures::future::join_all(kept.into_iter().map(|h| self.flush(h))).await;
+        results.into_iter().collect()
+    }
+
+    /// The xattr [`THRESHOLD_XATTR`] of `h`, if `h` is a regular file
+    /// (`value` None: removed); None if the call is not about it.
+    pub(crate) async fn threshold_xattr(
+        &self,
+        h: Handle,
+        name: &str,
+        value: Option<&[u8]>,
+    ) -> Option<Result<()>> {
+        if name != THRESHOLD_XATTR || self.distribution(h).await.is_err() {
+            return None;
+        }
+        let bytes = match value.map(parse_bytes) {
+            None => None,
+            Some(Some(b)) => Some(b),
+            Some(None) => {
+                return Some(Err(ShoalError::invalid(format!(
+                    "{THRESHOLD_XATTR}: {:?} is not a number of bytes (a K or M suffix may follow)",
+                    String::from_utf8_lossy(value.unwrap_or_default())
+                ))))
+            }
+        };
+        Some(self.set_write_threshold(h, bytes).await)
+    }
+
+    /// The value of [`THRESHOLD_XATTR`] for `h`, if the call is about it.
+    pub(crate) async fn threshold_xattr_value(&self, h: Handle, name: &str) -> Option<Vec<u8>> {
+        if name != THRESHOLD_XATTR || self.distribution(h).await.is_err() {
+            return None;
+        }
+        Some(self.write_threshold(h).to_string().into_bytes())
+    }
+
+    /// Whether this client keeps writes not sent yet (or a send's error not
+    /// reported yet).
+    pub fn keeps_writes(&self) -> bool {
+        self.inner.gathering.buffer.any()
+    }
+
+    /// How many writes and bytes took each path so far.
+    pub fn write_paths(&self) -> WritePaths {
+        let g = &self.inner.gathering;
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        WritePaths {
+            direct_writes: n(&g.direct_writes),
+            direct_bytes: n(&g.direct_bytes),
+            gathered_writes: n(&g.gathered_writes),
+            gathered_bytes: n(&g.gathered_bytes),
+            gathered_sends: n(&g.gathered_sends),
+        }
+    }
+
+    /// Before a read from `offset` of `h`: sends what is kept of the file if
+    /// some of it lies at or past `offset` (or is being sent), and waits.
+    pub(crate) async fn settle_for_read(&self, h: Handle, offset: u64) {
+        if self.inner.gathering.buffer.touches(h, offset) {
+            self.send_kept(h).await;
+        }
+    }
+
+    /// Sends what is kept of file `h` as the caller who wrote it, each kept
+    /// extent one direct write, all in parallel, after any send of the file
+    /// already under way. A failure is kept for [`Client::flush`] (fsync,
+    /// close) to report.
+    pub(crate) async fn send_kept(&self, h: Handle) {
+        let buffer = &self.inner.gathering.buffer;
+        let Some(gate) = buffer.gate(h) else {
+            return;
+        };
+        let _one_at_a_time = gate.lock().await;
+        let Some(taken) = buffer.take(h) else {
+            return;
+        };
+        let writer = self.with_cred(taken.cred);
+        let sends = taken.extents.len() as u64;
+        let done =
+            futures::future::try_join_all(taken.extents.into_iter().map(|(offset, data)| {
+                let writer = &writer;
+                async move { writer.write_direct(h, offset, &Bytes::from(data)).await }
+            }))
+            .await;
+        self.inner
+            .gathering
+            .gathered_sends
+            .fetch_add(sends, Ordering::Relaxed);
+        if let Err(e) = &done {
+            tracing::warn!("sending kept writes of {h:#x} failed: {e}");
+        }
+        buffer.sent(h, done.err());
+    }
+
+    /// The file `h` is gone: what is kept of it goes too.
+    pub(crate) fn discard_kept(&self, h: Handle) {
+        self.inner.gathering.buffer.discard(h);
+        self.inner.gathering.thresholds.remove(&h);
+    }
+
+    /// How long `h` is at least for this client's readers, counting the
+    /// bytes it keeps or is sending.
+    pub(crate) fn kept_end(&self, h: Handle) -> Option<u64> {
+        self.inner.gathering.buffer.end_of(h)
+    }
+}
+
+/// A byte count as text: digits and an optional K or M suffix.
+fn parse_bytes(text: &[u8]) -> Option<u32> {
+    let text = std::str::from_utf8(text).ok()?.trim();
+    let (digits, shift) = match text.as_bytes().last()? {
+        b'k' | b'K' => (&text[..text.len() - 1], 10),
+        b'm' | b'M' => (&text[..text.len() - 1], 20),
+        _ => (text, 0),
+    };
+    digits.parse::<u32>().ok()?.checked_mul(1 << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threshold_values() {
+        assert_eq!(parse_bytes(b"4096"), Some(4096));
+        assert_eq!(parse_bytes(b"32K\n"), Some(32 << 10));
+        assert_eq!(parse_bytes(b"1m"), Some(1 << 20));
+        assert_eq!(parse_bytes(b"0"), Some(0));
+        assert_eq!(parse_bytes(b"-1"), None);
+        assert_eq!(parse_bytes(b"K"), None);
+        assert_eq!(parse_bytes(b"9999999M"), None);
+    }
+}

@@ -1,0 +1,223 @@
+//! The gathering path of the write threshold [Hildebrand 2006]: small writes
+//! are kept by the client and sent as a few large writes, invisibly to its
+//! own callers, visibly to others at close (flush) or fsync, and a send that
+//! fails reaches the application at fsync or close.
+
+use bytes::Bytes;
+use shoal_proto::handle::ROOT;
+use shoal_tests::{pattern, Cluster};
+
+/// Writes to the servers counted by `requests` (every server's "write").
+async fn writes_sent(cluster: &Cluster, client: &shoal_client::Client) -> u64 {
+    cluster
+        .requests(client)
+        .await
+        .iter()
+        .filter(|((_, op), _)| op == "write")
+        .map(|(_, n)| *n)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_sequential_writes_become_a_few_sends_and_the_writer_sees_them_at_once() {
+    // No send for age: only a read, a full buffer or the fsync sends.
+    let cluster = Cluster::builder()
+        .servers(4)
+        .set("gather_delay_ms=60000")
+        .start();
+    let client = cluster.client();
+    let other = cluster.uncached_client();
+    let h = client.create(ROOT, "log", 0o644).await.unwrap().handle;
+    let before = writes_sent(&cluster, &client).await;
+    let data = pattern(3, 20_000 * 16);
+    for (i, piece) in data.chunks(16).enumerate() {
+        let n = client
+            .write(h, i as u64 * 16, Bytes::copy_from_slice(piece))
+            .await
+            .unwrap();
+        assert_eq!(n, 16);
+    }
+    assert_eq!(
+        client.getattr(h).await.unwrap().size,
+        data.len() as u64,
+        "the writer's size counts what it keeps"
+    );
+    client.forget(h);
+    assert_eq!(
+        client.getattr(h).await.unwrap().size,
+        data.len() as u64,
+        "and so does a size fetched from the servers"
+    );
+    // A read of kept bytes sends them first.
+    let back = client.read(h, 100, 1000).await.unwrap();
+    assert!(back == data[100..1100]);
+    client.fsync(h).await.unwrap();
+    let sent = writes_sent(&cluster, &client).await - before;
+    assert!(
+        sent <= 2,
+        "20,000 writes of 16 bytes cost {sent} write messages"
+    );
+    let paths = client.write_paths();
+    assert_eq!(paths.gathered_writes, 20_000);
+    assert_eq!(paths.direct_writes, 0);
+    let seen = other.read(h, 0, data.len()).await.unwrap();
+    assert!(seen == data[..], "another client after the fsync");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_write_sends_the_kept_bytes_it_overlaps_first() {
+    let cluster = Cluster::builder().servers(2).start();
+    let client = cluster.client();
+    let other = cluster.uncached_client();
+    let h = client.create(ROOT, "mix", 0o644).await.unwrap().handle;
+    client
+        .write(h, 10, Bytes::from(vec![1u8; 100]))
+        .await
+        .unwrap();
+    // Over the kept bytes: the newer, direct write must win.
+    client
+        .write(h, 0, Bytes::from(vec![2u8; 64 << 10]))
+        .await
+        .unwrap();
+    client
+        .write(h, 5, Bytes::from(vec![3u8; 10]))
+        .await
+        .unwrap();
+    client.flush(h).await.unwrap();
+    let got = other.read(h, 0, 64 << 10).await.unwrap();
+    let mut want = vec![2u8; 64 << 10];
+    want[5..15].fill(3);
+    assert!(got == want[..], "the last write of each byte wins");
+    let paths = client.write_paths();
+    assert_eq!((paths.gathered_writes, paths.direct_writes), (2, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_clients_writing_disjoint_pieces_of_one_file_lose_nothing() {
+    let cluster = Cluster::builder().servers(4).start();
+    let clients: Vec<_> = (0..10).map(|_| cluster.uncached_client()).collect();
+    let h = clients[0]
+        .create(ROOT, "shared", 0o644)
+        .await
+        .unwrap()
+        .handle;
+    const PIECE: usize = 1000;
+    futures::future::join_all(clients.iter().enumerate().map(|(k, c)| async move {
+        // Interleaved: client k writes every tenth piece.
+        for i in (k..400).step_by(10) {
+            let piece = pattern(i as u64, PIECE);
+            c.write(h, (i * PIECE) as u64, Bytes::from(piece))
+                .await
+                .unwrap();
+        }
+        c.fsync(h).await.unwrap();
+    }))
+    .await;
+    let reader = cluster.uncached_client();
+    let got = reader.read(h, 0, 400 * PIECE).await.unwrap();
+    for i in 0..400 {
+        assert!(
+            got[i * PIECE..(i + 1) * PIECE] == pattern(i as u64, PIECE)[..],
+            "piece {i}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_that_fails_is_reported_at_fsync_once() {
+    let mut cluster = Cluster::builder().servers(2).start();
+    let client = cluster.client();
+    let h = client.create(ROOT, "f", 0o644).await.unwrap().handle;
+    let holder = client.layout(h).await.unwrap().datafiles[0];
+    client
+        .write(h, 0, Bytes::from_static(b"kept"))
+        .await
+        .unwrap();
+    cluster.kill(shoal_proto::handle::server_of(holder.0));
+    let e = client.fsync(h).await.unwrap_err();
+    assert!(e.errno.0 > 0, "an errno for the application: {e}");
+}
+
+#[test]
+fn sixteen_byte_appends_through_the_mount_are_not_a_message_each() {
+    // No send for age: the count does not depend on how fast this runs.
+    let mut cluster = Cluster::builder()
+        .servers(4)
+        .set("gather_delay_ms=60000")
+        .start();
+    let mnt = cluster.mount();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = cluster.client();
+    let before = rt.block_on(writes_sent(&cluster, &client));
+    // The writer is a process of its own (dd, 16 bytes a write, O_APPEND,
+    // fsync at the end): this test process's other threads fork and exec,
+    // and each exec closes a copy of any descriptor open here, which makes
+    // the kernel send a flush (close) of the file.
+    let source = cluster.dir().join("records");
+    let records: String = (0..5000u32).map(|i| format!("record {i:08}\n")).collect();
+    std::fs::write(&source, &records).unwrap();
+    let path = mnt.join("appends");
+    let dd = std::process::Command::new("dd")
+        .arg(format!("if={}", source.display()))
+        .arg(format!("of={}", path.display()))
+        .args(["bs=16", "oflag=append", "conv=notrunc,fsync", "status=none"])
+        .status()
+        .unwrap();
+    assert!(dd.success());
+    let sent = rt.block_on(writes_sent(&cluster, &client)) - before;
+    assert!(
+        sent <= 2,
+        "5,000 appends through the mount sent {sent} writes"
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.len(), 5000 * 16);
+    assert!(text.ends_with("record 00004999\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_of_a_kept_write_past_a_stuffed_files_first_strip() {
+    let cluster = Cluster::builder().servers(4).start();
+    let client = cluster.client();
+    let h = client.create(ROOT, "g", 0o644).await.unwrap().handle;
+    client
+        .write(h, 5 << 20, Bytes::from_static(b"abc"))
+        .await
+        .unwrap();
+    // Below the kept bytes, not touching them (the kernel reads pages so):
+    // zeros, not the end of the file.
+    let below = client.read(h, (5 << 20) - 8192, 4096).await.unwrap();
+    assert_eq!(below.len(), 4096);
+    let got = client.read(h, (5 << 20) - 7, 10).await.unwrap();
+    assert_eq!(&got[..], b"\0\0\0\0\0\0\0abc");
+}
+
+#[test]
+fn a_files_threshold_is_an_xattr_of_the_client() {
+    let mut cluster = Cluster::builder().servers(2).start();
+    let mnt = cluster.mount();
+    let f = mnt.join("f");
+    std::fs::write(&f, b"x").unwrap();
+    let xattr = |args: &[&str]| {
+        let out = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .arg(&f)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let name = shoal_client::THRESHOLD_XATTR;
+    let (ok, shown) = xattr(&["getfattr", "--only-values", "-n", name]);
+    assert!(ok);
+    assert_eq!(shown, (32 << 10).to_string(), "the cluster's");
+    assert!(xattr(&["setfattr", "-n", name, "-v", "4K"]).0);
+    assert_eq!(xattr(&["getfattr", "--only-values", "-n", name]).1, "4096");
+    assert!(!xattr(&["setfattr", "-n", name, "-v", "lots"]).0, "refused");
+    assert!(xattr(&["setfattr", "-x", name]).0);
+    assert_eq!(
+        xattr(&["getfattr", "--only-values", "-n", name]).1,
+        (32 << 10).to_string()
+    );
+}
