@@ -289,7 +289,7 @@ impl Client {
         if let Err(e) = &done {
             tracing::warn!("sending kept writes of {h:#x} failed: {e}");
         }
-        buffer.sent(h, done.err());
+        buffer.sent(h, done.err().map(|e| as_reported(h, e)));
     }
 
     /// The file `h` is gone: what is kept of it goes too.
@@ -303,6 +303,21 @@ impl Client {
     pub(crate) fn kept_end(&self, h: Handle) -> Option<u64> {
         self.inner.gathering.buffer.end_of(h)
     }
+}
+
+/// A failed send as close or fsync report it: what the application can act
+/// on keeps its errno (no space, no right, too large); anything else (a
+/// server gone, a connection lost) is EIO, as a local disk's writeback
+/// error is: the data is lost.
+fn as_reported(h: Handle, e: ShoalError) -> ShoalError {
+    let kept = [Errno::ENOSPC, Errno::EACCES, Errno::EPERM, Errno::EFBIG];
+    if kept.contains(&e.errno) || e.errno == Errno::EIO {
+        return e;
+    }
+    ShoalError::new(
+        Errno::EIO,
+        format!("writes to file {h:#x} kept for sending were lost: {e}"),
+    )
 }
 
 /// A byte count as text: digits and an optional K or M suffix.

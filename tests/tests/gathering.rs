@@ -221,3 +221,74 @@ fn a_files_threshold_is_an_xattr_of_the_client() {
         (32 << 10).to_string()
     );
 }
+
+/// A server holding strips of a file is killed in the middle of a stream of
+/// small writes and restarted; the stream goes on, then fsync. Whatever the
+/// moment, the fsync either succeeds with every byte on the servers or
+/// fails with EIO: never a success over a hole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_during_a_stream_of_small_writes_means_eio_or_all_data() {
+    let mut cluster = Cluster::builder()
+        .servers(3)
+        .set("strip_size=65536")
+        .set("gather_delay_ms=1")
+        .start();
+    const RECORD: usize = 64;
+    const RECORDS: usize = 12_000; // 768 KB: every server holds strips
+    let (mut complete, mut failed) = (0, 0);
+    // (victim, record at which it is killed, record at which it is back);
+    // the last round kills it after the stream was fsync'ed.
+    let rounds = [
+        (0u32, 3000, 6000),
+        (1, 4000, 6000),
+        (2, 5000, 6000),
+        (1, 8000, 9000),
+        (2, RECORDS, RECORDS),
+    ];
+    for (round, &(victim, kill_at, back_at)) in rounds.iter().enumerate() {
+        let client = cluster.client();
+        let h = client
+            .create(ROOT, &format!("stream{round}"), 0o644)
+            .await
+            .unwrap()
+            .handle;
+        let data = pattern(round as u64, RECORD * RECORDS);
+        for (i, record) in data.chunks(RECORD).enumerate() {
+            if i == kill_at {
+                cluster.kill(victim);
+            }
+            if i == back_at {
+                cluster.start_server(victim);
+            }
+            // A kept write never fails; a send that does is fsync's to report.
+            client
+                .write(h, (i * RECORD) as u64, Bytes::copy_from_slice(record))
+                .await
+                .unwrap();
+        }
+        if kill_at == RECORDS {
+            client.fsync(h).await.unwrap();
+            cluster.kill(victim);
+            cluster.start_server(victim);
+        }
+        match client.fsync(h).await {
+            Ok(()) => {
+                let fresh = cluster.uncached_client();
+                let got = fresh.read(h, 0, data.len()).await.unwrap();
+                assert!(
+                    got == data[..],
+                    "round {round}: fsync succeeded over lost data"
+                );
+                complete += 1;
+            }
+            Err(e) => {
+                assert_eq!(e.errno, shoal_client::Errno::EIO, "round {round}: {e}");
+                failed += 1;
+            }
+        }
+    }
+    assert!(
+        complete >= 1 && failed >= 1,
+        "{complete} complete, {failed} failed"
+    );
+}
