@@ -163,13 +163,22 @@ def pfa(csv_path, png_path):
 
 
 def writesize(csv_path, png_path):
-    """`shoal bench writesize`: MiB/s per write size, a line per data path."""
+    """`shoal bench writesize`: MiB/s per write size, a line per data path;
+    the mixed trace (size 0 in the CSV) as bars."""
     rows = list(csv.DictReader(open(csv_path)))
     experiments = list(dict.fromkeys(r["experiment"] for r in rows))
-    fig, axes = plt.subplots(1, len(experiments), figsize=(6 * len(experiments), 4.5))
+    fig, axes = plt.subplots(1, len(experiments), figsize=(5.5 * len(experiments), 4.5))
     for ax, e in zip(axes if len(experiments) > 1 else [axes], experiments):
         mine = [r for r in rows if r["experiment"] == e]
-        for path in dict.fromkeys(r["path"] for r in mine):
+        paths = list(dict.fromkeys(r["path"] for r in mine))
+        if all(int(r["size"]) == 0 for r in mine):
+            value = {r["path"]: float(r["median_mib_s"]) for r in mine}
+            ax.bar(paths, [value[p] for p in paths], color=[f"C{i}" for i in range(len(paths))])
+            ax.set_ylabel("MiB/s (higher is better)")
+            ax.set_title(e + " trace")
+            ax.grid(axis="y", alpha=0.3)
+            continue
+        for path in paths:
             pts = sorted((int(r["size"]), float(r["median_mib_s"])) for r in mine if r["path"] == path)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=path)
         ax.set_xscale("log", base=2)

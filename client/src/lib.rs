@@ -14,6 +14,7 @@
 //! a path under a live mount names its cluster); the rest is private.
 
 mod attrs;
+mod auto_threshold;
 pub mod cache;
 mod caps;
 mod conn;

@@ -55,6 +55,9 @@ struct FileBuf {
     end: u64,
     /// Flushes under way, which own `end` until they finish.
     sending: u32,
+    /// A send in the background was started and has not taken the bytes
+    /// yet.
+    scheduled: bool,
     /// A flush that failed, to report at the next fsync or close.
     error: Option<ShoalError>,
     /// Held while a flush of this file is under way, so flushes go one after
@@ -71,6 +74,7 @@ impl FileBuf {
             since: Instant::now(),
             end: 0,
             sending: 0,
+            scheduled: false,
             error: None,
             gate: Arc::default(),
         }
@@ -133,7 +137,7 @@ impl FileBuf {
 
     /// Nothing kept, nothing under way, nothing to report: can go.
     fn idle(&self) -> bool {
-        self.extents.is_empty() && self.sending == 0 && self.error.is_none()
+        self.extents.is_empty() && self.sending == 0 && !self.scheduled && self.error.is_none()
     }
 }
 
@@ -188,6 +192,22 @@ impl WriteBack {
         self.any.load(Ordering::Relaxed)
     }
 
+    /// Claims the one background send of `h`'s full buffer: true if none
+    /// is started or under way (the caller starts it), false if one is (the
+    /// caller waits for it and sends what it left: a writer faster than its
+    /// sends is held back, and the buffer stays bounded).
+    pub fn claim_background_send(&self, h: Handle) -> bool {
+        let mut st = self.state();
+        let Some(f) = st.files.get_mut(&h) else {
+            return false;
+        };
+        if f.scheduled || f.sending > 0 {
+            return false;
+        }
+        f.scheduled = true;
+        true
+    }
+
     /// The flush gate of file `h`, if anything of it is here.
     pub fn gate(&self, h: Handle) -> Option<Arc<tokio::sync::Mutex<()>>> {
         if !self.any.load(Ordering::Relaxed) {
@@ -201,7 +221,11 @@ impl WriteBack {
     pub fn take(&self, h: Handle) -> Option<Taken> {
         let mut st = self.state();
         let f = st.files.get_mut(&h)?;
+        f.scheduled = false;
         if f.extents.is_empty() {
+            if f.idle() {
+                self.remove(&mut st, h);
+            }
             return None;
         }
         let extents: Vec<(u64, Vec<u8>)> = std::mem::take(&mut f.extents).into_iter().collect();

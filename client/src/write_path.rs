@@ -12,6 +12,9 @@
 //!   write move an mtime set explicitly after it);
 //! - attributes count kept bytes in the size (`attrs`), so `O_APPEND`
 //!   through the kernel and `ls -l` see the file as written;
+//! - a full buffer is sent in the background while the writer fills it
+//!   again; if it fills before that send is done the writer waits for it
+//!   (one send in the background per file, so memory stays bounded);
 //! - fsync and close ([`Client::flush`]) send what is kept and report a
 //!   send that failed since the last of them: an error of the gathering path
 //!   reaches the application there, as NFS reports its unstable writes'
@@ -23,14 +26,18 @@
 //! always (close-to-open consistency).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use shoal_proto::capability::WRITE;
+use shoal_proto::cluster::WriteThreshold;
 use shoal_proto::dist;
 use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::handle::server_of;
+use shoal_proto::ops;
 use shoal_proto::Handle;
 
+use crate::auto_threshold::AutoThreshold;
 use crate::cache::TtlCache;
 use crate::write_back::{Put, WriteBack};
 use crate::Client;
@@ -63,6 +70,8 @@ pub struct WritePaths {
 pub(crate) struct Gathering {
     pub(crate) buffer: WriteBack,
     thresholds: TtlCache<Handle, u32>,
+    /// The threshold `auto` follows.
+    auto: AutoThreshold,
     direct_writes: AtomicU64,
     direct_bytes: AtomicU64,
     gathered_writes: AtomicU64,
@@ -75,6 +84,7 @@ impl Default for Gathering {
         Gathering {
             buffer: WriteBack::default(),
             thresholds: TtlCache::bounded(crate::cache::FOREVER, MAX_FILE_THRESHOLDS),
+            auto: AutoThreshold::default(),
             direct_writes: AtomicU64::new(0),
             direct_bytes: AtomicU64::new(0),
             gathered_writes: AtomicU64::new(0),
@@ -106,10 +116,17 @@ impl Client {
             })?;
         let g = &self.inner.gathering;
         let n = data.len() as u64;
+        self.measure_round_trip(h).await;
         if data.len() < self.write_threshold(h) && self.may_keep(h, end).await? {
             let per_file = self.config().settings.gather_buffer as usize;
             if g.buffer.put(h, self.cred, offset, &data, per_file) == Put::KeptFull {
-                self.send_kept(h).await;
+                if g.buffer.claim_background_send(h) {
+                    // Sent while the writer goes on filling the buffer again.
+                    let c = self.clone();
+                    tokio::spawn(async move { c.send_kept(h).await });
+                } else {
+                    self.send_kept(h).await;
+                }
             }
             g.gathered_writes.fetch_add(1, Ordering::Relaxed);
             g.gathered_bytes.fetch_add(n, Ordering::Relaxed);
@@ -118,7 +135,9 @@ impl Client {
             self.flush_due().await;
         } else {
             self.send_kept(h).await;
+            let t0 = Instant::now();
             self.write_direct(h, offset, &data).await?;
+            g.auto.direct(data.len(), t0.elapsed());
             g.direct_writes.fetch_add(1, Ordering::Relaxed);
             g.direct_bytes.fetch_add(n, Ordering::Relaxed);
         }
@@ -146,12 +165,36 @@ impl Client {
     }
 
     /// The write threshold for file `h`: its own if one was set through this
-    /// client, else the cluster's (or the mount's).
+    /// client, else the cluster's (or the mount's); `auto` is what this
+    /// client's writes show now (`auto_threshold`).
     pub fn write_threshold(&self, h: Handle) -> usize {
         let g = &self.inner.gathering;
-        g.thresholds
-            .get(&h)
-            .unwrap_or(self.config().settings.write_threshold) as usize
+        if let Some(own) = g.thresholds.get(&h) {
+            return own as usize;
+        }
+        let s = &self.config().settings;
+        match s.write_threshold {
+            WriteThreshold::Bytes(b) => b as usize,
+            WriteThreshold::Auto(_) => g.auto.threshold(s.gather_buffer as usize),
+        }
+    }
+
+    /// For `auto`, once: the round trip to `h`'s server, the fixed cost of a
+    /// direct write until direct writes show theirs.
+    async fn measure_round_trip(&self, h: Handle) {
+        let auto = &self.inner.gathering.auto;
+        if self.config().settings.write_threshold != WriteThreshold::AUTO || auto.knows_fixed_cost()
+        {
+            return;
+        }
+        let t0 = Instant::now();
+        let ping = self
+            .pool()
+            .call::<ops::Ping>(server_of(h), self.cred, &shoal_proto::msg::Empty {})
+            .await;
+        if ping.is_ok() {
+            auto.round_trip(t0.elapsed());
+        }
     }
 
     /// Gives file `h` a write threshold of its own in this client (None:
@@ -276,16 +319,19 @@ impl Client {
         };
         let writer = self.with_cred(taken.cred);
         let sends = taken.extents.len() as u64;
+        let bytes: usize = taken.extents.iter().map(|(_, d)| d.len()).sum();
+        let t0 = Instant::now();
         let done =
             futures::future::try_join_all(taken.extents.into_iter().map(|(offset, data)| {
                 let writer = &writer;
                 async move { writer.write_direct(h, offset, &Bytes::from(data)).await }
             }))
             .await;
-        self.inner
-            .gathering
-            .gathered_sends
-            .fetch_add(sends, Ordering::Relaxed);
+        let g = &self.inner.gathering;
+        g.gathered_sends.fetch_add(sends, Ordering::Relaxed);
+        if done.is_ok() {
+            g.auto.gathered(bytes, t0.elapsed());
+        }
         if let Err(e) = &done {
             tracing::warn!("sending kept writes of {h:#x} failed: {e}");
         }

@@ -30,6 +30,7 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use shoal_client::{Attr, Client, Cred, FileKind, SetAttr, SetTime, StatFs};
+use shoal_proto::cluster::WriteThreshold;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::time::to_ns;
 
@@ -584,7 +585,8 @@ impl Filesystem for ShoalFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        if self.shared.client.config().settings.write_threshold == 0 {
+        let threshold = self.shared.client.config().settings.write_threshold;
+        if threshold == WriteThreshold::Bytes(0) {
             // Every write reaches the servers before it is acknowledged, so
             // close has nothing left to send. ENOSYS tells the kernel so
             // once: it stops sending FLUSH, and every close after this one

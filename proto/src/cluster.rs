@@ -58,6 +58,35 @@ pub enum SyncMode {
     None,
 }
 
+/// The write threshold [Hildebrand 2006]: a number of bytes, or `"auto"`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum WriteThreshold {
+    Bytes(u32),
+    /// Each client finds the crossover of the two paths from what its own
+    /// writes cost, and follows it as the load changes.
+    Auto(Auto),
+}
+
+/// The word `auto` (a unit variant: serde reads and writes it as the string).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Auto {
+    Auto,
+}
+
+impl WriteThreshold {
+    pub const AUTO: WriteThreshold = WriteThreshold::Auto(Auto::Auto);
+
+    /// The bytes of a fixed threshold; None for `auto`.
+    pub fn bytes(self) -> Option<u32> {
+        match self {
+            WriteThreshold::Bytes(b) => Some(b),
+            WriteThreshold::Auto(_) => None,
+        }
+    }
+}
+
 /// Cluster-wide settings. Every field has a default; the cluster file may set any.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -105,8 +134,10 @@ pub struct Settings {
     /// and overlapping writes and sends them later as a few large writes;
     /// larger writes go straight to the servers holding the strips. 0: every
     /// write goes direct. A mount may use another (`shoal mount -o
-    /// write_threshold=N`). Default 32 KiB.
-    pub write_threshold: u32,
+    /// write_threshold=N`). `"auto"`: each client follows the crossover of
+    /// the two paths that its own writes' costs show, as it moves with the
+    /// load. Default 32 KiB.
+    pub write_threshold: WriteThreshold,
     /// Bytes a file's write-back buffer holds before it is sent. Default 1 MiB.
     pub gather_buffer: u32,
     /// Milliseconds a buffered write waits at most before it is sent, if
@@ -169,7 +200,7 @@ impl Default for Settings {
             max_transfer: 1 << 20,
             root_squash: false,
             capability_ttl_s: 60,
-            write_threshold: 32 << 10,
+            write_threshold: WriteThreshold::Bytes(32 << 10),
             gather_buffer: 1 << 20,
             gather_delay_ms: 20,
             precreate: true,
@@ -300,7 +331,9 @@ impl Settings {
             "gather_buffer must be between 4096 and 64 MiB",
         )?;
         check(
-            self.write_threshold <= self.gather_buffer,
+            self.write_threshold
+                .bytes()
+                .is_none_or(|b| b <= self.gather_buffer),
             "write_threshold must be at most gather_buffer",
         )?;
         check(
@@ -451,6 +484,27 @@ mod tests {
             .message
             .contains("unknown setting"));
         assert!(s.set("garbage").is_err());
+    }
+
+    #[test]
+    fn the_write_threshold_is_bytes_or_auto() {
+        let mut s = Settings::default();
+        assert_eq!(s.write_threshold, WriteThreshold::Bytes(32 << 10));
+        s.set("write_threshold=auto").unwrap();
+        assert_eq!(s.write_threshold, WriteThreshold::AUTO);
+        s.set("write_threshold=4096").unwrap();
+        assert_eq!(s.write_threshold.bytes(), Some(4096));
+        assert!(s.set("write_threshold=often").is_err());
+        assert!(
+            s.set("write_threshold=2097152").is_err(),
+            "over gather_buffer"
+        );
+        let text = toml::to_string(&Settings {
+            write_threshold: WriteThreshold::AUTO,
+            ..Settings::default()
+        })
+        .unwrap();
+        assert!(text.contains("write_threshold = \"auto\""), "{text}");
     }
 
     #[test]

@@ -292,3 +292,33 @@ async fn a_server_killed_during_a_stream_of_small_writes_means_eio_or_all_data()
         "{complete} complete, {failed} failed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_keeps_what_this_idle_client_finds_cheaper_to_keep() {
+    let cluster = Cluster::builder()
+        .servers(2)
+        .set("write_threshold=auto")
+        .start();
+    let client = cluster.client();
+    let h = client.create(ROOT, "f", 0o644).await.unwrap().handle;
+    for i in 0..64u64 {
+        client
+            .write(h, i * 8192, Bytes::from(vec![i as u8; 8192]))
+            .await
+            .unwrap();
+    }
+    client.fsync(h).await.unwrap();
+    // Idle, sends of kept writes cost no more a byte than direct writes:
+    // everything a buffer can hold is kept.
+    assert_eq!(client.write_threshold(h), 1 << 20);
+    assert_eq!(client.write_paths().gathered_writes, 64);
+    let got = cluster
+        .uncached_client()
+        .read(h, 0, 64 * 8192)
+        .await
+        .unwrap();
+    assert!(got
+        .chunks(8192)
+        .enumerate()
+        .all(|(i, c)| c.iter().all(|b| *b == i as u8)));
+}

@@ -16,6 +16,7 @@ mod nometafile_worker;
 mod pattern;
 mod pfa;
 mod pfa_worker;
+mod postmark;
 mod report;
 mod smallfile;
 mod smallfile_native;
@@ -203,6 +204,10 @@ pub struct WritesizeArgs {
         default_value = "16,64,256,1024,4096,16384,32768,65536,262144,1048576"
     )]
     pub sizes: Vec<usize>,
+    /// Postmark's transactions per run on the mount ([Hildebrand 2006]'s
+    /// Table 1 ran 2,000); 0 skips Postmark.
+    #[arg(long, default_value_t = 500)]
+    pub postmark_transactions: u32,
 }
 
 #[derive(clap::Args)]
@@ -483,6 +488,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 clients: a.clients,
                 random_file: a.random_file,
                 sizes: a.sizes,
+                postmark_transactions: a.postmark_transactions,
                 command: std::env::args()
                     .skip(1)
                     .fold("shoal".to_string(), |c, a| c + " " + &a),

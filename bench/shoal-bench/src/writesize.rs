@@ -7,7 +7,8 @@
 //! - `gathering`: every write through the client's write-back buffer
 //!   (`write_threshold` = `gather_buffer`, 4 MiB here, so even 1 MiB writes
 //!   are kept);
-//! - `threshold`: the cluster's default, `write_threshold` = 32 KiB.
+//! - `threshold`: the cluster's default, `write_threshold` = 32 KiB;
+//! - `auto`: `write_threshold = "auto"`, the crossover the client finds.
 //!
 //! Experiments, each finished by an fsync inside the timing:
 //! 1. `sequential`: one client writes WRITES consecutive writes of each size
@@ -30,37 +31,60 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use shoal_client::Client;
-use shoal_proto::cluster::ClusterConfig;
+use shoal_proto::cluster::{ClusterConfig, WriteThreshold};
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::Handle;
 
 use crate::fsops::at;
 use crate::nometafile::{with_cluster, Protocol};
+use crate::postmark;
 use crate::report::median;
 
 const MIB: f64 = (1 << 20) as f64;
 /// The random experiment skips sizes that would take more writes than this
 /// to cover its file (16-byte writes over 32 MiB would be two million).
 const MAX_RANDOM_WRITES: u64 = 8192;
+/// Writes of the mixed trace, and the file they land in.
+const MIXED_WRITES: usize = 2000;
+const MIXED_FILE: u64 = 64 << 20;
 /// The gathering path's buffer in these runs: room for the largest write.
 const GATHER_BUFFER: u32 = 4 << 20;
 
 /// The data paths compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Path3 {
+enum DataPath {
     Direct,
     Gathering,
     Threshold,
+    Auto,
 }
 
-impl Path3 {
-    const ALL: [Path3; 3] = [Path3::Direct, Path3::Gathering, Path3::Threshold];
+impl DataPath {
+    const ALL: [DataPath; 4] = [
+        DataPath::Direct,
+        DataPath::Gathering,
+        DataPath::Threshold,
+        DataPath::Auto,
+    ];
 
     fn name(self) -> &'static str {
         match self {
-            Path3::Direct => "direct",
-            Path3::Gathering => "gathering",
-            Path3::Threshold => "threshold 32K",
+            DataPath::Direct => "direct",
+            DataPath::Gathering => "gathering",
+            DataPath::Threshold => "threshold 32K",
+            DataPath::Auto => "auto",
+        }
+    }
+
+    /// This path as `shoal mount -o` options.
+    fn mount_options(self) -> String {
+        match self {
+            DataPath::Direct => "write_threshold=0".into(),
+            DataPath::Gathering => {
+                format!("gather_buffer={GATHER_BUFFER},write_threshold={GATHER_BUFFER}")
+            }
+            DataPath::Threshold => format!("write_threshold={}", 32 << 10),
+            DataPath::Auto => "write_threshold=auto".into(),
         }
     }
 
@@ -69,9 +93,10 @@ impl Path3 {
         let mut c = base.clone();
         c.settings.gather_buffer = GATHER_BUFFER;
         c.settings.write_threshold = match self {
-            Path3::Direct => 0,
-            Path3::Gathering => GATHER_BUFFER,
-            Path3::Threshold => 32 << 10,
+            DataPath::Direct => WriteThreshold::Bytes(0),
+            DataPath::Gathering => WriteThreshold::Bytes(GATHER_BUFFER),
+            DataPath::Threshold => WriteThreshold::Bytes(32 << 10),
+            DataPath::Auto => WriteThreshold::AUTO,
         };
         c
     }
@@ -82,13 +107,26 @@ enum Experiment {
     Sequential,
     Clients,
     Random,
+    /// Not per size: the mixed trace.
+    Mixed,
+    /// Postmark on the mount (`postmark`), not per size.
+    Postmark,
 }
 
 impl Experiment {
-    const ALL: [Experiment; 3] = [
+    /// Through the native client.
+    const NATIVE: [Experiment; 4] = [
         Experiment::Sequential,
         Experiment::Clients,
         Experiment::Random,
+        Experiment::Mixed,
+    ];
+    const ALL: [Experiment; 5] = [
+        Experiment::Sequential,
+        Experiment::Clients,
+        Experiment::Random,
+        Experiment::Mixed,
+        Experiment::Postmark,
     ];
 
     fn name(self) -> &'static str {
@@ -96,6 +134,8 @@ impl Experiment {
             Experiment::Sequential => "sequential",
             Experiment::Clients => "clients",
             Experiment::Random => "random",
+            Experiment::Mixed => "mixed",
+            Experiment::Postmark => "postmark",
         }
     }
 }
@@ -112,12 +152,14 @@ pub struct WritesizeOptions {
     pub random_file: u64,
     /// Write sizes, in bytes.
     pub sizes: Vec<usize>,
+    /// Postmark's transactions per run on the mount (0: no Postmark).
+    pub postmark_transactions: u32,
     pub command: String,
 }
 
 /// Per (experiment, size, path): every round's seconds, and the writes and
 /// bytes one run makes.
-type Measured = BTreeMap<(Experiment, usize, Path3), (Vec<f64>, u64, u64)>;
+type Measured = BTreeMap<(Experiment, usize, DataPath), (Vec<f64>, u64, u64)>;
 
 pub fn writesize(opts: &WritesizeOptions) -> Result<()> {
     if opts.sizes.is_empty()
@@ -142,19 +184,24 @@ pub fn writesize(opts: &WritesizeOptions) -> Result<()> {
         let mut measured = Measured::new();
         let mut n = 0u64;
         for round in 0..opts.rounds {
-            for e in Experiment::ALL {
-                for &size in &opts.sizes {
+            for e in Experiment::NATIVE {
+                // The mixed trace has sizes of its own: one run, keyed 0.
+                let sizes = match e {
+                    Experiment::Mixed => vec![0],
+                    _ => opts.sizes.clone(),
+                };
+                for &size in &sizes {
                     if e == Experiment::Random
                         && opts.random_file.div_ceil(size as u64) > MAX_RANDOM_WRITES
                     {
                         continue;
                     }
-                    for k in 0..Path3::ALL.len() {
-                        let p = Path3::ALL[(k + round) % Path3::ALL.len()];
+                    for k in 0..DataPath::ALL.len() {
+                        let p = DataPath::ALL[(k + round) % DataPath::ALL.len()];
                         n += 1;
                         let cfg = p.config(&base);
                         let (secs, writes, bytes) =
-                            rt.block_on(one_run(&cfg, opts, e, size, &format!("f{n}")))?;
+                            rt.block_on(one_run(&cfg, &plan(opts, e, size), &format!("f{n}")))?;
                         eprintln!(
                             "bench writesize: round {}: {} {size} B {}: {:.1} MiB/s",
                             round + 1,
@@ -167,6 +214,33 @@ pub fn writesize(opts: &WritesizeOptions) -> Result<()> {
                         (m.1, m.2) = (writes, bytes);
                     }
                 }
+            }
+        }
+        let postmark_rounds = if opts.postmark_transactions > 0 {
+            opts.rounds
+        } else {
+            0
+        };
+        for round in 0..postmark_rounds {
+            for k in 0..DataPath::ALL.len() {
+                let p = DataPath::ALL[(k + round) % DataPath::ALL.len()];
+                let mnt = opts.work.join("mnt");
+                let run = postmark::run_on_mount(
+                    cluster,
+                    &mnt,
+                    &p.mount_options(),
+                    opts.postmark_transactions,
+                )?;
+                eprintln!(
+                    "bench writesize: round {}: postmark {}: {:.1} MB written in {:.1} s",
+                    round + 1,
+                    p.name(),
+                    run.written_mb,
+                    run.seconds
+                );
+                let m = measured.entry((Experiment::Postmark, 0, p)).or_default();
+                m.0.push(run.seconds);
+                m.2 = (run.written_mb * 1e6) as u64;
             }
         }
         Ok(measured)
@@ -182,22 +256,61 @@ pub fn writesize(opts: &WritesizeOptions) -> Result<()> {
     Ok(())
 }
 
-/// One experiment at one size through one path, on a new file `name`:
-/// (seconds, writes, bytes), the clients made and connected before the clock
-/// starts.
-async fn one_run(
-    cfg: &ClusterConfig,
-    opts: &WritesizeOptions,
-    e: Experiment,
-    size: usize,
-    name: &str,
-) -> Result<(f64, u64, u64)> {
-    let clients: Vec<Client> = (0..match e {
-        Experiment::Clients => opts.clients,
-        _ => 1,
-    })
-        .map(|_| Client::new(cfg.clone()))
-        .collect();
+/// The writes of one run: per client, (offset, length) in order.
+type Plan = Vec<Vec<(u64, usize)>>;
+
+/// What each client writes in experiment `e` at write size `size`.
+fn plan(opts: &WritesizeOptions, e: Experiment, size: usize) -> Plan {
+    let s = size as u64;
+    match e {
+        Experiment::Sequential => vec![(0..opts.writes).map(|i| (i * s, size)).collect()],
+        Experiment::Clients => {
+            let per = (opts.writes / opts.clients as u64).max(1);
+            (0..opts.clients as u64)
+                .map(|k| (0..per).map(|i| ((k * per + i) * s, size)).collect())
+                .collect()
+        }
+        Experiment::Random => {
+            let count = opts.random_file.div_ceil(s);
+            let offsets = shuffled((0..count).map(|i| i * s).collect());
+            vec![offsets.into_iter().map(|o| (o, size)).collect()]
+        }
+        Experiment::Mixed => vec![mixed_trace()],
+        // Not through the native client (`postmark`).
+        Experiment::Postmark => Vec::new(),
+    }
+}
+
+/// [Hildebrand 2006]'s mix (its Figure 9, the ATLAS digitization trace):
+/// one file, random offsets, 96% of the writes under 32 KiB carrying about
+/// 5% of the bytes, 4% of 275 KiB to 1 MiB carrying about 95%.
+fn mixed_trace() -> Vec<(u64, usize)> {
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    (0..MIXED_WRITES)
+        .map(|_| {
+            let len = if next(100) < 4 {
+                (275 << 10) + next((1 << 20) - (275 << 10)) as usize
+            } else {
+                16 + next(2800) as usize
+            };
+            (next(MIXED_FILE - len as u64), len)
+        })
+        .collect()
+}
+
+/// One run of `plan` through one path, on a new file `name`: (seconds,
+/// writes, bytes), the clients made and connected before the clock starts.
+async fn one_run(cfg: &ClusterConfig, plan: &Plan, name: &str) -> Result<(f64, u64, u64)> {
+    if plan.is_empty() {
+        return Err(ShoalError::invalid("writesize: a run without clients"));
+    }
+    let clients: Vec<Client> = plan.iter().map(|_| Client::new(cfg.clone())).collect();
     for c in &clients {
         c.ping_all().await?;
     }
@@ -205,25 +318,14 @@ async fn one_run(
         .create(clients[0].root(), name, 0o644)
         .await?
         .handle;
-    let block = Bytes::from(vec![0x5a; size]);
-    let per_client = match e {
-        Experiment::Clients => (opts.writes / opts.clients as u64).max(1),
-        _ => opts.writes,
-    };
-    let offsets: Vec<u64> = match e {
-        Experiment::Random => {
-            let count = opts.random_file.div_ceil(size as u64);
-            shuffled((0..count).map(|i| i * size as u64).collect())
-        }
-        _ => (0..per_client).map(|i| i * size as u64).collect(),
-    };
+    let longest = plan.iter().flatten().map(|w| w.1).max().unwrap_or(0);
+    let block = Bytes::from(vec![0x5a; longest]);
     let t0 = Instant::now();
-    let done = futures::future::try_join_all(clients.iter().enumerate().map(|(i, c)| {
-        let base = i as u64 * per_client * size as u64;
-        let (block, offsets) = (&block, &offsets);
+    let done = futures::future::try_join_all(clients.iter().zip(plan).map(|(c, writes)| {
+        let block = &block;
         async move {
-            for off in offsets {
-                c.write(f, base + off, block.clone()).await?;
+            for &(offset, len) in writes {
+                c.write(f, offset, block.slice(..len)).await?;
             }
             c.fsync(f).await
         }
@@ -231,21 +333,27 @@ async fn one_run(
     .await;
     let secs = t0.elapsed().as_secs_f64();
     done?;
-    let writes = offsets.len() as u64 * clients.len() as u64;
-    let bytes = writes * size as u64;
-    check_size(&clients[0], f, bytes).await?;
+    let writes = plan.iter().map(|w| w.len() as u64).sum();
+    let bytes = plan.iter().flatten().map(|w| w.1 as u64).sum();
+    let end = plan
+        .iter()
+        .flatten()
+        .map(|&(o, l)| o + l as u64)
+        .max()
+        .unwrap_or(0);
+    check_size(&clients[0], f, end).await?;
     clients[0].unlink(clients[0].root(), name).await?;
     Ok((secs, writes, bytes))
 }
 
-/// The file is as long as what was written: a path that lost writes must
-/// not be timed as a success.
+/// The file ends where the furthest write ended: a path that lost writes
+/// must not be timed as a success.
 async fn check_size(c: &Client, f: Handle, bytes: u64) -> Result<()> {
     c.forget(f);
     let size = c.getattr(f).await?.size;
     if size != bytes {
         return Err(ShoalError::io(format!(
-            "writesize: the file is {size} bytes after {bytes} were written"
+            "writesize: the file is {size} bytes after writes up to byte {bytes}"
         )));
     }
     Ok(())
@@ -300,36 +408,61 @@ fn markdown(opts: &WritesizeOptions, measured: &Measured) -> String {
         "The write-size experiments of [Hildebrand 2006] through the native client of a \
          {}-server local cluster (defaults: metadata durable, strips of 1 MiB over every \
          server). Paths: `direct` (write_threshold 0), `gathering` (every write kept in the \
-         client's write-back buffer, gather_buffer 4 MiB), `threshold 32K` (the default). \
+         client's write-back buffer, gather_buffer 4 MiB), `threshold 32K` (the default), `auto` (write_threshold = \"auto\"). \
          Each run ends with an fsync inside the timing. sequential: {} consecutive writes \
          from one client; clients: {} clients, {} consecutive writes each into disjoint \
          parts of one file; random: one client covers a {}-byte file at shuffled offsets \
-         (sizes that need at most {MAX_RANDOM_WRITES} writes). \
+         (sizes that need at most {MAX_RANDOM_WRITES} writes); mixed: {}; postmark: \
+         Postmark through a mount of the cluster with each path's settings (`-o`), {} \
+         files of {}-{} bytes, {}-byte reads and writes, {} transactions, MiB/s written \
+         over the whole run. \
          MiB/s, median of {} rounds (paths alternating). Release build.\n",
-        opts.servers, opts.writes, opts.clients, opts.writes, opts.random_file, opts.rounds
+        opts.servers,
+        opts.writes,
+        opts.clients,
+        (opts.writes / opts.clients as u64).max(1),
+        opts.random_file,
+        mixed_summary(),
+        postmark::FILES,
+        postmark::SIZE_MIN,
+        postmark::SIZE_MAX,
+        postmark::BLOCK,
+        opts.postmark_transactions,
+        opts.rounds
     );
     for e in Experiment::ALL {
         let _ = writeln!(md, "## {}\n", e.name());
         md.push_str(
-            "| size | direct | gathering | threshold 32K | gathering/direct | threshold/best |\n\
-             |---:|---:|---:|---:|---:|---:|\n",
+            "| size | direct | gathering | threshold 32K | auto | gathering/direct | threshold/best | auto/best |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
-        for &size in &opts.sizes {
-            if !measured.contains_key(&(e, size, Path3::Direct)) {
+        let sizes = match e {
+            Experiment::Mixed | Experiment::Postmark => vec![0],
+            _ => opts.sizes.clone(),
+        };
+        for size in sizes {
+            if !measured.contains_key(&(e, size, DataPath::Direct)) {
                 continue;
             }
             let get = |p| measured.get(&(e, size, p)).map_or(0.0, mib_s);
-            let (d, g, t) = (
-                get(Path3::Direct),
-                get(Path3::Gathering),
-                get(Path3::Threshold),
+            let (d, g, t, a) = (
+                get(DataPath::Direct),
+                get(DataPath::Gathering),
+                get(DataPath::Threshold),
+                get(DataPath::Auto),
             );
+            let best = d.max(g).max(1e-9);
             let _ = writeln!(
                 md,
-                "| {} | {d:.2} | {g:.2} | {t:.2} | {:.1}x | {:.2} |",
-                size_name(size),
+                "| {} | {d:.2} | {g:.2} | {t:.2} | {a:.2} | {:.1}x | {:.2} | {:.2} |",
+                match e {
+                    Experiment::Mixed => "the trace".into(),
+                    Experiment::Postmark => "Postmark".into(),
+                    _ => size_name(size),
+                },
                 g / d.max(1e-9),
-                t / d.max(g).max(1e-9)
+                t / best,
+                a / best
             );
         }
         md.push('\n');
@@ -338,9 +471,45 @@ fn markdown(opts: &WritesizeOptions, measured: &Measured) -> String {
     md
 }
 
+/// What the mixed trace is, measured from it.
+fn mixed_summary() -> String {
+    let trace = mixed_trace();
+    let total: usize = trace.iter().map(|w| w.1).sum();
+    let small: Vec<usize> = trace
+        .iter()
+        .map(|w| w.1)
+        .filter(|l| *l < 32 << 10)
+        .collect();
+    format!(
+        "{} writes at random offsets of a {} MiB file, {:.1}% of them under 32 KiB carrying \
+         {:.1}% of the {:.1} MiB, the rest 275 KiB to 1 MiB",
+        trace.len(),
+        MIXED_FILE >> 20,
+        100.0 * small.len() as f64 / trace.len() as f64,
+        100.0 * small.iter().sum::<usize>() as f64 / total as f64,
+        total as f64 / MIB
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mixed_trace_is_the_papers_mix() {
+        let trace = mixed_trace();
+        let total: usize = trace.iter().map(|w| w.1).sum();
+        let small: Vec<usize> = trace
+            .iter()
+            .map(|w| w.1)
+            .filter(|l| *l < 32 << 10)
+            .collect();
+        let share = small.len() as f64 / trace.len() as f64;
+        let bytes = small.iter().sum::<usize>() as f64 / total as f64;
+        assert!((0.94..0.98).contains(&share), "{share}");
+        assert!((0.03..0.08).contains(&bytes), "{bytes}");
+        assert!(trace.iter().all(|&(o, l)| o + l as u64 <= MIXED_FILE));
+    }
 
     #[test]
     fn shuffled_is_a_permutation() {
