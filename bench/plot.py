@@ -175,7 +175,7 @@ def writesize(csv_path, png_path):
             value = {r["path"]: float(r["median_mib_s"]) for r in mine}
             ax.bar(paths, [value[p] for p in paths], color=[f"C{i}" for i in range(len(paths))])
             ax.set_ylabel("MiB/s (higher is better)")
-            ax.set_title(e + " trace")
+            ax.set_title({"mixed": "mixed trace", "postmark": "Postmark on the mount"}.get(e, e))
             ax.grid(axis="y", alpha=0.3)
             continue
         for path in paths:

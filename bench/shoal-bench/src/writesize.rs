@@ -471,8 +471,9 @@ fn markdown(opts: &WritesizeOptions, measured: &Measured) -> String {
     md
 }
 
-/// What the mixed trace is, measured from it.
-fn mixed_summary() -> String {
+/// Of the mixed trace: the share of its writes under 32 KiB, the share of
+/// its bytes they carry, and its bytes.
+fn mixed_shares() -> (f64, f64, usize) {
     let trace = mixed_trace();
     let total: usize = trace.iter().map(|w| w.1).sum();
     let small: Vec<usize> = trace
@@ -480,13 +481,22 @@ fn mixed_summary() -> String {
         .map(|w| w.1)
         .filter(|l| *l < 32 << 10)
         .collect();
+    (
+        small.len() as f64 / trace.len() as f64,
+        small.iter().sum::<usize>() as f64 / total as f64,
+        total,
+    )
+}
+
+/// What the mixed trace is, measured from it.
+fn mixed_summary() -> String {
+    let (writes, bytes, total) = mixed_shares();
     format!(
-        "{} writes at random offsets of a {} MiB file, {:.1}% of them under 32 KiB carrying \
-         {:.1}% of the {:.1} MiB, the rest 275 KiB to 1 MiB",
-        trace.len(),
+        "{MIXED_WRITES} writes at random offsets of a {} MiB file, {:.1}% of them under \
+         32 KiB carrying {:.1}% of the {:.1} MiB, the rest 275 KiB to 1 MiB",
         MIXED_FILE >> 20,
-        100.0 * small.len() as f64 / trace.len() as f64,
-        100.0 * small.iter().sum::<usize>() as f64 / total as f64,
+        100.0 * writes,
+        100.0 * bytes,
         total as f64 / MIB
     )
 }
@@ -497,18 +507,12 @@ mod tests {
 
     #[test]
     fn the_mixed_trace_is_the_papers_mix() {
-        let trace = mixed_trace();
-        let total: usize = trace.iter().map(|w| w.1).sum();
-        let small: Vec<usize> = trace
-            .iter()
-            .map(|w| w.1)
-            .filter(|l| *l < 32 << 10)
-            .collect();
-        let share = small.len() as f64 / trace.len() as f64;
-        let bytes = small.iter().sum::<usize>() as f64 / total as f64;
+        let (share, bytes, _) = mixed_shares();
         assert!((0.94..0.98).contains(&share), "{share}");
         assert!((0.03..0.08).contains(&bytes), "{bytes}");
-        assert!(trace.iter().all(|&(o, l)| o + l as u64 <= MIXED_FILE));
+        assert!(mixed_trace()
+            .iter()
+            .all(|&(o, l)| o + l as u64 <= MIXED_FILE));
     }
 
     #[test]
