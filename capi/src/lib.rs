@@ -54,6 +54,21 @@ pub struct shoal_dirent {
     pub d_name: [c_char; 256],
 }
 
+/// How many writes and bytes took each path of the write threshold
+/// [Hildebrand 2006] in this process so far (`shoal_write_paths`).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+#[allow(non_camel_case_types)]
+pub struct shoal_write_paths {
+    pub direct_writes: u64,
+    pub direct_bytes: u64,
+    /// Writes under the threshold, kept and joined.
+    pub gathered_writes: u64,
+    pub gathered_bytes: u64,
+    /// The writes the kept ones were sent as.
+    pub gathered_sends: u64,
+}
+
 /// Where a file's bytes live.
 #[repr(C)]
 #[allow(non_camel_case_types)]
@@ -187,6 +202,24 @@ pub extern "C" fn shoal_close(fd: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn shoal_flush() -> c_int {
     call_keeping_held("shoal_flush", -1, || session::send_everything().map(|_| 0))
+}
+
+/// Fills `out` with how many writes and bytes of this process took each
+/// path of the write threshold so far. ENOTCONN before `shoal_connect`.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_write_paths(out: *mut shoal_write_paths) -> c_int {
+    call("shoal_write_paths", -1, || {
+        let out = out_struct(out, "out")?;
+        let p = session::current()?.client.write_paths();
+        *out = shoal_write_paths {
+            direct_writes: p.direct_writes,
+            direct_bytes: p.direct_bytes,
+            gathered_writes: p.gathered_writes,
+            gathered_bytes: p.gathered_bytes,
+            gathered_sends: p.gathered_sends,
+        };
+        Ok(0)
+    })
 }
 
 /// dup(2): a new descriptor sharing `fd`'s open file and offset.

@@ -201,6 +201,12 @@ impl DistCache {
         })
     }
 
+    /// A layout of `h` seen at any time, stuffed or not: good for what an
+    /// unstuff keeps (its strip size, its write threshold).
+    pub(crate) fn seen(&self, h: &Handle) -> Option<Distribution> {
+        self.fixed.get(h).or_else(|| self.stuffed_layout(h))
+    }
+
     /// A stuffed layout of `h` seen at any time: good for its first strip only.
     pub(crate) fn stuffed_layout(&self, h: &Handle) -> Option<Distribution> {
         self.stuffed.get(h).map(|(d, _)| d)

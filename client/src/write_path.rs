@@ -65,6 +65,22 @@ pub struct WritePaths {
     pub gathered_sends: u64,
 }
 
+impl std::fmt::Display for WritePaths {
+    /// The one form front ends show them in (`shoal stats --mount`,
+    /// `SHOAL_STATS`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "direct {} writes {} bytes; gathered {} writes {} bytes, sent as {} writes",
+            self.direct_writes,
+            self.direct_bytes,
+            self.gathered_writes,
+            self.gathered_bytes,
+            self.gathered_sends
+        )
+    }
+}
+
 /// The client's side of the gathering path: the buffer, per-file
 /// thresholds, and counts.
 pub(crate) struct Gathering {
@@ -165,15 +181,17 @@ impl Client {
     }
 
     /// The write threshold for file `h`: its own if one was set through this
-    /// client, else the cluster's (or the mount's); `auto` is what this
-    /// client's writes show now (`auto_threshold`).
+    /// client, else its layout's (its directory's hint when it was made),
+    /// else the cluster's (or the mount's); `auto` is what this client's
+    /// writes show now (`auto_threshold`).
     pub fn write_threshold(&self, h: Handle) -> usize {
         let g = &self.inner.gathering;
         if let Some(own) = g.thresholds.get(&h) {
             return own as usize;
         }
         let s = &self.config().settings;
-        match s.write_threshold {
+        let of_layout = self.inner.dists.seen(&h).and_then(|d| d.write_threshold);
+        match of_layout.map_or(s.write_threshold, WriteThreshold::from_wire) {
             WriteThreshold::Bytes(b) => b as usize,
             WriteThreshold::Auto(_) => g.auto.threshold(s.gather_buffer as usize),
         }

@@ -109,7 +109,19 @@ extern "C" fn write_stats() {
         cmd.truncate(cut);
         cmd.push_str("...");
     }
-    let text = stats::table(&format!("pid {pid} ({cmd})"));
+    let mut text = stats::table(&format!("pid {pid} ({cmd})"));
+    let mut paths = shoal::shoal_write_paths::default();
+    // SAFETY: our own struct.
+    if unsafe { shoal::shoal_write_paths(&mut paths) } == 0 {
+        let paths = shoal_client::WritePaths {
+            direct_writes: paths.direct_writes,
+            direct_bytes: paths.direct_bytes,
+            gathered_writes: paths.gathered_writes,
+            gathered_bytes: paths.gathered_bytes,
+            gathered_sends: paths.gathered_sends,
+        };
+        text += &format!("# write paths: {paths} (sent so far)\n");
+    }
     use std::io::Write;
     let _ = std::fs::OpenOptions::new()
         .create(true)

@@ -77,6 +77,19 @@ pub enum Auto {
 
 impl WriteThreshold {
     pub const AUTO: WriteThreshold = WriteThreshold::Auto(Auto::Auto);
+    /// `auto` in a message (`Distribution.write_threshold`, `DirHints`).
+    const AUTO_ON_WIRE: u32 = u32::MAX;
+
+    pub fn from_wire(v: u32) -> WriteThreshold {
+        match v {
+            Self::AUTO_ON_WIRE => Self::AUTO,
+            b => WriteThreshold::Bytes(b),
+        }
+    }
+
+    pub fn to_wire(self) -> u32 {
+        self.bytes().unwrap_or(Self::AUTO_ON_WIRE)
+    }
 
     /// The bytes of a fixed threshold; None for `auto`.
     pub fn bytes(self) -> Option<u32> {

@@ -86,6 +86,7 @@ impl Distribution {
             datafiles: vec![datafile],
             stuffed: false,
             width: 1,
+            write_threshold: None,
         }
     }
 

@@ -8,7 +8,11 @@
 //! | `num_dfiles`  | 1 to the number of servers                        | the cluster's `num_dfiles`    |
 //! | `dist`        | `simple_stripe` or `simple_stripe:strip_size=N`   | simple striping               |
 //! | `no_metafile` | `1`/`true` (on) or `0`/`false` (off, clears it)   | off                           |
+//! | `write_threshold` | 0 to 67108864 bytes (suffix K or M) or `auto` | the cluster's (or mount's)   |
 //!
+//! `write_threshold` [Hildebrand 2006] goes into each new file's layout
+//! (`Distribution.write_threshold`), as the paper's layout driver hands it
+//! out; a file without a metafile has no layout and takes the cluster's.
 //! A hint applies to files created in its directory from then on; files that
 //! exist keep their layout. `no_metafile` beats the other three (such a file
 //! is one datafile and never stripes); a `strip_size` hint beats the
@@ -21,7 +25,7 @@
 //! Users see each hint that is set as the extended attribute
 //! `user.shoal.<name>` of its directory, its value as text.
 
-use crate::cluster::ClusterConfig;
+use crate::cluster::{ClusterConfig, WriteThreshold};
 use crate::error::{Result, ShoalError};
 use crate::msg::DirHints;
 
@@ -34,6 +38,8 @@ const STRIP_MAX: u64 = 1 << 30;
 const SIMPLE_STRIPE: &str = "simple_stripe";
 /// The parameter of `simple_stripe`.
 const STRIP_PARAM: &str = "strip_size";
+/// The largest write threshold a hint may set: the largest `gather_buffer`.
+const THRESHOLD_MAX: u64 = 64 << 20;
 
 /// One directory hint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,14 +48,16 @@ pub enum Hint {
     NumDfiles,
     Dist,
     NoMetafile,
+    WriteThreshold,
 }
 
 impl Hint {
-    pub const ALL: [Hint; 4] = [
+    pub const ALL: [Hint; 5] = [
         Hint::StripSize,
         Hint::NumDfiles,
         Hint::Dist,
         Hint::NoMetafile,
+        Hint::WriteThreshold,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +66,7 @@ impl Hint {
             Hint::NumDfiles => "num_dfiles",
             Hint::Dist => "dist",
             Hint::NoMetafile => "no_metafile",
+            Hint::WriteThreshold => "write_threshold",
         }
     }
 
@@ -95,6 +104,9 @@ impl Hint {
             Hint::NumDfiles => format!("1 to {servers} (the servers in this cluster)"),
             Hint::Dist => format!("{SIMPLE_STRIPE} or {SIMPLE_STRIPE}:{STRIP_PARAM}=N"),
             Hint::NoMetafile => "1, 0, true or false".to_string(),
+            Hint::WriteThreshold => {
+                format!("0 to {THRESHOLD_MAX} bytes (a suffix K or M may follow) or auto")
+            }
         }
     }
 
@@ -161,8 +173,29 @@ pub fn set(hints: &mut DirHints, hint: Hint, value: &str, servers: u32) -> Resul
                 _ => return Err(refuse()),
             }
         }
+        Hint::WriteThreshold => {
+            let threshold = match text {
+                "auto" => WriteThreshold::AUTO,
+                _ => parse_size(text)
+                    .filter(|b| *b <= THRESHOLD_MAX)
+                    .map(|b| WriteThreshold::Bytes(b as u32))
+                    .ok_or_else(refuse)?,
+            };
+            hints.write_threshold = Some(threshold.to_wire());
+        }
     }
     Ok(())
+}
+
+/// EINVAL unless `v` is a write threshold a hint could set (on the wire:
+/// bytes, or `auto`'s value), for a layout a client asks for.
+pub fn check_write_threshold(v: u32) -> Result<()> {
+    match WriteThreshold::from_wire(v).bytes() {
+        Some(b) if u64::from(b) > THRESHOLD_MAX => {
+            Err(Hint::WriteThreshold.refuse(&b.to_string(), 0))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Clears `hint`; false if it was not set.
@@ -173,6 +206,7 @@ pub fn unset(hints: &mut DirHints, hint: Hint) -> bool {
         Hint::NumDfiles => hints.num_dfiles = 0,
         Hint::Dist => hints.dist.clear(),
         Hint::NoMetafile => hints.no_metafile = false,
+        Hint::WriteThreshold => hints.write_threshold = None,
     }
     was
 }
@@ -184,6 +218,12 @@ pub fn get(hints: &DirHints, hint: Hint) -> Option<String> {
         Hint::NumDfiles => (hints.num_dfiles != 0).then(|| hints.num_dfiles.to_string()),
         Hint::Dist => (!hints.dist.is_empty()).then(|| hints.dist.clone()),
         Hint::NoMetafile => hints.no_metafile.then(|| "1".to_string()),
+        Hint::WriteThreshold => hints
+            .write_threshold
+            .map(|v| match WriteThreshold::from_wire(v) {
+                WriteThreshold::Bytes(b) => b.to_string(),
+                WriteThreshold::Auto(_) => "auto".to_string(),
+            }),
     }
 }
 
@@ -211,6 +251,8 @@ pub struct NewFile {
     pub strip_size: u64,
     /// Datafiles of a striped file.
     pub num_dfiles: u32,
+    /// The layout's write threshold (`Distribution.write_threshold`).
+    pub write_threshold: Option<u32>,
 }
 
 /// The layout of a file created in a directory with `hints`, in `config`'s
@@ -230,6 +272,7 @@ pub fn new_file(hints: &DirHints, config: &ClusterConfig) -> NewFile {
         no_metafile: hints.no_metafile,
         strip_size,
         num_dfiles,
+        write_threshold: hints.write_threshold,
     }
 }
 
@@ -321,7 +364,8 @@ mod tests {
             NewFile {
                 no_metafile: false,
                 strip_size: 1 << 20,
-                num_dfiles: 4
+                num_dfiles: 4,
+                write_threshold: None,
             }
         );
         let mut h = DirHints::default();
@@ -335,5 +379,26 @@ mod tests {
         let single = new_file(&h, &c);
         assert!(single.no_metafile);
         assert_eq!(single.num_dfiles, 1, "never stripes");
+    }
+
+    #[test]
+    fn a_write_threshold_hint_is_bytes_or_auto_and_goes_into_the_layout() {
+        let c = config(2);
+        let mut h = DirHints::default();
+        set(&mut h, Hint::WriteThreshold, "4K", 2).unwrap();
+        assert_eq!(get(&h, Hint::WriteThreshold).as_deref(), Some("4096"));
+        assert_eq!(new_file(&h, &c).write_threshold, Some(4096));
+        set(&mut h, Hint::WriteThreshold, "0", 2).unwrap();
+        assert_eq!(new_file(&h, &c).write_threshold, Some(0), "0 is a value");
+        set(&mut h, Hint::WriteThreshold, "auto", 2).unwrap();
+        assert_eq!(get(&h, Hint::WriteThreshold).as_deref(), Some("auto"));
+        let w = new_file(&h, &c).write_threshold.unwrap();
+        assert_eq!(WriteThreshold::from_wire(w), WriteThreshold::AUTO);
+        let e = set(&mut h, Hint::WriteThreshold, "65M", 2).unwrap_err();
+        assert!(e.message.contains("write_threshold"), "{}", e.message);
+        assert!(check_write_threshold(u32::MAX).is_ok(), "auto");
+        assert!(check_write_threshold(65 << 20).is_err());
+        assert!(unset(&mut h, Hint::WriteThreshold));
+        assert_eq!(new_file(&h, &c).write_threshold, None);
     }
 }

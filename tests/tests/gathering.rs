@@ -322,3 +322,42 @@ async fn auto_keeps_what_this_idle_client_finds_cheaper_to_keep() {
         .enumerate()
         .all(|(i, c)| c.iter().all(|b| *b == i as u8)));
 }
+
+/// A directory's `write_threshold` hint goes into the layout of each file made
+/// there (and its subdirectories' files), on every create path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_hint_sets_its_new_files_threshold() {
+    for baseline in [false, true] {
+        let cluster = Cluster::builder().servers(3).baseline_if(baseline).start();
+        let client = cluster.client();
+        let d = client.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
+        client
+            .set_hint(d, shoal_proto::hints::Hint::WriteThreshold, "4K")
+            .await
+            .unwrap();
+        let sub = client.mkdir(d, "sub", 0o755).await.unwrap().handle;
+        let e = client
+            .set_hint(d, shoal_proto::hints::Hint::WriteThreshold, "lots")
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("write_threshold"), "{e}");
+        for dir in [d, sub] {
+            let h = client.create(dir, "f", 0o644).await.unwrap().handle;
+            let fresh = cluster.uncached_client();
+            fresh.getattr(h).await.unwrap();
+            assert_eq!(fresh.write_threshold(h), 4096, "baseline {baseline}");
+            // 8 KiB is over it: direct; 1 KiB under it: kept.
+            fresh.write(h, 0, Bytes::from(vec![1; 8192])).await.unwrap();
+            fresh
+                .write(h, 8192, Bytes::from(vec![2; 1024]))
+                .await
+                .unwrap();
+            let paths = fresh.write_paths();
+            assert_eq!((paths.direct_writes, paths.gathered_writes), (1, 1));
+            fresh.fsync(h).await.unwrap();
+            assert_eq!(client.read(h, 8192, 2048).await.unwrap(), vec![2; 1024]);
+        }
+        let plain = client.create(ROOT, "plain", 0o644).await.unwrap().handle;
+        assert_eq!(client.write_threshold(plain), 32 << 10, "the cluster's");
+    }
+}

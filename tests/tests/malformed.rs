@@ -583,6 +583,7 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
             datafiles: vec![nowhere],
             stuffed: false,
             width: 1,
+            write_threshold: None,
         }),
         ..Default::default()
     };
@@ -590,6 +591,18 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
         addr,
         "distribution naming server 77",
         msg_frame(Op::SetDist, 1, &bad_dist, &[]),
+        Errno::EINVAL,
+    )
+    .await;
+    let mut huge_threshold = bad_dist.clone();
+    if let Some(d) = huge_threshold.dist.as_mut() {
+        d.datafiles = vec![ROOT];
+        d.write_threshold = Some(100 << 20);
+    }
+    expect_errno(
+        addr,
+        "distribution with a 100 MiB write threshold",
+        msg_frame(Op::SetDist, 1, &huge_threshold, &[]),
         Errno::EINVAL,
     )
     .await;

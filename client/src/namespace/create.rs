@@ -248,6 +248,7 @@ impl Client {
         .await;
         let dist = Distribution {
             strip_size: layout.strip_size,
+            write_threshold: layout.write_threshold,
             datafiles: created
                 .iter()
                 .filter_map(|r| r.as_ref().ok().copied())
@@ -312,6 +313,7 @@ impl Client {
             } else {
                 String::new()
             },
+            write_threshold: layout.write_threshold,
         };
         let send = self
             .pool()

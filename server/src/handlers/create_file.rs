@@ -19,7 +19,7 @@
 //! same single step.
 
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::hints::{new_file, NewFile};
+use shoal_proto::hints::{check_write_threshold, new_file, NewFile};
 use shoal_proto::msg::*;
 use shoal_proto::{Handle, ObjectKind};
 use std::time::Instant;
@@ -125,6 +125,7 @@ pub fn create_file(
                     datafiles,
                     stuffed,
                     width,
+                    write_threshold: layout.write_threshold,
                 }),
                 ..Default::default()
             };
@@ -165,10 +166,14 @@ fn requested_layout(s: &Service, q: &CreateFileRequest) -> Result<NewFile> {
         0 => s.config.dfiles_per_file(),
         w => w.min(s.config.num_servers()),
     };
+    if let Some(t) = q.write_threshold {
+        check_write_threshold(t)?;
+    }
     Ok(NewFile {
         no_metafile: false,
         strip_size,
         num_dfiles,
+        write_threshold: q.write_threshold,
     })
 }
 

@@ -154,6 +154,9 @@ pub fn set_dist(s: &Service, r: &Request, q: SetDistRequest) -> Result<Reply<Set
     for h in &dist.datafiles {
         s.check_handle(*h)?;
     }
+    if let Some(t) = dist.write_threshold {
+        shoal_proto::hints::check_write_threshold(t)?;
+    }
     let (rec, syncs) = s.change(|txn| {
         let mut rec = s.meta.get(q.handle)?;
         if rec.kind() != ObjectKind::Metafile {
