@@ -877,6 +877,40 @@ static void test_small_sequential_reads_see_this_process_writes(void **state)
     OK(shoal_close(w));
 }
 
+static void test_small_writes_are_gathered_and_sent_at_close(void **state)
+{
+    (void)state;
+    struct shoal_write_paths before, after;
+    OK(shoal_write_paths(&before));
+    OK(shoal_mkdir(at("gathered", NULL), 0755));
+    const char *f = at("gathered", "log");
+    int w = shoal_open(f, O_CREAT | O_WRONLY | O_APPEND, 0644);
+    OK(w);
+    char line[32];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(line, sizeof line, "line %09d\n", i); /* 15 bytes */
+        assert_int_equal(shoal_write(w, line, 15), 15);
+    }
+    struct stat st;
+    OK(shoal_fstat(w, &st));
+    assert_int_equal(st.st_size, 15000); /* kept bytes count in the size */
+    OK(shoal_close(w));
+    OK(shoal_write_paths(&after));
+    assert_int_equal(after.gathered_writes - before.gathered_writes, 1000);
+    assert_int_equal(after.gathered_bytes - before.gathered_bytes, 15000);
+    /* One send, at the close (the cluster waits a minute before age sends). */
+    assert_int_equal(after.gathered_sends - before.gathered_sends, 1);
+    assert_int_equal(after.direct_writes, before.direct_writes);
+    int r = shoal_open(f, O_RDONLY, 0);
+    OK(r);
+    char back[16] = {0};
+    assert_int_equal(shoal_pread(r, back, 15, 999 * 15), 15);
+    assert_string_equal(back, "line 000000999\n");
+    OK(shoal_close(r));
+    assert_int_equal(shoal_write_paths(NULL), -1);
+    assert_int_equal(errno, EFAULT);
+}
+
 static void test_metadata_calls(void **state)
 {
     (void)state;
@@ -1022,6 +1056,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_a_forked_child_does_io_on_its_own_connection),
         cmocka_unit_test(test_attribute_changes_of_a_new_file_are_sent_as_one),
         cmocka_unit_test(test_small_sequential_reads_see_this_process_writes),
+        cmocka_unit_test(test_small_writes_are_gathered_and_sent_at_close),
         cmocka_unit_test(test_metadata_calls),
     };
     int failed = cmocka_run_group_tests_name("libshoal before connecting", unconnected, NULL, NULL);
