@@ -291,6 +291,7 @@ impl Client {
         self.send_kept(h).await;
         self.with_capability(h, WRITE, |cap| self.truncate_with(h, size, cap))
             .await?;
+        self.kept_truncated(h);
         let now = shoal_proto::time::now_ns();
         self.inner.attrs.update(&h, |a| {
             a.size = size;

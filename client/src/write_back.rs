@@ -32,8 +32,11 @@ pub const MAX_TOTAL: usize = 64 << 20;
 pub enum Put {
     /// Kept.
     Kept,
-    /// Kept, and the file's buffer (or the client's) is full: flush it.
+    /// Kept, and the file's buffer is full: send it.
     KeptFull,
+    /// Kept, and the client keeps [`MAX_TOTAL`] bytes or more: send every
+    /// file's.
+    KeptOverTotal,
 }
 
 /// The bytes of one file to send: its caller and (offset, data) extents.
@@ -135,9 +138,16 @@ impl FileBuf {
         }
     }
 
-    /// Nothing kept, nothing under way, nothing to report: can go.
+    /// Nothing kept, nothing under way, nothing to report, and nobody
+    /// waiting on its gate: can go. (A waiter's gate must stay the file's:
+    /// a new buffer with a new gate would let a later send overtake the
+    /// waiter's.)
     fn idle(&self) -> bool {
-        self.extents.is_empty() && self.sending == 0 && !self.scheduled && self.error.is_none()
+        self.extents.is_empty()
+            && self.sending == 0
+            && !self.scheduled
+            && self.error.is_none()
+            && Arc::strong_count(&self.gate) == 1
     }
 }
 
@@ -181,9 +191,12 @@ impl WriteBack {
         let full = f.bytes >= per_file;
         st.bytes += grown;
         self.any.store(true, Ordering::Relaxed);
-        match full || st.bytes >= MAX_TOTAL {
-            true => Put::KeptFull,
-            false => Put::Kept,
+        if st.bytes >= MAX_TOTAL {
+            Put::KeptOverTotal
+        } else if full {
+            Put::KeptFull
+        } else {
+            Put::Kept
         }
     }
 
@@ -216,16 +229,18 @@ impl WriteBack {
         self.state().files.get(&h).map(|f| f.gate.clone())
     }
 
-    /// Takes what file `h` keeps, to send (the caller holds its gate); the
-    /// file stays at least as long as it was until [`WriteBack::sent`].
-    pub fn take(&self, h: Handle) -> Option<Taken> {
+    /// Takes what file `h` keeps, to send (the caller holds `gate`, the
+    /// file's); the file stays at least as long as it was until
+    /// [`WriteBack::sent`]. None if nothing is kept, or the gate is not the
+    /// file's any more (the file was discarded: it is gone).
+    pub fn take(&self, h: Handle, gate: &Arc<tokio::sync::Mutex<()>>) -> Option<Taken> {
         let mut st = self.state();
-        let f = st.files.get_mut(&h)?;
+        let f = st
+            .files
+            .get_mut(&h)
+            .filter(|f| Arc::ptr_eq(&f.gate, gate))?;
         f.scheduled = false;
         if f.extents.is_empty() {
-            if f.idle() {
-                self.remove(&mut st, h);
-            }
             return None;
         }
         let extents: Vec<(u64, Vec<u8>)> = std::mem::take(&mut f.extents).into_iter().collect();
@@ -239,22 +254,49 @@ impl WriteBack {
         Some(taken)
     }
 
-    /// A flush of `h` taken with [`WriteBack::take`] ended (`error` if it
-    /// failed: kept for the next fsync or close to report).
-    pub fn sent(&self, h: Handle, error: Option<ShoalError>) {
+    /// A flush of `h` taken with [`WriteBack::take`] under `gate` ended
+    /// (`error` if it failed: kept for the next fsync or close to report).
+    /// Nothing if the file was discarded meanwhile.
+    pub fn sent(&self, h: Handle, gate: &Arc<tokio::sync::Mutex<()>>, error: Option<ShoalError>) {
         let mut st = self.state();
-        let Some(f) = st.files.get_mut(&h) else {
+        let Some(f) = st.files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate)) else {
             return;
         };
+        assert!(f.sending > 0, "a send of {h:#x} ended that never started");
         f.sending -= 1;
         if let Some(e) = error {
             f.error.get_or_insert(e);
         }
-        if f.extents.is_empty() && f.sending == 0 {
-            f.end = 0;
+        if f.sending == 0 {
+            // What the servers have now, they report; kept bytes still count.
+            f.end = f
+                .extents
+                .iter()
+                .map(|(s, v)| s + v.len() as u64)
+                .max()
+                .unwrap_or(0);
         }
-        if f.idle() {
+    }
+
+    /// Forgets `h` if nothing of it is left and nobody waits on it: a
+    /// sender calls this once it let go of the gate.
+    pub fn tidy(&self, h: Handle) {
+        let mut st = self.state();
+        if st.files.get(&h).is_some_and(FileBuf::idle) {
             self.remove(&mut st, h);
+        }
+    }
+
+    /// The file was truncated: bytes this client sent before are not its
+    /// length any more (kept ones still are).
+    pub fn truncated(&self, h: Handle) {
+        if !self.any.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut st = self.state();
+        if let Some(f) = st.files.get_mut(&h).filter(|f| f.sending == 0) {
+            let kept = f.extents.iter().map(|(s, v)| s + v.len() as u64).max();
+            f.end = kept.unwrap_or(0);
         }
     }
 
@@ -321,9 +363,13 @@ impl WriteBack {
         due
     }
 
-    /// Every file with bytes kept.
-    pub fn kept(&self) -> Vec<Handle> {
-        self.due(Duration::ZERO)
+    /// Every file with something here: bytes kept or being sent, or a
+    /// failed send's error to report.
+    pub fn files(&self) -> Vec<Handle> {
+        if !self.any.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        self.state().files.keys().copied().collect()
     }
 
     /// Drops everything of `h` (the file is gone).
@@ -343,10 +389,18 @@ mod tests {
     const A: Cred = Cred::new(1000, 1000);
     const B: Cred = Cred::new(1001, 1001);
 
+    /// Sends what `h` keeps, as `send_kept` does: under its gate.
     fn extents(w: &WriteBack, h: Handle) -> Vec<(u64, Vec<u8>)> {
-        let t = w.take(h).map(|t| t.extents).unwrap_or_default();
-        w.sent(h, None);
-        t
+        let Some(gate) = w.gate(h) else {
+            return Vec::new();
+        };
+        let t = w.take(h, &gate).map(|t| t.extents);
+        if t.is_some() {
+            w.sent(h, &gate, None);
+        }
+        drop(gate);
+        w.tidy(h);
+        t.unwrap_or_default()
     }
 
     #[test]
@@ -377,22 +431,65 @@ mod tests {
         let w = WriteBack::default();
         assert_eq!(w.put(1, A, 0, &[1; 64], 100), Put::Kept);
         assert_eq!(w.put(1, A, 64, &[1; 64], 100), Put::KeptFull);
-        let t = w.take(1).expect("kept");
+        let g = w.gate(1).expect("kept");
+        let t = w.take(1, &g).expect("kept");
         assert_eq!((t.cred, t.extents.len()), (A, 1));
         assert!(w.touches(1, 200), "being sent");
         assert_eq!(w.end_of(1), Some(128), "being sent still counts");
         assert_eq!(w.put(1, B, 500, &[2; 8], 100), Put::Kept);
         assert_eq!(w.put(1, A, 600, &[2; 8], 100), Put::Kept);
-        assert_eq!(w.take(1).map(|t| t.cred), Some(A), "the latest writer");
-        w.sent(1, None);
-        w.sent(1, Some(ShoalError::io("disk gone")));
+        assert_eq!(w.take(1, &g).map(|t| t.cred), Some(A), "the latest writer");
+        w.sent(1, &g, None);
+        w.sent(1, &g, Some(ShoalError::io("disk gone")));
+        drop(g);
         assert_eq!(w.end_of(1), None, "everything sent");
         assert!(w.take_error(1).is_some());
         assert!(w.take_error(1).is_none(), "reported once");
         w.put(1, A, 0, &[3; 8], 100);
         assert_eq!(w.due(Duration::ZERO), vec![1]);
         w.discard(1);
-        assert!(w.take(1).is_none() && w.end_of(1).is_none());
+        assert!(w.gate(1).is_none() && w.end_of(1).is_none());
+    }
+
+    #[test]
+    fn a_waiters_gate_stays_the_files_and_a_discarded_files_send_is_ignored() {
+        let w = WriteBack::default();
+        w.put(5, A, 0, b"old", 100);
+        let sender = w.gate(5).unwrap();
+        let waiter = w.gate(5).unwrap(); // a close waiting behind the send
+        let t = w.take(5, &sender).unwrap();
+        assert_eq!(t.extents, vec![(0, b"old".to_vec())]);
+        w.sent(5, &sender, None);
+        drop(sender);
+        w.tidy(5);
+        // A new write while the waiter waits joins the same gate, so the
+        // waiter's send and any later one go one after the other.
+        w.put(5, A, 0, b"new", 100);
+        assert!(Arc::ptr_eq(&w.gate(5).unwrap(), &waiter));
+        assert_eq!(
+            w.take(5, &waiter).unwrap().extents,
+            vec![(0, b"new".to_vec())]
+        );
+        w.sent(5, &waiter, None);
+        drop(waiter);
+        w.tidy(5);
+        assert!(w.gate(5).is_none(), "gone once nobody waits");
+
+        // The file goes while its bytes are being sent; a new one of the
+        // same handle is not the old send's.
+        w.put(6, A, 0, b"x", 100);
+        let g = w.gate(6).unwrap();
+        w.take(6, &g).unwrap();
+        w.discard(6);
+        w.put(6, A, 0, b"y", 100);
+        assert!(w.take(6, &g).is_none(), "a stale gate takes nothing");
+        w.sent(6, &g, Some(ShoalError::io("lost")));
+        assert!(
+            w.take_error(6).is_none(),
+            "the stale send's error is not the new file's"
+        );
+        assert_eq!(w.end_of(6), Some(1));
+        assert_eq!(w.files(), vec![6]);
     }
 
     #[test]
@@ -402,7 +499,7 @@ mod tests {
         for h in 0..(MAX_TOTAL >> 20) as u64 - 1 {
             assert_eq!(w.put(h, A, 0, &big, 2 << 20), Put::Kept);
         }
-        assert_eq!(w.put(999, A, 0, &big, 2 << 20), Put::KeptFull);
+        assert_eq!(w.put(999, A, 0, &big, 2 << 20), Put::KeptOverTotal);
         extents(&w, 999);
         assert_eq!(w.put(999, A, 0, &[1], 2 << 20), Put::Kept);
     }

@@ -14,7 +14,12 @@
 //!   through the kernel and `ls -l` see the file as written;
 //! - a full buffer is sent in the background while the writer fills it
 //!   again; if it fills before that send is done the writer waits for it
-//!   (one send in the background per file, so memory stays bounded);
+//!   (one send in the background per file), and when the client keeps
+//!   `MAX_TOTAL` bytes in all every file's is sent and the writer waits:
+//!   memory stays bounded;
+//! - sends of one file go one at a time under its gate, and a file's
+//!   buffer (with its gate) stays while anyone waits on that gate, so a
+//!   later send never overtakes an earlier one;
 //! - fsync and close ([`Client::flush`]) send what is kept and report a
 //!   send that failed since the last of them: an error of the gathering path
 //!   reaches the application there, as NFS reports its unstable writes'
@@ -135,13 +140,19 @@ impl Client {
         self.measure_round_trip(h).await;
         if data.len() < self.write_threshold(h) && self.may_keep(h, end).await? {
             let per_file = self.config().settings.gather_buffer as usize;
-            if g.buffer.put(h, self.cred, offset, &data, per_file) == Put::KeptFull {
-                if g.buffer.claim_background_send(h) {
+            match g.buffer.put(h, self.cred, offset, &data, per_file) {
+                Put::Kept => {}
+                Put::KeptFull if g.buffer.claim_background_send(h) => {
                     // Sent while the writer goes on filling the buffer again.
                     let c = self.clone();
                     tokio::spawn(async move { c.send_kept(h).await });
-                } else {
-                    self.send_kept(h).await;
+                }
+                Put::KeptFull => self.send_kept(h).await,
+                Put::KeptOverTotal => {
+                    // The client keeps too much: every file's goes now, and
+                    // the writer waits for it.
+                    let files = g.buffer.files();
+                    futures::future::join_all(files.into_iter().map(|f| self.send_kept(f))).await;
                 }
             }
             g.gathered_writes.fetch_add(1, Ordering::Relaxed);
@@ -185,24 +196,33 @@ impl Client {
     /// else the cluster's (or the mount's); `auto` is what this client's
     /// writes show now (`auto_threshold`).
     pub fn write_threshold(&self, h: Handle) -> usize {
-        let g = &self.inner.gathering;
-        if let Some(own) = g.thresholds.get(&h) {
-            return own as usize;
-        }
-        let s = &self.config().settings;
-        let of_layout = self.inner.dists.seen(&h).and_then(|d| d.write_threshold);
-        match of_layout.map_or(s.write_threshold, WriteThreshold::from_wire) {
+        match self.threshold_of(h) {
             WriteThreshold::Bytes(b) => b as usize,
-            WriteThreshold::Auto(_) => g.auto.threshold(s.gather_buffer as usize),
+            WriteThreshold::Auto(_) => {
+                let buffer = self.config().settings.gather_buffer as usize;
+                self.inner.gathering.auto.threshold(buffer)
+            }
         }
     }
 
-    /// For `auto`, once: the round trip to `h`'s server, the fixed cost of a
-    /// direct write until direct writes show theirs.
+    /// Which threshold file `h` follows (see [`Client::write_threshold`]).
+    fn threshold_of(&self, h: Handle) -> WriteThreshold {
+        if let Some(own) = self.inner.gathering.thresholds.get(&h) {
+            return WriteThreshold::Bytes(own);
+        }
+        let of_layout = self.inner.dists.seen(&h).and_then(|d| d.write_threshold);
+        of_layout.map_or(
+            self.config().settings.write_threshold,
+            WriteThreshold::from_wire,
+        )
+    }
+
+    /// For a file that follows `auto`, once per client: the round trip to
+    /// `h`'s server, the fixed cost of a direct write until direct writes
+    /// show theirs.
     async fn measure_round_trip(&self, h: Handle) {
         let auto = &self.inner.gathering.auto;
-        if self.config().settings.write_threshold != WriteThreshold::AUTO || auto.knows_fixed_cost()
-        {
+        if self.threshold_of(h) != WriteThreshold::AUTO || auto.knows_fixed_cost() {
             return;
         }
         let t0 = Instant::now();
@@ -258,8 +278,10 @@ impl Client {
     /// (of this send or an earlier one not reported yet): for a front end
     /// going away (unmount, process exit).
     pub async fn flush_all(&self) -> Result<()> {
-        let kept = self.inner.gathering.buffer.kept();
-        let results = futures::future::join_all(kept.into_iter().map(|h| self.flush(h))).await;
+        // Files being sent or with an error to report too, not only those
+        // with bytes kept: flush waits for the one and reports the other.
+        let files = self.inner.gathering.buffer.files();
+        let results = futures::future::join_all(files.into_iter().map(|h| self.flush(h))).await;
         results.into_iter().collect()
     }
 
@@ -331,10 +353,24 @@ impl Client {
         let Some(gate) = buffer.gate(h) else {
             return;
         };
-        let _one_at_a_time = gate.lock().await;
-        let Some(taken) = buffer.take(h) else {
-            return;
-        };
+        {
+            let _one_at_a_time = gate.lock().await;
+            if let Some(taken) = buffer.take(h, &gate) {
+                self.send_taken(h, &gate, taken).await;
+            }
+        }
+        drop(gate);
+        buffer.tidy(h);
+    }
+
+    /// Sends `taken`, the kept extents of `h`, under its `gate`.
+    async fn send_taken(
+        &self,
+        h: Handle,
+        gate: &std::sync::Arc<tokio::sync::Mutex<()>>,
+        taken: crate::write_back::Taken,
+    ) {
+        let buffer = &self.inner.gathering.buffer;
         let writer = self.with_cred(taken.cred);
         let sends = taken.extents.len() as u64;
         let bytes: usize = taken.extents.iter().map(|(_, d)| d.len()).sum();
@@ -353,13 +389,19 @@ impl Client {
         if let Err(e) = &done {
             tracing::warn!("sending kept writes of {h:#x} failed: {e}");
         }
-        buffer.sent(h, done.err().map(|e| as_reported(h, e)));
+        buffer.sent(h, gate, done.err().map(|e| as_reported(h, e)));
     }
 
     /// The file `h` is gone: what is kept of it goes too.
     pub(crate) fn discard_kept(&self, h: Handle) {
         self.inner.gathering.buffer.discard(h);
         self.inner.gathering.thresholds.remove(&h);
+    }
+
+    /// `h` was truncated: what this client sent before no longer makes it
+    /// longer.
+    pub(crate) fn kept_truncated(&self, h: Handle) {
+        self.inner.gathering.buffer.truncated(h);
     }
 
     /// How long `h` is at least for this client's readers, counting the

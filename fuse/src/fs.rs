@@ -30,7 +30,6 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use shoal_client::{Attr, Client, Cred, FileKind, SetAttr, SetTime, StatFs};
-use shoal_proto::cluster::WriteThreshold;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::time::to_ns;
 
@@ -75,7 +74,12 @@ impl Answer<Attr> for ReplyAttr {
     }
 }
 
-/// A create answers with the new file, open.
+/// The file handle of an open that may write (any other is 0): its close
+/// sends the file's kept writes and reports a send of them that failed; a
+/// reader's close has nothing to send and must not take a writer's error.
+const WRITER: FileHandle = FileHandle(1);
+
+/// A create answers with the new file, open (for writing, as creates are).
 impl Answer<Attr> for ReplyCreate {
     fn answer(self, s: &Shared, a: Attr) {
         s.open.lock().unwrap().opened(a.handle);
@@ -83,7 +87,7 @@ impl Answer<Attr> for ReplyCreate {
             &s.ttl,
             &s.attr(&a),
             Generation(0),
-            FileHandle(0),
+            WRITER,
             FopenFlags::empty(),
         );
     }
@@ -519,7 +523,7 @@ impl Filesystem for ShoalFs {
         });
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let t0 = Instant::now();
         self.shared.open.lock().unwrap().opened(ino.0);
         // Stateless: reads and writes name the inode. O_TRUNC arrives as a
@@ -527,7 +531,11 @@ impl Filesystem for ShoalFs {
         // FOPEN_KEEP_CACHE: every open drops cached pages, so a file opened
         // after another client closed it shows that client's data
         // (close-to-open consistency, as NFS gives).
-        reply.opened(FileHandle(0), FopenFlags::empty());
+        let fh = match flags.0 & libc::O_ACCMODE {
+            libc::O_RDONLY => FileHandle(0),
+            _ => WRITER,
+        };
+        reply.opened(fh, FopenFlags::empty());
         self.answered("open", t0);
     }
 
@@ -581,21 +589,18 @@ impl Filesystem for ShoalFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let threshold = self.shared.client.config().settings.write_threshold;
-        if threshold == WriteThreshold::Bytes(0) {
-            // Every write reaches the servers before it is acknowledged, so
-            // close has nothing left to send. ENOSYS tells the kernel so
-            // once: it stops sending FLUSH, and every close after this one
-            // saves a round trip to this process.
-            reply.error(fuser::Errno::from_i32(libc::ENOSYS));
+        if fh != WRITER {
+            reply.ok();
             return self.answered("flush", Instant::now());
         }
-        // close(2): what the gathering path keeps of the file goes to the
-        // servers before close returns, and close reports a send that failed.
+        // close(2) of a writer: what the gathering path keeps of the file
+        // goes to the servers before close returns, and close reports a
+        // send that failed. (Answered even on a mount whose threshold is 0:
+        // a file's layout or xattr may give it one.)
         self.serve(
             req,
             "flush",

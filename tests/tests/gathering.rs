@@ -361,3 +361,24 @@ async fn a_directory_hint_sets_its_new_files_threshold() {
         assert_eq!(client.write_threshold(plain), 32 << 10, "the cluster's");
     }
 }
+
+/// A send that failed before the program's end (here, before a read) is
+/// reported when everything is flushed at the end (exit, unmount,
+/// shoal_disconnect), even though nothing is kept any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_all_reports_a_send_that_failed_earlier() {
+    let mut cluster = Cluster::builder().servers(2).start();
+    let client = cluster.client();
+    let h = client.create(ROOT, "f", 0o644).await.unwrap().handle;
+    let holder = client.layout(h).await.unwrap().datafiles[0].1;
+    client
+        .write(h, 0, Bytes::from_static(b"kept"))
+        .await
+        .unwrap();
+    cluster.kill(holder);
+    // The read sends the kept bytes first; that send fails.
+    let _ = client.read(h, 0, 4).await;
+    let e = client.flush_all().await.unwrap_err();
+    assert_eq!(e.errno, shoal_client::Errno::EIO, "{e}");
+    assert!(client.flush_all().await.is_ok(), "reported once");
+}
