@@ -339,6 +339,10 @@ impl Client {
     /// Before a read from `offset` of `h`: sends what is kept of the file if
     /// some of it lies at or past `offset` (or is being sent), and waits.
     pub(crate) async fn settle_for_read(&self, h: Handle, offset: u64) {
+        // What waited long enough goes too, every file's at once: after a
+        // burst of small files written and left open, the first read sends
+        // them all in one pipelined round rather than each read its own.
+        self.flush_due().await;
         if self.inner.gathering.buffer.touches(h, offset) {
             self.send_kept(h).await;
         }

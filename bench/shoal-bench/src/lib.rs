@@ -536,7 +536,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             })
         }),
         Workload::Smallfile(a) => match a.worker {
-            Some(k) if a.native => as_worker(smallfile_native::worker(&a.dir, k, a.files, a.size)),
+            Some(k) if a.native => as_worker(smallfile_native::worker(
+                &a.dir, k, a.files, a.size, a.reopen,
+            )),
             Some(k) if a.reopen => as_worker(smallfile::reopen_worker(&a.dir, k, a.files, a.size)),
             Some(k) => as_worker(smallfile::worker(&a.dir, k, a.files, a.size)),
             None => with_sigpipe_ignored(|| {

@@ -94,8 +94,8 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
         .map(|&(name, per_process)| {
             let ops = if per_process {
                 opts.procs as u64
-            } else if (opts.native || opts.reopen) && name == CLOSE {
-                // The native client keeps nothing open: no closes, no rate.
+            } else if opts.reopen && name == CLOSE {
+                // Every phase closed what it opened: no closes left, no rate.
                 0
             } else {
                 per_files

@@ -1,7 +1,11 @@
 //! The smallfile worker over the native client instead of POSIX calls: the
 //! same nine phases, timed the same way, bypassing FUSE. The run directory
 //! lies under a live Shoal mount, which names the cluster; every timed
-//! operation goes straight to the servers.
+//! operation goes straight to the servers. The native client opens nothing;
+//! what a POSIX close does (send the writes the gathering path keeps, report
+//! a failed send) is `Client::flush`, called where the POSIX forms close:
+//! after each file's write in the open+close form (`reopen`), in the close
+//! phase otherwise.
 
 use std::path::Path;
 
@@ -17,7 +21,7 @@ use crate::smallfile::PHASES;
 use crate::workers::Barrier;
 
 /// One worker process: the nine phases in `run_dir/p<id>` through the native client.
-pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()> {
+pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize, reopen: bool) -> Result<()> {
     let (mount, shoal_dir) = mounts::containing(run_dir).ok_or_else(|| {
         ShoalError::invalid(format!(
             "{}: --native needs a directory under a live Shoal mount",
@@ -50,6 +54,9 @@ pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()
         for (i, h) in handles.iter().enumerate() {
             pattern::stamp(&mut want, pattern::tag(id, i as u64), 0);
             rt.block_on(client.write(*h, 0, Bytes::copy_from_slice(&want)))?;
+            if reopen {
+                rt.block_on(client.flush(*h))?;
+            }
         }
         Ok(())
     })?;
@@ -70,8 +77,14 @@ pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()
     b.phase(PHASES[5].0, || {
         rt.block_on(list_and_stat(&client, dir, files, size as u64))
     })?;
-    // The native client keeps no per-file open state: nothing to close.
-    b.phase(PHASES[6].0, || Ok(()))?;
+    b.phase(PHASES[6].0, || {
+        if !reopen {
+            for h in &handles {
+                rt.block_on(client.flush(*h))?;
+            }
+        }
+        Ok(())
+    })?;
     b.phase(PHASES[7].0, || {
         for n in &names {
             rt.block_on(client.unlink(dir, n))?;
