@@ -27,8 +27,9 @@
 //!
 //! Other clients see the bytes once they are sent: at the latest
 //! `gather_delay_ms` after they were written if the front end has a thread
-//! that calls [`Client::flush_due`] (the mount), and at close or fsync
-//! always (close-to-open consistency).
+//! that calls [`Client::flush_due`] (the mount), else at the writer's next
+//! write or read after that, and at close or fsync always (close-to-open
+//! consistency).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -156,7 +156,8 @@ pub struct Settings {
     /// Milliseconds a buffered write waits at most before it is sent, if
     /// nothing sends it sooner (a full buffer, fsync, close, a read or a
     /// large write of the file); a client with no thread of its own
-    /// (libshoal, the preload library) sends on its next call after that.
+    /// (libshoal, the preload library) sends on its next write or read
+    /// after that, and everything at exit.
     /// Default 20.
     pub gather_delay_ms: u32,
 
