@@ -46,11 +46,20 @@ impl Client {
     /// known from its record, is its own one datafile) or the caller is root
     /// (not squashed), whom the servers let read and write anything.
     fn needs_cap(&self, h: Handle) -> bool {
+        self.servers_check_caller() && !self.has_no_metafile(h)
+    }
+
+    /// Whether the servers check this caller's rights at all: on a cluster
+    /// with a secret, for anyone but root (not squashed).
+    fn servers_check_caller(&self) -> bool {
         let settings = &self.config().settings;
         let root = self.cred.is_root() && !settings.root_squash;
-        self.config().secret_file.is_some()
-            && !root
-            && !self.inner.dists.get(&h).is_some_and(|d| d.is_single(h))
+        self.config().secret_file.is_some() && !root
+    }
+
+    /// Whether `h` is known to be a file without a metafile.
+    fn has_no_metafile(&self, h: Handle) -> bool {
+        self.inner.dists.get(&h).is_some_and(|d| d.is_single(h))
     }
 
     /// Whether a write to file `h` could be refused by the server holding it
@@ -58,11 +67,7 @@ impl Client {
     /// metafile on a cluster with a secret, written by anyone but root (its
     /// server checks the caller against the file's own record).
     pub(crate) fn checked_only_by_its_server(&self, h: Handle) -> bool {
-        let settings = &self.config().settings;
-        let root = self.cred.is_root() && !settings.root_squash;
-        self.config().secret_file.is_some()
-            && !root
-            && self.inner.dists.get(&h).is_some_and(|d| d.is_single(h))
+        self.servers_check_caller() && self.has_no_metafile(h)
     }
 
     /// A capability of the caller for file `h` that grants `need` (a right,

@@ -178,18 +178,21 @@ impl WriteBack {
     /// holds before it must be flushed.
     pub fn put(&self, h: Handle, cred: Cred, offset: u64, data: &[u8], per_file: usize) -> Put {
         let mut st = self.state();
-        let f = st.files.entry(h).or_insert_with(|| FileBuf::new(cred));
+        let State {
+            files,
+            bytes,
+            oldest,
+        } = &mut *st;
+        let f = files.entry(h).or_insert_with(|| FileBuf::new(cred));
         f.cred = cred;
         if f.extents.is_empty() {
             f.since = Instant::now();
-            let since = f.since;
-            st.oldest.get_or_insert(since);
+            oldest.get_or_insert(f.since);
         }
-        let f = st.files.get_mut(&h).expect("just put");
         let grown = f.join(offset, data);
         f.check();
         let full = f.bytes >= per_file;
-        st.bytes += grown;
+        *bytes += grown;
         self.any.store(true, Ordering::Relaxed);
         if st.bytes >= MAX_TOTAL {
             Put::KeptOverTotal

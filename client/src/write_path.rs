@@ -138,8 +138,11 @@ impl Client {
             })?;
         let g = &self.inner.gathering;
         let n = data.len() as u64;
-        self.measure_round_trip(h).await;
-        if data.len() < self.write_threshold(h) && self.may_keep(h, end).await? {
+        let threshold = self.threshold_of(h);
+        if threshold == WriteThreshold::AUTO {
+            self.measure_round_trip(h).await;
+        }
+        if data.len() < self.bytes_of(threshold) && self.may_keep(h, end).await? {
             let per_file = self.config().settings.gather_buffer as usize;
             match g.buffer.put(h, self.cred, offset, &data, per_file) {
                 Put::Kept => {}
@@ -197,7 +200,12 @@ impl Client {
     /// else the cluster's (or the mount's); `auto` is what this client's
     /// writes show now (`auto_threshold`).
     pub fn write_threshold(&self, h: Handle) -> usize {
-        match self.threshold_of(h) {
+        self.bytes_of(self.threshold_of(h))
+    }
+
+    /// A threshold in bytes now (`auto`'s as this client's writes show).
+    fn bytes_of(&self, threshold: WriteThreshold) -> usize {
+        match threshold {
             WriteThreshold::Bytes(b) => b as usize,
             WriteThreshold::Auto(_) => {
                 let buffer = self.config().settings.gather_buffer as usize;
@@ -223,7 +231,7 @@ impl Client {
     /// show theirs.
     async fn measure_round_trip(&self, h: Handle) {
         let auto = &self.inner.gathering.auto;
-        if self.threshold_of(h) != WriteThreshold::AUTO || auto.knows_fixed_cost() {
+        if auto.knows_fixed_cost() {
             return;
         }
         let t0 = Instant::now();
