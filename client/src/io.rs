@@ -26,6 +26,7 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ops, ObjectKind};
 
+use crate::write_path::Settle;
 use crate::Client;
 
 /// One transfer to one datafile.
@@ -288,10 +289,10 @@ impl Client {
                 ),
             ));
         }
-        self.send_kept(h).await;
+        self.settle(h, Settle::Push).await;
         self.with_capability(h, WRITE, |cap| self.truncate_with(h, size, cap))
             .await?;
-        self.kept_truncated(h);
+        self.kept_truncated(h, size);
         let now = shoal_proto::time::now_ns();
         self.inner.attrs.update(&h, |a| {
             a.size = size;

@@ -19,6 +19,7 @@ pub mod cache;
 mod caps;
 mod conn;
 pub mod fsck;
+mod gathering_server;
 mod hints;
 mod io;
 mod known_dirs;
@@ -152,6 +153,20 @@ impl Client {
     /// tests that must take single steps, e.g. to leave what a crash leaves).
     pub async fn call<O: Operation>(&self, server: u32, request: &O::Request) -> Result<O::Reply> {
         self.pool().call::<O>(server, self.cred, request).await
+    }
+
+    /// [`Client::call`] with raw bytes after the request (file data).
+    pub async fn call_with_payload<O: Operation>(
+        &self,
+        server: u32,
+        request: &O::Request,
+        payload: bytes::Bytes,
+    ) -> Result<O::Reply> {
+        let pool = self.pool();
+        let (reply, _) = pool
+            .call_with_payload::<O>(server, self.cred, request, payload)
+            .await?;
+        Ok(reply)
     }
 
     /// Next server for a new object, round robin from a per-process start.

@@ -2,23 +2,26 @@
 //! under the write threshold are kept here, per file, joined where they touch
 //! or overlap, and sent later as a few large writes (see `write_path`).
 //!
-//! Per file the buffer is a set of disjoint extents that never touch (two
-//! that would are one): a stream of small sequential writes is one growing
-//! extent, and 10 writers of one file's disjoint pieces are at most 10. What
-//! is kept is bounded per file (`gather_buffer`, the caller flushes a file
-//! whose buffer is full) and in all (`MAX_TOTAL`, past which every put asks
+//! Per file the buffer is a set of extents joined where they touch
+//! (`shoal_proto::extents`): a stream of small sequential writes is one
+//! growing extent, and 10 writers of one file's disjoint pieces are at most
+//! 10. Beside them, per file, the copy of what went to the file's gathering
+//! server and is not durable yet (`at_server`), kept to send again if that
+//! server lost it. What is kept is bounded per file (`gather_buffer`, the
+//! caller flushes a file whose buffer is full) and in all (`MAX_TOTAL`,
+//! kept and at the gathering servers together, past which every put asks
 //! for a flush).
 //!
-//! Invariants, checked in debug builds: the extents of a file are sorted,
-//! disjoint and not touching; a file's `bytes` is the sum of its extents'
-//! lengths and `State::bytes` the sum over files.
+//! Invariant, checked in debug builds: `State::bytes` is the sum over files
+//! of their kept bytes, `State::at_servers` of their copies'.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use shoal_proto::error::ShoalError;
+use shoal_proto::extents::Extents;
 use shoal_proto::Handle;
 
 use crate::Cred;
@@ -27,6 +30,10 @@ use crate::Cred;
 /// flush: room for 64 full buffers of the default size.
 pub const MAX_TOTAL: usize = 64 << 20;
 
+/// A file's gate: held while a send of its bytes (or a commit of its copy
+/// at the gathering server) is under way, so they go one after the other.
+pub type Gate = Arc<tokio::sync::Mutex<()>>;
+
 /// What became of a small write handed to [`WriteBack::put`].
 #[derive(Debug, PartialEq, Eq)]
 pub enum Put {
@@ -34,8 +41,8 @@ pub enum Put {
     Kept,
     /// Kept, and the file's buffer is full: send it.
     KeptFull,
-    /// Kept, and the client keeps [`MAX_TOTAL`] bytes or more: send every
-    /// file's.
+    /// Kept, and the client keeps [`MAX_TOTAL`] bytes or more: send and
+    /// commit every file's.
     KeptOverTotal,
 }
 
@@ -49,8 +56,15 @@ pub struct Taken {
 
 struct FileBuf {
     cred: Cred,
-    extents: BTreeMap<u64, Vec<u8>>,
-    bytes: usize,
+    extents: Extents,
+    /// What went to the gathering server and is not durable yet: this
+    /// client's newest bytes there, to send again if the server lost them.
+    at_server: Extents,
+    /// The gathering server's epoch `at_server` was acknowledged under.
+    epoch: u64,
+    /// `at_server` was written out to the strips' servers since it last
+    /// grew: readers there see it.
+    pushed: bool,
     /// When the oldest byte now kept was put.
     since: Instant,
     /// The end of the furthest byte put and not yet known to be on the
@@ -65,15 +79,17 @@ struct FileBuf {
     error: Option<ShoalError>,
     /// Held while a flush of this file is under way, so flushes go one after
     /// the other and a later one never overtakes an earlier one's bytes.
-    gate: Arc<tokio::sync::Mutex<()>>,
+    gate: Gate,
 }
 
 impl FileBuf {
     fn new(cred: Cred) -> FileBuf {
         FileBuf {
             cred,
-            extents: BTreeMap::new(),
-            bytes: 0,
+            extents: Extents::default(),
+            at_server: Extents::default(),
+            epoch: 0,
+            pushed: false,
             since: Instant::now(),
             end: 0,
             sending: 0,
@@ -83,59 +99,11 @@ impl FileBuf {
         }
     }
 
-    /// Joins `data` at `offset` with every extent it touches or overlaps;
-    /// newer bytes win. Returns how many bytes the buffer grew by.
-    fn join(&mut self, offset: u64, data: &[u8]) -> usize {
-        let end = offset + data.len() as u64;
-        // The extent before `offset` that reaches it, if any: the usual case
-        // of a sequential stream, which grows in place.
-        let before = self
-            .extents
-            .range(..=offset)
-            .next_back()
-            .filter(|(s, v)| **s + v.len() as u64 >= offset)
-            .map(|(s, _)| *s);
-        let start = before.unwrap_or(offset);
-        let touched: Vec<u64> = self.extents.range(start..=end).map(|(s, _)| *s).collect();
-        let old: usize = touched.iter().map(|s| self.extents[s].len()).sum();
-        let mut merged = match before {
-            Some(s) => self.extents.remove(&s).unwrap_or_default(),
-            None => Vec::with_capacity(data.len()),
-        };
-        for s in touched.iter().filter(|s| Some(**s) != before) {
-            let v = self.extents.remove(s).unwrap_or_default();
-            let at = (*s - start) as usize;
-            if merged.len() < at + v.len() {
-                merged.resize(at + v.len(), 0);
-            }
-            merged[at..at + v.len()].copy_from_slice(&v);
-        }
-        let at = (offset - start) as usize;
-        if merged.len() < at + data.len() {
-            merged.resize(at + data.len(), 0);
-        }
-        merged[at..at + data.len()].copy_from_slice(data);
-        let grown = merged.len() - old;
-        self.extents.insert(start, merged);
-        self.bytes += grown;
-        self.end = self.end.max(end);
-        grown
-    }
-
-    fn check(&self) {
-        if cfg!(debug_assertions) {
-            let mut last_end = None;
-            for (s, v) in &self.extents {
-                assert!(!v.is_empty(), "an empty extent at {s}");
-                assert!(
-                    last_end.is_none_or(|e| e < *s),
-                    "extents touch or overlap at {s}"
-                );
-                last_end = Some(s + v.len() as u64);
-            }
-            let sum: usize = self.extents.values().map(Vec::len).sum();
-            assert_eq!(sum, self.bytes, "a file's byte count");
-        }
+    /// Where readers of this client must see the file end at least: past
+    /// every byte kept or still only at the gathering server.
+    fn settled_end(&self) -> u64 {
+        let unpushed = if self.pushed { 0 } else { self.at_server.end() };
+        self.extents.end().max(unpushed)
     }
 
     /// Nothing kept, nothing under way, nothing to report, and nobody
@@ -144,6 +112,7 @@ impl FileBuf {
     /// waiter's.)
     fn idle(&self) -> bool {
         self.extents.is_empty()
+            && self.at_server.is_empty()
             && self.sending == 0
             && !self.scheduled
             && self.error.is_none()
@@ -155,9 +124,20 @@ impl FileBuf {
 struct State {
     files: HashMap<Handle, FileBuf>,
     bytes: usize,
+    at_servers: usize,
     /// No file's oldest kept byte is older than this: [`WriteBack::due`]
     /// answers without a scan until `delay` after it.
     oldest: Option<Instant>,
+}
+
+impl State {
+    fn check(&self) {
+        if cfg!(debug_assertions) {
+            let kept: usize = self.files.values().map(|f| f.extents.bytes()).sum();
+            let at: usize = self.files.values().map(|f| f.at_server.bytes()).sum();
+            assert_eq!((kept, at), (self.bytes, self.at_servers), "byte counts");
+        }
+    }
 }
 
 #[derive(Default)]
@@ -182,6 +162,7 @@ impl WriteBack {
             files,
             bytes,
             oldest,
+            ..
         } = &mut *st;
         let f = files.entry(h).or_insert_with(|| FileBuf::new(cred));
         f.cred = cred;
@@ -189,12 +170,12 @@ impl WriteBack {
             f.since = Instant::now();
             oldest.get_or_insert(f.since);
         }
-        let grown = f.join(offset, data);
-        f.check();
-        let full = f.bytes >= per_file;
-        *bytes += grown;
+        *bytes += f.extents.join(offset, data);
+        f.end = f.end.max(offset + data.len() as u64);
+        let full = f.extents.bytes() >= per_file;
         self.any.store(true, Ordering::Relaxed);
-        if st.bytes >= MAX_TOTAL {
+        st.check();
+        if st.bytes + st.at_servers >= MAX_TOTAL {
             Put::KeptOverTotal
         } else if full {
             Put::KeptFull
@@ -225,7 +206,7 @@ impl WriteBack {
     }
 
     /// The flush gate of file `h`, if anything of it is here.
-    pub fn gate(&self, h: Handle) -> Option<Arc<tokio::sync::Mutex<()>>> {
+    pub fn gate(&self, h: Handle) -> Option<Gate> {
         if !self.any.load(Ordering::Relaxed) {
             return None;
         }
@@ -236,7 +217,7 @@ impl WriteBack {
     /// file's); the file stays at least as long as it was until
     /// [`WriteBack::sent`]. None if nothing is kept, or the gate is not the
     /// file's any more (the file was discarded: it is gone).
-    pub fn take(&self, h: Handle, gate: &Arc<tokio::sync::Mutex<()>>) -> Option<Taken> {
+    pub fn take(&self, h: Handle, gate: &Gate) -> Option<Taken> {
         let mut st = self.state();
         let f = st
             .files
@@ -246,12 +227,11 @@ impl WriteBack {
         if f.extents.is_empty() {
             return None;
         }
-        let extents: Vec<(u64, Vec<u8>)> = std::mem::take(&mut f.extents).into_iter().collect();
+        let bytes = f.extents.bytes();
         let taken = Taken {
             cred: f.cred,
-            extents,
+            extents: f.extents.take(),
         };
-        let bytes = std::mem::take(&mut f.bytes);
         f.sending += 1;
         st.bytes -= bytes;
         Some(taken)
@@ -260,7 +240,7 @@ impl WriteBack {
     /// A flush of `h` taken with [`WriteBack::take`] under `gate` ended
     /// (`error` if it failed: kept for the next fsync or close to report).
     /// Nothing if the file was discarded meanwhile.
-    pub fn sent(&self, h: Handle, gate: &Arc<tokio::sync::Mutex<()>>, error: Option<ShoalError>) {
+    pub fn sent(&self, h: Handle, gate: &Gate, error: Option<ShoalError>) {
         let mut st = self.state();
         let Some(f) = st.files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate)) else {
             return;
@@ -271,13 +251,142 @@ impl WriteBack {
             f.error.get_or_insert(e);
         }
         if f.sending == 0 {
-            // What the servers have now, they report; kept bytes still count.
-            f.end = f
-                .extents
-                .iter()
-                .map(|(s, v)| s + v.len() as u64)
-                .max()
-                .unwrap_or(0);
+            // What the servers have now, they report; kept bytes, and what
+            // only the gathering server has, still count.
+            f.end = f.settled_end();
+        }
+    }
+
+    /// `extents` of `h`, taken under `gate`, went to the file's gathering
+    /// server, which acknowledged them under `epoch`: keeps a copy until a
+    /// durable commit. True if the server acknowledged earlier ones under
+    /// another epoch (it lost them): the caller sends [`WriteBack::at_server`]
+    /// again.
+    pub fn to_server(
+        &self,
+        h: Handle,
+        gate: &Gate,
+        extents: Vec<(u64, Vec<u8>)>,
+        epoch: u64,
+    ) -> bool {
+        let mut st = self.state();
+        let State {
+            files, at_servers, ..
+        } = &mut *st;
+        let Some(f) = files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate)) else {
+            return false;
+        };
+        let lost = !f.at_server.is_empty() && f.epoch != epoch;
+        for (offset, data) in extents {
+            *at_servers += f.at_server.join(offset, &data);
+        }
+        f.epoch = epoch;
+        f.pushed = false;
+        f.end = f.end.max(f.at_server.end());
+        st.check();
+        lost
+    }
+
+    /// The whole copy of `h` at its gathering server was sent again and
+    /// acknowledged under `epoch` (under `gate`).
+    pub fn resent(&self, h: Handle, gate: &Gate, epoch: u64) {
+        let mut st = self.state();
+        if let Some(f) = st.files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate)) {
+            f.epoch = epoch;
+            f.pushed = false;
+        }
+    }
+
+    /// The gathering server wrote out what it held of `h`, answering under
+    /// `epoch` (under `gate`): if that is the copy's epoch, readers
+    /// anywhere see the copy now.
+    pub fn pushed(&self, h: Handle, gate: &Gate, epoch: u64) {
+        let mut st = self.state();
+        if let Some(f) = st.files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate)) {
+            if f.epoch == epoch {
+                f.pushed = true;
+                if f.sending == 0 {
+                    f.end = f.settled_end();
+                }
+            }
+        }
+    }
+
+    /// Whether `h` has bytes at its gathering server that readers of the
+    /// strips' servers do not see yet.
+    pub fn unpushed(&self, h: Handle) -> bool {
+        if !self.any.load(Ordering::Relaxed) {
+            return false;
+        }
+        let st = self.state();
+        st.files
+            .get(&h)
+            .is_some_and(|f| !f.at_server.is_empty() && !f.pushed)
+    }
+
+    /// A copy of what of `h` is at its gathering server and not durable
+    /// yet (under `gate`), with its writer, to send again. None if nothing.
+    pub fn at_server(&self, h: Handle, gate: &Gate) -> Option<Taken> {
+        let st = self.state();
+        let f = st.files.get(&h).filter(|f| Arc::ptr_eq(&f.gate, gate))?;
+        if f.at_server.is_empty() {
+            return None;
+        }
+        let extents = f.at_server.iter().map(|(s, v)| (s, v.to_vec())).collect();
+        Some(Taken {
+            cred: f.cred,
+            extents,
+        })
+    }
+
+    /// Whether anything of `h` is at its gathering server and not durable
+    /// (under `gate`): its writer and the epoch it was acknowledged under.
+    pub fn at_server_epoch(&self, h: Handle, gate: &Gate) -> Option<(Cred, u64)> {
+        let st = self.state();
+        let f = st.files.get(&h).filter(|f| Arc::ptr_eq(&f.gate, gate))?;
+        (!f.at_server.is_empty()).then_some((f.cred, f.epoch))
+    }
+
+    /// A durable commit of `h` answered under `epoch` (under `gate`): if it
+    /// is the epoch the copy was acknowledged under, the copy is durable
+    /// and goes. `None`: the commit failed and was reported; the copy goes
+    /// (lost, as a local disk's writeback error loses it).
+    pub fn committed(&self, h: Handle, gate: &Gate, epoch: Option<u64>) {
+        let mut st = self.state();
+        let State {
+            files, at_servers, ..
+        } = &mut *st;
+        let Some(f) = files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate)) else {
+            return;
+        };
+        if epoch.is_none_or(|e| e == f.epoch) {
+            *at_servers -= f.at_server.bytes();
+            f.at_server = Extents::default();
+            if f.sending == 0 {
+                f.end = f.settled_end();
+            }
+        }
+        st.check();
+    }
+
+    /// A direct write of `data` at `offset` of `h` is about to go: the copy
+    /// at the gathering server takes its bytes too, so that a copy sent
+    /// again is this client's newest.
+    pub fn overlay(&self, h: Handle, offset: u64, data: &[u8]) {
+        if !self.any.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(f) = self.state().files.get_mut(&h) {
+            f.at_server.overlay(offset, data);
+        }
+    }
+
+    /// Keeps `error`, of a step of `h`'s gathering path taken under `gate`,
+    /// for the next fsync or close to report.
+    pub fn failed(&self, h: Handle, gate: &Gate, error: ShoalError) {
+        let mut st = self.state();
+        if let Some(f) = st.files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate)) {
+            f.error.get_or_insert(error);
         }
     }
 
@@ -290,22 +399,32 @@ impl WriteBack {
         }
     }
 
-    /// The file was truncated: bytes this client sent before are not its
-    /// length any more (kept ones still are).
-    pub fn truncated(&self, h: Handle) {
+    /// The file was truncated to `size`: bytes this client sent before
+    /// are not its length any more (kept ones still are), and the copy at
+    /// the gathering server ends there.
+    pub fn truncated(&self, h: Handle, size: u64) {
         if !self.any.load(Ordering::Relaxed) {
             return;
         }
         let mut st = self.state();
-        if let Some(f) = st.files.get_mut(&h).filter(|f| f.sending == 0) {
-            let kept = f.extents.iter().map(|(s, v)| s + v.len() as u64).max();
-            f.end = kept.unwrap_or(0);
+        let State {
+            files, at_servers, ..
+        } = &mut *st;
+        if let Some(f) = files.get_mut(&h) {
+            let before = f.at_server.bytes();
+            f.at_server.cut(size);
+            *at_servers -= before - f.at_server.bytes();
+            if f.sending == 0 {
+                f.end = f.settled_end();
+            }
         }
+        st.check();
     }
 
     fn remove(&self, st: &mut State, h: Handle) {
         if let Some(f) = st.files.remove(&h) {
-            st.bytes -= f.bytes;
+            st.bytes -= f.extents.bytes();
+            st.at_servers -= f.at_server.bytes();
         }
         if st.files.is_empty() {
             self.any.store(false, Ordering::Relaxed);
@@ -493,6 +612,46 @@ mod tests {
         );
         assert_eq!(w.end_of(6), Some(1));
         assert_eq!(w.files(), vec![6]);
+    }
+
+    #[test]
+    fn the_copy_at_the_gathering_server_stays_newest_until_a_durable_commit() {
+        let w = WriteBack::default();
+        w.put(3, A, 0, b"aaaa", 100);
+        w.put(3, A, 10, b"bbbb", 100);
+        let g = w.gate(3).unwrap();
+        let t = w.take(3, &g).unwrap();
+        w.sent(3, &g, None);
+        assert!(!w.to_server(3, &g, t.extents, 7), "nothing earlier to lose");
+        assert!(
+            w.unpushed(3) && w.touches(3, 13),
+            "readers must wait for a push"
+        );
+        assert_eq!(w.end_of(3), Some(14));
+        w.overlay(3, 2, b"XXXXXXXXXX");
+        w.truncated(3, 12);
+        let copy = w.at_server(3, &g).unwrap().extents;
+        assert_eq!(copy, vec![(0, b"aaXX".to_vec()), (10, b"XX".to_vec())]);
+        w.pushed(3, &g, 7);
+        assert!(
+            !w.unpushed(3) && !w.touches(3, 0),
+            "pushed: the servers have it"
+        );
+        // Another send acknowledged under another epoch: the server lost
+        // the first one.
+        assert!(w.to_server(3, &g, vec![(20, b"c".to_vec())], 8));
+        w.resent(3, &g, 8);
+        w.committed(3, &g, Some(7));
+        assert_eq!(
+            w.at_server_epoch(3, &g),
+            Some((A, 8)),
+            "a stale commit keeps it"
+        );
+        w.committed(3, &g, Some(8));
+        assert!(w.at_server(3, &g).is_none());
+        drop(g);
+        w.tidy(3);
+        assert!(w.files().is_empty());
     }
 
     #[test]

@@ -45,7 +45,7 @@ use shoal_proto::Handle;
 
 use crate::auto_threshold::AutoThreshold;
 use crate::cache::TtlCache;
-use crate::write_back::{Put, WriteBack};
+use crate::write_back::{Gate, Put, WriteBack};
 use crate::Client;
 
 /// Files with a threshold of their own set through this client.
@@ -87,6 +87,19 @@ impl std::fmt::Display for WritePaths {
     }
 }
 
+/// How far [`Client::settle`] takes a file's kept writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// Sent (to the strips' servers or the gathering server).
+    Send,
+    /// Sent, and written out by the gathering server: readers of the
+    /// strips' servers see them, and a later write-out cannot land over
+    /// newer bytes.
+    Push,
+    /// Sent and durable (fsync, close): the copy kept for resending goes.
+    Commit,
+}
+
 /// The client's side of the gathering path: the buffer, per-file
 /// thresholds, and counts.
 pub(crate) struct Gathering {
@@ -99,6 +112,13 @@ pub(crate) struct Gathering {
     gathered_writes: AtomicU64,
     gathered_bytes: AtomicU64,
     gathered_sends: AtomicU64,
+}
+
+impl Gathering {
+    /// Counts `n` messages the gathering path sent.
+    pub(crate) fn count_sends(&self, n: u64) {
+        self.gathered_sends.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 impl Default for Gathering {
@@ -154,9 +174,10 @@ impl Client {
                 Put::KeptFull => self.send_kept(h).await,
                 Put::KeptOverTotal => {
                     // The client keeps too much: every file's goes now, and
-                    // the writer waits for it.
+                    // is made durable (its copies go too); the writer waits.
                     let files = g.buffer.files();
-                    futures::future::join_all(files.into_iter().map(|f| self.send_kept(f))).await;
+                    let commits = files.into_iter().map(|f| self.settle(f, Settle::Commit));
+                    futures::future::join_all(commits).await;
                 }
             }
             g.gathered_writes.fetch_add(1, Ordering::Relaxed);
@@ -165,7 +186,8 @@ impl Client {
             // enough when it writes again.
             self.flush_due().await;
         } else {
-            self.send_kept(h).await;
+            self.settle(h, Settle::Push).await;
+            g.buffer.overlay(h, offset, &data);
             let t0 = Instant::now();
             self.write_direct(h, offset, &data).await?;
             g.auto.direct(data.len(), t0.elapsed());
@@ -267,7 +289,7 @@ impl Client {
     /// kept writes that failed since the last fsync or close: what close(2)
     /// needs before it returns.
     pub async fn flush(&self, h: Handle) -> Result<()> {
-        self.send_kept(h).await;
+        self.settle(h, Settle::Commit).await;
         match self.inner.gathering.buffer.take_error(h) {
             Some(e) => Err(e),
             None => Ok(()),
@@ -346,22 +368,28 @@ impl Client {
     }
 
     /// Before a read from `offset` of `h`: sends what is kept of the file if
-    /// some of it lies at or past `offset` (or is being sent), and waits.
+    /// some of it lies at or past `offset` (or is being sent), has its
+    /// gathering server write out what it holds of this client's, and waits.
     pub(crate) async fn settle_for_read(&self, h: Handle, offset: u64) {
         // What waited long enough goes too, every file's at once: after a
         // burst of small files written and left open, the first read sends
         // them all in one pipelined round rather than each read its own.
         self.flush_due().await;
         if self.inner.gathering.buffer.touches(h, offset) {
-            self.send_kept(h).await;
+            self.settle(h, Settle::Push).await;
         }
     }
 
-    /// Sends what is kept of file `h` as the caller who wrote it, each kept
-    /// extent one direct write, all in parallel, after any send of the file
-    /// already under way. A failure is kept for [`Client::flush`] (fsync,
-    /// close) to report.
+    /// Sends what is kept of file `h` (see [`Client::settle`]).
     pub(crate) async fn send_kept(&self, h: Handle) {
+        self.settle(h, Settle::Send).await
+    }
+
+    /// Sends what is kept of file `h` as the caller who wrote it, after
+    /// any send of the file already under way, and then takes `step` with
+    /// what its gathering server holds of this client's. A failure is kept
+    /// for [`Client::flush`] (fsync, close) to report.
+    pub(crate) async fn settle(&self, h: Handle, step: Settle) {
         let buffer = &self.inner.gathering.buffer;
         let Some(gate) = buffer.gate(h) else {
             return;
@@ -371,33 +399,41 @@ impl Client {
             if let Some(taken) = buffer.take(h, &gate) {
                 self.send_taken(h, &gate, taken).await;
             }
+            if step != Settle::Send {
+                let durable = step == Settle::Commit;
+                if let Err(e) = self.commit_gathered(h, &gate, durable).await {
+                    tracing::warn!("committing gathered writes of {h:#x} failed: {e}");
+                    buffer.failed(h, &gate, as_reported(h, e));
+                }
+            }
         }
         drop(gate);
         buffer.tidy(h);
     }
 
-    /// Sends `taken`, the kept extents of `h`, under its `gate`.
-    async fn send_taken(
-        &self,
-        h: Handle,
-        gate: &std::sync::Arc<tokio::sync::Mutex<()>>,
-        taken: crate::write_back::Taken,
-    ) {
+    /// Sends `taken`, the kept extents of `h`, under its `gate`: several go
+    /// to the file's gathering server in one message, one goes direct.
+    async fn send_taken(&self, h: Handle, gate: &Gate, taken: crate::write_back::Taken) {
         let buffer = &self.inner.gathering.buffer;
         let writer = self.with_cred(taken.cred);
-        let sends = taken.extents.len() as u64;
+        let sends = taken.extents.len();
         let bytes: usize = taken.extents.iter().map(|(_, d)| d.len()).sum();
         let t0 = Instant::now();
-        let done =
+        let done = if self.goes_to_gathering_server(sends) {
+            writer
+                .send_to_gathering_server(h, gate, taken.extents)
+                .await
+        } else {
+            self.inner.gathering.count_sends(sends as u64);
             futures::future::try_join_all(taken.extents.into_iter().map(|(offset, data)| {
                 let writer = &writer;
                 async move { writer.write_direct(h, offset, &Bytes::from(data)).await }
             }))
-            .await;
-        let g = &self.inner.gathering;
-        g.gathered_sends.fetch_add(sends, Ordering::Relaxed);
+            .await
+            .map(drop)
+        };
         if done.is_ok() {
-            g.auto.gathered(bytes, t0.elapsed());
+            self.inner.gathering.auto.gathered(bytes, t0.elapsed());
         }
         if let Err(e) = &done {
             tracing::warn!("sending kept writes of {h:#x} failed: {e}");
@@ -411,10 +447,10 @@ impl Client {
         self.inner.gathering.thresholds.remove(&h);
     }
 
-    /// `h` was truncated: what this client sent before no longer makes it
-    /// longer.
-    pub(crate) fn kept_truncated(&self, h: Handle) {
-        self.inner.gathering.buffer.truncated(h);
+    /// `h` was truncated to `size`: what this client sent before no longer
+    /// makes it longer, and its copy at the gathering server ends there.
+    pub(crate) fn kept_truncated(&self, h: Handle, size: u64) {
+        self.inner.gathering.buffer.truncated(h, size);
     }
 
     /// How long `h` is at least for this client's readers, counting the

@@ -160,6 +160,11 @@ pub struct Settings {
     /// after that, and everything at exit.
     /// Default 20.
     pub gather_delay_ms: u32,
+    /// Scattered kept writes (a buffer of several extents) go to the
+    /// file's gathering server, its metafile's, which merges every
+    /// client's into strip-aligned large writes; off, each extent goes
+    /// straight to the strips' servers. Default true.
+    pub gather_on_server: bool,
 
     // The small-file techniques of [Carns 2009], each a switch (all on by default;
     // `shoal up --baseline` turns all five off).
@@ -217,6 +222,7 @@ impl Default for Settings {
             write_threshold: WriteThreshold::Bytes(32 << 10),
             gather_buffer: 1 << 20,
             gather_delay_ms: 20,
+            gather_on_server: true,
             precreate: true,
             precreate_batch: 512,
             precreate_low_mark: 128,

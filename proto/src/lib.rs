@@ -2,7 +2,8 @@
 //!
 //! Open `shoal.proto` first: it is the schema. This crate adds the frame layout
 //! ([`frame`]), the operation table ([`op`]), POSIX errors ([`error`]), the handle
-//! space ([`handle`]), striping arithmetic ([`dist`]), directory hints
+//! space ([`handle`]), striping arithmetic ([`dist`]), the byte extents of the
+//! gathering path ([`extents`]), directory hints
 //! ([`hints`]), name validation ([`names`]), the cluster file ([`cluster`]),
 //! the authentication handshake ([`auth`]), who a request acts for
 //! ([`cred`]) and the data rights a file's server grants ([`capability`]).
@@ -16,6 +17,7 @@ pub mod crash_points;
 pub mod cred;
 pub mod dist;
 pub mod error;
+pub mod extents;
 pub mod frame;
 pub mod handle;
 pub mod hints;

@@ -117,6 +117,9 @@ ops! {
     30 => Rendezvous("rendezvous", RendezvousRequest => RendezvousReply, false),
     31 => Scan("scan", ScanRequest => ScanReply, false),
     32 => Link("link", LinkRequest => LinkReply, true),
+    /// The extents' bytes travel as the request's payload.
+    33 => GatherWrite("gather_write", GatherWriteRequest => GatherWriteReply, false),
+    34 => GatherCommit("gather_commit", GatherCommitRequest => GatherCommitReply, false),
 }
 
 impl Op {
@@ -180,6 +183,8 @@ mod tests {
             (30, "rendezvous", false),
             (31, "scan", false),
             (32, "link", true),
+            (33, "gather_write", false),
+            (34, "gather_commit", false),
         ];
         assert_eq!(table, expected);
     }

@@ -5,7 +5,8 @@
 //! (the server's state, and the shell of a change) -> `meta_store` /
 //! `data_store` (typed storage) -> `kv` (the embedded engine), with `commit`
 //! deciding when changes are durable, `pools` and `peers` asking the other
-//! servers for datafiles and records, `auth` holding who may do what (POSIX
+//! servers for datafiles and records, `gathering` merging clients' small
+//! writes into large ones, `auth` holding who may do what (POSIX
 //! rules, capabilities) and `stats` counting everything. Imports point
 //! inwards only: `scripts/import-graph` shows them, and that none go round.
 
@@ -13,6 +14,7 @@ pub mod auth;
 pub mod commit;
 pub mod data_store;
 pub mod disk;
+pub mod gathering;
 mod handlers;
 pub mod keys;
 pub mod kv;
@@ -59,13 +61,19 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
         eprintln!("shoal server {id} listening on {}", entry.addr);
         let serving = tokio::spawn(listener::serve(listener, service.clone(), secret));
         service.pools.start(&service.meta);
+        let writing_out = tokio::spawn(handlers::gather::write_out_loop(service.clone()));
         wait_for_shutdown().await;
         serving.abort();
+        writing_out.abort();
         tracing::info!("server {id} stopping");
         let s = service.clone();
-        tokio::task::spawn_blocking(move || s.meta.kv().sync())
-            .await
-            .map_err(|e| ShoalError::io(e.to_string()))??;
+        tokio::task::spawn_blocking(move || {
+            // What clients gathered here goes where it belongs, durably.
+            handlers::gather::commit_everything(&s);
+            s.meta.kv().sync()
+        })
+        .await
+        .map_err(|e| ShoalError::io(e.to_string()))??;
         Ok(())
     })
 }

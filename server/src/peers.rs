@@ -1,7 +1,8 @@
 //! Server-to-server requests: the small client a server uses to ask its peers
 //! for datafiles (precreate pool refills, and unstuffing when precreate is
-//! off) and for the record of an object a permission check needs (the owner
-//! of an entry's object in a sticky directory). One connection per peer, opened on first use and dropped on any error;
+//! off), for the record of an object a permission check needs (the owner
+//! of an entry's object in a sticky directory), and to write out and sync
+//! the bytes it gathered (`gathering`). One connection per peer, opened on first use and dropped on any error;
 //! one request at a time per peer (these are rare, batched requests), and every
 //! call is bounded by a timeout so a dead peer never hangs a caller.
 
@@ -63,6 +64,18 @@ impl Peers {
         request: &O::Request,
         timeout: Duration,
     ) -> Result<O::Reply> {
+        self.call_with_payload::<O>(peer, request, Bytes::new(), timeout)
+            .await
+    }
+
+    /// [`Peers::call`] with raw bytes after the request (file data).
+    pub async fn call_with_payload<O: Operation>(
+        &self,
+        peer: u32,
+        request: &O::Request,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<O::Reply> {
         let op = O::OP;
         if peer == self.id {
             return Err(ShoalError::invalid("a server does not call itself"));
@@ -83,7 +96,7 @@ impl Peers {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             // Servers ask as root: nothing they ask for needs a right (and
             // under root squash they get none).
-            let frame = Frame::request(op, id, Cred::ROOT, body, Bytes::new());
+            let frame = Frame::request(op, id, Cred::ROOT, body, payload);
             let reply = exchange(&mut conn, &frame).await.map_err(|e| {
                 ShoalError::new(
                     Errno::EHOSTUNREACH,

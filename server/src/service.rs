@@ -18,6 +18,7 @@ use shoal_proto::{crash_points, Cred, Handle, Operation};
 
 use crate::commit::CommitQueue;
 use crate::data_store::DataStore;
+use crate::gathering::Gathering;
 use crate::kv::{KvEngine, RedbEngine, WalEngine};
 use crate::meta_store::{MetaStore, Txn};
 use crate::pools::Pools;
@@ -32,6 +33,8 @@ pub struct Service {
     pub commit: CommitQueue,
     /// Precreate pools and the connections to the other servers.
     pub pools: Arc<Pools>,
+    /// Small writes clients sent here to merge (server write gathering).
+    pub gathering: Gathering,
     pub stats: Stats,
     pub started: Instant,
     /// Drawn at start: file data acknowledged by this process and not yet
@@ -141,6 +144,7 @@ impl Service {
         let pools = Arc::new(Pools::open(&config, id, &meta)?);
         Ok(Service {
             pools,
+            gathering: Gathering::default(),
             id,
             commit: CommitQueue::from_settings(&config.settings),
             config,

@@ -7,6 +7,7 @@
 mod admin;
 mod attrs;
 mod create_file;
+pub(crate) mod gather;
 mod hints;
 mod io;
 mod links;
@@ -106,6 +107,8 @@ handlers! {
     Rendezvous => io::rendezvous, decoded, always;
     Scan => scan::scan, decoded, never;
     Link => links::link, decoded, never;
+    GatherWrite => gather::gather_write, decoded, never;
+    GatherCommit => gather::gather_commit, decoded, never;
 }
 
 impl Service {

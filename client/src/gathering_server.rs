@@ -1,0 +1,156 @@
+//! The client's side of server write gathering [Hildebrand 2006]: kept
+//! writes that are scattered (a buffer of several extents) go in one
+//! `gather_write` to the file's gathering server, its metafile's server,
+//! which merges them with every other client's writes of the file into
+//! strip-aligned large writes to the servers holding the strips (see the
+//! server's `gathering`). As NFS's unstable writes, they are acknowledged
+//! before they are durable, under the server's epoch; the client keeps a
+//! copy (`WriteBack::at_server`, updated by its later direct writes and
+//! truncates so it stays the newest) until a durable commit answers under
+//! the same epoch, and sends the copy again whenever the epoch changed (the
+//! server restarted, or a server it wrote to did before the data was
+//! durable).
+//!
+//! When the copy must reach the strips' servers:
+//! - before this client reads the file, writes it directly, truncates it or
+//!   changes its attributes (a push, `durable` false: readers of the strips
+//!   see the bytes, and a later write-out can never land over newer ones);
+//! - at fsync and close, durably ([`Client::commit_gathered`]), after which
+//!   the copy goes;
+//! - when the client keeps `MAX_TOTAL` bytes in all.
+
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::handle::server_of;
+use shoal_proto::msg::GatherCommitRequest;
+use shoal_proto::{extents, ops, Handle};
+
+use crate::write_back::Gate;
+use crate::Client;
+
+/// How often a commit sends the copy again because the epoch changed
+/// before it gives up: a server that restarts this often is down.
+const MAX_RESENDS: usize = 3;
+
+impl Client {
+    /// Whether kept `extents` of file `h` go through its gathering server:
+    /// when the cluster gathers on servers and they are scattered (one
+    /// extent is already one large write to the strips' servers).
+    pub(crate) fn goes_to_gathering_server(&self, extents: usize) -> bool {
+        self.config().settings.gather_on_server && extents > 1
+    }
+
+    /// Sends `extents` of `h` to its gathering server (under the file's
+    /// `gate`, as the caller whose writes they are) and keeps a copy; if the
+    /// server lost earlier ones, sends the whole copy again.
+    pub(crate) async fn send_to_gathering_server(
+        &self,
+        h: Handle,
+        gate: &Gate,
+        extents: Vec<(u64, Vec<u8>)>,
+    ) -> Result<()> {
+        let end = extents
+            .iter()
+            .map(|(o, d)| o + d.len() as u64)
+            .max()
+            .unwrap_or(0);
+        // The server writes out to the layout it holds: one that reaches
+        // `end` (a stuffed file is unstuffed first, as a direct write does).
+        let dist = self.dist_upto(h, end).await?;
+        if dist.stuffed && end > dist.strip_size {
+            self.unstuff(h).await?;
+        }
+        let epoch = self
+            .gather_write(h, extents.iter().map(|(o, d)| (*o, d.as_slice())))
+            .await?;
+        let buffer = &self.inner.gathering.buffer;
+        if buffer.to_server(h, gate, extents, epoch) {
+            self.resend_to_gathering_server(h, gate).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends the whole copy of `h` at its gathering server again.
+    async fn resend_to_gathering_server(&self, h: Handle, gate: &Gate) -> Result<()> {
+        let buffer = &self.inner.gathering.buffer;
+        let Some(copy) = buffer.at_server(h, gate) else {
+            return Ok(());
+        };
+        tracing::info!("the gathering server of {h:#x} lost writes: sending them again");
+        let extents = copy.extents.iter().map(|(o, d)| (*o, d.as_slice()));
+        let epoch = self.with_cred(copy.cred).gather_write(h, extents).await?;
+        buffer.resent(h, gate, epoch);
+        Ok(())
+    }
+
+    /// One `gather_write` of `extents` of `h`; returns the server's epoch.
+    async fn gather_write<'a>(
+        &self,
+        h: Handle,
+        extents: impl Iterator<Item = (u64, &'a [u8])>,
+    ) -> Result<u64> {
+        let (request, payload) = extents::to_request(h, extents);
+        let (reply, _) = self
+            .pool()
+            .call_with_payload::<ops::GatherWrite>(server_of(h), self.cred, &request, payload)
+            .await?;
+        self.inner.gathering.count_sends(1);
+        Ok(reply.epoch)
+    }
+
+    /// Has the gathering server of `h` write out what it holds of the
+    /// file, and with `durable` make it durable (then the copy goes); sends
+    /// the copy again first whenever the server's epoch changed. Under the
+    /// file's `gate`. Nothing to do if this client has nothing there (or,
+    /// not `durable`, nothing readers do not see yet).
+    pub(crate) async fn commit_gathered(
+        &self,
+        h: Handle,
+        gate: &Gate,
+        durable: bool,
+    ) -> Result<()> {
+        let buffer = &self.inner.gathering.buffer;
+        for _ in 0..=MAX_RESENDS {
+            let Some((cred, epoch)) = buffer.at_server_epoch(h, gate) else {
+                return Ok(());
+            };
+            if !durable && !buffer.unpushed(h) {
+                return Ok(());
+            }
+            let reply = self
+                .pool()
+                .call::<ops::GatherCommit>(
+                    server_of(h),
+                    cred,
+                    &GatherCommitRequest { handle: h, durable },
+                )
+                .await;
+            let now = match reply {
+                Ok(r) => r.epoch,
+                Err(e) => {
+                    if durable {
+                        buffer.committed(h, gate, None);
+                    }
+                    return Err(e);
+                }
+            };
+            if now == epoch {
+                match durable {
+                    true => buffer.committed(h, gate, Some(now)),
+                    false => buffer.pushed(h, gate, now),
+                }
+                return Ok(());
+            }
+            self.resend_to_gathering_server(h, gate).await?;
+        }
+        if durable {
+            buffer.committed(h, gate, None);
+        }
+        Err(ShoalError::new(
+            Errno::EIO,
+            format!(
+                "the gathering server of file {h:#x} lost its writes {} times in a row",
+                MAX_RESENDS + 1
+            ),
+        ))
+    }
+}

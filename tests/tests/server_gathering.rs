@@ -1,0 +1,213 @@
+//! Server write gathering [Hildebrand 2006]: scattered small writes of many
+//! clients, merged by the file's gathering server into a few large writes
+//! to the servers holding the strips; what a restart of the gathering
+//! server or of a strip's server does to them (the clients send their
+//! copies again: nothing is lost, and fsync succeeds).
+
+use bytes::Bytes;
+use shoal_client::{Client, Errno};
+use shoal_proto::handle::{server_of, ROOT};
+use shoal_proto::msg::GatherCommitRequest;
+use shoal_proto::{extents, ops, Cred};
+use shoal_tests::{pattern, Cluster};
+
+const PIECE: usize = 1000;
+const CLIENTS: usize = 10;
+const PIECES: usize = 400;
+
+/// Writes every piece of the shared file, client `k` every tenth from `k`:
+/// scattered, so each client's kept bytes are many extents.
+async fn write_interleaved(clients: &[Client], h: u64) {
+    futures::future::join_all(clients.iter().enumerate().map(|(k, c)| async move {
+        for i in (k..PIECES).step_by(CLIENTS) {
+            c.write(h, (i * PIECE) as u64, Bytes::from(pattern(i as u64, PIECE)))
+                .await
+                .unwrap();
+        }
+    }))
+    .await;
+}
+
+async fn assert_whole(cluster: &Cluster, h: u64) {
+    let got = cluster
+        .uncached_client()
+        .read(h, 0, PIECES * PIECE)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), PIECES * PIECE);
+    for i in 0..PIECES {
+        assert!(
+            got[i * PIECE..(i + 1) * PIECE] == pattern(i as u64, PIECE)[..],
+            "piece {i}"
+        );
+    }
+}
+
+/// Requests of operation `op` every server received.
+async fn count(cluster: &Cluster, client: &Client, op: &str) -> u64 {
+    let requests = cluster.requests(client).await;
+    let of_op = requests.iter().filter(|((_, o), _)| o == op);
+    of_op.map(|(_, n)| *n).sum()
+}
+
+/// Clients that send what they keep 1 ms after it was written, to a
+/// cluster whose servers hold gathered bytes for a minute: sends and
+/// write-outs happen only when a test says.
+fn eager_senders(cluster: &Cluster) -> Vec<Client> {
+    (0..CLIENTS)
+        .map(|_| {
+            let mut config = cluster.config().clone();
+            config.settings.gather_delay_ms = 1;
+            config.settings.cache_ttl_ms = 0;
+            Client::new(config)
+        })
+        .collect()
+}
+
+async fn send_all(clients: &[Client]) {
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    futures::future::join_all(clients.iter().map(|c| c.flush_due())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_clients_scattered_writes_reach_the_strips_as_a_few_large_writes() {
+    let cluster = Cluster::builder()
+        .servers(4)
+        .set("strip_size=65536")
+        .set("gather_delay_ms=60000")
+        .start();
+    let clients = eager_senders(&cluster);
+    let h = clients[0]
+        .create(ROOT, "shared", 0o644)
+        .await
+        .unwrap()
+        .handle;
+    cluster.wait_for_pools(&clients[0]).await;
+    let writes_before = count(&cluster, &clients[0], "write").await;
+    write_interleaved(&clients, h).await;
+    send_all(&clients).await;
+    // One client's fsync writes out what every client sent.
+    clients[0].fsync(h).await.unwrap();
+    let writes = count(&cluster, &clients[0], "write").await - writes_before;
+    let gathers = count(&cluster, &clients[0], "gather_write").await;
+    // 400 KB over 64 KiB strips: 7 strips, each written once.
+    assert!(
+        writes <= 8,
+        "{PIECES} pieces of {CLIENTS} clients reached the strips as {writes} writes"
+    );
+    assert!(
+        (CLIENTS as u64..=2 * CLIENTS as u64).contains(&gathers),
+        "{gathers} gather_writes"
+    );
+    for c in &clients {
+        c.fsync(h).await.unwrap();
+        assert!(c.write_paths().gathered_sends >= 1);
+    }
+    assert_whole(&cluster, h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_gathering_server_gets_the_clients_copies_again() {
+    let mut cluster = Cluster::builder()
+        .servers(3)
+        .set("strip_size=65536")
+        .set("gather_delay_ms=60000")
+        .start();
+    let clients = eager_senders(&cluster);
+    let h = clients[0]
+        .create(ROOT, "shared", 0o644)
+        .await
+        .unwrap()
+        .handle;
+    write_interleaved(&clients, h).await;
+    send_all(&clients).await;
+    // Everything sent sits in the gathering server's memory: it dies.
+    let gatherer = server_of(h);
+    cluster.kill(gatherer);
+    cluster.start_server(gatherer);
+    for c in &clients {
+        c.fsync(h).await.unwrap();
+    }
+    let fresh = cluster.client();
+    let resent = count(&cluster, &fresh, "gather_write").await;
+    assert!(
+        resent >= CLIENTS as u64,
+        "each client sent its copy to the new server ({resent} gather_writes)"
+    );
+    assert_whole(&cluster, h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strip_server_restarted_before_the_commit_gets_the_bytes_again() {
+    let mut cluster = Cluster::builder()
+        .servers(3)
+        .set("strip_size=65536")
+        .set("gather_delay_ms=60000")
+        .start();
+    let clients = eager_senders(&cluster);
+    let h = clients[0]
+        .create(ROOT, "shared", 0o644)
+        .await
+        .unwrap()
+        .handle;
+    write_interleaved(&clients, h).await;
+    send_all(&clients).await;
+    // A read by a writer has the gathering server write everything out,
+    // not durably; then a server holding strips (not the gathering one)
+    // loses what it was not made to sync.
+    clients[0].read(h, 0, 10).await.unwrap();
+    let victim = (server_of(h) + 1) % 3;
+    cluster.kill(victim);
+    cluster.start_server(victim);
+    for c in &clients {
+        c.fsync(h).await.unwrap();
+    }
+    assert_whole(&cluster, h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gathering_server_refuses_strangers_and_malformed_extents() {
+    let cluster = Cluster::builder().servers(2).start();
+    let root = cluster.client();
+    let h = root.create(ROOT, "mine", 0o644).await.unwrap().handle;
+    let set = shoal_client::SetAttr {
+        uid: Some(1000),
+        gid: Some(1000),
+        ..Default::default()
+    };
+    root.setattr(h, &set).await.unwrap();
+    let (q, payload) = extents::to_request(h, [(0u64, &b"ab"[..]), (10, &b"cd"[..])].into_iter());
+    let stranger = cluster.client().with_cred(Cred::new(2000, 2000));
+    let e = stranger
+        .call_with_payload::<ops::GatherWrite>(server_of(h), &q, payload.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(e.errno, Errno::EACCES, "{e}");
+    let commit = GatherCommitRequest {
+        handle: h,
+        durable: true,
+    };
+    let e = stranger
+        .call::<ops::GatherCommit>(server_of(h), &commit)
+        .await
+        .unwrap_err();
+    assert_eq!(e.errno, Errno::EACCES, "{e}");
+    let owner = cluster.client().with_cred(Cred::new(1000, 1000));
+    let short = payload.slice(..3);
+    let e = owner
+        .call_with_payload::<ops::GatherWrite>(server_of(h), &q, short)
+        .await
+        .unwrap_err();
+    assert_eq!(e.errno, Errno::EINVAL, "{e}");
+    // The owner's well-formed one is taken, and the server still serves.
+    owner
+        .call_with_payload::<ops::GatherWrite>(server_of(h), &q, payload)
+        .await
+        .unwrap();
+    owner
+        .call::<ops::GatherCommit>(server_of(h), &commit)
+        .await
+        .unwrap();
+    let got = root.read(h, 0, 12).await.unwrap();
+    assert_eq!(&got[..], b"ab\0\0\0\0\0\0\0\0cd");
+}
