@@ -313,6 +313,18 @@ impl WriteBack {
     }
 
     /// Whether `h` has bytes at its gathering server that readers of the
+    /// strips' servers do not see yet in `offset..end`.
+    pub fn unpushed_in(&self, h: Handle, offset: u64, end: u64) -> bool {
+        if !self.any.load(Ordering::Relaxed) {
+            return false;
+        }
+        let st = self.state();
+        st.files
+            .get(&h)
+            .is_some_and(|f| !f.pushed && f.at_server.overlaps(offset, end))
+    }
+
+    /// Whether `h` has bytes at its gathering server that readers of the
     /// strips' servers do not see yet.
     pub fn unpushed(&self, h: Handle) -> bool {
         if !self.any.load(Ordering::Relaxed) {

@@ -186,7 +186,12 @@ impl Client {
             // enough when it writes again.
             self.flush_due().await;
         } else {
-            self.settle(h, Settle::Push).await;
+            self.send_kept(h).await;
+            // Bytes of this range the gathering server holds are written out
+            // first, so that they cannot land over this write later.
+            if g.buffer.unpushed_in(h, offset, end) {
+                self.settle(h, Settle::Push).await;
+            }
             g.buffer.overlay(h, offset, &data);
             let t0 = Instant::now();
             self.write_direct(h, offset, &data).await?;
@@ -411,15 +416,16 @@ impl Client {
         buffer.tidy(h);
     }
 
-    /// Sends `taken`, the kept extents of `h`, under its `gate`: several go
-    /// to the file's gathering server in one message, one goes direct.
+    /// Sends `taken`, the kept extents of `h`, under its `gate`: several
+    /// small ones go to the file's gathering server in one message, others
+    /// direct.
     async fn send_taken(&self, h: Handle, gate: &Gate, taken: crate::write_back::Taken) {
         let buffer = &self.inner.gathering.buffer;
         let writer = self.with_cred(taken.cred);
         let sends = taken.extents.len();
         let bytes: usize = taken.extents.iter().map(|(_, d)| d.len()).sum();
         let t0 = Instant::now();
-        let done = if self.goes_to_gathering_server(sends) {
+        let done = if self.goes_to_gathering_server(sends, bytes) {
             writer
                 .send_to_gathering_server(h, gate, taken.extents)
                 .await

@@ -64,6 +64,16 @@ impl ShoalError {
     pub fn protocol(message: impl Into<String>) -> Self {
         Self::new(Errno::EPROTO, message)
     }
+    /// Whether the request that failed so may have been applied all the
+    /// same: its connection was lost or it timed out after it was sent
+    /// (EIO, ETIMEDOUT), or the server applied it and failed to make it
+    /// durable (EIO). Any other errno is a refusal: nothing was applied. A
+    /// caller undoing an earlier step of a multi-server operation must not
+    /// undo it after such a failure (the step after it may stand).
+    pub fn may_have_been_applied(&self) -> bool {
+        self.errno == Errno::EIO || self.errno == Errno::ETIMEDOUT
+    }
+
     /// Adds context in front of the message, keeping the errno.
     pub fn context(mut self, what: impl fmt::Display) -> Self {
         self.message = format!("{what}: {}", self.message);

@@ -87,6 +87,13 @@ impl Extents {
         }
     }
 
+    /// Whether any byte of `offset..end` is here.
+    pub fn overlaps(&self, offset: u64, end: u64) -> bool {
+        let before = self.map.range(..offset).next_back();
+        before.is_some_and(|(s, v)| s + v.len() as u64 > offset)
+            || self.map.range(offset..end).next().is_some()
+    }
+
     /// Drops every byte at or past `size` (the file was truncated).
     pub fn cut(&mut self, size: u64) {
         let past: Vec<u64> = self.map.range(size..).map(|(s, _)| *s).collect();
@@ -238,6 +245,8 @@ mod tests {
         e.overlay(2, b"XXXXXXXXXXXXXXXX");
         assert_eq!(all(&e), vec![(0, b"aaXX".to_vec()), (10, b"XXXX".to_vec())]);
         assert_eq!(e.bytes(), 8);
+        assert!(e.overlaps(3, 4) && e.overlaps(13, 20) && e.overlaps(0, 1));
+        assert!(!e.overlaps(4, 10) && !e.overlaps(14, 99) && !e.overlaps(4, 4));
         e.cut(12);
         assert_eq!(all(&e), vec![(0, b"aaXX".to_vec()), (10, b"XX".to_vec())]);
         e.cut(3);

@@ -120,6 +120,10 @@ ops! {
     /// The extents' bytes travel as the request's payload.
     33 => GatherWrite("gather_write", GatherWriteRequest => GatherWriteReply, false),
     34 => GatherCommit("gather_commit", GatherCommitRequest => GatherCommitReply, false),
+    /// A gathering server's write-out to a datafile: the pieces' offsets
+    /// (in the datafile) and lengths in the body, their bytes in the
+    /// payload.
+    35 => WriteExtents("write_extents", GatherWriteRequest => WriteReply, false),
 }
 
 impl Op {
@@ -185,6 +189,7 @@ mod tests {
             (32, "link", true),
             (33, "gather_write", false),
             (34, "gather_commit", false),
+            (35, "write_extents", false),
         ];
         assert_eq!(table, expected);
     }

@@ -3,9 +3,9 @@
 //! metafile is its gathering server. Clients send it their scattered small
 //! writes (`gather_write`); it merges every client's into one set of
 //! extents per file (touching ones join, newer bytes win) and writes them
-//! out, split at strips, to the servers holding the strips: a few large
-//! writes where the clients sent many small ones (NFS server write
-//! gathering). It writes a file's out once they fill several clients'
+//! out, split at strips, to the servers holding the strips, each server's
+//! pieces in one `write_extents`: a few large writes where the clients sent
+//! many small ones (NFS server write gathering). It writes a file's out once they fill several clients'
 //! buffers (`BUFFERS_PER_FILE` × `gather_buffer`), once
 //! they waited `gather_delay_ms`, when all files together hold
 //! [`MAX_BYTES`], and at a `gather_commit`, which with `durable` also syncs
@@ -69,6 +69,8 @@ pub struct Gathering {
     verifiers: Mutex<HashMap<u32, u64>>,
     /// How often bytes written out may have been lost: part of the epoch.
     losses: AtomicU64,
+    /// Wakes the write-out task before its tick: a file's bytes filled.
+    full: tokio::sync::Notify,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -116,6 +118,21 @@ impl Gathering {
             *bytes += f.extents.join(*offset, data);
         }
         f.extents.bytes() >= buffer * BUFFERS_PER_FILE || *bytes >= MAX_BYTES
+    }
+
+    /// Whether all files together hold [`MAX_BYTES`] or more.
+    pub fn over_bound(&self) -> bool {
+        lock(&self.state).bytes >= MAX_BYTES
+    }
+
+    /// Asks the write-out task to look now.
+    pub fn wake_writer_out(&self) {
+        self.full.notify_one();
+    }
+
+    /// Returns when [`Gathering::wake_writer_out`] was called.
+    pub async fn woken(&self) {
+        self.full.notified().await
     }
 
     /// Files whose bytes waited `delay` or fill [`BUFFERS_PER_FILE`] of

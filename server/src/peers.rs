@@ -2,9 +2,11 @@
 //! for datafiles (precreate pool refills, and unstuffing when precreate is
 //! off), for the record of an object a permission check needs (the owner
 //! of an entry's object in a sticky directory), and to write out and sync
-//! the bytes it gathered (`gathering`). One connection per peer, opened on first use and dropped on any error;
-//! one request at a time per peer (these are rare, batched requests), and every
-//! call is bounded by a timeout so a dead peer never hangs a caller.
+//! the bytes it gathered (`gathering`). A few connections per peer
+//! ([`CONNS_PER_PEER`]), each opened on first use and dropped on any error,
+//! each carrying one request at a time: a call takes a free one, or waits
+//! for one; every call is bounded by a timeout so a dead peer never hangs a
+//! caller.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +30,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a peer may take to answer for an object's record.
 const RECORD_WAIT: Duration = Duration::from_secs(5);
 const BUFFER: usize = 64 << 10;
+/// Connections to each peer: how many requests to it may be under way at
+/// once (write-outs of gathered bytes go several at a time).
+pub const CONNS_PER_PEER: usize = 4;
 
 struct PeerConn {
     reader: BufReader<OwnedReadHalf>,
@@ -37,7 +42,7 @@ struct PeerConn {
 pub struct Peers {
     id: u32,
     addrs: Vec<SocketAddr>,
-    conns: Vec<Mutex<Option<PeerConn>>>,
+    conns: Vec<[Mutex<Option<PeerConn>>; CONNS_PER_PEER]>,
     next_id: AtomicU64,
     /// The cluster secret each connection proves, if the cluster has one.
     secret: Option<Secret>,
@@ -50,7 +55,11 @@ impl Peers {
             id,
             secret,
             addrs: config.servers.iter().map(|s| s.addr).collect(),
-            conns: config.servers.iter().map(|_| Mutex::new(None)).collect(),
+            conns: config
+                .servers
+                .iter()
+                .map(|_| std::array::from_fn(|_| Mutex::new(None)))
+                .collect(),
             next_id: AtomicU64::new(1),
         }
     }
@@ -80,20 +89,24 @@ impl Peers {
         if peer == self.id {
             return Err(ShoalError::invalid("a server does not call itself"));
         }
-        let (slot, addr) = match (self.conns.get(peer as usize), self.addrs.get(peer as usize)) {
-            (Some(slot), Some(addr)) => (slot, *addr),
+        let (slots, addr) = match (self.conns.get(peer as usize), self.addrs.get(peer as usize)) {
+            (Some(slots), Some(addr)) => (slots, *addr),
             _ => return Err(ShoalError::invalid(format!("no server {peer}"))),
         };
         let body = Bytes::from(request.encode_to_vec());
         let exchange = async {
-            let mut slot = slot.lock().await;
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let free = slots.iter().find_map(|s| s.try_lock().ok());
+            let mut slot = match free {
+                Some(s) => s,
+                None => slots[id as usize % CONNS_PER_PEER].lock().await,
+            };
             // Taken out while in use: if this future is cancelled (timeout)
             // half way, the connection is dropped rather than reused mid-frame.
             let mut conn = match slot.take() {
                 Some(c) => c,
                 None => connect(peer, addr, self.secret.as_ref()).await?,
             };
-            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             // Servers ask as root: nothing they ask for needs a right (and
             // under root squash they get none).
             let frame = Frame::request(op, id, Cred::ROOT, body, payload);

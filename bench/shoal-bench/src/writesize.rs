@@ -6,7 +6,9 @@
 //!   (`write_threshold = 0`);
 //! - `gathering`: every write through the client's write-back buffer
 //!   (`write_threshold` = `gather_buffer`, 4 MiB here, so even 1 MiB writes
-//!   are kept);
+//!   are kept), scattered buffers through the file's gathering server;
+//! - `gathering, client only`: the same with `gather_on_server = false`,
+//!   every kept extent straight to the servers holding it;
 //! - `threshold`: the cluster's default, `write_threshold` = 32 KiB;
 //! - `auto`: `write_threshold = "auto"`, the crossover the client finds.
 //!
@@ -17,7 +19,11 @@
 //!    write WRITES / CLIENTS consecutive writes each into disjoint parts of
 //!    one file, as many bytes in all as experiment 1 (Figure 7);
 //! 3. `random`: one client writes a RANDOM_FILE-byte file in writes of each
-//!    size at shuffled offsets, covering it (Figure 8).
+//!    size at shuffled offsets, covering it (Figure 8);
+//! 4. `strided`: CLIENTS clients write as many bytes as experiment 1 into one
+//!    file, interleaved: client k writes records k, k + CLIENTS, ... (the
+//!    N-to-1 strided pattern of HPC codes, where server gathering joins
+//!    what no client can).
 //!
 //! Throughput is bytes over time (MiB/s) and writes per second; medians of
 //! the rounds, the paths alternating within a round. Results:
@@ -55,14 +61,16 @@ const GATHER_BUFFER: u32 = 4 << 20;
 enum DataPath {
     Direct,
     Gathering,
+    ClientOnly,
     Threshold,
     Auto,
 }
 
 impl DataPath {
-    const ALL: [DataPath; 4] = [
+    const ALL: [DataPath; 5] = [
         DataPath::Direct,
         DataPath::Gathering,
+        DataPath::ClientOnly,
         DataPath::Threshold,
         DataPath::Auto,
     ];
@@ -71,6 +79,7 @@ impl DataPath {
         match self {
             DataPath::Direct => "direct",
             DataPath::Gathering => "gathering",
+            DataPath::ClientOnly => "gathering, client only",
             DataPath::Threshold => "threshold 32K",
             DataPath::Auto => "auto",
         }
@@ -83,6 +92,9 @@ impl DataPath {
             DataPath::Gathering => {
                 format!("gather_buffer={GATHER_BUFFER},write_threshold={GATHER_BUFFER}")
             }
+            DataPath::ClientOnly => format!(
+                "gather_buffer={GATHER_BUFFER},write_threshold={GATHER_BUFFER},gather_on_server=false"
+            ),
             DataPath::Threshold => format!("write_threshold={}", 32 << 10),
             DataPath::Auto => "write_threshold=auto".into(),
         }
@@ -94,10 +106,11 @@ impl DataPath {
         c.settings.gather_buffer = GATHER_BUFFER;
         c.settings.write_threshold = match self {
             DataPath::Direct => WriteThreshold::Bytes(0),
-            DataPath::Gathering => WriteThreshold::Bytes(GATHER_BUFFER),
+            DataPath::Gathering | DataPath::ClientOnly => WriteThreshold::Bytes(GATHER_BUFFER),
             DataPath::Threshold => WriteThreshold::Bytes(32 << 10),
             DataPath::Auto => WriteThreshold::AUTO,
         };
+        c.settings.gather_on_server = self != DataPath::ClientOnly;
         c
     }
 }
@@ -107,6 +120,7 @@ enum Experiment {
     Sequential,
     Clients,
     Random,
+    Strided,
     /// Not per size: the mixed trace.
     Mixed,
     /// Postmark on the mount (`postmark`), not per size.
@@ -115,16 +129,18 @@ enum Experiment {
 
 impl Experiment {
     /// Through the native client.
-    const NATIVE: [Experiment; 4] = [
+    const NATIVE: [Experiment; 5] = [
         Experiment::Sequential,
         Experiment::Clients,
         Experiment::Random,
+        Experiment::Strided,
         Experiment::Mixed,
     ];
-    const ALL: [Experiment; 5] = [
+    const ALL: [Experiment; 6] = [
         Experiment::Sequential,
         Experiment::Clients,
         Experiment::Random,
+        Experiment::Strided,
         Experiment::Mixed,
         Experiment::Postmark,
     ];
@@ -134,6 +150,7 @@ impl Experiment {
             Experiment::Sequential => "sequential",
             Experiment::Clients => "clients",
             Experiment::Random => "random",
+            Experiment::Strided => "strided",
             Experiment::Mixed => "mixed",
             Experiment::Postmark => "postmark",
         }
@@ -275,6 +292,13 @@ fn plan(opts: &WritesizeOptions, e: Experiment, size: usize) -> Plan {
             let offsets = shuffled((0..count).map(|i| i * s).collect());
             vec![offsets.into_iter().map(|o| (o, size)).collect()]
         }
+        Experiment::Strided => {
+            let n = opts.clients as u64;
+            let per = (opts.writes / n).max(1);
+            (0..n)
+                .map(|k| (0..per).map(|i| ((i * n + k) * s, size)).collect())
+                .collect()
+        }
         Experiment::Mixed => vec![mixed_trace()],
         // Not through the native client (`postmark`).
         Experiment::Postmark => Vec::new(),
@@ -408,11 +432,15 @@ fn markdown(opts: &WritesizeOptions, measured: &Measured) -> String {
         "The write-size experiments of [Hildebrand 2006] through the native client of a \
          {}-server local cluster (defaults: metadata durable, strips of 1 MiB over every \
          server). Paths: `direct` (write_threshold 0), `gathering` (every write kept in the \
-         client's write-back buffer, gather_buffer 4 MiB), `threshold 32K` (the default), `auto` (write_threshold = \"auto\"). \
+         client's write-back buffer, gather_buffer 4 MiB; a buffer of scattered extents goes \
+         through the file's gathering server), `gathering, client only` (the same with \
+         gather_on_server = false: every kept extent straight to the strips' servers), \
+         `threshold 32K` (the default), `auto` (write_threshold = \"auto\"). \
          Each run ends with an fsync inside the timing. sequential: {} consecutive writes \
          from one client; clients: {} clients, {} consecutive writes each into disjoint \
          parts of one file; random: one client covers a {}-byte file at shuffled offsets \
-         (sizes that need at most {MAX_RANDOM_WRITES} writes); mixed: {}; postmark: \
+         (sizes that need at most {MAX_RANDOM_WRITES} writes); strided: {} clients, {} writes \
+         each, interleaved (client k writes records k, k + {}, ...); mixed: {}; postmark: \
          Postmark through a mount of the cluster with each path's settings (`-o`), {} \
          files of {}-{} bytes, {}-byte reads and writes, {} transactions, MiB/s written \
          over the whole run. \
@@ -422,6 +450,9 @@ fn markdown(opts: &WritesizeOptions, measured: &Measured) -> String {
         opts.clients,
         (opts.writes / opts.clients as u64).max(1),
         opts.random_file,
+        opts.clients,
+        (opts.writes / opts.clients as u64).max(1),
+        opts.clients,
         mixed_summary(),
         postmark::FILES,
         postmark::SIZE_MIN,
@@ -433,8 +464,8 @@ fn markdown(opts: &WritesizeOptions, measured: &Measured) -> String {
     for e in Experiment::ALL {
         let _ = writeln!(md, "## {}\n", e.name());
         md.push_str(
-            "| size | direct | gathering | threshold 32K | auto | gathering/direct | threshold/best | auto/best |\n\
-             |---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| size | direct | gathering | gathering, client only | threshold 32K | auto | gathering/direct | gathering/client only | threshold/best | auto/best |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         let sizes = match e {
             Experiment::Mixed | Experiment::Postmark => vec![0],
@@ -445,22 +476,24 @@ fn markdown(opts: &WritesizeOptions, measured: &Measured) -> String {
                 continue;
             }
             let get = |p| measured.get(&(e, size, p)).map_or(0.0, mib_s);
-            let (d, g, t, a) = (
+            let (d, g, c, t, a) = (
                 get(DataPath::Direct),
                 get(DataPath::Gathering),
+                get(DataPath::ClientOnly),
                 get(DataPath::Threshold),
                 get(DataPath::Auto),
             );
             let best = d.max(g).max(1e-9);
             let _ = writeln!(
                 md,
-                "| {} | {d:.2} | {g:.2} | {t:.2} | {a:.2} | {:.1}x | {:.2} | {:.2} |",
+                "| {} | {d:.2} | {g:.2} | {c:.2} | {t:.2} | {a:.2} | {:.1}x | {:.2} | {:.2} | {:.2} |",
                 match e {
                     Experiment::Mixed => "the trace".into(),
                     Experiment::Postmark => "Postmark".into(),
                     _ => size_name(size),
                 },
                 g / d.max(1e-9),
+                g / c.max(1e-9),
                 t / best,
                 a / best
             );

@@ -28,17 +28,18 @@ pub struct MountArgs {
     #[arg(long)]
     pub log: Option<PathBuf>,
     /// A client-side setting for this mount only, KEY=VALUE (repeatable):
-    /// write_threshold, gather_buffer, gather_delay_ms, cache_ttl_ms,
-    /// readdir_batch or max_inflight.
+    /// write_threshold, gather_buffer, gather_delay_ms, gather_on_server,
+    /// cache_ttl_ms, readdir_batch or max_inflight.
     #[arg(short = 'o', value_name = "KEY=VALUE")]
     pub option: Vec<String>,
 }
 
 /// Settings a mount may choose for itself: the ones only its client uses.
-const MOUNT_SETTINGS: [&str; 6] = [
+const MOUNT_SETTINGS: [&str; 7] = [
     "write_threshold",
     "gather_buffer",
     "gather_delay_ms",
+    "gather_on_server",
     "cache_ttl_ms",
     "readdir_batch",
     "max_inflight",

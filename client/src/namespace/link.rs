@@ -25,7 +25,11 @@ impl Client {
             .ok_or_else(|| ShoalError::protocol("link reply without the object"))?;
         shoal_proto::crash_point!(crash_points::LINK_BEFORE_ENTRY);
         if let Err(e) = self.add_entry(new_dir, new_name, h, rec.kind(), None).await {
-            self.uncount_link(h).await;
+            // An entry that may stand keeps its count: a count too high is
+            // what fsck repairs, one too low would lose the file.
+            if !e.may_have_been_applied() {
+                self.uncount_link(h).await;
+            }
             return Err(e);
         }
         self.getattr(h).await

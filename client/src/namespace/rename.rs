@@ -253,7 +253,8 @@ impl Client {
         let added = match added {
             Ok(a) => a,
             Err(e) => {
-                if !is_dir {
+                // As in link: an entry that may stand keeps its count.
+                if !is_dir && !e.may_have_been_applied() {
                     self.uncount_link(h).await;
                 }
                 return Err(e);

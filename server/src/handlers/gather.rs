@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use shoal_proto::capability::WRITE;
 use shoal_proto::dist;
 use shoal_proto::error::{Errno, Result, ShoalError};
@@ -22,11 +23,14 @@ use shoal_proto::{ops, Cred, ObjectKind};
 use crate::auth::perms;
 use crate::data_store::datafile;
 use crate::gathering::lock;
+use crate::peers::CONNS_PER_PEER;
 use crate::service::{Reply, Request, Service};
 
 /// How long a server holding a strip may take to take a write-out or a
 /// sync.
 const PEER_WAIT: Duration = Duration::from_secs(30);
+/// Bytes of one `write_extents` of a write-out.
+const WRITE_OUT_BATCH: usize = 4 << 20;
 
 pub fn gather_write(
     s: &Service,
@@ -47,8 +51,14 @@ pub fn gather_write(
     let epoch = s.gathering.epoch(s.verifier);
     let buffer = s.config.settings.gather_buffer as usize;
     if s.gathering.put(q.handle, &extents, buffer) {
-        for h in s.gathering.due(Duration::MAX, buffer) {
-            commit(s, h, false)?;
+        if s.gathering.over_bound() {
+            // Too much held: this writer waits while it goes.
+            for h in s.gathering.due(Duration::MAX, buffer) {
+                commit(s, h, false)?;
+            }
+        } else {
+            // The file's are written out while its writers go on.
+            s.gathering.wake_writer_out();
         }
     }
     Ok(Reply::new(GatherWriteReply { epoch }))
@@ -166,28 +176,52 @@ fn write_out(s: &Service, h: Handle) -> Result<()> {
     Ok(())
 }
 
-/// Writes `pieces` (local offset, bytes) of datafile `d`, here or on its
-/// server.
+/// Writes `pieces` (local offset, bytes, in file order) of datafile `d`,
+/// here or on its server: pieces that meet locally (the strips of one
+/// datafile lie end to end in it) join, and a remote datafile's go as a few
+/// `write_extents` of up to [`WRITE_OUT_BATCH`] bytes each, several at a
+/// time: however scattered the clients' writes, a write-out costs each
+/// server holding strips about one message.
 async fn write_pieces(s: &Service, d: Handle, pieces: Vec<(u64, Bytes)>) -> Result<()> {
-    let peer = server_of(d);
-    for (offset, data) in pieces {
-        if peer == s.id {
-            s.data.write(&s.meta, d, offset, &data)?;
-            continue;
-        }
-        let q = WriteRequest {
-            handle: d,
-            offset,
-            cap: None,
-        };
-        let reply = again_if_unreachable(|| {
-            let peers = &s.pools.peers;
-            peers.call_with_payload::<ops::Write>(peer, &q, data.clone(), PEER_WAIT)
-        })
-        .await?;
-        s.gathering.saw(peer, reply.verifier);
+    let mut joined = extents::Extents::default();
+    for (offset, data) in &pieces {
+        joined.join(*offset, data);
     }
-    Ok(())
+    let peer = server_of(d);
+    if peer == s.id {
+        for (offset, data) in joined.iter() {
+            s.data.write(&s.meta, d, offset, data)?;
+        }
+        return Ok(());
+    }
+    let mut batches: Vec<Vec<(u64, &[u8])>> = vec![Vec::new()];
+    let mut in_batch = 0;
+    for (offset, data) in joined.iter() {
+        if in_batch + data.len() > WRITE_OUT_BATCH && in_batch > 0 {
+            batches.push(Vec::new());
+            in_batch = 0;
+        }
+        in_batch += data.len();
+        if let Some(b) = batches.last_mut() {
+            b.push((offset, data));
+        }
+    }
+    let sends = batches.into_iter().map(|batch| {
+        let (q, payload) = extents::to_request(d, batch.into_iter());
+        async move {
+            let reply = again_if_unreachable(|| {
+                let peers = &s.pools.peers;
+                peers.call_with_payload::<ops::WriteExtents>(peer, &q, payload.clone(), PEER_WAIT)
+            })
+            .await?;
+            s.gathering.saw(peer, reply.verifier);
+            Ok::<(), ShoalError>(())
+        }
+    });
+    futures::stream::iter(sends)
+        .buffer_unordered(CONNS_PER_PEER)
+        .try_collect::<()>()
+        .await
 }
 
 /// Syncs the datafiles of `h` written since its last durable commit (the
@@ -253,7 +287,10 @@ pub async fn write_out_loop(s: Arc<Service>) {
     let mut tick = tokio::time::interval(delay.max(Duration::from_millis(2)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = s.gathering.woken() => {}
+        }
         let due = s.gathering.due(delay, buffer);
         if due.is_empty() {
             continue;

@@ -7,7 +7,7 @@ use shoal_proto::capability::{ANY, READ, WRITE};
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::frame::MAX_PAYLOAD;
 use shoal_proto::msg::*;
-use shoal_proto::{ops, ObjectKind};
+use shoal_proto::{extents, ops, ObjectKind};
 
 use crate::auth::caps;
 use crate::data_store::datafile;
@@ -55,6 +55,20 @@ pub fn write(s: &Service, r: &Request, q: WriteRequest) -> Result<Reply<WriteRep
     let rec = datafile(&s.meta, q.handle)?;
     caps::check(s, &r.cred, &rec, q.cap.as_ref(), WRITE)?;
     let written = s.data.write(&s.meta, q.handle, q.offset, r.payload)?;
+    Ok(Reply::new(WriteReply {
+        written,
+        verifier: s.verifier,
+    }))
+}
+
+/// Several pieces of one datafile, from a gathering server's write-out.
+pub fn write_extents(s: &Service, r: &Request, q: GatherWriteRequest) -> Result<Reply<WriteReply>> {
+    let rec = datafile(&s.meta, q.handle)?;
+    caps::check(s, &r.cred, &rec, None, WRITE)?;
+    let mut written = 0;
+    for (offset, data) in extents::from_request(&q, r.payload)? {
+        written += s.data.write(&s.meta, q.handle, offset, &data)?;
+    }
     Ok(Reply::new(WriteReply {
         written,
         verifier: s.verifier,

@@ -109,6 +109,7 @@ handlers! {
     Link => links::link, decoded, never;
     GatherWrite => gather::gather_write, decoded, never;
     GatherCommit => gather::gather_commit, decoded, never;
+    WriteExtents => io::write_extents, decoded, never;
 }
 
 impl Service {
