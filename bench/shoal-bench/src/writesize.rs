@@ -7,7 +7,7 @@
 //! - `gathering`: every write through the client's write-back buffer
 //!   (`write_threshold` = `gather_buffer`, 4 MiB here, so even 1 MiB writes
 //!   are kept), scattered buffers through the file's gathering server;
-//! - `gathering, client only`: the same with `gather_on_server = false`,
+//! - `client gathering`: the same with `gather_on_server = false`,
 //!   every kept extent straight to the servers holding it;
 //! - `threshold`: the cluster's default, `write_threshold` = 32 KiB;
 //! - `auto`: `write_threshold = "auto"`, the crossover the client finds.
@@ -61,7 +61,7 @@ const GATHER_BUFFER: u32 = 4 << 20;
 enum DataPath {
     Direct,
     Gathering,
-    ClientOnly,
+    ClientGathering,
     Threshold,
     Auto,
 }
@@ -70,7 +70,7 @@ impl DataPath {
     const ALL: [DataPath; 5] = [
         DataPath::Direct,
         DataPath::Gathering,
-        DataPath::ClientOnly,
+        DataPath::ClientGathering,
         DataPath::Threshold,
         DataPath::Auto,
     ];
@@ -79,7 +79,7 @@ impl DataPath {
         match self {
             DataPath::Direct => "direct",
             DataPath::Gathering => "gathering",
-            DataPath::ClientOnly => "gathering, client only",
+            DataPath::ClientGathering => "client gathering",
             DataPath::Threshold => "threshold 32K",
             DataPath::Auto => "auto",
         }
@@ -92,7 +92,7 @@ impl DataPath {
             DataPath::Gathering => {
                 format!("gather_buffer={GATHER_BUFFER},write_threshold={GATHER_BUFFER}")
             }
-            DataPath::ClientOnly => format!(
+            DataPath::ClientGathering => format!(
                 "gather_buffer={GATHER_BUFFER},write_threshold={GATHER_BUFFER},gather_on_server=false"
             ),
             DataPath::Threshold => format!("write_threshold={}", 32 << 10),
@@ -106,11 +106,11 @@ impl DataPath {
         c.settings.gather_buffer = GATHER_BUFFER;
         c.settings.write_threshold = match self {
             DataPath::Direct => WriteThreshold::Bytes(0),
-            DataPath::Gathering | DataPath::ClientOnly => WriteThreshold::Bytes(GATHER_BUFFER),
+            DataPath::Gathering | DataPath::ClientGathering => WriteThreshold::Bytes(GATHER_BUFFER),
             DataPath::Threshold => WriteThreshold::Bytes(32 << 10),
             DataPath::Auto => WriteThreshold::AUTO,
         };
-        c.settings.gather_on_server = self != DataPath::ClientOnly;
+        c.settings.gather_on_server = self != DataPath::ClientGathering;
         c
     }
 }
@@ -433,7 +433,7 @@ fn markdown(opts: &WritesizeOptions, measured: &Measured) -> String {
          {}-server local cluster (defaults: metadata durable, strips of 1 MiB over every \
          server). Paths: `direct` (write_threshold 0), `gathering` (every write kept in the \
          client's write-back buffer, gather_buffer 4 MiB; a buffer of scattered extents goes \
-         through the file's gathering server), `gathering, client only` (the same with \
+         through the file's gathering server), `client gathering` (the same with \
          gather_on_server = false: every kept extent straight to the strips' servers), \
          `threshold 32K` (the default), `auto` (write_threshold = \"auto\"). \
          Each run ends with an fsync inside the timing. sequential: {} consecutive writes \
@@ -464,7 +464,7 @@ fn markdown(opts: &WritesizeOptions, measured: &Measured) -> String {
     for e in Experiment::ALL {
         let _ = writeln!(md, "## {}\n", e.name());
         md.push_str(
-            "| size | direct | gathering | gathering, client only | threshold 32K | auto | gathering/direct | gathering/client only | threshold/best | auto/best |\n\
+            "| size | direct | gathering | client gathering | threshold 32K | auto | gathering/direct | gathering/client gathering | threshold/best | auto/best |\n\
              |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         let sizes = match e {
@@ -479,7 +479,7 @@ fn markdown(opts: &WritesizeOptions, measured: &Measured) -> String {
             let (d, g, c, t, a) = (
                 get(DataPath::Direct),
                 get(DataPath::Gathering),
-                get(DataPath::ClientOnly),
+                get(DataPath::ClientGathering),
                 get(DataPath::Threshold),
                 get(DataPath::Auto),
             );
