@@ -64,15 +64,12 @@ fn eager_senders(cluster: &Cluster) -> Vec<Client> {
         .collect()
 }
 
-async fn send_all(clients: &[Client]) {
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    futures::future::join_all(clients.iter().map(|c| c.flush_due())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_clients_scattered_writes_reach_the_strips_as_a_few_large_writes() {
+/// A cluster of `servers` with 64 KiB strips whose servers hold gathered
+/// bytes until a commit, ten eager senders, and the shared file `shared`,
+/// every piece of which they have written and sent (not committed).
+async fn written_and_sent(servers: u32) -> (Cluster, Vec<Client>, u64) {
     let cluster = Cluster::builder()
-        .servers(4)
+        .servers(servers)
         .set("strip_size=65536")
         .set("gather_delay_ms=60000")
         .start();
@@ -82,18 +79,26 @@ async fn ten_clients_scattered_writes_reach_the_strips_as_a_few_large_writes() {
         .await
         .unwrap()
         .handle;
-    cluster.wait_for_pools(&clients[0]).await;
+    write_interleaved(&clients, h).await;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    futures::future::join_all(clients.iter().map(|c| c.flush_due())).await;
+    (cluster, clients, h)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_clients_scattered_writes_reach_the_strips_as_a_few_large_writes() {
+    let (cluster, clients, h) = written_and_sent(4).await;
     let writes = || async {
         let c = &clients[0];
         count(&cluster, c, "write").await + count(&cluster, c, "write_extents").await
     };
-    let writes_before = writes().await;
-    write_interleaved(&clients, h).await;
-    send_all(&clients).await;
+    // Nothing reached the strips' servers yet (creating the file did not
+    // write either).
+    assert_eq!(writes().await, 0);
     // One client's fsync writes out what every client sent: one message to
     // each other server holding strips (400 KB over 64 KiB strips).
     clients[0].fsync(h).await.unwrap();
-    let written = writes().await - writes_before;
+    let written = writes().await;
     assert!(
         written <= 3,
         "{PIECES} pieces of {CLIENTS} clients reached the strips as {written} writes"
@@ -112,19 +117,7 @@ async fn ten_clients_scattered_writes_reach_the_strips_as_a_few_large_writes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_gathering_server_gets_the_clients_copies_again() {
-    let mut cluster = Cluster::builder()
-        .servers(3)
-        .set("strip_size=65536")
-        .set("gather_delay_ms=60000")
-        .start();
-    let clients = eager_senders(&cluster);
-    let h = clients[0]
-        .create(ROOT, "shared", 0o644)
-        .await
-        .unwrap()
-        .handle;
-    write_interleaved(&clients, h).await;
-    send_all(&clients).await;
+    let (mut cluster, clients, h) = written_and_sent(3).await;
     // Everything sent sits in the gathering server's memory: it dies.
     let gatherer = server_of(h);
     cluster.kill(gatherer);
@@ -143,19 +136,7 @@ async fn a_restarted_gathering_server_gets_the_clients_copies_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_strip_server_restarted_before_the_commit_gets_the_bytes_again() {
-    let mut cluster = Cluster::builder()
-        .servers(3)
-        .set("strip_size=65536")
-        .set("gather_delay_ms=60000")
-        .start();
-    let clients = eager_senders(&cluster);
-    let h = clients[0]
-        .create(ROOT, "shared", 0o644)
-        .await
-        .unwrap()
-        .handle;
-    write_interleaved(&clients, h).await;
-    send_all(&clients).await;
+    let (mut cluster, clients, h) = written_and_sent(3).await;
     // A read by a writer has the gathering server write everything out,
     // not durably; then a server holding strips (not the gathering one)
     // loses what it was not made to sync.
