@@ -198,7 +198,7 @@ impl Client {
     /// file, so that its next data request has the rights the new mode
     /// gives.
     pub async fn setattr(&self, h: Handle, set: &SetAttr) -> Result<Attr> {
-        self.settle(h, crate::write_path::Settle::Push).await;
+        self.settle(h, crate::write_path::Settle::Push).await?;
         if let Some(size) = set.size {
             self.truncate(h, size).await?;
         }

@@ -35,6 +35,9 @@ use crate::Client;
 /// ten clients' interleaved 1 KiB records 5-7x faster through it.
 pub const SMALL_EXTENTS: usize = 16 << 10;
 
+/// Most payload bytes of one `gather_write` (the frame allows 16 MiB).
+const SEND_BATCH: usize = 8 << 20;
+
 /// How often a commit sends the copy again because the epoch changed
 /// before it gives up: a server that restarts this often is down.
 const MAX_RESENDS: usize = 3;
@@ -91,19 +94,41 @@ impl Client {
         Ok(())
     }
 
-    /// One `gather_write` of `extents` of `h`; returns the server's epoch.
+    /// `gather_write`s of `extents` of `h` (in order, not overlapping), as
+    /// many as its limits need, all in flight at once; returns the epoch
+    /// they were all acknowledged under. If the server's epoch moved
+    /// between them (it restarted half way), all are sent again.
     async fn gather_write<'a>(
         &self,
         h: Handle,
         extents: impl Iterator<Item = (u64, &'a [u8])>,
     ) -> Result<u64> {
-        let (request, payload) = extents::to_request(h, extents);
-        let (reply, _) = self
-            .pool()
-            .call_with_payload::<ops::GatherWrite>(server_of(h), self.cred, &request, payload)
-            .await?;
-        self.inner.gathering.count_sends(1);
-        Ok(reply.epoch)
+        let batches = extents::batches(extents, SEND_BATCH);
+        for _ in 0..=MAX_RESENDS {
+            let sends = batches.iter().map(|batch| {
+                let (request, payload) = extents::to_request(h, batch.iter().copied());
+                async move {
+                    let (reply, _) = self
+                        .pool()
+                        .call_with_payload::<ops::GatherWrite>(
+                            server_of(h),
+                            self.cred,
+                            &request,
+                            payload,
+                        )
+                        .await?;
+                    Ok::<u64, ShoalError>(reply.epoch)
+                }
+            });
+            let epochs = futures::future::try_join_all(sends).await?;
+            self.inner.gathering.count_sends(epochs.len() as u64);
+            match epochs.split_first() {
+                Some((first, rest)) if rest.iter().all(|e| e == first) => return Ok(*first),
+                Some(_) => continue,
+                None => return Err(ShoalError::invalid("a gather_write of nothing")),
+            }
+        }
+        Err(lost_again(h))
     }
 
     /// Has the gathering server of `h` write out what it holds of the
@@ -154,12 +179,16 @@ impl Client {
         if durable {
             buffer.committed(h, gate, None);
         }
-        Err(ShoalError::new(
-            Errno::EIO,
-            format!(
-                "the gathering server of file {h:#x} lost its writes {} times in a row",
-                MAX_RESENDS + 1
-            ),
-        ))
+        Err(lost_again(h))
     }
+}
+
+fn lost_again(h: Handle) -> ShoalError {
+    ShoalError::new(
+        Errno::EIO,
+        format!(
+            "the gathering server of file {h:#x} lost its writes {} times in a row",
+            MAX_RESENDS + 1
+        ),
+    )
 }

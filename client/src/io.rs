@@ -189,7 +189,7 @@ impl Client {
             return Ok(Bytes::new());
         }
         len = len.min((dist::MAX_FILE_SIZE - offset) as usize);
-        self.settle_for_read(h, offset).await;
+        self.settle_for_read(h, offset).await?;
         self.with_capability(h, READ, |cap| self.read_with(h, offset, len, cap))
             .await
     }
@@ -289,7 +289,7 @@ impl Client {
                 ),
             ));
         }
-        self.settle(h, Settle::Push).await;
+        self.settle(h, Settle::Push).await?;
         self.with_capability(h, WRITE, |cap| self.truncate_with(h, size, cap))
             .await?;
         self.kept_truncated(h, size);

@@ -187,12 +187,7 @@ impl Client {
             self.flush_due().await;
         } else {
             self.send_kept(h).await;
-            // Bytes of this range the gathering server holds are written out
-            // first, so that they cannot land over this write later.
-            if g.buffer.unpushed_in(h, offset, end) {
-                self.settle(h, Settle::Push).await;
-            }
-            g.buffer.overlay(h, offset, &data);
+            self.before_direct_write(h, offset, &data).await?;
             let t0 = Instant::now();
             self.write_direct(h, offset, &data).await?;
             g.auto.direct(data.len(), t0.elapsed());
@@ -294,7 +289,7 @@ impl Client {
     /// kept writes that failed since the last fsync or close: what close(2)
     /// needs before it returns.
     pub async fn flush(&self, h: Handle) -> Result<()> {
-        self.settle(h, Settle::Commit).await;
+        self.settle(h, Settle::Commit).await?;
         match self.inner.gathering.buffer.take_error(h) {
             Some(e) => Err(e),
             None => Ok(()),
@@ -375,45 +370,91 @@ impl Client {
     /// Before a read from `offset` of `h`: sends what is kept of the file if
     /// some of it lies at or past `offset` (or is being sent), has its
     /// gathering server write out what it holds of this client's, and waits.
-    pub(crate) async fn settle_for_read(&self, h: Handle, offset: u64) {
+    pub(crate) async fn settle_for_read(&self, h: Handle, offset: u64) -> Result<()> {
         // What waited long enough goes too, every file's at once: after a
         // burst of small files written and left open, the first read sends
         // them all in one pipelined round rather than each read its own.
         self.flush_due().await;
         if self.inner.gathering.buffer.touches(h, offset) {
-            self.settle(h, Settle::Push).await;
+            self.settle(h, Settle::Push).await?;
         }
+        Ok(())
     }
 
     /// Sends what is kept of file `h` (see [`Client::settle`]).
     pub(crate) async fn send_kept(&self, h: Handle) {
-        self.settle(h, Settle::Send).await
+        // A send's failure is kept for fsync and close: nothing to return.
+        let _ = self.settle(h, Settle::Send).await;
     }
 
     /// Sends what is kept of file `h` as the caller who wrote it, after
     /// any send of the file already under way, and then takes `step` with
-    /// what its gathering server holds of this client's. A failure is kept
-    /// for [`Client::flush`] (fsync, close) to report.
-    pub(crate) async fn settle(&self, h: Handle, step: Settle) {
+    /// what its gathering server holds of this client's. A failure to send
+    /// or commit is kept for [`Client::flush`] (fsync, close) to report; a
+    /// push that failed is returned (the caller was about to read, write,
+    /// truncate or change the file over bytes that may yet land).
+    pub(crate) async fn settle(&self, h: Handle, step: Settle) -> Result<()> {
         let buffer = &self.inner.gathering.buffer;
         let Some(gate) = buffer.gate(h) else {
-            return;
+            return Ok(());
         };
-        {
+        let pushed = {
             let _one_at_a_time = gate.lock().await;
             if let Some(taken) = buffer.take(h, &gate) {
                 self.send_taken(h, &gate, taken).await;
             }
-            if step != Settle::Send {
-                let durable = step == Settle::Commit;
-                if let Err(e) = self.commit_gathered(h, &gate, durable).await {
-                    tracing::warn!("committing gathered writes of {h:#x} failed: {e}");
-                    buffer.failed(h, &gate, as_reported(h, e));
+            match step {
+                Settle::Send => Ok(()),
+                Settle::Push => self.commit_gathered(h, &gate, false).await,
+                Settle::Commit => {
+                    if let Err(e) = self.commit_gathered(h, &gate, true).await {
+                        tracing::warn!("committing gathered writes of {h:#x} failed: {e}");
+                        buffer.failed(h, &gate, as_reported(h, e));
+                    }
+                    Ok(())
                 }
             }
-        }
+        };
         drop(gate);
         buffer.tidy(h);
+        pushed.map_err(|e| as_reported(h, e))
+    }
+
+    /// Before `data` goes direct at `offset` of `h`: bytes of that range
+    /// its gathering server holds of this client's are written out first
+    /// (else they could land over it later), and the copy kept for resending
+    /// takes the new bytes (else a resend would). Under the file's gate, so
+    /// that no resend or push slips in between.
+    async fn before_direct_write(&self, h: Handle, offset: u64, data: &[u8]) -> Result<()> {
+        let buffer = &self.inner.gathering.buffer;
+        let Some(gate) = buffer.gate(h) else {
+            return Ok(());
+        };
+        let done = {
+            let _one_at_a_time = gate.lock().await;
+            self.under_gate_before_direct_write(h, &gate, offset, data)
+                .await
+        };
+        drop(gate);
+        buffer.tidy(h);
+        done.map_err(|e| as_reported(h, e))
+    }
+
+    /// [`Client::before_direct_write`], the caller holding `gate`.
+    async fn under_gate_before_direct_write(
+        &self,
+        h: Handle,
+        gate: &Gate,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let buffer = &self.inner.gathering.buffer;
+        let end = offset + data.len() as u64;
+        if buffer.unpushed_in(h, offset, end) {
+            self.commit_gathered(h, gate, false).await?;
+        }
+        buffer.overlay(h, offset, data);
+        Ok(())
     }
 
     /// Sends `taken`, the kept extents of `h`, under its `gate`: several
@@ -431,12 +472,16 @@ impl Client {
                 .await
         } else {
             self.inner.gathering.count_sends(sends as u64);
-            futures::future::try_join_all(taken.extents.into_iter().map(|(offset, data)| {
+            let direct = taken.extents.into_iter().map(|(offset, data)| {
                 let writer = &writer;
-                async move { writer.write_direct(h, offset, &Bytes::from(data)).await }
-            }))
-            .await
-            .map(drop)
+                async move {
+                    writer
+                        .under_gate_before_direct_write(h, gate, offset, &data)
+                        .await?;
+                    writer.write_direct(h, offset, &Bytes::from(data)).await
+                }
+            });
+            futures::future::try_join_all(direct).await.map(drop)
         };
         if done.is_ok() {
             self.inner.gathering.auto.gathered(bytes, t0.elapsed());

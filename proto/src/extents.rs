@@ -3,10 +3,13 @@
 //! client [Hildebrand 2006], and how a `gather_write` carries them (offsets
 //! and lengths in the body, the bytes one after the other in the payload).
 //!
-//! Invariants, checked in debug builds: extents are non-empty, sorted,
-//! disjoint and never touch (two that would are one), and `bytes` is the sum
-//! of their lengths. So a stream of small sequential writes is one growing
-//! extent, and 10 writers of one file's disjoint pieces are at most 10.
+//! Invariants, checked in debug builds: extents are non-empty, sorted and
+//! disjoint, and `bytes` is the sum of their lengths. A write joins the
+//! extents it overlaps and the one it continues, so a stream of small
+//! sequential writes is one growing extent, and 10 writers of one file's
+//! disjoint pieces are at most 10; a write that ends just where a later
+//! extent starts stays apart from it (joining would copy that extent, and a
+//! writer going backwards in small pieces would cost quadratic copying).
 
 use std::collections::BTreeMap;
 
@@ -26,8 +29,8 @@ pub struct Extents {
 }
 
 impl Extents {
-    /// Joins `data` at `offset` with every extent it touches or overlaps;
-    /// newer bytes win. Returns how many bytes the set grew by.
+    /// Joins `data` at `offset` with every extent it overlaps and the one it
+    /// continues; newer bytes win. Returns how many bytes the set grew by.
     pub fn join(&mut self, offset: u64, data: &[u8]) -> usize {
         if data.is_empty() {
             return 0;
@@ -42,7 +45,7 @@ impl Extents {
             .filter(|(s, v)| **s + v.len() as u64 >= offset)
             .map(|(s, _)| *s);
         let start = before.unwrap_or(offset);
-        let touched: Vec<u64> = self.map.range(start..=end).map(|(s, _)| *s).collect();
+        let touched: Vec<u64> = self.map.range(start..end).map(|(s, _)| *s).collect();
         let old: usize = touched.iter().map(|s| self.map[s].len()).sum();
         let mut merged = match before {
             Some(s) => self.map.remove(&s).unwrap_or_default(),
@@ -146,10 +149,7 @@ impl Extents {
             let mut last_end = None;
             for (s, v) in &self.map {
                 assert!(!v.is_empty(), "an empty extent at {s}");
-                assert!(
-                    last_end.is_none_or(|e| e < *s),
-                    "extents touch or overlap at {s}"
-                );
+                assert!(last_end.is_none_or(|e| e <= *s), "extents overlap at {s}");
                 last_end = Some(s + v.len() as u64);
             }
             let sum: usize = self.map.values().map(Vec::len).sum();
@@ -176,9 +176,38 @@ pub fn to_request<'a>(
     (q, payload.freeze())
 }
 
+/// `extents` (in order, not overlapping) cut into requests' worth: each at
+/// most `max_bytes` of payload and [`MAX_PER_REQUEST`] extents, an extent
+/// longer than `max_bytes` cut into pieces.
+pub fn batches<'a>(
+    extents: impl Iterator<Item = (u64, &'a [u8])>,
+    max_bytes: usize,
+) -> Vec<Vec<(u64, &'a [u8])>> {
+    assert!(max_bytes > 0, "a batch must hold something");
+    let mut out: Vec<Vec<(u64, &[u8])>> = vec![Vec::new()];
+    let mut bytes = 0;
+    for (offset, data) in extents {
+        for (i, piece) in data.chunks(max_bytes).enumerate() {
+            let full = bytes + piece.len() > max_bytes
+                || out.last().map_or(0, Vec::len) == MAX_PER_REQUEST;
+            if full && bytes > 0 {
+                out.push(Vec::new());
+                bytes = 0;
+            }
+            bytes += piece.len();
+            if let Some(batch) = out.last_mut() {
+                batch.push((offset + (i * max_bytes) as u64, piece));
+            }
+        }
+    }
+    out.retain(|b| !b.is_empty());
+    out
+}
+
 /// The extents a `gather_write` carries, checked: as many lengths as
-/// offsets, no empty extent, none past the largest file size, and the
-/// lengths adding up to the payload exactly.
+/// offsets, in order and not overlapping (as [`Extents::take`] gives them:
+/// joining them then never copies), no empty extent, none past the largest
+/// file size, and the lengths adding up to the payload exactly.
 pub fn from_request(q: &GatherWriteRequest, payload: &Bytes) -> Result<Vec<(u64, Bytes)>> {
     if q.offsets.len() != q.lengths.len() || q.offsets.len() > MAX_PER_REQUEST {
         return Err(ShoalError::invalid(format!(
@@ -188,8 +217,14 @@ pub fn from_request(q: &GatherWriteRequest, payload: &Bytes) -> Result<Vec<(u64,
         )));
     }
     let mut at = 0usize;
+    let mut last_end = 0u64;
     let mut out = Vec::with_capacity(q.offsets.len());
     for (offset, len) in q.offsets.iter().zip(&q.lengths) {
+        if *offset < last_end {
+            return Err(ShoalError::invalid(format!(
+                "gather_write extent at {offset} is out of order or overlaps the one before"
+            )));
+        }
         let len = *len as usize;
         let fits = offset
             .checked_add(len as u64)
@@ -202,6 +237,7 @@ pub fn from_request(q: &GatherWriteRequest, payload: &Bytes) -> Result<Vec<(u64,
         }
         out.push((*offset, payload.slice(at..at + len)));
         at += len;
+        last_end = offset + len as u64;
     }
     if at != payload.len() {
         return Err(ShoalError::invalid(format!(
@@ -221,7 +257,7 @@ mod tests {
     }
 
     #[test]
-    fn joins_keep_the_newest_bytes_and_never_touch() {
+    fn joins_keep_the_newest_bytes_and_never_copy_backwards() {
         let mut e = Extents::default();
         for i in 0..100u64 {
             e.join(i * 16, &[i as u8; 16]);
@@ -234,7 +270,17 @@ mod tests {
         assert_eq!(e.join(2, b"cccccccccc"), 6);
         assert_eq!(all(&e), vec![(0, b"aaccccccccccbb".to_vec())]);
         e.join(14, b"d");
-        assert_eq!(e.len(), 1, "touching joins");
+        assert_eq!(e.len(), 1, "a write continuing an extent joins it");
+        e.join(20, b"x");
+        e.join(19, b"y");
+        assert_eq!(
+            e.len(),
+            3,
+            "one ending where a later one starts stays apart"
+        );
+        e.join(18, b"zzz");
+        assert_eq!(all(&e)[1], (18, b"zzz".to_vec()), "an overlap joins");
+        assert_eq!(e.bytes(), 18);
     }
 
     #[test]
@@ -256,6 +302,20 @@ mod tests {
     }
 
     #[test]
+    fn batches_keep_to_their_bounds_and_lose_nothing() {
+        let big = [7u8; 10];
+        let small = [1u8; 3];
+        let input = [(0u64, &big[..]), (20, &small[..]), (30, &small[..])];
+        let out = batches(input.into_iter(), 4);
+        let flat: Vec<(u64, usize)> = out.iter().flatten().map(|(o, d)| (*o, d.len())).collect();
+        assert_eq!(flat, vec![(0, 4), (4, 4), (8, 2), (20, 3), (30, 3)]);
+        assert!(out
+            .iter()
+            .all(|b| b.iter().map(|(_, d)| d.len()).sum::<usize>() <= 4));
+        assert!(batches(std::iter::empty(), 4).is_empty());
+    }
+
+    #[test]
     fn requests_round_trip_and_bad_ones_are_refused() {
         let mut e = Extents::default();
         e.join(0, b"abc");
@@ -272,8 +332,11 @@ mod tests {
         let mut odd = q.clone();
         odd.offsets.pop();
         assert!(from_request(&odd, &payload).is_err());
-        let mut far = q;
+        let mut far = q.clone();
         far.offsets[0] = u64::MAX - 1;
         assert!(from_request(&far, &payload).is_err());
+        let mut backwards = q;
+        backwards.offsets = vec![100, 0];
+        assert!(from_request(&backwards, &payload).is_err());
     }
 }

@@ -2,14 +2,15 @@
 //! write-outs are in `handlers::gather`): the server that holds a file's
 //! metafile is its gathering server. Clients send it their scattered small
 //! writes (`gather_write`); it merges every client's into one set of
-//! extents per file (touching ones join, newer bytes win) and writes them
-//! out, split at strips, to the servers holding the strips, each server's
-//! pieces in one `write_extents`: a few large writes where the clients sent
-//! many small ones (NFS server write gathering). It writes a file's out once they fill several clients'
-//! buffers (`BUFFERS_PER_FILE` × `gather_buffer`), once
-//! they waited `gather_delay_ms`, when all files together hold
-//! [`MAX_BYTES`], and at a `gather_commit`, which with `durable` also syncs
-//! every datafile written since the file's last durable commit.
+//! extents per file (overlapping and continuing ones join, newer bytes win)
+//! and writes them out, split at strips, to the servers holding the strips,
+//! each server's pieces in a few `write_extents`: a few large writes where
+//! the clients sent many small ones (NFS server write gathering). It writes
+//! a file's out once they fill several clients' buffers (`BUFFERS_PER_FILE`
+//! × `gather_buffer`) or [`MAX_EXTENTS_PER_FILE`] pieces, once they waited
+//! `gather_delay_ms`, when all files together hold [`MAX_BYTES`], and at a
+//! `gather_commit`, which with `durable` also syncs every datafile written
+//! since the file's last durable commit.
 //!
 //! Like NFS's unstable writes, gathered bytes are acknowledged before they
 //! are durable, under the server's **epoch**, and the clients keep a copy
@@ -43,6 +44,10 @@ pub const MAX_BYTES: usize = 256 << 20;
 /// (`gather_buffer`): room for several clients' sends to meet and join
 /// before they go.
 pub const BUFFERS_PER_FILE: usize = 8;
+/// Extents a file's held bytes may be in before they are written out: what
+/// bounds the bookkeeping of many tiny disjoint pieces, which bytes alone
+/// do not.
+pub const MAX_EXTENTS_PER_FILE: usize = 1 << 16;
 /// Files with datafiles written since their last durable commit.
 pub const MAX_UNSYNCED: usize = 1 << 16;
 struct FileGather {
@@ -117,7 +122,9 @@ impl Gathering {
         for (offset, data) in extents {
             *bytes += f.extents.join(*offset, data);
         }
-        f.extents.bytes() >= buffer * BUFFERS_PER_FILE || *bytes >= MAX_BYTES
+        f.extents.bytes() >= buffer * BUFFERS_PER_FILE
+            || f.extents.len() >= MAX_EXTENTS_PER_FILE
+            || *bytes >= MAX_BYTES
     }
 
     /// Whether all files together hold [`MAX_BYTES`] or more.
@@ -144,7 +151,11 @@ impl Gathering {
         st.files
             .iter()
             .filter(|(_, f)| !f.extents.is_empty())
-            .filter(|(_, f)| all || f.since.elapsed() >= delay || f.extents.bytes() >= per_file)
+            .filter(|(_, f)| {
+                all || f.since.elapsed() >= delay
+                    || f.extents.bytes() >= per_file
+                    || f.extents.len() >= MAX_EXTENTS_PER_FILE
+            })
             .map(|(h, _)| *h)
             .collect()
     }

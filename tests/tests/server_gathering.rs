@@ -104,10 +104,9 @@ async fn ten_clients_scattered_writes_reach_the_strips_as_a_few_large_writes() {
         "{PIECES} pieces of {CLIENTS} clients reached the strips as {written} writes"
     );
     let gathers = count(&cluster, &clients[0], "gather_write").await;
-    assert!(
-        (CLIENTS as u64..=2 * CLIENTS as u64).contains(&gathers),
-        "{gathers} gather_writes"
-    );
+    // How many depends on how long each client's writes took (a send
+    // every millisecond): at least one each.
+    assert!(gathers >= CLIENTS as u64, "{gathers} gather_writes");
     for c in &clients {
         c.fsync(h).await.unwrap();
         assert!(c.write_paths().gathered_sends >= 1);
@@ -195,4 +194,30 @@ async fn the_gathering_server_refuses_strangers_and_malformed_extents() {
         .unwrap();
     let got = root.read(h, 0, 12).await.unwrap();
     assert_eq!(&got[..], b"ab\0\0\0\0\0\0\0\0cd");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newer_bytes_sent_direct_are_not_overwritten_by_older_gathered_ones() {
+    let (cluster, clients, h) = written_and_sent(2).await;
+    let c = &clients[0];
+    // Client 0's pieces (0, 10, 20, ...) sit at the gathering server. New
+    // bytes over piece 0: kept as one extent, so sent direct at the fsync;
+    // then a large direct write over piece 10.
+    c.write(h, 0, Bytes::from(vec![0xaa; PIECE])).await.unwrap();
+    c.fsync(h).await.unwrap();
+    let big = vec![0xbb; 64 << 10];
+    c.write(h, (10 * PIECE) as u64, Bytes::from(big.clone()))
+        .await
+        .unwrap();
+    for other in &clients {
+        other.fsync(h).await.unwrap();
+    }
+    let reader = cluster.uncached_client();
+    let got = reader.read(h, 0, PIECE).await.unwrap();
+    assert!(got.iter().all(|b| *b == 0xaa), "the newer bytes at 0");
+    let got = reader
+        .read(h, (10 * PIECE) as u64, big.len())
+        .await
+        .unwrap();
+    assert!(got == big[..], "the newer direct write over piece 10");
 }

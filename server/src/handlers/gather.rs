@@ -52,9 +52,13 @@ pub fn gather_write(
     let buffer = s.config.settings.gather_buffer as usize;
     if s.gathering.put(q.handle, &extents, buffer) {
         if s.gathering.over_bound() {
-            // Too much held: this writer waits while it goes.
+            // Too much held: this writer waits while it goes. The bytes of
+            // this request are held whatever becomes of others' write-outs
+            // (a failed one changed the epoch), so the reply is the epoch.
             for h in s.gathering.due(Duration::MAX, buffer) {
-                commit(s, h, false)?;
+                if let Err(e) = commit(s, h, false) {
+                    tracing::warn!("writing out gathered bytes of {h:#x} failed: {e}");
+                }
             }
         } else {
             // The file's are written out while its writers go on.
@@ -194,18 +198,7 @@ async fn write_pieces(s: &Service, d: Handle, pieces: Vec<(u64, Bytes)>) -> Resu
         }
         return Ok(());
     }
-    let mut batches: Vec<Vec<(u64, &[u8])>> = vec![Vec::new()];
-    let mut in_batch = 0;
-    for (offset, data) in joined.iter() {
-        if in_batch + data.len() > WRITE_OUT_BATCH && in_batch > 0 {
-            batches.push(Vec::new());
-            in_batch = 0;
-        }
-        in_batch += data.len();
-        if let Some(b) = batches.last_mut() {
-            b.push((offset, data));
-        }
-    }
+    let batches = extents::batches(joined.iter(), WRITE_OUT_BATCH);
     let sends = batches.into_iter().map(|batch| {
         let (q, payload) = extents::to_request(d, batch.into_iter());
         async move {
