@@ -1,17 +1,33 @@
 //! The connections of one client process: exactly one per server, opened on
-//! first use, reopened on the next call after it breaks (e.g. a server restart).
+//! first use, reopened on the next call after it breaks (e.g. a server
+//! restart). A server that cannot be reached is waited for, up to the
+//! cluster's `restart_wait_ms`, and a request whose connection broke under
+//! it is sent again if it may be (`Op::resendable`): a restart of a server
+//! is then not seen by applications.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use prost::Message;
 use shoal_proto::cluster::ClusterConfig;
-use shoal_proto::error::{Result, ShoalError};
-use shoal_proto::{Op, Operation};
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::Operation;
 use tokio::sync::Mutex;
 
 use crate::conn::Connection;
 use crate::types::Cred;
+
+/// The first pause before connecting again to a server that was
+/// unreachable; each later one doubles, up to [`LONGEST_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(20);
+const LONGEST_PAUSE: Duration = Duration::from_millis(500);
+
+/// Whether a failed connect says the server is not there (refused, or no
+/// answer in time), rather than that it refused us.
+fn unreachable(e: &ShoalError) -> bool {
+    e.errno == Errno::EHOSTUNREACH || e.errno == Errno::ETIMEDOUT
+}
 
 pub struct Pool {
     config: ClusterConfig,
@@ -40,15 +56,25 @@ impl Pool {
             return Ok(c.clone());
         }
         let entry = &self.config.servers[server as usize];
-        let c = Arc::new(
-            Connection::connect(
-                server,
-                entry.addr,
-                self.config.settings.max_inflight as usize,
-                self.config.secret()?.as_ref(),
-            )
-            .await?,
-        );
+        let secret = self.config.secret()?;
+        let wait = Duration::from_millis(self.config.settings.restart_wait_ms as u64);
+        let started = Instant::now();
+        let mut pause = FIRST_PAUSE;
+        let c = loop {
+            let inflight = self.config.settings.max_inflight as usize;
+            match Connection::connect(server, entry.addr, inflight, secret.as_ref()).await {
+                Ok(c) => break Arc::new(c),
+                // Down or restarting: wait for it, as long as the cluster says.
+                Err(e) if unreachable(&e) && started.elapsed() + pause <= wait => {
+                    if pause == FIRST_PAUSE {
+                        tracing::info!("server {server} unreachable, waiting for it: {e}");
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(LONGEST_PAUSE);
+                }
+                Err(e) => return Err(e),
+            }
+        };
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -79,9 +105,10 @@ impl Pool {
         let body = Bytes::from(request.encode_to_vec());
         let conn = self.connection(server).await?;
         let reply = match conn.call(op, cred, body.clone(), payload.clone()).await {
-            // A request that only reads can safely go again on a fresh connection.
-            Err(e) if !conn.is_alive() && !op.modifies_metadata() && op != Op::Write => {
-                tracing::debug!("retrying {} on a new connection: {e}", op.name());
+            // The connection broke (the server died or restarted): a request
+            // that may be done twice goes again, once the server is back.
+            Err(e) if !conn.is_alive() && op.resendable() => {
+                tracing::debug!("sending {} again on a new connection: {e}", op.name());
                 let conn = self.connection(server).await?;
                 conn.call(op, cred, body, payload).await
             }

@@ -134,6 +134,17 @@ pub struct Settings {
     /// client machine has no more rights than an unprivileged user. Default
     /// false.
     pub root_squash: bool,
+    /// How long a client waits for a server it cannot reach (down, or
+    /// restarting) before a call fails with EHOSTUNREACH, in milliseconds:
+    /// it tries to connect again now and then and sends the request once
+    /// the server is back, so a restart within this time is never seen by
+    /// applications. A request lost in flight (the server died holding it)
+    /// is sent again when doing it twice changes nothing (reads, writes,
+    /// truncates, setattrs, fsyncs; `Op::resendable`); others fail with EIO.
+    /// 0 fails at once (NFS's soft mount); a large value waits as NFS's hard
+    /// mount does. A mount may choose its own (`-o restart_wait_ms=N`).
+    /// Default 60000.
+    pub restart_wait_ms: u32,
     /// Lifetime of a capability, in seconds: the data right a file's server
     /// grants a user with its attributes, which the servers holding the
     /// data check (`capability.rs`). A chmod or chown reaches a user who
@@ -219,6 +230,7 @@ impl Default for Settings {
             max_transfer: 1 << 20,
             root_squash: false,
             capability_ttl_s: 60,
+            restart_wait_ms: 60_000,
             write_threshold: WriteThreshold::Bytes(32 << 10),
             gather_buffer: 1 << 20,
             gather_delay_ms: 20,

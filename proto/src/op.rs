@@ -127,6 +127,24 @@ ops! {
 }
 
 impl Op {
+    /// Whether a request whose reply was lost (its connection broke) may be
+    /// sent again: doing it twice leaves what doing it once does. A write
+    /// sent again after its server restarted is acknowledged under the new
+    /// verifier, so the fsync after it still reports what the restart lost.
+    /// Creating, naming, removing and linking are not: a second copy of one
+    /// the server applied would fail (EEXIST, ENOENT) or apply twice.
+    pub fn resendable(self) -> bool {
+        use Op::*;
+        match self {
+            Ping | Lookup | GetAttr | SetAttr | Readdir | Read | Write | Truncate | Fsync
+            | GetSizes | GetXattr | ListXattr | Statfs | Stats | Unstuff | ListAttr
+            | Rendezvous | Scan | GatherWrite | GatherCommit | WriteExtents => true,
+            CreateObject | CreateDatafiles | SetDist | CrDirEnt | RmDirEnt | RenameEntry
+            | Remove | RmdirPrepare | RmdirAbort | SetParent | SetXattr | RemoveXattr
+            | CreateFile | Link => false,
+        }
+    }
+
     /// Index into per-operation tables (0-based, dense).
     pub fn index(self) -> usize {
         self as usize - 1

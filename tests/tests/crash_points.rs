@@ -10,6 +10,10 @@ use shoal_proto::crash_points as cp;
 use shoal_proto::handle::{server_of, Handle, ROOT};
 use shoal_tests::{pattern, repair_to_zero, settled_fsck, Cluster};
 
+/// Calls to a crashed server fail at once instead of waiting for it: each
+/// test here looks at what the crash left before starting it again.
+const SOFT: &str = "restart_wait_ms=0";
+
 /// Creates `n` files of `len` bytes named `{prefix}{i}` in `dir`, each
 /// fsynced: acknowledged, durable data.
 async fn durable_files(client: &Client, dir: Handle, prefix: &str, n: u64, len: usize) {
@@ -71,7 +75,7 @@ fn crashed_restart(cluster: &mut Cluster, id: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_applied_but_not_synced_is_gone_and_nothing_else_is() {
-    let mut cluster = Cluster::builder().servers(4).start();
+    let mut cluster = Cluster::builder().servers(4).set(SOFT).start();
     let client = cluster.client();
     let dir = dir_on(&client, 1, "d").await;
     durable_files(&client, dir, "before", 5, 3000).await;
@@ -95,7 +99,7 @@ async fn a_change_applied_but_not_synced_is_gone_and_nothing_else_is() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_while_the_metadata_log_turns_replays_both_files() {
-    let mut cluster = Cluster::builder().servers(2).start();
+    let mut cluster = Cluster::builder().servers(2).set(SOFT).start();
     let client = cluster.client();
     let dir = dir_on(&client, 1, "d").await;
     arm(&mut cluster, 1, cp::LOG_TURNED);
@@ -128,6 +132,7 @@ async fn a_crash_during_a_precreate_refill_leaves_orphans_that_fsck_reclaims() {
     // soon take its pools under their low mark and start a refill.
     let mut cluster = Cluster::builder()
         .servers(3)
+        .set(SOFT)
         .set("stuffing=false")
         .set("precreate_low_mark=4")
         .set("precreate_batch=8")
@@ -168,6 +173,7 @@ async fn a_crash_during_an_unstuff_keeps_the_first_strip_and_orphans_only_new_da
     let strip = 65536;
     let mut cluster = Cluster::builder()
         .servers(4)
+        .set(SOFT)
         .set("precreate=false")
         .set(&format!("strip_size={strip}"))
         .start();

@@ -7,6 +7,10 @@ use bytes::Bytes;
 use shoal_proto::handle::ROOT;
 use shoal_tests::{pattern, Cluster};
 
+/// Calls to a killed server fail at once instead of waiting for it to come
+/// back: for the tests of how a failed send is reported.
+const SOFT: &str = "restart_wait_ms=0";
+
 /// Writes to the servers counted by `requests` (every server's "write").
 async fn writes_sent(cluster: &Cluster, client: &shoal_client::Client) -> u64 {
     cluster
@@ -125,7 +129,7 @@ async fn ten_clients_writing_disjoint_pieces_of_one_file_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_that_fails_is_reported_at_fsync_once() {
-    let mut cluster = Cluster::builder().servers(2).start();
+    let mut cluster = Cluster::builder().servers(2).set(SOFT).start();
     let client = cluster.client();
     let h = client.create(ROOT, "f", 0o644).await.unwrap().handle;
     let holder = client.layout(h).await.unwrap().datafiles[0];
@@ -230,6 +234,7 @@ fn a_files_threshold_is_an_xattr_of_the_client() {
 async fn a_server_killed_during_a_stream_of_small_writes_means_eio_or_all_data() {
     let mut cluster = Cluster::builder()
         .servers(3)
+        .set(SOFT)
         .set("strip_size=65536")
         .set("gather_delay_ms=1")
         .start();
@@ -367,7 +372,7 @@ async fn a_directory_hint_sets_its_new_files_threshold() {
 /// shoal_disconnect), even though nothing is kept any more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flush_all_reports_a_send_that_failed_earlier() {
-    let mut cluster = Cluster::builder().servers(2).start();
+    let mut cluster = Cluster::builder().servers(2).set(SOFT).start();
     let client = cluster.client();
     let h = client.create(ROOT, "f", 0o644).await.unwrap().handle;
     let holder = client.layout(h).await.unwrap().datafiles[0].1;

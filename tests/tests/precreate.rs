@@ -288,6 +288,8 @@ async fn an_empty_pool_whose_peer_is_down_fails_cleanly() {
         .set("precreate=true")
         .set("precreate_low_mark=0")
         .set("precreate_batch=1")
+        // A call to the down server fails at once rather than waiting.
+        .set("restart_wait_ms=0")
         .start();
     let client = cluster.uncached_client();
     // Up for good (a server killed while it creates its store cannot reopen it).

@@ -29,13 +29,13 @@ pub struct MountArgs {
     pub log: Option<PathBuf>,
     /// A client-side setting for this mount only, KEY=VALUE (repeatable):
     /// write_threshold, gather_buffer, gather_delay_ms, gather_on_server,
-    /// cache_ttl_ms, readdir_batch or max_inflight.
+    /// cache_ttl_ms, readdir_batch, max_inflight or restart_wait_ms.
     #[arg(short = 'o', value_name = "KEY=VALUE")]
     pub option: Vec<String>,
 }
 
 /// Settings a mount may choose for itself: the ones only its client uses.
-const MOUNT_SETTINGS: [&str; 7] = [
+const MOUNT_SETTINGS: [&str; 8] = [
     "write_threshold",
     "gather_buffer",
     "gather_delay_ms",
@@ -43,6 +43,7 @@ const MOUNT_SETTINGS: [&str; 7] = [
     "cache_ttl_ms",
     "readdir_batch",
     "max_inflight",
+    "restart_wait_ms",
 ];
 
 /// The cluster's settings with this mount's `-o` options applied.
