@@ -221,3 +221,50 @@ async fn newer_bytes_sent_direct_are_not_overwritten_by_older_gathered_ones() {
         .unwrap();
     assert!(got == big[..], "the newer direct write over piece 10");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gathering_server_killed_in_a_stream_of_scattered_writes_loses_nothing() {
+    // The client sends every millisecond; the gathering server holds what
+    // it gets until the fsync: the kill takes whatever was sent before it.
+    let mut cluster = Cluster::builder()
+        .servers(3)
+        .set("strip_size=65536")
+        .set("gather_delay_ms=60000")
+        .start();
+    let client = eager_senders(&cluster).remove(0);
+    let h = client.create(ROOT, "stream", 0o644).await.unwrap().handle;
+    const RECORD: usize = 64;
+    const RECORDS: usize = 12_000; // 768 KB over every server's strips
+    let data = pattern(9, RECORD * RECORDS);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Records in a scattered order (a step prime to their count), so what
+    // the client keeps is many extents: they go to the gathering server.
+    let writer = {
+        let (c, data, done) = (client.clone(), data.clone(), done.clone());
+        tokio::spawn(async move {
+            for i in 0..RECORDS {
+                let r = (i * 7919) % RECORDS;
+                let record = Bytes::copy_from_slice(&data[r * RECORD..(r + 1) * RECORD]);
+                c.write(h, (r * RECORD) as u64, record).await?;
+                done.store(i + 1, std::sync::atomic::Ordering::Relaxed);
+            }
+            c.fsync(h).await
+        })
+    };
+    while done.load(std::sync::atomic::Ordering::Relaxed) < RECORDS / 3 {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    cluster.kill(server_of(h));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    cluster.start_server(server_of(h));
+    writer
+        .await
+        .unwrap()
+        .expect("the restart is waited for and every copy sent again");
+    let got = cluster
+        .uncached_client()
+        .read(h, 0, data.len())
+        .await
+        .unwrap();
+    assert!(got == data[..], "every record after the fsync");
+}
