@@ -26,6 +26,7 @@ pub mod service;
 pub mod stats;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Result, ShoalError};
@@ -62,9 +63,11 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
         let serving = tokio::spawn(listener::serve(listener, service.clone(), secret));
         service.pools.start(&service.meta);
         let writing_out = tokio::spawn(handlers::gather::write_out_loop(service.clone()));
+        let flushing = tokio::spawn(flush_loop(service.clone()));
         wait_for_shutdown().await;
         serving.abort();
         writing_out.abort();
+        flushing.abort();
         tracing::info!("server {id} stopping");
         let s = service.clone();
         tokio::task::spawn_blocking(move || {
@@ -76,6 +79,27 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
         .map_err(|e| ShoalError::io(e.to_string()))??;
         Ok(())
     })
+}
+
+/// How often what the store applied and nobody synced (file data kept in
+/// the store, which is durable on fsync) is made durable anyway: a server
+/// killed, or its machine crashing, loses at most this much of the data
+/// written to it and not fsynced, as a local file system's commit interval
+/// bounds it. Metadata changes are synced before their replies.
+const DATA_FLUSH: Duration = Duration::from_secs(1);
+
+async fn flush_loop(s: Arc<Service>) {
+    let mut tick = tokio::time::interval(DATA_FLUSH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let service = s.clone();
+        match tokio::task::spawn_blocking(move || service.meta.kv().sync()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("flushing unsynced data failed: {e}"),
+            Err(e) => tracing::error!("the data flush failed: {e}"),
+        }
+    }
 }
 
 async fn wait_for_shutdown() {

@@ -140,3 +140,29 @@ async fn fsync_after_the_server_lost_unsynced_writes_fails_instead_of_lying() {
     let data = cluster.client().read(f, 0, 10_000).await.unwrap();
     assert!(data[..] == pattern(2, 5000)[..]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_never_fsynced_survives_a_kill_a_few_seconds_later() {
+    let mut cluster = Cluster::builder().servers(2).start();
+    let client = cluster.client();
+    let f = client.create(ROOT, "unsynced", 0o644).await.unwrap().handle;
+    // Nothing else changes the servers' metadata from here (a refill would
+    // sync the store, and the data with it).
+    cluster.wait_for_pools(&client).await;
+    // Small: kept in the server's store, where only a sync makes it durable.
+    let data = pattern(7, 5000);
+    client.write(f, 0, Bytes::from(data.clone())).await.unwrap();
+    client.flush(f).await.unwrap();
+    // No fsync, no other change to that server; well past its data flush.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let server = shoal_proto::handle::server_of(f);
+    cluster.kill(server);
+    cluster.start_server(server);
+    let got = cluster.client().read(f, 0, data.len()).await.unwrap();
+    assert!(
+        got[..] == data[..],
+        "{} bytes back of {}",
+        got.len(),
+        data.len()
+    );
+}
