@@ -45,9 +45,17 @@ pub fn locate(cfg: &ConfigArg, path: &str) -> Result<(PathBuf, String)> {
     Ok((mount.cluster_file, shoal))
 }
 
+/// How long a command waits for a server it cannot reach before it says
+/// so: a person at a prompt is better served by "server 2 at ... is
+/// unreachable" in seconds than by the cluster's minute-long wait for a
+/// restart, which suits programs (the mount and libshoal keep it).
+const COMMAND_RESTART_WAIT_MS: u32 = 5_000;
+
 /// A client for `config`, checked to reach every server.
 pub async fn connect(config: &Path) -> Result<Client> {
-    let cluster = ClusterConfig::load(config)?;
+    let mut cluster = ClusterConfig::load(config)?;
+    let wait = &mut cluster.settings.restart_wait_ms;
+    *wait = (*wait).min(COMMAND_RESTART_WAIT_MS);
     let client = Client::new(cluster);
     client.ping_all().await?;
     Ok(client)
