@@ -130,6 +130,17 @@ struct State {
     oldest: Option<Instant>,
 }
 
+/// File `h`'s buffer if `gate` is still its gate: a send or commit taken
+/// under the gate of a file since discarded touches nothing of a new one of
+/// the same handle.
+fn gated<'a>(
+    files: &'a mut HashMap<Handle, FileBuf>,
+    h: Handle,
+    gate: &Gate,
+) -> Option<&'a mut FileBuf> {
+    files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate))
+}
+
 impl State {
     fn check(&self) {
         if cfg!(debug_assertions) {
@@ -219,10 +230,7 @@ impl WriteBack {
     /// file's any more (the file was discarded: it is gone).
     pub fn take(&self, h: Handle, gate: &Gate) -> Option<Taken> {
         let mut st = self.state();
-        let f = st
-            .files
-            .get_mut(&h)
-            .filter(|f| Arc::ptr_eq(&f.gate, gate))?;
+        let f = gated(&mut st.files, h, gate)?;
         f.scheduled = false;
         if f.extents.is_empty() {
             return None;
@@ -242,7 +250,7 @@ impl WriteBack {
     /// Nothing if the file was discarded meanwhile.
     pub fn sent(&self, h: Handle, gate: &Gate, error: Option<ShoalError>) {
         let mut st = self.state();
-        let Some(f) = st.files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate)) else {
+        let Some(f) = gated(&mut st.files, h, gate) else {
             return;
         };
         assert!(f.sending > 0, "a send of {h:#x} ended that never started");
@@ -273,7 +281,7 @@ impl WriteBack {
         let State {
             files, at_servers, ..
         } = &mut *st;
-        let Some(f) = files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate)) else {
+        let Some(f) = gated(files, h, gate) else {
             return false;
         };
         let lost = !f.at_server.is_empty() && f.epoch != epoch;
@@ -291,7 +299,7 @@ impl WriteBack {
     /// acknowledged under `epoch` (under `gate`).
     pub fn resent(&self, h: Handle, gate: &Gate, epoch: u64) {
         let mut st = self.state();
-        if let Some(f) = st.files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate)) {
+        if let Some(f) = gated(&mut st.files, h, gate) {
             f.epoch = epoch;
             f.pushed = false;
         }
@@ -302,7 +310,7 @@ impl WriteBack {
     /// anywhere see the copy now.
     pub fn pushed(&self, h: Handle, gate: &Gate, epoch: u64) {
         let mut st = self.state();
-        if let Some(f) = st.files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate)) {
+        if let Some(f) = gated(&mut st.files, h, gate) {
             if f.epoch == epoch {
                 f.pushed = true;
                 if f.sending == 0 {
@@ -327,20 +335,14 @@ impl WriteBack {
     /// Whether `h` has bytes at its gathering server that readers of the
     /// strips' servers do not see yet.
     pub fn unpushed(&self, h: Handle) -> bool {
-        if !self.any.load(Ordering::Relaxed) {
-            return false;
-        }
-        let st = self.state();
-        st.files
-            .get(&h)
-            .is_some_and(|f| !f.at_server.is_empty() && !f.pushed)
+        self.unpushed_in(h, 0, u64::MAX)
     }
 
     /// A copy of what of `h` is at its gathering server and not durable
     /// yet (under `gate`), with its writer, to send again. None if nothing.
     pub fn at_server(&self, h: Handle, gate: &Gate) -> Option<Taken> {
-        let st = self.state();
-        let f = st.files.get(&h).filter(|f| Arc::ptr_eq(&f.gate, gate))?;
+        let mut st = self.state();
+        let f = gated(&mut st.files, h, gate)?;
         if f.at_server.is_empty() {
             return None;
         }
@@ -354,8 +356,8 @@ impl WriteBack {
     /// Whether anything of `h` is at its gathering server and not durable
     /// (under `gate`): its writer and the epoch it was acknowledged under.
     pub fn at_server_epoch(&self, h: Handle, gate: &Gate) -> Option<(Cred, u64)> {
-        let st = self.state();
-        let f = st.files.get(&h).filter(|f| Arc::ptr_eq(&f.gate, gate))?;
+        let mut st = self.state();
+        let f = gated(&mut st.files, h, gate)?;
         (!f.at_server.is_empty()).then_some((f.cred, f.epoch))
     }
 
@@ -368,7 +370,7 @@ impl WriteBack {
         let State {
             files, at_servers, ..
         } = &mut *st;
-        let Some(f) = files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate)) else {
+        let Some(f) = gated(files, h, gate) else {
             return;
         };
         if epoch.is_none_or(|e| e == f.epoch) {
@@ -397,7 +399,7 @@ impl WriteBack {
     /// for the next fsync or close to report.
     pub fn failed(&self, h: Handle, gate: &Gate, error: ShoalError) {
         let mut st = self.state();
-        if let Some(f) = st.files.get_mut(&h).filter(|f| Arc::ptr_eq(&f.gate, gate)) {
+        if let Some(f) = gated(&mut st.files, h, gate) {
             f.error.get_or_insert(error);
         }
     }

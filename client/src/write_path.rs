@@ -432,7 +432,7 @@ impl Client {
         };
         let done = {
             let _one_at_a_time = gate.lock().await;
-            self.under_gate_before_direct_write(h, &gate, offset, data)
+            self.under_gate_before_direct_writes(h, &gate, &[(offset, data)])
                 .await
         };
         drop(gate);
@@ -440,20 +440,24 @@ impl Client {
         done.map_err(|e| as_reported(h, e))
     }
 
-    /// [`Client::before_direct_write`], the caller holding `gate`.
-    async fn under_gate_before_direct_write(
+    /// [`Client::before_direct_write`] for several `writes` (offset, data)
+    /// at once, the caller holding `gate`: one push for all of them.
+    async fn under_gate_before_direct_writes(
         &self,
         h: Handle,
         gate: &Gate,
-        offset: u64,
-        data: &[u8],
+        writes: &[(u64, &[u8])],
     ) -> Result<()> {
         let buffer = &self.inner.gathering.buffer;
-        let end = offset + data.len() as u64;
-        if buffer.unpushed_in(h, offset, end) {
+        let overlapped = writes
+            .iter()
+            .any(|(offset, data)| buffer.unpushed_in(h, *offset, offset + data.len() as u64));
+        if overlapped {
             self.commit_gathered(h, gate, false).await?;
         }
-        buffer.overlay(h, offset, data);
+        for (offset, data) in writes {
+            buffer.overlay(h, *offset, data);
+        }
         Ok(())
     }
 
@@ -472,16 +476,7 @@ impl Client {
                 .await
         } else {
             self.inner.gathering.count_sends(sends as u64);
-            let direct = taken.extents.into_iter().map(|(offset, data)| {
-                let writer = &writer;
-                async move {
-                    writer
-                        .under_gate_before_direct_write(h, gate, offset, &data)
-                        .await?;
-                    writer.write_direct(h, offset, &Bytes::from(data)).await
-                }
-            });
-            futures::future::try_join_all(direct).await.map(drop)
+            self.send_direct(h, gate, &writer, taken.extents).await
         };
         if done.is_ok() {
             self.inner.gathering.auto.gathered(bytes, t0.elapsed());
@@ -490,6 +485,25 @@ impl Client {
             tracing::warn!("sending kept writes of {h:#x} failed: {e}");
         }
         buffer.sent(h, gate, done.err().map(|e| as_reported(h, e)));
+    }
+
+    /// Sends kept `extents` of `h` straight to the strips' servers as
+    /// `writer`, each one write, all in parallel, after what the gathering
+    /// server holds of their ranges (under `gate`).
+    async fn send_direct(
+        &self,
+        h: Handle,
+        gate: &Gate,
+        writer: &Client,
+        extents: Vec<(u64, Vec<u8>)>,
+    ) -> Result<()> {
+        let writes: Vec<(u64, &[u8])> = extents.iter().map(|(o, d)| (*o, d.as_slice())).collect();
+        self.under_gate_before_direct_writes(h, gate, &writes)
+            .await?;
+        let sends = extents.into_iter().map(|(offset, data)| async move {
+            writer.write_direct(h, offset, &Bytes::from(data)).await
+        });
+        futures::future::try_join_all(sends).await.map(drop)
     }
 
     /// The file `h` is gone: what is kept of it goes too.

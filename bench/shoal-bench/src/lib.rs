@@ -438,9 +438,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     interfaces::Workload::Bonnie { size_mib, files_k }
                 }
             };
-            let command = std::env::args()
-                .skip(1)
-                .fold("shoal".to_string(), |c, a| c + " " + &a);
+            let command = command_line();
             with_sigpipe_ignored(|| {
                 interfaces::interfaces(&interfaces::InterfacesOptions {
                     out: a.out,
@@ -489,9 +487,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 random_file: a.random_file,
                 sizes: a.sizes,
                 postmark_transactions: a.postmark_transactions,
-                command: std::env::args()
-                    .skip(1)
-                    .fold("shoal".to_string(), |c, a| c + " " + &a),
+                command: command_line(),
             })
         }),
         Workload::Pfa(a) => match (a.worker, a.pattern) {
@@ -510,9 +506,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     checkpoint_steps: a.checkpoint_steps,
                     rounds: a.rounds.max(1),
                     out: a.out,
-                    command: std::env::args()
-                        .skip(1)
-                        .fold("shoal".to_string(), |c, a| c + " " + &a),
+                    command: command_line(),
                 })
             }),
         },
@@ -609,4 +603,12 @@ fn as_worker(result: Result<()>) -> Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// This process's command line as a user would type it (`shoal bench ...`),
+/// for a report to say how it was made.
+fn command_line() -> String {
+    std::env::args()
+        .skip(1)
+        .fold("shoal".to_string(), |c, a| c + " " + &a)
 }

@@ -10,12 +10,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use shoal_proto::capability::WRITE;
 use shoal_proto::dist;
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::extents;
+use shoal_proto::extents::{self, Extents};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ops, Cred, ObjectKind};
@@ -83,8 +82,8 @@ pub fn gather_commit(
 /// The layout of file `h` if `cred` may write it; EACCES if not.
 fn may_write(s: &Service, cred: &Cred, h: Handle) -> Result<Distribution> {
     s.check_handle(h)?;
-    let dist = layout(s, h)?;
     let rec = s.meta.get(h)?;
+    let dist = layout_of(&rec)?;
     if perms::data_rights(cred, &rec) & WRITE == 0 {
         return Err(ShoalError::new(
             Errno::EACCES,
@@ -94,13 +93,19 @@ fn may_write(s: &Service, cred: &Cred, h: Handle) -> Result<Distribution> {
     Ok(dist)
 }
 
-/// The layout file `h`'s bytes are written out to: its metafile's, or for a
-/// file without a metafile its own one datafile.
+/// The layout file `h`'s bytes are written out to (see [`layout_of`]).
 fn layout(s: &Service, h: Handle) -> Result<Distribution> {
-    let rec = s.meta.get(h)?;
+    layout_of(&s.meta.get(h)?)
+}
+
+/// The layout a file's bytes are written out to, from its record: its
+/// metafile's, or for a file without a metafile its own one datafile.
+fn layout_of(rec: &ObjectRecord) -> Result<Distribution> {
+    let h = rec.handle;
     match rec.kind() {
         ObjectKind::Metafile => rec
             .dist
+            .clone()
             .filter(|d| !d.datafiles.is_empty())
             .ok_or_else(|| ShoalError::io(format!("file {h:#x} has no layout"))),
         ObjectKind::Datafile if rec.parent != 0 => Ok(Distribution::single(h)),
@@ -150,19 +155,15 @@ fn write_out(s: &Service, h: Handle) -> Result<()> {
             return Err(e);
         }
     };
-    // Every piece, per datafile: each datafile's go one after the other,
-    // the datafiles in parallel.
-    let mut per_datafile: HashMap<Handle, Vec<(u64, Bytes)>> = HashMap::new();
+    // Every piece, joined per datafile (the strips of one datafile lie end
+    // to end in it); the datafiles are written in parallel.
+    let mut per_datafile: HashMap<Handle, Extents> = HashMap::new();
     for (offset, data) in taken {
-        let data = Bytes::from(data);
         for p in dist::split(dist.strip_size.max(1), dist.width(), offset, data.len()) {
             per_datafile
                 .entry(dist.datafiles[p.datafile])
                 .or_default()
-                .push((
-                    p.local_offset,
-                    data.slice(p.buf_offset..p.buf_offset + p.len),
-                ));
+                .join(p.local_offset, &data[p.buf_offset..p.buf_offset + p.len]);
         }
     }
     let written: Vec<Handle> = per_datafile.keys().copied().collect();
@@ -180,17 +181,12 @@ fn write_out(s: &Service, h: Handle) -> Result<()> {
     Ok(())
 }
 
-/// Writes `pieces` (local offset, bytes, in file order) of datafile `d`,
-/// here or on its server: pieces that meet locally (the strips of one
-/// datafile lie end to end in it) join, and a remote datafile's go as a few
-/// `write_extents` of up to [`WRITE_OUT_BATCH`] bytes each, several at a
-/// time: however scattered the clients' writes, a write-out costs each
-/// server holding strips about one message.
-async fn write_pieces(s: &Service, d: Handle, pieces: Vec<(u64, Bytes)>) -> Result<()> {
-    let mut joined = extents::Extents::default();
-    for (offset, data) in &pieces {
-        joined.join(*offset, data);
-    }
+/// Writes `joined`, pieces of datafile `d` at its own offsets, here or on
+/// its server, where they go as a few `write_extents` of up to
+/// [`WRITE_OUT_BATCH`] bytes each, several at a time: however scattered the
+/// clients' writes, a write-out costs each server holding strips about one
+/// message.
+async fn write_pieces(s: &Service, d: Handle, joined: Extents) -> Result<()> {
     let peer = server_of(d);
     if peer == s.id {
         for (offset, data) in joined.iter() {
