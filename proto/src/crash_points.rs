@@ -5,6 +5,10 @@
 /// durable. The request was never acknowledged: it must be gone after a
 /// restart, and nothing else with it.
 pub const COMMIT_AFTER_APPLY: &str = "commit-after-apply";
+/// Server: a modifying request's changes are durable, its reply not sent:
+/// the client cannot tell whether it was applied, and must not undo what
+/// depends on it as if it were not (a link's count, say).
+pub const COMMIT_BEFORE_REPLY: &str = "commit-before-reply";
 /// Server: the metadata log turned to its other file and its checkpoint has
 /// not finished: recovery must replay both files in order.
 pub const LOG_TURNED: &str = "log-turned";
@@ -32,8 +36,9 @@ pub const UNLINK_AFTER_ENTRY: &str = "unlink-after-entry";
 /// count one too high.
 pub const LINK_BEFORE_ENTRY: &str = "link-before-entry";
 
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     COMMIT_AFTER_APPLY,
+    COMMIT_BEFORE_REPLY,
     LOG_TURNED,
     REFILL_AFTER_CREATE,
     UNSTUFF_AFTER_CREATE,

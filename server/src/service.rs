@@ -175,6 +175,7 @@ impl Service {
         drop(guard);
         shoal_proto::crash_point!(crash_points::COMMIT_AFTER_APPLY);
         let syncs = self.commit.make_durable(&self.meta, &self.stats)?;
+        shoal_proto::crash_point!(crash_points::COMMIT_BEFORE_REPLY);
         Ok((out, syncs))
     }
 

@@ -219,3 +219,35 @@ async fn a_crash_during_an_unstuff_keeps_the_first_strip_and_orphans_only_new_da
     let got = fresh.read(h, strip as u64 * 2, 5000).await.unwrap();
     assert!(got[..] == more[..]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_whose_entry_was_made_but_not_answered_keeps_its_file() {
+    // No precreate: nothing but the link's entry changes the armed server.
+    let mut cluster = Cluster::builder()
+        .servers(2)
+        .set(SOFT)
+        .set("precreate=false")
+        .start();
+    let client = cluster.client();
+    let home = dir_on(&client, 0, "home").await;
+    let other = dir_on(&client, 1, "other").await;
+    let h = client.create(home, "f", 0o644).await.unwrap().handle;
+    let data = pattern(4, 3000);
+    client.write(h, 0, Bytes::from(data.clone())).await.unwrap();
+    client.fsync(h).await.unwrap();
+    // The new entry is made durable on server 1, which dies before it
+    // answers: the link fails, and may or may not have been applied.
+    arm(&mut cluster, 1, cp::COMMIT_BEFORE_REPLY);
+    assert!(client.link(h, other, "second").await.is_err());
+    crashed_restart(&mut cluster, 1);
+    // The entry stands, so the file's first name going must not take the
+    // file with it.
+    let fresh = cluster.uncached_client();
+    fresh.unlink(home, "f").await.unwrap();
+    let (second, _) = fresh.lookup(other, "second").await.unwrap();
+    assert_eq!(second, h);
+    assert!(fresh.read(h, 0, 5000).await.unwrap() == data[..]);
+    // What is left is a count one too high, which fsck sets right.
+    settled_fsck(&fresh).await;
+    repair_to_zero(&fresh).await;
+}
