@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use prost::Message;
 use shoal_net::sink::FrameSink;
 use shoal_proto::auth::Secret;
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::frame::{read_frame, Frame, Kind};
+use shoal_proto::frame::{read_frame, ClientRef, Frame, Kind};
 use shoal_proto::msg::ErrorReply;
 use shoal_proto::{Cred, Op};
 use tokio::io::BufReader;
@@ -30,7 +30,6 @@ pub struct Connection {
     addr: SocketAddr,
     sink: Arc<FrameSink>,
     pending: Pending,
-    next_id: AtomicU64,
     permits: Semaphore,
     alive: Arc<AtomicBool>,
 }
@@ -62,7 +61,6 @@ impl Connection {
             addr,
             sink,
             pending,
-            next_id: AtomicU64::new(1),
             permits: Semaphore::new(max_inflight),
             alive,
         })
@@ -72,14 +70,23 @@ impl Connection {
         self.alive.load(Ordering::Relaxed)
     }
 
-    /// Sends one request and waits for its reply; a failed reply becomes the error
-    /// it carries.
-    pub async fn call(&self, op: Op, cred: Cred, body: Bytes, payload: Bytes) -> Result<Frame> {
+    /// Sends one request, `id` (unique among the requests in flight on this
+    /// connection) from `client`, and waits for its reply; a failed reply
+    /// becomes the error it carries.
+    pub async fn call(
+        &self,
+        op: Op,
+        id: u64,
+        client: ClientRef,
+        cred: Cred,
+        body: Bytes,
+        payload: Bytes,
+    ) -> Result<Frame> {
         let _permit = self.permits.acquire().await.map_err(|_| self.lost())?;
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply_tx, reply_rx) = oneshot::channel();
-        self.pending.lock().unwrap().insert(id, reply_tx);
-        let frame = Frame::request(op, id, cred, body, payload);
+        let clash = self.pending.lock().unwrap().insert(id, reply_tx);
+        assert!(clash.is_none(), "request id {id} sent twice at once");
+        let frame = Frame::request(op, id, cred, body, payload).from_client(client);
         if self.sink.send(&frame).is_err() {
             self.pending.lock().unwrap().remove(&id);
             return Err(self.lost());

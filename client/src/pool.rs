@@ -2,9 +2,14 @@
 //! first use, reopened on the next call after it breaks (e.g. a server
 //! restart). A server that cannot be reached is waited for, up to the
 //! cluster's `restart_wait_ms`, and a request whose connection broke under
-//! it is sent again if it may be (`Op::resendable`): a restart of a server
-//! is then not seen by applications.
+//! it is sent again, under the same client id and request id: the server
+//! answers a create, rename, unlink or link it had applied from its reply
+//! cache (`Op::reply_cached`), so a restart of a server is not seen by
+//! applications. Each request says which of this client's cached replies
+//! the server may forget (`ClientRef::acked`).
 
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +17,7 @@ use bytes::Bytes;
 use prost::Message;
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::frame::ClientRef;
 use shoal_proto::Operation;
 use tokio::sync::Mutex;
 
@@ -23,21 +29,66 @@ use crate::types::Cred;
 const FIRST_PAUSE: Duration = Duration::from_millis(20);
 const LONGEST_PAUSE: Duration = Duration::from_millis(500);
 
-/// Whether a failed connect says the server is not there (refused, or no
-/// answer in time), rather than that it refused us.
+/// Whether a failed connect says the server is not there (refused, no
+/// answer in time, or the connection cut in the middle of the handshake,
+/// as a server that is dying or not yet serving does), rather than that it
+/// refused us (EACCES).
 fn unreachable(e: &ShoalError) -> bool {
-    e.errno == Errno::EHOSTUNREACH || e.errno == Errno::ETIMEDOUT
+    [Errno::EHOSTUNREACH, Errno::ETIMEDOUT, Errno::EIO].contains(&e.errno)
 }
 
 pub struct Pool {
     config: ClusterConfig,
     slots: Vec<Mutex<Option<Arc<Connection>>>>,
+    /// This client's id in every request (random, never 0: 0 is "none").
+    client: u64,
+    /// The next request id; ids are unique in this client, whatever the
+    /// server, so that a request sent again keeps its id.
+    next_id: AtomicU64,
+    /// Per server, the ids of the requests whose replies the server caches
+    /// and this client has not received yet.
+    awaited: Vec<std::sync::Mutex<BTreeSet<u64>>>,
+}
+
+/// A cached request's place among those awaited from its server; it leaves
+/// when dropped (its reply arrived, or it failed for good).
+struct Awaited<'a> {
+    set: &'a std::sync::Mutex<BTreeSet<u64>>,
+    id: u64,
+}
+
+impl Drop for Awaited<'_> {
+    fn drop(&mut self) {
+        lock(self.set).remove(&self.id);
+    }
+}
+
+fn lock(m: &std::sync::Mutex<BTreeSet<u64>>) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Pool {
     pub fn new(config: ClusterConfig) -> Pool {
         let slots = config.servers.iter().map(|_| Mutex::new(None)).collect();
-        Pool { config, slots }
+        let awaited = config.servers.iter().map(|_| Default::default()).collect();
+        Pool {
+            config,
+            slots,
+            client: rand::random::<u64>().max(1),
+            next_id: AtomicU64::new(1),
+            awaited,
+        }
+    }
+
+    /// What a request `id` to `server` says of this client: its id, and
+    /// the lowest id of a cached request still awaiting its reply (every
+    /// lower one has it).
+    fn client_ref(&self, server: u32, id: u64) -> ClientRef {
+        let awaited = lock(&self.awaited[server as usize]);
+        ClientRef {
+            client: self.client,
+            acked: awaited.first().copied().unwrap_or(id).min(id),
+        }
     }
 
     pub fn config(&self) -> &ClusterConfig {
@@ -104,13 +155,30 @@ impl Pool {
         let op = O::OP;
         let body = Bytes::from(request.encode_to_vec());
         let conn = self.connection(server).await?;
-        let reply = match conn.call(op, cred, body.clone(), payload.clone()).await {
-            // The connection broke (the server died or restarted): a request
-            // that may be done twice goes again, once the server is back.
-            Err(e) if !conn.is_alive() && op.resendable() => {
-                tracing::debug!("sending {} again on a new connection: {e}", op.name());
-                let conn = self.connection(server).await?;
-                conn.call(op, cred, body, payload).await
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let _awaited = op.reply_cached().then(|| {
+            let set = &self.awaited[server as usize];
+            lock(set).insert(id);
+            Awaited { set, id }
+        });
+        let client = self.client_ref(server, id);
+        let reply = match conn
+            .call(op, id, client, cred, body.clone(), payload.clone())
+            .await
+        {
+            // The connection broke (the server died or restarted): the
+            // request goes again, once the server is back, as the same
+            // request (see the module doc).
+            Err(lost) if !conn.is_alive() => {
+                tracing::debug!("sending {} again on a new connection: {lost}", op.name());
+                // If the server does not come back, the caller learns that
+                // the request was lost in flight (EIO: it may have been
+                // applied), not merely that the server is away.
+                let conn = self.connection(server).await.map_err(|e| {
+                    ShoalError::new(lost.errno, format!("{}; {}", lost.message, e.message))
+                })?;
+                let client = self.client_ref(server, id);
+                conn.call(op, id, client, cred, body, payload).await
             }
             other => other,
         }?;

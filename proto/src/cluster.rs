@@ -139,8 +139,8 @@ pub struct Settings {
     /// it tries to connect again now and then and sends the request once
     /// the server is back, so a restart within this time is never seen by
     /// applications. A request lost in flight (the server died holding it)
-    /// is sent again when doing it twice changes nothing (reads, writes,
-    /// truncates, setattrs, fsyncs; `Op::resendable`); others fail with EIO.
+    /// is sent again; a create, rename, unlink or link whose first copy was
+    /// applied is answered from the server's reply cache (`Op::reply_cached`).
     /// 0 fails at once (NFS's soft mount); a large value waits as NFS's hard
     /// mount does. A mount may choose its own (`-o restart_wait_ms=N`).
     /// Default 60000.

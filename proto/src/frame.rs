@@ -9,6 +9,11 @@
 //! u16  flags: the number of supplementary groups that follow the header
 //!      (0..=32, cred::MAX_GROUPS; always 0 in a reply)
 //! u64  request id, echoed in the reply; requests on one connection are multiplexed by it
+//! u64  client: the sending client's id, drawn at random when it starts (0: none);
+//!      with the request id it names the request to the server's reply cache
+//!      (a reply echoes it)
+//! u64  acked: every request of this client to this server with a lower id
+//!      has its reply (the server may forget those; 0 in a reply)
 //! u32  uid of the caller
 //! u32  gid of the caller
 //! i32  status: 0, or the errno of a failed reply
@@ -29,10 +34,10 @@ use crate::error::{Errno, ShoalError};
 use crate::op::Op;
 
 pub const MAGIC: u16 = 0x5348;
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes of the fixed header, after the length field (the supplementary
 /// groups follow it).
-pub const HEADER_LEN: usize = 36;
+pub const HEADER_LEN: usize = 52;
 /// Largest protobuf body accepted.
 pub const MAX_BODY: usize = 4 << 20;
 /// Largest raw payload accepted.
@@ -44,11 +49,24 @@ pub enum Kind {
     Reply = 1,
 }
 
+/// Which client a request comes from, for the server's reply cache: a
+/// client sends a request again (after its connection broke) under the
+/// same `client` and request id, and says with `acked` which replies it
+/// holds, so that the server can forget them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientRef {
+    pub client: u64,
+    pub acked: u64,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
     pub kind: Kind,
     pub op: Op,
     pub id: u64,
+    /// The client that sent the request (0: none, not cached), and the id
+    /// below which all its requests to this server have their replies.
+    pub client: ClientRef,
     /// Who the request acts for (a reply echoes the uid and gid only).
     pub cred: Cred,
     pub status: i32,
@@ -89,12 +107,19 @@ impl Frame {
                 kind: Kind::Request,
                 op,
                 id,
+                client: ClientRef::default(),
                 cred,
                 status: 0,
             },
             body,
             payload,
         }
+    }
+
+    /// The request as client `client` sends it (see [`ClientRef`]).
+    pub fn from_client(mut self, client: ClientRef) -> Frame {
+        self.header.client = client;
+        self
     }
 
     /// A reply to `request` with the given status, body and payload.
@@ -104,6 +129,10 @@ impl Frame {
                 kind: Kind::Reply,
                 status,
                 cred: Cred::new(request.cred.uid, request.cred.gid),
+                client: ClientRef {
+                    client: request.client.client,
+                    acked: 0,
+                },
                 ..*request
             },
             body,
@@ -134,6 +163,8 @@ impl Frame {
         b.put_u16(h.op as u16);
         b.put_u16(groups.len() as u16);
         b.put_u64(h.id);
+        b.put_u64(h.client.client);
+        b.put_u64(h.client.acked);
         b.put_u32(h.cred.uid);
         b.put_u32(h.cred.gid);
         b.put_i32(h.status);
@@ -218,6 +249,13 @@ fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, Lengths), FrameErro
         return bad(format!("a reply with {groups} supplementary groups"));
     }
     let id = h.get_u64();
+    let client = ClientRef {
+        client: h.get_u64(),
+        acked: h.get_u64(),
+    };
+    if kind == Kind::Reply && client.acked != 0 {
+        return bad(format!("a reply with acked {}", client.acked));
+    }
     let uid = h.get_u32();
     let gid = h.get_u32();
     let status = h.get_i32();
@@ -240,6 +278,7 @@ fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, Lengths), FrameErro
             kind,
             op,
             id,
+            client,
             cred: Cred::new(uid, gid),
             status,
         },
@@ -327,6 +366,10 @@ mod tests {
             Bytes::from_static(b"body"),
             Bytes::from_static(b"payload!"),
         )
+        .from_client(ClientRef {
+            client: 0xfeed_f00d,
+            acked: 5,
+        })
     }
 
     #[tokio::test]
@@ -351,14 +394,14 @@ mod tests {
             "two groups of 4 bytes"
         );
         assert_eq!(&wire[10..12], &[0, 2], "flags count them");
-        assert_eq!(&wire[40..48], &[0, 0, 0, 5, 0, 1, 0x11, 0x70]);
+        assert_eq!(&wire[56..64], &[0, 0, 0, 5, 0, 1, 0x11, 0x70]);
         // A reply carries none.
         let reply = Frame::reply_to(&sample().header, 0, Bytes::new(), Bytes::new());
         assert!(reply.header.cred.groups().is_empty());
         // A group twice, or the primary gid again: refused.
         for groups in [[0, 0, 0, 5, 0, 0, 0, 5], [0, 0, 0, 5, 0, 0, 0, 100]] {
             let mut w = wire.clone();
-            w[40..48].copy_from_slice(&groups);
+            w[56..64].copy_from_slice(&groups);
             assert!(matches!(
                 read_frame(&mut &w[..]).await,
                 Err(FrameError::Malformed(_))
@@ -368,7 +411,7 @@ mod tests {
         for (count, extra) in [(MAX_GROUPS as u16 + 1, 4 * (MAX_GROUPS + 1)), (3, 8)] {
             let mut w = wire.clone();
             w[10..12].copy_from_slice(&count.to_be_bytes());
-            w.splice(40..48, std::iter::repeat_n(0u8, extra));
+            w.splice(56..64, std::iter::repeat_n(0u8, extra));
             let len = (w.len() - 4) as u32;
             w[0..4].copy_from_slice(&len.to_be_bytes());
             assert!(
@@ -379,13 +422,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_reply_echoes_its_client_and_carries_no_acked() {
+        let reply = Frame::reply_to(&sample().header, 0, Bytes::new(), Bytes::new());
+        assert_eq!(reply.header.client.client, 0xfeed_f00d);
+        assert_eq!(reply.header.client.acked, 0);
+        let mut wire = Vec::new();
+        write_frame(&mut wire, &reply).await.unwrap();
+        assert_eq!(
+            read_frame(&mut &wire[..]).await.unwrap().header,
+            reply.header
+        );
+        // acked is the 8 bytes after the client's id (bytes 28..36).
+        wire[35] = 1;
+        assert!(matches!(
+            read_frame(&mut &wire[..]).await,
+            Err(FrameError::Malformed(_))
+        ));
+    }
+
+    #[tokio::test]
     async fn a_bad_header_is_refused_before_the_rest_arrives() {
         let mut wire = Vec::new();
         write_frame(&mut wire, &sample()).await.unwrap();
         // Each corruption of the header, sent without the rest of the frame
         // on a stream that stays open: refused at once, not waited on.
         let corruptions: [(usize, u8); 5] =
-            [(4, 0xff), (6, 0x07), (7, 0x09), (9, 0xee), (36, 0x40)];
+            [(4, 0xff), (6, 0x07), (7, 0x09), (9, 0xee), (52, 0x40)];
         for (at, x) in corruptions {
             let mut w = wire.clone();
             w[at] ^= x;

@@ -127,21 +127,25 @@ ops! {
 }
 
 impl Op {
-    /// Whether a request whose reply was lost (its connection broke) may be
-    /// sent again: doing it twice leaves what doing it once does. A write
-    /// sent again after its server restarted is acknowledged under the new
-    /// verifier, so the fsync after it still reports what the restart lost.
-    /// Creating, naming, removing and linking are not: a second copy of one
-    /// the server applied would fail (EEXIST, ENOENT) or apply twice.
-    pub fn resendable(self) -> bool {
+    /// Whether the server keeps this request's reply in its reply cache,
+    /// durably with its change, under the client's id and the request id.
+    /// A client sends every request again whose connection broke under it
+    /// (the server died or restarted). Most requests may simply be done
+    /// twice: doing them again leaves what doing them once does (a write
+    /// sent again after a restart is acknowledged under the new verifier,
+    /// so the fsync after it still reports what the restart lost). Creating,
+    /// naming, removing and linking may not: a second copy of one the
+    /// server applied would fail (EEXIST, ENOENT) or apply twice, so the
+    /// second copy is answered with the first one's reply instead.
+    pub fn reply_cached(self) -> bool {
         use Op::*;
         match self {
             Ping | Lookup | GetAttr | SetAttr | Readdir | Read | Write | Truncate | Fsync
             | GetSizes | GetXattr | ListXattr | Statfs | Stats | Unstuff | ListAttr
-            | Rendezvous | Scan | GatherWrite | GatherCommit | WriteExtents => true,
+            | Rendezvous | Scan | GatherWrite | GatherCommit | WriteExtents => false,
             CreateObject | CreateDatafiles | SetDist | CrDirEnt | RmDirEnt | RenameEntry
             | Remove | RmdirPrepare | RmdirAbort | SetParent | SetXattr | RemoveXattr
-            | CreateFile | Link => false,
+            | CreateFile | Link => true,
         }
     }
 

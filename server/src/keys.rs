@@ -10,6 +10,9 @@
 //! | `P` server-id (4 BE) handle      | empty: a datafile precreated on that   |
 //! |                                  | server, in this server's pool for it   |
 //! |                                  | (pools.rs encodes these keys)          |
+//! | `R` client-id request-id (8+8 BE)| a cached reply: when it was made (ms   |
+//! |                                  | since the epoch, 8 BE) + its body      |
+//! |                                  | (reply_cache.rs)                       |
 //! | `Cnext_handle`                   | last handle counter allocated (8 BE)   |
 //! | `Cobjects`                       | number of objects stored (8 BE)        |
 //! | `Cwal_seq`                       | first sequence number the metadata log |
@@ -31,6 +34,7 @@ pub const ENTRY: u8 = b'E';
 pub const BYTES: u8 = b'B';
 pub const XATTR: u8 = b'X';
 pub const POOL: u8 = b'P';
+pub const REPLY: u8 = b'R';
 
 pub const NEXT_HANDLE: &[u8] = b"Cnext_handle";
 pub const OBJECT_COUNT: &[u8] = b"Cobjects";
@@ -85,6 +89,22 @@ pub fn name_of(key: &[u8]) -> String {
     String::from_utf8_lossy(&key[9..]).into_owned()
 }
 
+/// The key of the cached reply to request `id` of `client`.
+pub fn reply(client: u64, id: u64) -> Vec<u8> {
+    let mut k = tagged(REPLY, client);
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// The client and request id of a cached reply's key.
+pub fn decode_reply(key: &[u8]) -> Option<(u64, u64)> {
+    if key.len() != 17 || key[0] != REPLY {
+        return None;
+    }
+    let id = u64::from_be_bytes(key[9..17].try_into().ok()?);
+    Some((handle_of(key)?, id))
+}
+
 pub fn encode_entry(handle: Handle, kind: ObjectKind) -> Vec<u8> {
     let mut v = handle.to_be_bytes().to_vec();
     v.push(kind as i32 as u8);
@@ -123,5 +143,11 @@ mod tests {
         let v = encode_entry(42, ObjectKind::Metafile);
         assert_eq!(decode_entry(&v), Some((42, ObjectKind::Metafile)));
         assert_eq!(decode_entry(b"short"), None);
+    }
+
+    #[test]
+    fn reply_keys_round_trip() {
+        assert_eq!(decode_reply(&reply(7, u64::MAX)), Some((7, u64::MAX)));
+        assert_eq!(decode_reply(&entry(7, "a")), None);
     }
 }

@@ -22,6 +22,7 @@ pub mod listener;
 pub mod meta_store;
 pub mod peers;
 pub mod pools;
+pub mod reply_cache;
 pub mod service;
 pub mod stats;
 
@@ -94,7 +95,11 @@ async fn flush_loop(s: Arc<Service>) {
     loop {
         tick.tick().await;
         let service = s.clone();
-        match tokio::task::spawn_blocking(move || service.meta.kv().sync()).await {
+        let flush = move || {
+            service.forget_old_replies()?;
+            service.meta.kv().sync()
+        };
+        match tokio::task::spawn_blocking(flush).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!("flushing unsynced data failed: {e}"),
             Err(e) => tracing::error!("the data flush failed: {e}"),

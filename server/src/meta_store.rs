@@ -31,6 +31,10 @@ pub struct MetaStore {
 #[derive(Default)]
 pub struct Txn {
     pub batch: Batch,
+    /// The encoded reply of the request this transaction answers, when its
+    /// operation's replies are cached (`reply_cache`): `Service::change`
+    /// puts it into the same batch.
+    pub reply: Option<Vec<u8>>,
     objects_delta: i64,
     allocated: bool,
     /// Objects this transaction stores as new (debug builds:
@@ -40,6 +44,11 @@ pub struct Txn {
 }
 
 impl Txn {
+    /// Says that `reply` answers the request this transaction is for (see
+    /// the `reply` field); the handler returns the same message.
+    pub fn record_reply(&mut self, reply: &impl prost::Message) {
+        self.reply = Some(reply.encode_to_vec());
+    }
     pub fn put_object(&mut self, rec: &ObjectRecord) {
         self.batch
             .put(keys::object(rec.handle), rec.encode_to_vec());

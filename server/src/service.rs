@@ -22,6 +22,7 @@ use crate::gathering::Gathering;
 use crate::kv::{KvEngine, RedbEngine, WalEngine};
 use crate::meta_store::{MetaStore, Txn};
 use crate::pools::Pools;
+use crate::reply_cache::{self, ReplyCache};
 use crate::stats::Stats;
 
 pub struct Service {
@@ -35,6 +36,8 @@ pub struct Service {
     pub pools: Arc<Pools>,
     /// Small writes clients sent here to merge (server write gathering).
     pub gathering: Gathering,
+    /// Replies of requests that must not be done twice, for their copies.
+    pub replies: ReplyCache,
     pub stats: Stats,
     pub started: Instant,
     /// Drawn at start: file data acknowledged by this process and not yet
@@ -139,12 +142,14 @@ impl Service {
         data_dir: &Path,
     ) -> Result<Service> {
         let secret = config.secret()?;
+        let replies = ReplyCache::open(&*kv)?;
         let meta = MetaStore::open(kv, id)?;
         let data = DataStore::new(data_dir, config.settings.inline_max)?;
         let pools = Arc::new(Pools::open(&config, id, &meta)?);
         Ok(Service {
             pools,
             gathering: Gathering::default(),
+            replies,
             id,
             commit: CommitQueue::from_settings(&config.settings),
             config,
@@ -171,12 +176,28 @@ impl Service {
         let guard = self.meta.lock();
         let mut txn = Txn::default();
         let out = build(&mut txn)?;
+        if let Some(reply) = txn.reply.take() {
+            // The reply goes into the change's own transaction: a restart
+            // keeps both or neither (see `reply_cache`).
+            if let Some((client, id)) = reply_cache::take_answering() {
+                self.replies.record(&mut txn, client, id, &reply);
+            }
+        }
         self.meta.apply(txn)?;
         drop(guard);
         shoal_proto::crash_point!(crash_points::COMMIT_AFTER_APPLY);
         let syncs = self.commit.make_durable(&self.meta, &self.stats)?;
         shoal_proto::crash_point!(crash_points::COMMIT_BEFORE_REPLY);
         Ok((out, syncs))
+    }
+
+    /// Deletes the cached replies that have outlived `reply_cache::TTL`
+    /// (not durably: they ride the next sync).
+    pub fn forget_old_replies(&self) -> Result<()> {
+        let _guard = self.meta.lock();
+        let mut txn = Txn::default();
+        self.replies.expire(&mut txn);
+        self.meta.apply(txn)
     }
 
     /// Checks that `h` can name an object somewhere in the cluster.

@@ -37,6 +37,8 @@ pub struct Stats {
     pub kv_syncs: AtomicU64,
     /// Flushes of the coalescing queue by the safety valve (`commit`).
     pub commit_stalls: AtomicU64,
+    /// Requests sent again answered from the reply cache (`reply_cache`).
+    pub cached_replies: AtomicU64,
 }
 
 impl Default for Stats {
@@ -45,6 +47,7 @@ impl Default for Stats {
             ops: (0..Op::ALL.len()).map(|_| OpCounters::default()).collect(),
             kv_syncs: AtomicU64::new(0),
             commit_stalls: AtomicU64::new(0),
+            cached_replies: AtomicU64::new(0),
         }
     }
 }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use shoal_client::Client;
 use shoal_proto::auth::Secret;
 use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings};
+use shoal_proto::handle::{server_of, Handle, ROOT};
 
 /// How long a server or mount gets to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -243,6 +244,20 @@ impl Cluster {
         false
     }
 
+    /// Restarts server `id` with the crash point `point` armed (it fires
+    /// once: the server aborts there, as if SIGKILLed at that instant).
+    pub fn arm(&mut self, id: u32, point: &str) {
+        self.terminate(id);
+        self.start_server_with(id, &[&format!("{point}=1*return")]);
+    }
+
+    /// Waits for server `id` to have crashed at its armed point and starts
+    /// it again, plain.
+    pub fn restart_after_crash(&mut self, id: u32) {
+        assert!(self.wait_for_exit(id), "server {id} did not crash");
+        self.start_server(id);
+    }
+
     pub fn read_log(&self, name: &str) -> String {
         std::fs::read_to_string(self.log(name)).unwrap_or_default()
     }
@@ -445,6 +460,33 @@ fn stop_mount(dir: &Path, mut child: Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// The names in directory `dir`, in the order the server lists them.
+pub async fn entry_names(client: &Client, dir: Handle) -> Vec<String> {
+    client
+        .readdir_all(dir)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect()
+}
+
+/// A directory whose entries (and, with colocate, whose files' metafiles)
+/// live on server `id`.
+pub async fn dir_on(client: &Client, id: u32, name: &str) -> Handle {
+    for i in 0..64 {
+        let h = client
+            .mkdir(ROOT, &format!("{name}-{i}"), 0o755)
+            .await
+            .unwrap()
+            .handle;
+        if server_of(h) == id {
+            return h;
+        }
+    }
+    panic!("no directory landed on server {id}");
 }
 
 /// Runs fsck (no repair) until two reports in a row agree, and returns that

@@ -15,7 +15,7 @@ use shoal_proto::error::Errno;
 use shoal_proto::frame::{write_frame, Frame};
 use shoal_proto::handle::ROOT;
 use shoal_proto::{Cred, Op};
-use shoal_tests::{shoal_bin, Cluster};
+use shoal_tests::{entry_names, shoal_bin, Cluster};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -55,13 +55,7 @@ async fn only_clients_with_the_cluster_secret_are_served() {
 
     // The right client keeps working, and nothing the others sent was served.
     client.create(ROOT, "ok2", 0o644).await.unwrap();
-    let names: Vec<String> = client
-        .readdir_all(ROOT)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
+    let names = entry_names(&client, ROOT).await;
     assert!(names.contains(&"ok".to_string()) && names.contains(&"ok2".to_string()));
     assert!(
         !names.iter().any(|n| n == "wrong" || n == "none"),

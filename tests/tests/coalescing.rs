@@ -11,7 +11,7 @@ use futures::StreamExt;
 use shoal_client::Client;
 use shoal_proto::handle::ROOT;
 use shoal_proto::Op;
-use shoal_tests::Cluster;
+use shoal_tests::{entry_names, Cluster};
 
 /// Concurrent clients, files per client, creates in flight per client.
 const CLIENTS: usize = 4;
@@ -191,13 +191,7 @@ async fn coalesced_creates_survive_kill_9() {
     let client = cluster.client();
     for name in &dirs {
         let (dir, _) = client.resolve(&format!("/{name}")).await.unwrap();
-        let names: Vec<String> = client
-            .readdir_all(dir)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.name)
-            .collect();
+        let names = entry_names(&client, dir).await;
         let want: Vec<String> = (0..FILES).map(|i| format!("f{i:04}")).collect();
         assert_eq!(names, want, "entries of /{name} after kill -9");
         // Each file's objects survived too (getattr reads the metafile and

@@ -7,8 +7,8 @@
 use bytes::Bytes;
 use shoal_client::{Client, FileKind};
 use shoal_proto::crash_points as cp;
-use shoal_proto::handle::{server_of, Handle, ROOT};
-use shoal_tests::{pattern, repair_to_zero, settled_fsck, Cluster};
+use shoal_proto::handle::{server_of, Handle};
+use shoal_tests::{dir_on, pattern, repair_to_zero, settled_fsck, Cluster};
 
 /// Calls to a crashed server fail at once instead of waiting for it: each
 /// test here looks at what the crash left before starting it again.
@@ -44,35 +44,6 @@ async fn check_files(client: &Client, dir: Handle, prefix: &str, n: u64, len: us
     }
 }
 
-/// A directory whose entries (and, with colocate, whose files' metafiles)
-/// live on server `id`.
-async fn dir_on(client: &Client, id: u32, name: &str) -> Handle {
-    for i in 0..64 {
-        let h = client
-            .mkdir(ROOT, &format!("{name}-{i}"), 0o755)
-            .await
-            .unwrap()
-            .handle;
-        if server_of(h) == id {
-            return h;
-        }
-    }
-    panic!("no directory landed on server {id}");
-}
-
-/// Restarts server `id` with the crash point `point` armed (fires once).
-fn arm(cluster: &mut Cluster, id: u32, point: &str) {
-    cluster.terminate(id);
-    cluster.start_server_with(id, &[&format!("{point}=1*return")]);
-}
-
-/// Waits for server `id` to have crashed at its armed point and starts it
-/// again, plain.
-fn crashed_restart(cluster: &mut Cluster, id: u32) {
-    assert!(cluster.wait_for_exit(id), "server {id} did not crash");
-    cluster.start_server(id);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_applied_but_not_synced_is_gone_and_nothing_else_is() {
     let mut cluster = Cluster::builder().servers(4).set(SOFT).start();
@@ -80,10 +51,10 @@ async fn a_change_applied_but_not_synced_is_gone_and_nothing_else_is() {
     let dir = dir_on(&client, 1, "d").await;
     durable_files(&client, dir, "before", 5, 3000).await;
 
-    arm(&mut cluster, 1, cp::COMMIT_AFTER_APPLY);
+    cluster.arm(1, cp::COMMIT_AFTER_APPLY);
     let lost = client.create(dir, "lost", 0o644).await;
     assert!(lost.is_err(), "the create was never acknowledged");
-    crashed_restart(&mut cluster, 1);
+    cluster.restart_after_crash(1);
 
     let fresh = cluster.uncached_client();
     check_files(&fresh, dir, "before", 5, 3000).await;
@@ -102,7 +73,7 @@ async fn a_crash_while_the_metadata_log_turns_replays_both_files() {
     let mut cluster = Cluster::builder().servers(2).set(SOFT).start();
     let client = cluster.client();
     let dir = dir_on(&client, 1, "d").await;
-    arm(&mut cluster, 1, cp::LOG_TURNED);
+    cluster.arm(1, cp::LOG_TURNED);
     // Inline data passes through the log: write until it turns (the log
     // file is at most 16 MiB) and the server dies there.
     let mut written = 0;
@@ -119,7 +90,7 @@ async fn a_crash_while_the_metadata_log_turns_replays_both_files() {
         written = i + 1;
     }
     assert!(written < 2000, "the log never turned");
-    crashed_restart(&mut cluster, 1);
+    cluster.restart_after_crash(1);
     let fresh = cluster.uncached_client();
     check_files(&fresh, dir, "f", written, 60_000).await;
     settled_fsck(&fresh).await;
@@ -141,14 +112,14 @@ async fn a_crash_during_a_precreate_refill_leaves_orphans_that_fsck_reclaims() {
     client.ping_all().await.unwrap();
     cluster.wait_for_pools(&client).await;
     let dir = dir_on(&client, 2, "d").await;
-    arm(&mut cluster, 2, cp::REFILL_AFTER_CREATE);
+    cluster.arm(2, cp::REFILL_AFTER_CREATE);
     // Creates go on until the refill's crash takes server 2 down.
     for i in 0..64 {
         if client.create(dir, &format!("f{i}"), 0o644).await.is_err() {
             break;
         }
     }
-    crashed_restart(&mut cluster, 2);
+    cluster.restart_after_crash(2);
 
     let fresh = cluster.uncached_client();
     let found = settled_fsck(&fresh).await;
@@ -187,7 +158,7 @@ async fn a_crash_during_an_unstuff_keeps_the_first_strip_and_orphans_only_new_da
         .unwrap();
     client.fsync(h).await.unwrap();
 
-    arm(&mut cluster, 0, cp::UNSTUFF_AFTER_CREATE);
+    cluster.arm(0, cp::UNSTUFF_AFTER_CREATE);
     // A small write is kept (the gathering path): its send, which needs
     // the unstuff, fails at the fsync that reports it.
     let past = async {
@@ -198,7 +169,7 @@ async fn a_crash_during_an_unstuff_keeps_the_first_strip_and_orphans_only_new_da
     }
     .await;
     assert!(past.is_err(), "the unstuff never completed");
-    crashed_restart(&mut cluster, 0);
+    cluster.restart_after_crash(0);
 
     let fresh = cluster.uncached_client();
     let layout = fresh.layout(h).await.unwrap();
@@ -237,9 +208,9 @@ async fn a_link_whose_entry_was_made_but_not_answered_keeps_its_file() {
     client.fsync(h).await.unwrap();
     // The new entry is made durable on server 1, which dies before it
     // answers: the link fails, and may or may not have been applied.
-    arm(&mut cluster, 1, cp::COMMIT_BEFORE_REPLY);
+    cluster.arm(1, cp::COMMIT_BEFORE_REPLY);
     assert!(client.link(h, other, "second").await.is_err());
-    crashed_restart(&mut cluster, 1);
+    cluster.restart_after_crash(1);
     // The entry stands, so the file's first name going must not take the
     // file with it.
     let fresh = cluster.uncached_client();

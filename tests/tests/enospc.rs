@@ -12,7 +12,7 @@ use bytes::Bytes;
 use shoal_client::Client;
 use shoal_proto::error::Errno;
 use shoal_proto::handle::{server_of, Handle, ROOT};
-use shoal_tests::Cluster;
+use shoal_tests::{entry_names, Cluster};
 
 /// Size of the tmpfs that holds the small server's data.
 const TMPFS_MIB: u64 = 16;
@@ -231,13 +231,7 @@ async fn a_full_data_directory_is_enospc_for_the_writer_and_loses_nothing() {
             "acknowledged bytes {at}.. of big lost"
         );
     }
-    let names: Vec<String> = client
-        .readdir_all(d)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
+    let names = entry_names(&client, d).await;
     assert_eq!(names.len(), stored.len() + 1, "{names:?}");
     timed("statfs", client.statfs()).await.expect("statfs");
     for i in 0..4 {

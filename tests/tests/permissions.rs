@@ -16,7 +16,7 @@ use shoal_proto::handle::{server_of, ROOT};
 use shoal_proto::hints::Hint;
 use shoal_proto::msg::{Capability, Empty, GetAttrReply, GetAttrRequest, ReadRequest};
 use shoal_proto::{ops, Handle};
-use shoal_tests::Cluster;
+use shoal_tests::{entry_names, Cluster};
 
 const ALICE: Cred = Cred::new(1001, 1001);
 const BOB: Cred = Cred::new(1002, 1002);
@@ -140,13 +140,7 @@ async fn creating_and_removing_entries_need_write_and_search_on_the_directory() 
             assert_eq!(errno(r), Errno::EACCES, "{what} (baseline {baseline})");
         }
         // Nothing happened, and a refused create left no object behind.
-        let names: Vec<String> = alice
-            .readdir_all(home)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.name)
-            .collect();
+        let names = entry_names(&alice, home).await;
         assert_eq!(names, ["f", "sub"]);
         let report = shoal_tests::settled_fsck(&root).await;
         assert!(report.orphans.is_empty(), "{report:?}");

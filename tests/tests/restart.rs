@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use shoal_client::{Client, FileKind};
 use shoal_proto::handle::ROOT;
-use shoal_tests::Cluster;
+use shoal_tests::{entry_names, Cluster};
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
@@ -35,13 +35,7 @@ async fn verify(client: &Client) {
     let (d, kind) = client.resolve("/dir").await.unwrap();
     assert_eq!(kind, FileKind::Directory);
     assert_eq!(client.getattr(d).await.unwrap().mode, 0o750);
-    let names: Vec<String> = client
-        .readdir_all(d)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
+    let names = entry_names(client, d).await;
     assert_eq!(names, vec!["link", "sub"]);
     for (i, len) in [0usize, 100, 8192, 70_000, 3 << 20].iter().enumerate() {
         let (f, _) = client.resolve(&format!("/dir/sub/f{i}")).await.unwrap();

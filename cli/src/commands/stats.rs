@@ -13,6 +13,8 @@ pub fn to_json(replies: &[StatsReply]) -> serde_json::Value {
             "server": r.server_id,
             "kv_syncs": r.kv_syncs,
             "commit_stalls": r.commit_stalls,
+            "cached_replies": r.cached_replies,
+            "replies_held": r.replies_held,
             "uptime_ms": r.uptime_ms,
             "ops": r.ops.iter().map(|o| (o.op.clone(), serde_json::json!({
                 "requests": o.requests,
@@ -85,6 +87,10 @@ pub fn run(cfg: &ConfigArg, path: Option<&str>, server: Option<u32>, json: bool)
             println!(
                 "{:>6} {:<16} {:>10}   (coalesced syncs forced by the stall limit)",
                 r.server_id, "commit_stalls", r.commit_stalls
+            );
+            println!(
+                "{:>6} {:<16} {:>10}   (requests sent again, answered from the reply cache; {} held)",
+                r.server_id, "cached_replies", r.cached_replies, r.replies_held
             );
         }
         Ok(())

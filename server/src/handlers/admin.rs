@@ -28,14 +28,14 @@ pub fn statfs(s: &Service) -> Result<Reply<StatfsReply>> {
 }
 
 pub fn stats(s: &Service) -> Result<Reply<StatsReply>> {
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     Ok(Reply::new(StatsReply {
         server_id: s.id,
         ops: s.stats.snapshot(),
-        kv_syncs: s.stats.kv_syncs.load(std::sync::atomic::Ordering::Relaxed),
-        commit_stalls: s
-            .stats
-            .commit_stalls
-            .load(std::sync::atomic::Ordering::Relaxed),
+        kv_syncs: count(&s.stats.kv_syncs),
+        commit_stalls: count(&s.stats.commit_stalls),
+        cached_replies: count(&s.stats.cached_replies),
+        replies_held: s.replies.len() as u64,
         uptime_ms: s.started.elapsed().as_millis() as u64,
     }))
 }

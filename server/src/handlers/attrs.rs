@@ -134,6 +134,7 @@ pub fn setxattr(s: &Service, r: &Request, q: SetXattrRequest) -> Result<Reply<Em
             ));
         }
         txn.batch.put(key, q.value.to_vec());
+        txn.record_reply(&Empty {});
         Ok(())
     })?;
     Ok(Reply::default().with_syncs(syncs))
@@ -188,6 +189,7 @@ pub fn removexattr(s: &Service, r: &Request, q: RemoveXattrRequest) -> Result<Re
             ));
         }
         txn.batch.delete(key);
+        txn.record_reply(&Empty {});
         Ok(())
     })?;
     Ok(Reply::default().with_syncs(syncs))

@@ -134,16 +134,17 @@ pub fn create_file(
                 txn.put_entry_to_new(q.dir, &q.name, meta, ObjectKind::Metafile);
                 txn.touch_dir(dir, Some(ObjectKind::Metafile), None)
             });
-            Ok(Some((rec, dir, taken)))
-        })?;
-        if let Some((object, dir, taken)) = made {
-            s.pools.taken(&taken);
-            return Ok(Reply::new(CreateFileReply {
-                cap: caps::grant(s, &r.cred, &object),
-                object: Some(object),
+            let reply = CreateFileReply {
+                cap: caps::grant(s, &r.cred, &rec),
+                object: Some(rec),
                 dir,
-            })
-            .with_syncs(syncs));
+            };
+            txn.record_reply(&reply);
+            Ok(Some((reply, taken)))
+        })?;
+        if let Some((reply, taken)) = made {
+            s.pools.taken(&taken);
+            return Ok(Reply::new(reply).with_syncs(syncs));
         }
     }
     Err(pools_empty_error("create"))
@@ -187,7 +188,7 @@ fn create_without_metafile(
     attrs: Attributes,
     under: &DirHints,
 ) -> Result<Reply<CreateFileReply>> {
-    let ((object, dir), syncs) = s.change(|txn| {
+    let (reply, syncs) = s.change(|txn| {
         let dir = entry_dir(s, r, q.dir, &q.name, under)?;
         let rec = ObjectRecord {
             handle: s.meta.alloc(txn),
@@ -200,14 +201,15 @@ fn create_without_metafile(
         };
         txn.insert_object(&rec);
         txn.put_entry_to_new(q.dir, &q.name, rec.handle, ObjectKind::Datafile);
-        Ok((rec, txn.touch_dir(dir, Some(ObjectKind::Datafile), None)))
+        let reply = CreateFileReply {
+            dir: Some(txn.touch_dir(dir, Some(ObjectKind::Datafile), None)),
+            object: Some(rec),
+            cap: None,
+        };
+        txn.record_reply(&reply);
+        Ok(reply)
     })?;
-    Ok(Reply::new(CreateFileReply {
-        object: Some(object),
-        dir: Some(dir),
-        cap: None,
-    })
-    .with_syncs(syncs))
+    Ok(Reply::new(reply).with_syncs(syncs))
 }
 
 /// The directory `dir` (owned here) that a new entry `name` may go into:

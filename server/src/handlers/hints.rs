@@ -79,6 +79,7 @@ pub(crate) fn set(
         hints::set(&mut current, hint, text, s.config.num_servers())?;
         rec.hints = Some(current);
         txn.put_object(&rec);
+        txn.record_reply(&Empty {});
         Ok(())
     })?;
     Ok(Reply::default().with_syncs(syncs))
@@ -112,6 +113,7 @@ pub(crate) fn unset(s: &Service, h: Handle, hint: Hint) -> Result<Reply<Empty>> 
         }
         rec.hints = Some(current);
         txn.put_object(&rec);
+        txn.record_reply(&Empty {});
         Ok(())
     })?;
     Ok(Reply::default().with_syncs(syncs))

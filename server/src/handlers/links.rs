@@ -28,46 +28,58 @@ pub(super) struct Dropped {
 
 pub fn link(s: &Service, _r: &Request, q: LinkRequest) -> Result<Reply<LinkReply>> {
     let ((reply, gone), syncs) = s.change(|txn| {
-        let rec = s.meta.get(q.handle)?;
-        if let Some(count) = q.fsck_set {
-            return Ok((
-                LinkReply {
-                    object: Some(set_count(txn, rec, count)),
-                    ..Default::default()
-                },
-                Vec::new(),
-            ));
-        }
-        if rec.kind() == ObjectKind::Directory {
-            return Err(ShoalError::new(
-                Errno::EPERM,
-                format!(
-                    "{:#x} is a directory: directories have no hard links",
-                    q.handle
-                ),
-            ));
-        }
-        if !q.drop {
-            return Ok((
-                LinkReply {
-                    object: Some(count_link(txn, rec)?),
-                    ..Default::default()
-                },
-                Vec::new(),
-            ));
-        }
-        let dropped = drop_link(s, txn, rec, q.keep_unlinked)?;
-        Ok((
-            LinkReply {
-                removed: dropped.kept.is_none(),
-                object: dropped.kept,
-                dist: dropped.dist,
-            },
-            dropped.gone,
-        ))
+        let (reply, gone) = link_change(s, txn, q)?;
+        txn.record_reply(&reply);
+        Ok((reply, gone))
     })?;
     s.data.remove_files(&gone)?;
     Ok(Reply::new(reply).with_syncs(syncs))
+}
+
+/// What a link request changes (in `txn`), its reply, and the local files
+/// of datafiles it deleted.
+fn link_change(
+    s: &Service,
+    txn: &mut Txn,
+    q: LinkRequest,
+) -> Result<(LinkReply, Vec<ObjectRecord>)> {
+    let rec = s.meta.get(q.handle)?;
+    if let Some(count) = q.fsck_set {
+        return Ok((
+            LinkReply {
+                object: Some(set_count(txn, rec, count)),
+                ..Default::default()
+            },
+            Vec::new(),
+        ));
+    }
+    if rec.kind() == ObjectKind::Directory {
+        return Err(ShoalError::new(
+            Errno::EPERM,
+            format!(
+                "{:#x} is a directory: directories have no hard links",
+                q.handle
+            ),
+        ));
+    }
+    if !q.drop {
+        return Ok((
+            LinkReply {
+                object: Some(count_link(txn, rec)?),
+                ..Default::default()
+            },
+            Vec::new(),
+        ));
+    }
+    let dropped = drop_link(s, txn, rec, q.keep_unlinked)?;
+    Ok((
+        LinkReply {
+            removed: dropped.kept.is_none(),
+            object: dropped.kept,
+            dist: dropped.dist,
+        },
+        dropped.gone,
+    ))
 }
 
 /// fsck's repair: `rec`'s count made `count`, the names fsck found (a

@@ -22,7 +22,12 @@ use shoal_proto::frame::Frame;
 use shoal_proto::msg::ErrorReply;
 use shoal_proto::{ops, Op, Operation};
 
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
 use crate::commit::{Ticket, TicketScope};
+use crate::reply_cache::{self, Answering};
 use crate::service::{Encoded, Reply, Request, Service};
 use crate::stats::Sample;
 
@@ -113,6 +118,18 @@ handlers! {
 }
 
 impl Service {
+    /// The reply cached for request `key`: its first copy was applied.
+    fn cached_reply(&self, key: reply_cache::RequestKey) -> Option<Bytes> {
+        match self.replies.cached(self.meta.kv(), key) {
+            Ok(found) => found,
+            Err(e) => {
+                // The request is then done again, as without a cache.
+                tracing::warn!("reading the reply cache failed: {e}");
+                None
+            }
+        }
+    }
+
     /// Handles a request that holds `ticket`, its place in the commit
     /// queue's scheduling queue (taken by the listener when the frame
     /// arrived). The ticket is available to the commit queue while the
@@ -135,6 +152,13 @@ impl Service {
     /// Handles one request frame and builds its reply; never panics on bad input.
     pub fn handle(&self, frame: &Frame) -> Frame {
         let started = Instant::now();
+        let key = reply_cache::key_of(&frame.header);
+        let _running = key.map(|k| self.replies.begin(k));
+        if let Some(body) = key.and_then(|k| self.cached_reply(k)) {
+            self.stats.cached_replies.fetch_add(1, Ordering::Relaxed);
+            return Frame::reply_to(&frame.header, 0, body, Bytes::new());
+        }
+        let _answering = key.map(|_| Answering::enter(frame.header.client, frame.header.id));
         let result = dispatch(self, &Request::of(frame, &self.config));
         let (status, reply) = match result {
             Ok(r) => (0, r),

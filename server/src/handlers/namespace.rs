@@ -102,12 +102,14 @@ pub fn create_object(
             )))
         }
     }
-    let (handle, syncs) = s.change(|txn| {
+    let (reply, syncs) = s.change(|txn| {
         rec.handle = s.meta.alloc(txn);
         txn.insert_object(&rec);
-        Ok(rec.handle)
+        let reply = CreateObjectReply { handle: rec.handle };
+        txn.record_reply(&reply);
+        Ok(reply)
     })?;
-    Ok(Reply::new(CreateObjectReply { handle }).with_syncs(syncs))
+    Ok(Reply::new(reply).with_syncs(syncs))
 }
 
 pub fn create_datafiles(
@@ -121,8 +123,8 @@ pub fn create_datafiles(
             q.count
         )));
     }
-    let (handles, syncs) = s.change(|txn| {
-        Ok((0..q.count)
+    let (reply, syncs) = s.change(|txn| {
+        let handles = (0..q.count)
             .map(|_| {
                 let h = s.meta.alloc(txn);
                 txn.insert_object(&ObjectRecord {
@@ -136,9 +138,12 @@ pub fn create_datafiles(
                 });
                 h
             })
-            .collect::<Vec<u64>>())
+            .collect::<Vec<u64>>();
+        let reply = CreateDatafilesReply { handles };
+        txn.record_reply(&reply);
+        Ok(reply)
     })?;
-    Ok(Reply::new(CreateDatafilesReply { handles }).with_syncs(syncs))
+    Ok(Reply::new(reply).with_syncs(syncs))
 }
 
 pub fn set_dist(s: &Service, r: &Request, q: SetDistRequest) -> Result<Reply<SetDistReply>> {
@@ -157,7 +162,7 @@ pub fn set_dist(s: &Service, r: &Request, q: SetDistRequest) -> Result<Reply<Set
     if let Some(t) = dist.write_threshold {
         shoal_proto::hints::check_write_threshold(t)?;
     }
-    let (rec, syncs) = s.change(|txn| {
+    let (reply, syncs) = s.change(|txn| {
         let mut rec = s.meta.get(q.handle)?;
         if rec.kind() != ObjectKind::Metafile {
             return Err(ShoalError::invalid(format!(
@@ -167,10 +172,13 @@ pub fn set_dist(s: &Service, r: &Request, q: SetDistRequest) -> Result<Reply<Set
         }
         rec.dist = Some(dist);
         txn.put_object(&rec);
-        Ok(rec)
+        let reply = SetDistReply {
+            cap: caps::grant(s, &r.cred, &rec),
+        };
+        txn.record_reply(&reply);
+        Ok(reply)
     })?;
-    let cap = caps::grant(s, &r.cred, &rec);
-    Ok(Reply::new(SetDistReply { cap }).with_syncs(syncs))
+    Ok(Reply::new(reply).with_syncs(syncs))
 }
 
 /// POSIX rename rules for replacing an existing entry.
@@ -229,6 +237,7 @@ pub fn crdirent(s: &Service, r: &Request, q: CrDirEntRequest) -> Result<Reply<Cr
         }
         txn.put_entry(q.dir, &q.name, q.handle, kind);
         reply.dir = Some(txn.touch_dir(dir, Some(kind), replaced));
+        txn.record_reply(&reply);
         Ok(reply)
     })?;
     Ok(Reply::new(reply).with_syncs(syncs))
@@ -281,6 +290,7 @@ pub fn rmdirent(s: &Service, r: &Request, q: RmDirEntRequest) -> Result<Reply<Rm
                 gone = dropped.gone;
             }
         }
+        txn.record_reply(&reply);
         Ok((reply, gone))
     })?;
     let (reply, gone) = reply;
@@ -343,6 +353,7 @@ pub fn rename_entry(
         let (dir, h, kind) = entry_to_change(s, r, q.dir, &q.old_name, &doing)?;
         let mut reply = RenameEntryReply::default();
         if q.old_name == q.new_name {
+            txn.record_reply(&reply);
             return Ok(reply);
         }
         let mut replaced = None;
@@ -368,6 +379,7 @@ pub fn rename_entry(
             txn.put_object(&moved);
             reply.touched = true;
         }
+        txn.record_reply(&reply);
         Ok(reply)
     })?;
     Ok(Reply::new(reply).with_syncs(syncs))
@@ -392,28 +404,32 @@ pub fn remove(s: &Service, _r: &Request, q: RemoveRequest) -> Result<Reply<Remov
             "the root directory cannot be removed",
         ));
     }
-    let (removed, syncs) = s.change(|txn| {
+    let ((reply, gone), syncs) = s.change(|txn| {
         let rec = s.meta.get(q.handle)?;
         let is_dir = rec.kind() == ObjectKind::Directory;
-        if is_dir && q.expect_parent != 0 && !named_from(&rec, q.expect_parent) {
-            return Ok(None);
-        }
-        if !is_dir && q.unlinked_only && rec.links > 0 {
-            return Ok(None);
-        }
-        if rec.kind() == ObjectKind::Directory && !s.meta.is_empty_dir(q.handle)? {
-            return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty"));
-        }
-        s.meta.remove_object(txn, rec).map(Some)
+        let keep = if is_dir {
+            q.expect_parent != 0 && !named_from(&rec, q.expect_parent)
+        } else {
+            q.unlinked_only && rec.links > 0
+        };
+        let (reply, gone) = if keep {
+            let kept = RemoveReply {
+                kept: true,
+                ..Default::default()
+            };
+            (kept, Vec::new())
+        } else {
+            if is_dir && !s.meta.is_empty_dir(q.handle)? {
+                return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty"));
+            }
+            let (dist, gone) = s.meta.remove_object(txn, rec)?;
+            (RemoveReply { dist, kept: false }, gone)
+        };
+        txn.record_reply(&reply);
+        Ok((reply, gone))
     })?;
-    let Some((dist, gone)) = removed else {
-        return Ok(Reply::new(RemoveReply {
-            kept: true,
-            ..Default::default()
-        }));
-    };
     s.data.remove_files(&gone)?;
-    Ok(Reply::new(RemoveReply { dist, kept: false }).with_syncs(syncs))
+    Ok(Reply::new(reply).with_syncs(syncs))
 }
 
 /// Whether an entry of directory `dir` is a true name of the directory
@@ -437,6 +453,7 @@ fn set_removing(s: &Service, q: RmdirRequest, removing: bool) -> Result<Reply<Em
         }
         dir.removing = removing;
         txn.put_object(&dir);
+        txn.record_reply(&Empty {});
         Ok(())
     })?;
     Ok(Reply::default().with_syncs(syncs))
@@ -466,6 +483,7 @@ pub fn set_parent(s: &Service, r: &Request, q: SetParentRequest) -> Result<Reply
         rec.parent = q.parent;
         touch_ctime(&mut rec);
         txn.put_object(&rec);
+        txn.record_reply(&Empty {});
         Ok(())
     })?;
     Ok(Reply::default().with_syncs(syncs))
