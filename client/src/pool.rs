@@ -80,14 +80,15 @@ impl Pool {
         }
     }
 
-    /// What a request `id` to `server` says of this client: its id, and
-    /// the lowest id of a cached request still awaiting its reply (every
-    /// lower one has it).
-    fn client_ref(&self, server: u32, id: u64) -> ClientRef {
+    /// What request `id` to `server` says of this client: its id, the
+    /// lowest id of a cached request still awaiting its reply (every lower
+    /// one has it), and whether this is a copy sent again.
+    fn client_ref(&self, server: u32, id: u64, resent: bool) -> ClientRef {
         let awaited = lock(&self.awaited[server as usize]);
         ClientRef {
             client: self.client,
             acked: awaited.first().copied().unwrap_or(id).min(id),
+            resent,
         }
     }
 
@@ -161,7 +162,7 @@ impl Pool {
             lock(set).insert(id);
             Awaited { set, id }
         });
-        let client = self.client_ref(server, id);
+        let client = self.client_ref(server, id, false);
         let reply = match conn
             .call(op, id, client, cred, body.clone(), payload.clone())
             .await
@@ -177,7 +178,7 @@ impl Pool {
                 let conn = self.connection(server).await.map_err(|e| {
                     ShoalError::new(lost.errno, format!("{}; {}", lost.message, e.message))
                 })?;
-                let client = self.client_ref(server, id);
+                let client = self.client_ref(server, id, true);
                 conn.call(op, id, client, cred, body, payload).await
             }
             other => other,

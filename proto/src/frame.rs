@@ -6,7 +6,8 @@
 //! u8   version (1)
 //! u8   kind: 0 request, 1 reply
 //! u16  operation code (op.rs)
-//! u16  flags: the number of supplementary groups that follow the header
+//! u16  flags: bit 15 (RESENT) a request sent before, on a connection that broke;
+//!      bits 0-14 the number of supplementary groups that follow the header
 //!      (0..=32, cred::MAX_GROUPS; always 0 in a reply)
 //! u64  request id, echoed in the reply; requests on one connection are multiplexed by it
 //! u64  client: the sending client's id, drawn at random when it starts (0: none);
@@ -42,6 +43,8 @@ pub const HEADER_LEN: usize = 52;
 pub const MAX_BODY: usize = 4 << 20;
 /// Largest raw payload accepted.
 pub const MAX_PAYLOAD: usize = 16 << 20;
+/// The flags bit of a request sent again (see the layout above).
+pub const RESENT: u16 = 0x8000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -57,6 +60,9 @@ pub enum Kind {
 pub struct ClientRef {
     pub client: u64,
     pub acked: u64,
+    /// The request was sent before, on a connection that broke: the server
+    /// looks for its reply in the cache (a first copy cannot have one).
+    pub resent: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,6 +138,7 @@ impl Frame {
                 client: ClientRef {
                     client: request.client.client,
                     acked: 0,
+                    resent: false,
                 },
                 ..*request
             },
@@ -161,7 +168,7 @@ impl Frame {
         b.put_u8(VERSION);
         b.put_u8(h.kind as u8);
         b.put_u16(h.op as u16);
-        b.put_u16(groups.len() as u16);
+        b.put_u16(groups.len() as u16 | if h.client.resent { RESENT } else { 0 });
         b.put_u64(h.id);
         b.put_u64(h.client.client);
         b.put_u64(h.client.acked);
@@ -239,7 +246,9 @@ fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, Lengths), FrameErro
     let Some(op) = Op::from_code(code) else {
         return bad(format!("unknown operation {code}"));
     };
-    let groups = h.get_u16() as usize;
+    let flags = h.get_u16();
+    let resent = flags & RESENT != 0;
+    let groups = (flags & !RESENT) as usize;
     if groups > MAX_GROUPS {
         return bad(format!(
             "{groups} supplementary groups (at most {MAX_GROUPS})"
@@ -252,9 +261,13 @@ fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, Lengths), FrameErro
     let client = ClientRef {
         client: h.get_u64(),
         acked: h.get_u64(),
+        resent,
     };
-    if kind == Kind::Reply && client.acked != 0 {
-        return bad(format!("a reply with acked {}", client.acked));
+    if kind == Kind::Reply && (client.acked != 0 || resent) {
+        return bad(format!(
+            "a reply with acked {} or marked resent",
+            client.acked
+        ));
     }
     let uid = h.get_u32();
     let gid = h.get_u32();
@@ -369,6 +382,7 @@ mod tests {
         .from_client(ClientRef {
             client: 0xfeed_f00d,
             acked: 5,
+            resent: true,
         })
     }
 
@@ -393,7 +407,7 @@ mod tests {
             4 + HEADER_LEN + 8 + 4 + 8,
             "two groups of 4 bytes"
         );
-        assert_eq!(&wire[10..12], &[0, 2], "flags count them");
+        assert_eq!(&wire[10..12], &[0x80, 2], "flags count them, beside RESENT");
         assert_eq!(&wire[56..64], &[0, 0, 0, 5, 0, 1, 0x11, 0x70]);
         // A reply carries none.
         let reply = Frame::reply_to(&sample().header, 0, Bytes::new(), Bytes::new());
@@ -432,12 +446,16 @@ mod tests {
             read_frame(&mut &wire[..]).await.unwrap().header,
             reply.header
         );
-        // acked is the 8 bytes after the client's id (bytes 28..36).
-        wire[35] = 1;
-        assert!(matches!(
-            read_frame(&mut &wire[..]).await,
-            Err(FrameError::Malformed(_))
-        ));
+        // acked is the 8 bytes after the client's id (bytes 28..36), RESENT
+        // the top bit of the flags (byte 10): neither belongs in a reply.
+        for (at, x) in [(35, 1), (10, 0x80)] {
+            let mut w = wire.clone();
+            w[at] |= x;
+            assert!(matches!(
+                read_frame(&mut &w[..]).await,
+                Err(FrameError::Malformed(_))
+            ));
+        }
     }
 
     #[tokio::test]

@@ -149,7 +149,8 @@ impl ReplyCache {
         Running { cache: self, key }
     }
 
-    /// The reply body cached for request `key`, if there is one.
+    /// The reply body cached for request `key`, if there is one (only a
+    /// copy sent again can have one: the caller asks for those only).
     pub fn cached(&self, kv: &dyn KvEngine, key: RequestKey) -> Result<Option<Bytes>> {
         Ok(kv
             .get(&keys::reply(key.0, key.1))?
@@ -218,7 +219,11 @@ mod tests {
     use std::sync::Arc;
 
     fn client(acked: u64) -> ClientRef {
-        ClientRef { client: 7, acked }
+        ClientRef {
+            client: 7,
+            acked,
+            resent: false,
+        }
     }
 
     fn record(meta: &MetaStore, cache: &ReplyCache, c: ClientRef, id: u64, body: &[u8]) {

@@ -154,7 +154,8 @@ impl Service {
         let started = Instant::now();
         let key = reply_cache::key_of(&frame.header);
         let _running = key.map(|k| self.replies.begin(k));
-        if let Some(body) = key.and_then(|k| self.cached_reply(k)) {
+        let resent = key.filter(|_| frame.header.client.resent);
+        if let Some(body) = resent.and_then(|k| self.cached_reply(k)) {
             self.stats.cached_replies.fetch_add(1, Ordering::Relaxed);
             return Frame::reply_to(&frame.header, 0, body, Bytes::new());
         }
