@@ -71,6 +71,7 @@ impl Client {
         if dist.stuffed && end > dist.strip_size {
             self.unstuff(h).await?;
         }
+        self.inner.uncommitted_writes.forgo_copy(h);
         let epoch = self
             .gather_write(h, extents.iter().map(|(o, d)| (*o, d.as_slice())))
             .await?;

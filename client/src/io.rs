@@ -26,6 +26,7 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ops, ObjectKind};
 
+use crate::uncommitted_writes::{Change, Verdict};
 use crate::write_path::Settle;
 use crate::Client;
 
@@ -36,6 +37,11 @@ struct Chunk {
     buf_offset: usize,
     len: usize,
 }
+
+/// How many times an fsync sends a file's unsynced changes again before it
+/// gives up (each time a server restarted again, or the file changed while
+/// they were sent).
+const SEND_AGAIN_ROUNDS: usize = 4;
 
 impl Client {
     fn chunks(&self, dist: &Distribution, offset: u64, len: usize) -> Vec<Chunk> {
@@ -158,27 +164,62 @@ impl Client {
         futures::future::try_join_all(chunks.iter().map(|c| {
             let payload = data.slice(c.buf_offset..c.buf_offset + c.len);
             async move {
-                if !self.is_eager(c.len) {
-                    self.rendezvous(c, true, cap).await?;
+                let change = Change::Write {
+                    offset: c.local_offset,
+                    data: payload.clone(),
+                };
+                let kept = self.inner.uncommitted_writes.keep(h, c.datafile, change);
+                match self.send_write(c, payload, cap).await {
+                    Ok(verifier) => self.changed(h, c.datafile, verifier, cap).await,
+                    Err(e) => {
+                        self.inner.uncommitted_writes.unkeep(h, kept);
+                        Err(e)
+                    }
                 }
-                let (reply, _) = self
-                    .pool()
-                    .call_with_payload::<ops::Write>(
-                        server_of(c.datafile),
-                        self.cred,
-                        &WriteRequest {
-                            handle: c.datafile,
-                            offset: c.local_offset,
-                            cap: cap.clone(),
-                        },
-                        payload,
-                    )
-                    .await?;
-                self.changed(h, c.datafile, reply.verifier, cap).await
             }
         }))
         .await?;
         Ok(())
+    }
+
+    /// Writes `payload` as chunk `c`; returns the verifier it was
+    /// acknowledged under.
+    async fn send_write(&self, c: &Chunk, payload: Bytes, cap: &Option<Capability>) -> Result<u64> {
+        if !self.is_eager(c.len) {
+            self.rendezvous(c, true, cap).await?;
+        }
+        let (reply, _) = self
+            .pool()
+            .call_with_payload::<ops::Write>(
+                server_of(c.datafile),
+                self.cred,
+                &WriteRequest {
+                    handle: c.datafile,
+                    offset: c.local_offset,
+                    cap: cap.clone(),
+                },
+                payload,
+            )
+            .await?;
+        Ok(reply.verifier)
+    }
+
+    /// Sets datafile `d`'s local size; returns the verifier it was
+    /// acknowledged under.
+    async fn send_truncate(&self, d: Handle, size: u64, cap: &Option<Capability>) -> Result<u64> {
+        let reply: TruncateReply = self
+            .pool()
+            .call::<ops::Truncate>(
+                server_of(d),
+                self.cred,
+                &TruncateRequest {
+                    handle: d,
+                    size,
+                    cap: cap.clone(),
+                },
+            )
+            .await?;
+        Ok(reply.verifier)
     }
 
     /// Reads up to `len` bytes at `offset` of file `h`; short only at the end
@@ -321,39 +362,90 @@ impl Client {
         let cap = &cap;
         futures::future::try_join_all(dist.datafiles.iter().enumerate().map(|(i, d)| async move {
             let local = dist::local_size(dist.strip_size.max(1), n, i, size);
-            let reply: TruncateReply = self
-                .pool()
-                .call::<ops::Truncate>(
-                    server_of(*d),
-                    self.cred,
-                    &TruncateRequest {
-                        handle: *d,
-                        size: local,
-                        cap: cap.clone(),
-                    },
-                )
-                .await?;
-            self.changed(h, *d, reply.verifier, cap).await
+            let change = Change::Truncate { size: local };
+            let kept = self.inner.uncommitted_writes.keep(h, *d, change);
+            match self.send_truncate(*d, local, cap).await {
+                Ok(verifier) => self.changed(h, *d, verifier, cap).await,
+                Err(e) => {
+                    self.inner.uncommitted_writes.unkeep(h, kept);
+                    Err(e)
+                }
+            }
         }))
         .await?;
         Ok(())
     }
 
     /// Makes the data of file `h` durable on every server holding it. In
-    /// scratch mode (`sync = "none"`) the metadata is synced too. Fails with
-    /// EIO if a server restarted since it acknowledged a change to the file
-    /// that was not durable yet (see `uncommitted_writes`).
+    /// scratch mode (`sync = "none"`) the metadata is synced too. If a
+    /// server restarted since it acknowledged a change to the file that was
+    /// not durable yet, the client sends its copy of the changes again and
+    /// fsyncs once more; EIO if it no longer has that copy (see
+    /// `uncommitted_writes`).
     pub async fn fsync(&self, h: Handle) -> Result<()> {
         self.flush(h).await?;
-        let replies = match self.distribution(h).await {
-            Ok(_) => {
-                self.with_capability(h, ANY, |cap| self.commit_file(h, cap))
-                    .await?
+        let mut copy = None;
+        for _ in 0..SEND_AGAIN_ROUNDS {
+            let replies = match self.distribution(h).await {
+                Ok(_) => {
+                    self.with_capability(h, ANY, |cap| self.commit_file(h, cap))
+                        .await?
+                }
+                // A directory (or an object that is not a file): its server.
+                Err(_) => vec![self.commit(h, &None).await?],
+            };
+            match self.inner.uncommitted_writes.check(h, &replies, copy) {
+                Verdict::Durable => return Ok(()),
+                Verdict::Lost(e) => return Err(e),
+                Verdict::SendAgain { changes, copy: c } => {
+                    tracing::info!(
+                        "file {h:#x}: a server restarted before its data was durable; \
+                         sending {} changes again",
+                        changes.len()
+                    );
+                    self.with_capability(h, WRITE, |cap| self.send_again(h, &changes, cap))
+                        .await?;
+                    copy = Some(c);
+                }
             }
-            // A directory (or an object that is not a file): its server.
-            Err(_) => vec![self.commit(h, &None).await?],
-        };
-        self.inner.uncommitted_writes.synced(h, &replies)
+        }
+        self.inner.uncommitted_writes.forget(h);
+        Err(ShoalError::new(
+            Errno::EIO,
+            format!(
+                "file {h:#x}: its servers kept restarting (or it kept changing) while \
+                 its unsynced data was sent again {SEND_AGAIN_ROUNDS} times"
+            ),
+        ))
+    }
+
+    /// Sends `changes` of file `h` again, in order, to the datafiles they
+    /// were made to (their servers restarted and may have lost them).
+    async fn send_again(
+        &self,
+        h: Handle,
+        changes: &[(Handle, Change)],
+        cap: Option<Capability>,
+    ) -> Result<()> {
+        let cap = &cap;
+        for (d, change) in changes {
+            let verifier = match change {
+                Change::Write { offset, data } => {
+                    let c = Chunk {
+                        datafile: *d,
+                        local_offset: *offset,
+                        buf_offset: 0,
+                        len: data.len(),
+                    };
+                    self.send_write(&c, data.clone(), cap).await?
+                }
+                Change::Truncate { size } => self.send_truncate(*d, *size, cap).await?,
+            };
+            self.inner
+                .uncommitted_writes
+                .sent_again(h, server_of(*d), verifier);
+        }
+        Ok(())
     }
 
     /// Makes the datafiles of file `h` durable, and in scratch mode its

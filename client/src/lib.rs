@@ -46,6 +46,7 @@ use shoal_proto::{ops, Handle, Operation};
 pub use open_files::OpenFiles;
 pub use shoal_proto::error::{Errno, ShoalError};
 pub use types::*;
+pub use uncommitted_writes::MAX_KEPT_BYTES;
 pub use write_path::{WritePaths, THRESHOLD_XATTR};
 
 use cache::TtlCache;

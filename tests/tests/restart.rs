@@ -101,12 +101,13 @@ async fn a_client_reconnects_after_a_server_restarts() {
 }
 
 /// The NFS write-verifier rule: a write is acknowledged before it is
-/// durable, so if its server restarts before the fsync, the data may be gone
-/// and the fsync must say so (EIO), never succeed.
+/// durable, so if its server restarts before the fsync, the data may be
+/// gone. The client keeps what it sent until the fsync finds it durable and
+/// sends it again to the new process: the fsync succeeds and every byte is
+/// there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fsync_after_the_server_lost_unsynced_writes_fails_instead_of_lying() {
-    // Written straight to the server (the gathering path would keep it
-    // until the fsync, and lose nothing).
+async fn fsync_after_the_server_restarted_sends_the_unsynced_writes_again() {
+    // Written straight to the server (the gathering path keeps its own copy).
     let mut cluster = Cluster::builder()
         .servers(2)
         .set("write_threshold=0")
@@ -118,21 +119,60 @@ async fn fsync_after_the_server_lost_unsynced_writes_fails_instead_of_lying() {
         .write(f, 0, Bytes::from(pattern(1, 5000)))
         .await
         .unwrap();
-    cluster.kill(server);
-    cluster.start_server(server);
-    let e = client.fsync(f).await.unwrap_err();
-    assert_eq!(e.errno, shoal_client::Errno::EIO, "{e}");
-    // The error is reported once; what is written and fsynced from now on
-    // is durable again.
+    client.truncate(f, 4000).await.unwrap();
     client
-        .write(f, 0, Bytes::from(pattern(2, 5000)))
+        .write(f, 3000, Bytes::from(pattern(2, 500)))
         .await
         .unwrap();
+    cluster.kill(server);
+    cluster.start_server(server);
     client.fsync(f).await.unwrap();
     cluster.kill(server);
     cluster.start_server(server);
-    let data = cluster.client().read(f, 0, 10_000).await.unwrap();
-    assert!(data[..] == pattern(2, 5000)[..]);
+    let mut want = pattern(1, 4000);
+    want[3000..3500].copy_from_slice(&pattern(2, 500));
+    let data = cluster.uncached_client().read(f, 0, 10_000).await.unwrap();
+    assert!(data[..] == want[..], "{} bytes back", data.len());
+}
+
+/// Past the client's bound on what it keeps (`MAX_KEPT_BYTES`), the oldest
+/// file's copy goes: a restart before that file's fsync makes the fsync
+/// fail with EIO (reported once), never succeed over lost data; a later
+/// file's copy is still sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsync_of_a_file_whose_copy_was_dropped_fails_instead_of_lying() {
+    let mut cluster = Cluster::builder()
+        .servers(2)
+        .set("write_threshold=0")
+        .start();
+    let client = cluster.client();
+    let half = shoal_client::MAX_KEPT_BYTES / 2 + (1 << 20);
+    let mut files = Vec::new();
+    for (i, name) in ["old", "new"].iter().enumerate() {
+        let f = client.create(ROOT, name, 0o644).await.unwrap().handle;
+        for at in (0..half).step_by(1 << 20) {
+            let piece = pattern(i as u8 + at as u8, 1 << 20);
+            client
+                .write(f, at as u64, Bytes::from(piece))
+                .await
+                .unwrap();
+        }
+        files.push(f);
+    }
+    // Every server holds strips of both files.
+    for id in cluster.server_ids() {
+        cluster.kill(id);
+        cluster.start_server(id);
+    }
+    let e = client.fsync(files[0]).await.unwrap_err();
+    assert_eq!(e.errno, shoal_client::Errno::EIO, "{e}");
+    client.fsync(files[0]).await.expect("reported once");
+    client.fsync(files[1]).await.expect("its copy went again");
+    let fresh = cluster.uncached_client();
+    for at in (0..half).step_by(1 << 20) {
+        let got = fresh.read(files[1], at as u64, 1 << 20).await.unwrap();
+        assert!(got[..] == pattern(1 + at as u8, 1 << 20)[..], "at {at}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
