@@ -26,7 +26,7 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ops, ObjectKind};
 
-use crate::uncommitted_writes::{Change, Verdict};
+use crate::uncommitted_writes::{Change, Changes, Verdict};
 use crate::write_path::Settle;
 use crate::Client;
 
@@ -42,6 +42,8 @@ struct Chunk {
 /// gives up (each time a server restarted again, or the file changed while
 /// they were sent).
 const SEND_AGAIN_ROUNDS: usize = 4;
+/// Files whose changes go again at once after a server restarted.
+const SEND_AGAIN_FILES: usize = 16;
 
 impl Client {
     fn chunks(&self, dist: &Distribution, offset: u64, len: usize) -> Vec<Chunk> {
@@ -385,6 +387,7 @@ impl Client {
     pub async fn fsync(&self, h: Handle) -> Result<()> {
         self.flush(h).await?;
         let mut copy = None;
+        let mut failed = None;
         for _ in 0..SEND_AGAIN_ROUNDS {
             let replies = match self.distribution(h).await {
                 Ok(_) => {
@@ -403,9 +406,14 @@ impl Client {
                          sending {} changes again",
                         changes.len()
                     );
-                    self.with_capability(h, WRITE, |cap| self.send_again(h, &changes, cap))
-                        .await?;
-                    copy = Some(c);
+                    let sent = self
+                        .with_capability(h, WRITE, |cap| self.send_again(h, &changes, cap))
+                        .await;
+                    match sent {
+                        Ok(()) => copy = Some(c),
+                        // The next round finds what is still unsent.
+                        Err(e) => failed = Some(e),
+                    }
                 }
             }
         }
@@ -413,10 +421,54 @@ impl Client {
         Err(ShoalError::new(
             Errno::EIO,
             format!(
-                "file {h:#x}: its servers kept restarting (or it kept changing) while \
-                 its unsynced data was sent again {SEND_AGAIN_ROUNDS} times"
+                "file {h:#x}: its unsynced data could not be made durable again in \
+                 {SEND_AGAIN_ROUNDS} rounds (servers restarting, or the file changing){}",
+                failed
+                    .map(|e| format!(": {}", e.message))
+                    .unwrap_or_default()
             ),
         ))
+    }
+
+    /// If `server`'s `verifier` says it restarted since it last answered,
+    /// sends it every file's kept changes it may have lost (a program that
+    /// never fsyncs loses nothing to the restart either), several files at
+    /// once; a file that changed meanwhile goes again. A failure is left
+    /// for the file's fsync to find.
+    async fn send_again_if_restarted(&self, server: u32, verifier: u64) {
+        let lost = self.inner.uncommitted_writes.restarted(server, verifier);
+        if lost.is_empty() {
+            return;
+        }
+        tracing::info!(
+            "server {server} restarted: sending {} files' unsynced changes again",
+            lost.len()
+        );
+        let uw = &self.inner.uncommitted_writes;
+        let resend = |(h, mut changes, mut version): (Handle, Changes, u64)| async move {
+            for _ in 0..SEND_AGAIN_ROUNDS {
+                let sent = self
+                    .with_capability(h, WRITE, |cap| self.send_again(h, &changes, cap))
+                    .await;
+                if let Err(e) = sent {
+                    tracing::warn!("sending file {h:#x}'s changes again failed: {e}");
+                    return;
+                }
+                match uw.changed_since(h, server, version) {
+                    None => return,
+                    // Kept more while its copy went: all of it again, newest last.
+                    Some((newer, v)) => (changes, version) = (newer, v),
+                }
+            }
+            // Still changing: its fsync will send it all again.
+            uw.sent_again(h, server, 0);
+        };
+        futures::StreamExt::for_each_concurrent(
+            futures::stream::iter(lost),
+            SEND_AGAIN_FILES,
+            resend,
+        )
+        .await;
     }
 
     /// Sends `changes` of file `h` again, in order, to the datafiles they
@@ -428,6 +480,9 @@ impl Client {
         cap: Option<Capability>,
     ) -> Result<()> {
         let cap = &cap;
+        // Per server, the verifier every change went under: only once all
+        // went under one does the file count them as acknowledged again.
+        let mut under: Vec<(u32, u64)> = Vec::new();
         for (d, change) in changes {
             let verifier = match change {
                 Change::Write { offset, data } => {
@@ -441,9 +496,22 @@ impl Client {
                 }
                 Change::Truncate { size } => self.send_truncate(*d, *size, cap).await?,
             };
+            let server = server_of(*d);
+            match under.iter().find(|(s, _)| *s == server) {
+                Some((_, v)) if *v != verifier => {
+                    return Err(ShoalError::new(
+                        Errno::EIO,
+                        format!("server {server} restarted again while file {h:#x}'s changes went"),
+                    ));
+                }
+                Some(_) => {}
+                None => under.push((server, verifier)),
+            }
+        }
+        for (server, verifier) in under {
             self.inner
                 .uncommitted_writes
-                .sent_again(h, server_of(*d), verifier);
+                .sent_again(h, server, verifier);
         }
         Ok(())
     }
@@ -486,6 +554,7 @@ impl Client {
         verifier: u64,
         cap: &Option<Capability>,
     ) -> Result<()> {
+        self.send_again_if_restarted(server_of(d), verifier).await;
         if self
             .inner
             .uncommitted_writes

@@ -64,6 +64,9 @@ impl Change {
     }
 }
 
+/// Changes to send again, in order, each with its datafile.
+pub type Changes = Vec<(Handle, Change)>;
+
 /// What an fsync's replies say of a file's unsynced changes.
 #[derive(Debug)]
 pub enum Verdict {
@@ -73,10 +76,7 @@ pub enum Verdict {
     /// holds: send these again, in order (each to its datafile), record
     /// each reply with [`UncommittedWrites::sent_again`], and fsync again,
     /// passing `copy` to [`UncommittedWrites::check`].
-    SendAgain {
-        changes: Vec<(Handle, Change)>,
-        copy: u64,
-    },
+    SendAgain { changes: Changes, copy: u64 },
     /// A server restarted and the copy is gone: the data may be lost (EIO).
     Lost(ShoalError),
 }
@@ -94,6 +94,9 @@ struct State {
     kept_bytes: usize,
     /// Numbers changes, copies and their versions.
     next: u64,
+    /// The verifier each server last answered with: one that changes says
+    /// the server restarted.
+    verifiers: HashMap<u32, u64>,
 }
 
 #[derive(Default)]
@@ -209,6 +212,52 @@ impl UncommittedWrites {
             f.servers.push((server, verifier));
         }
         true
+    }
+
+    /// Records that `server` answered with `verifier`; if that says it
+    /// restarted since it last answered, returns what it may have lost:
+    /// every file's kept changes there acknowledged under an older
+    /// verifier, to send again as after [`Verdict::SendAgain`] (with the
+    /// copy's version, for [`UncommittedWrites::changed_since`]). Only the
+    /// first caller to see the new verifier gets them.
+    pub fn restarted(&self, server: u32, verifier: u64) -> Vec<(Handle, Changes, u64)> {
+        let mut st = lock(&self.state);
+        match st.verifiers.insert(server, verifier) {
+            Some(before) if before != verifier => {}
+            _ => return Vec::new(),
+        }
+        st.files
+            .iter()
+            .filter(|(_, f)| {
+                f.servers
+                    .iter()
+                    .any(|(s, v)| *s == server && *v != verifier)
+            })
+            .filter_map(|(h, f)| {
+                let kept = f.copy.as_ref()?;
+                let changes: Changes = kept
+                    .iter()
+                    .filter(|(_, d, _)| server_of(*d) == server)
+                    .map(|(_, d, c)| (*d, c.clone()))
+                    .collect();
+                Some((*h, changes, f.version))
+            })
+            .collect()
+    }
+
+    /// If `h`'s copy moved past `version` (more was kept since), its
+    /// changes to `server` now and the new version.
+    pub fn changed_since(&self, h: Handle, server: u32, version: u64) -> Option<(Changes, u64)> {
+        let st = lock(&self.state);
+        let f = st.files.get(&h).filter(|f| f.version != version)?;
+        let changes = f
+            .copy
+            .as_ref()?
+            .iter()
+            .filter(|(_, d, _)| server_of(*d) == server)
+            .map(|(_, d, c)| (*d, c.clone()))
+            .collect();
+        Some((changes, f.version))
     }
 
     /// Records that `server`, with `verifier`, acknowledged a change of `h`
@@ -401,6 +450,30 @@ mod tests {
         assert_eq!(u.kept_bytes(), 0);
         assert_eq!(u.keep(1, on(0), write(2, 10)), 0, "not kept until durable");
         assert!(matches!(u.check(1, &[(0, 101)], None), Verdict::Lost(_)));
+    }
+
+    #[test]
+    fn a_new_verifier_hands_out_what_the_server_may_have_lost_once() {
+        let u = UncommittedWrites::default();
+        assert!(u.restarted(0, 100).is_empty(), "first seen");
+        u.keep(1, on(0), write(1, 10));
+        u.changed(1, 0, 100);
+        u.keep(1, on(1), write(2, 10));
+        u.changed(1, 1, 200);
+        u.keep(2, on(1), write(3, 10));
+        u.changed(2, 1, 200);
+        assert!(u.restarted(0, 100).is_empty(), "same process");
+        let lost = u.restarted(0, 101);
+        assert_eq!(lost.len(), 1);
+        let (h, changes, version) = &lost[0];
+        assert_eq!((*h, changes.as_slice()), (1, &[(on(0), write(1, 10))][..]));
+        assert!(u.restarted(0, 101).is_empty(), "handed out once");
+        assert_eq!(u.changed_since(1, 0, *version), None);
+        u.sent_again(1, 0, 101);
+        assert!(durable(u.check(1, &[(0, 101), (1, 200)], None)));
+        u.keep(2, on(1), write(4, 10));
+        let (newer, _) = u.changed_since(2, 1, 0).expect("kept more");
+        assert_eq!(newer, [(on(1), write(3, 10)), (on(1), write(4, 10))]);
     }
 
     #[test]

@@ -135,6 +135,40 @@ async fn fsync_after_the_server_restarted_sends_the_unsynced_writes_again() {
     assert!(data[..] == want[..], "{} bytes back", data.len());
 }
 
+/// A program that never fsyncs loses nothing to a restart either: the next
+/// time the client hears from the restarted server (here, writing another
+/// file there), it sends that server everything it kept for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsynced_writes_go_again_when_the_client_next_hears_from_the_server() {
+    let mut cluster = Cluster::builder()
+        .servers(2)
+        .set("write_threshold=0")
+        .start();
+    let client = cluster.client();
+    // Both small files' bytes live with their metafiles, beside ROOT.
+    let a = client.create(ROOT, "a", 0o644).await.unwrap().handle;
+    let b = client.create(ROOT, "b", 0o644).await.unwrap().handle;
+    let server = shoal_proto::handle::server_of(ROOT);
+    client
+        .write(a, 0, Bytes::from(pattern(3, 5000)))
+        .await
+        .unwrap();
+    cluster.kill(server);
+    cluster.start_server(server);
+    client
+        .write(b, 0, Bytes::from(pattern(4, 100)))
+        .await
+        .unwrap();
+    let writes = cluster.requests(&client).await[&(server, "write".to_string())];
+    assert_eq!(writes, 2, "b's write, and a's sent again");
+    let fresh = cluster.uncached_client();
+    assert!(fresh.read(a, 0, 10_000).await.unwrap()[..] == pattern(3, 5000)[..]);
+    client
+        .fsync(a)
+        .await
+        .expect("a is durable under the new verifier");
+}
+
 /// Past the client's bound on what it keeps (`MAX_KEPT_BYTES`), the oldest
 /// file's copy goes: a restart before that file's fsync makes the fsync
 /// fail with EIO (reported once), never succeed over lost data; a later
