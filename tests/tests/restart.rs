@@ -12,6 +12,15 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A 2-server cluster whose clients send every write straight to the
+/// servers (the gathering path keeps its own copy, by its own rules).
+fn writing_direct() -> Cluster {
+    Cluster::builder()
+        .servers(2)
+        .set("write_threshold=0")
+        .start()
+}
+
 /// Creates a tree with small (inline) and striped (file-backed) data, fsync'ed.
 async fn populate(client: &Client) {
     let d = client.mkdir(ROOT, "dir", 0o750).await.unwrap().handle;
@@ -107,11 +116,7 @@ async fn a_client_reconnects_after_a_server_restarts() {
 /// there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fsync_after_the_server_restarted_sends_the_unsynced_writes_again() {
-    // Written straight to the server (the gathering path keeps its own copy).
-    let mut cluster = Cluster::builder()
-        .servers(2)
-        .set("write_threshold=0")
-        .start();
+    let mut cluster = writing_direct();
     let client = cluster.client();
     let f = client.create(ROOT, "f", 0o644).await.unwrap().handle;
     let server = shoal_proto::handle::server_of(f);
@@ -140,10 +145,7 @@ async fn fsync_after_the_server_restarted_sends_the_unsynced_writes_again() {
 /// file there), it sends that server everything it kept for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsynced_writes_go_again_when_the_client_next_hears_from_the_server() {
-    let mut cluster = Cluster::builder()
-        .servers(2)
-        .set("write_threshold=0")
-        .start();
+    let mut cluster = writing_direct();
     let client = cluster.client();
     // Both small files' bytes live with their metafiles, beside ROOT.
     let a = client.create(ROOT, "a", 0o644).await.unwrap().handle;
@@ -175,10 +177,7 @@ async fn unsynced_writes_go_again_when_the_client_next_hears_from_the_server() {
 /// file's copy is still sent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fsync_of_a_file_whose_copy_was_dropped_fails_instead_of_lying() {
-    let mut cluster = Cluster::builder()
-        .servers(2)
-        .set("write_threshold=0")
-        .start();
+    let mut cluster = writing_direct();
     let client = cluster.client();
     let half = shoal_client::MAX_KEPT_BYTES / 2 + (1 << 20);
     let mut files = Vec::new();
