@@ -24,7 +24,7 @@ use bytes::{Bytes, BytesMut};
 use prost::Message;
 use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings, SyncMode};
 use shoal_proto::error::Errno;
-use shoal_proto::frame::{read_frame, Frame, Kind, HEADER_LEN, MAX_BODY, MAX_PAYLOAD};
+use shoal_proto::frame::{read_frame, ClientRef, Frame, Kind, HEADER_LEN, MAX_BODY, MAX_PAYLOAD};
 use shoal_proto::handle::{self, Handle, ROOT};
 use shoal_proto::msg::*;
 use shoal_proto::{Cred, Op};
@@ -213,6 +213,7 @@ impl Gen<'_, '_> {
             num_dfiles: self.u.arbitrary()?,
             dist: self.name()?,
             no_metafile: self.u.arbitrary()?,
+            write_threshold: self.u.arbitrary()?,
         }))
     }
 
@@ -494,6 +495,15 @@ impl Gen<'_, '_> {
         let mut f = Frame::request(op, id, cred, Bytes::from(body), payload);
         if self.u.ratio(1, 8)? {
             f.header.status = self.u.arbitrary()?;
+        }
+        // A few clients, sending requests again or not, with any `acked`:
+        // the reply cache must answer or refuse, never trip.
+        if self.u.ratio(1, 2)? {
+            f.header.client = ClientRef {
+                client: self.u.int_in_range(0..=3)?,
+                acked: self.u.arbitrary()?,
+                resent: self.u.arbitrary()?,
+            };
         }
         Ok(f)
     }
