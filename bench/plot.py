@@ -4,6 +4,7 @@
     bench/plot.py ablation bench/results/ablation.csv bench/results/ablation.png
     bench/plot.py no_metafile bench/results/no_metafile.csv bench/results/no_metafile.png
     bench/plot.py interfaces bench/results/interfaces-smallfile.csv bench/results/interfaces-smallfile.png
+    bench/plot.py peers bench/results/peers.csv bench/results/peers.png
     bench/plot.py pfa bench/results/pfa.csv bench/results/pfa.png
     bench/plot.py writesize bench/results/writesize.csv bench/results/writesize.png
 
@@ -58,7 +59,8 @@ def ablation(csv_path, png_path):
     fig.savefig(png_path, dpi=110)
 
 
-def interfaces(csv_path, png_path):
+def interfaces(csv_path, png_path,
+               title="preload library, FUSE mount, native client, FUSE passthrough"):
     rows = list(csv.DictReader(open(csv_path)))
     targets = list(dict.fromkeys(r["target"] for r in rows))
     units = list(dict.fromkeys(r["unit"] for r in rows))
@@ -78,7 +80,7 @@ def interfaces(csv_path, png_path):
         ax.set_ylabel(unit + (" (lower is better)" if unit == "s" else " (higher is better)"))
         ax.grid(axis="y", alpha=0.3)
         ax.legend(ncol=len(targets), fontsize=8)
-    axes[0, 0].set_title(f"{workload}: preload library, FUSE mount, native client, FUSE passthrough")
+    axes[0, 0].set_title(f"{workload}: {title}")
     fig.tight_layout()
     fig.savefig(png_path, dpi=110)
 
@@ -193,10 +195,17 @@ def writesize(csv_path, png_path):
     fig.savefig(png_path, dpi=100)
 
 
+def peers(csv_path, png_path):
+    """`bench/run-peers`: the interfaces chart's form, one bar per file system."""
+    interfaces(csv_path, png_path,
+               "Shoal, MooseFS and a FUSE passthrough over tmpfs (bindfs), through FUSE")
+
+
 CHARTS = {
     "ablation": ablation,
     "no_metafile": no_metafile,
     "interfaces": interfaces,
+    "peers": peers,
     "pfa": pfa,
     "writesize": writesize,
 }
