@@ -18,7 +18,7 @@ use prost::Message;
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::ClientRef;
-use shoal_proto::Operation;
+use shoal_proto::{Op, Operation};
 use tokio::sync::Mutex;
 
 use crate::conn::Connection;
@@ -80,14 +80,22 @@ impl Pool {
         }
     }
 
-    /// What request `id` to `server` says of this client: its id, the
-    /// lowest id of a cached request still awaiting its reply (every lower
-    /// one has it), and whether this is a copy sent again.
-    fn client_ref(&self, server: u32, id: u64, resent: bool) -> ClientRef {
-        let awaited = lock(&self.awaited[server as usize]);
+    /// What request `id` of `op` to `server` says of this client: its id,
+    /// and whether this is a copy sent again; a request whose reply is
+    /// cached also says the lowest id of one still awaiting its reply (every
+    /// lower one has it). The server reads `acked` only when it stores a
+    /// reply, so the other requests, reads and writes among them, say
+    /// nothing (0) and never take the lock.
+    fn client_ref(&self, server: u32, op: Op, id: u64, resent: bool) -> ClientRef {
+        let acked = if op.reply_cached() {
+            let awaited = lock(&self.awaited[server as usize]);
+            awaited.first().copied().unwrap_or(id).min(id)
+        } else {
+            0
+        };
         ClientRef {
             client: self.client,
-            acked: awaited.first().copied().unwrap_or(id).min(id),
+            acked,
             resent,
         }
     }
@@ -162,7 +170,7 @@ impl Pool {
             lock(set).insert(id);
             Awaited { set, id }
         });
-        let client = self.client_ref(server, id, false);
+        let client = self.client_ref(server, op, id, false);
         let reply = match conn
             .call(op, id, client, cred, body.clone(), payload.clone())
             .await
@@ -178,7 +186,7 @@ impl Pool {
                 let conn = self.connection(server).await.map_err(|e| {
                     ShoalError::new(lost.errno, format!("{}; {}", lost.message, e.message))
                 })?;
-                let client = self.client_ref(server, id, true);
+                let client = self.client_ref(server, op, id, true);
                 conn.call(op, id, client, cred, body, payload).await
             }
             other => other,
