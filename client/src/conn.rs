@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,6 +32,9 @@ pub struct Connection {
     pending: Pending,
     permits: Semaphore,
     alive: Arc<AtomicBool>,
+    /// Which start of the server this connection reaches (its verifier,
+    /// learned by the pool's `recover` with `sync = "replay"`; else 0).
+    boot: AtomicU64,
 }
 
 impl Connection {
@@ -63,7 +66,16 @@ impl Connection {
             pending,
             permits: Semaphore::new(max_inflight),
             alive,
+            boot: AtomicU64::new(0),
         })
+    }
+
+    pub fn boot(&self) -> u64 {
+        self.boot.load(Ordering::Relaxed)
+    }
+
+    pub fn set_boot(&self, verifier: u64) {
+        self.boot.store(verifier, Ordering::Relaxed);
     }
 
     pub fn is_alive(&self) -> bool {

@@ -384,8 +384,12 @@ impl Client {
     /// not durable yet, the client sends its copy of the changes again and
     /// fsyncs once more; EIO if it no longer has that copy (see
     /// `uncommitted_writes`).
+    /// With `sync = "replay"`, it first makes durable every change of
+    /// this client that its servers answered and have not flushed yet (the
+    /// file's creation, its name, its attributes among them).
     pub async fn fsync(&self, h: Handle) -> Result<()> {
         self.flush(h).await?;
+        self.pool().commit_kept(self.cred).await?;
         let mut copy = None;
         let mut failed = None;
         for _ in 0..SEND_AGAIN_ROUNDS {

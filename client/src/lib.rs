@@ -22,6 +22,7 @@ pub mod fsck;
 mod gathering_server;
 mod hints;
 mod io;
+mod kept_changes;
 mod known_dirs;
 pub mod mounts;
 mod name_cache;

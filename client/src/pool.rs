@@ -7,6 +7,13 @@
 //! cache (`Op::reply_cached`), so a restart of a server is not seen by
 //! applications. Each request says which of this client's cached replies
 //! the server may forget (`ClientRef::acked`).
+//!
+//! With `sync = "replay"`, a server answers a change before it is durable;
+//! the pool keeps each such request (`kept_changes`) until a later reply
+//! says the server's durable sequence passed it, and the first request on
+//! every new connection is a `recover` that hands them back, so that a
+//! server that restarted and lost them replays them before it serves
+//! anything else.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,13 +22,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use prost::Message;
-use shoal_proto::cluster::ClusterConfig;
+use shoal_proto::cluster::{ClusterConfig, SyncMode};
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::ClientRef;
-use shoal_proto::{Op, Operation};
+use shoal_proto::msg::{CommitRequest, RecoverRequest};
+use shoal_proto::{ops, Op, Operation};
 use tokio::sync::Mutex;
 
 use crate::conn::Connection;
+use crate::kept_changes::KeptChanges;
 use crate::types::Cred;
 
 /// The first pause before connecting again to a server that was
@@ -48,6 +57,9 @@ pub struct Pool {
     /// Per server, the ids of the requests whose replies the server caches
     /// and this client has not received yet.
     awaited: Vec<std::sync::Mutex<BTreeSet<u64>>>,
+    /// Per server, the changes it answered and has not made durable
+    /// (`sync = "replay"`; empty otherwise).
+    kept: Vec<KeptChanges>,
 }
 
 /// A cached request's place among those awaited from its server; it leaves
@@ -71,12 +83,14 @@ impl Pool {
     pub fn new(config: ClusterConfig) -> Pool {
         let slots = config.servers.iter().map(|_| Mutex::new(None)).collect();
         let awaited = config.servers.iter().map(|_| Default::default()).collect();
+        let kept = config.servers.iter().map(|_| Default::default()).collect();
         Pool {
             config,
             slots,
             client: rand::random::<u64>().max(1),
             next_id: AtomicU64::new(1),
             awaited,
+            kept,
         }
     }
 
@@ -135,8 +149,65 @@ impl Pool {
                 Err(e) => return Err(e),
             }
         };
+        if self.config.settings.sync == SyncMode::Replay {
+            self.recover(server, &c).await?;
+        }
         *slot = Some(c.clone());
         Ok(c)
+    }
+
+    /// The first request on a new connection to `server` with `sync =
+    /// "replay"`: hands back the changes kept for it, which the server
+    /// replays if it restarted and lost them, and learns which start of the
+    /// server this connection reaches.
+    async fn recover(&self, server: u32, c: &Connection) -> Result<()> {
+        let kept = &self.kept[server as usize];
+        let (boot, items) = kept.to_recover();
+        let count = items.len();
+        let request = RecoverRequest { boot, items };
+        let reply = match self.call_on::<ops::Recover>(c, server, &request).await {
+            Ok(r) => r,
+            Err(e) if e.errno == Errno::ESTALE => {
+                // The server recovered without us: what we kept is lost.
+                // Learn its start (nothing to hand back) and go on.
+                tracing::error!("server {server}: {}", e.message);
+                kept.lost(count);
+                let empty = RecoverRequest { boot: 0, items: Vec::new() };
+                self.call_on::<ops::Recover>(c, server, &empty).await?
+            }
+            Err(e) => return Err(e),
+        };
+        kept.recovered(reply.verifier, reply.replayed, &reply.errnos);
+        c.set_boot(reply.verifier);
+        Ok(())
+    }
+
+    /// Sends `request` as operation `O` on connection `c` (no resending:
+    /// the caller is setting the connection up) and decodes its reply.
+    async fn call_on<O: Operation>(
+        &self,
+        c: &Connection,
+        server: u32,
+        request: &O::Request,
+    ) -> Result<O::Reply> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let client = self.client_ref(server, O::OP, id, false);
+        let body = Bytes::from(request.encode_to_vec());
+        let reply = c
+            .call(O::OP, id, client, Cred::new(0, 0), body, Bytes::new())
+            .await?;
+        O::Reply::decode(reply.body).map_err(|e| {
+            ShoalError::protocol(format!("{} reply from server {server}: {e}", O::OP.name()))
+        })
+    }
+
+    /// Makes every change this client kept durable on the servers that hold
+    /// them (the metadata half of an fsync with `sync = "replay"`).
+    pub async fn commit_kept(&self, cred: Cred) -> Result<()> {
+        let servers = (0..self.kept.len() as u32).filter(|s| self.kept[*s as usize].holds_any());
+        let calls = servers.map(|s| self.call::<ops::Commit>(s, cred, &CommitRequest {}));
+        futures::future::try_join_all(calls).await?;
+        Ok(())
     }
 
     /// Sends operation `O` with `request` to `server` and decodes its reply.
@@ -171,7 +242,8 @@ impl Pool {
             Awaited { set, id }
         });
         let client = self.client_ref(server, op, id, false);
-        let reply = match conn
+        let sent = (body.clone(), payload.clone());
+        let (reply, boot) = match conn
             .call(op, id, client, cred, body.clone(), payload.clone())
             .await
         {
@@ -187,10 +259,12 @@ impl Pool {
                     ShoalError::new(lost.errno, format!("{}; {}", lost.message, e.message))
                 })?;
                 let client = self.client_ref(server, op, id, true);
-                conn.call(op, id, client, cred, body, payload).await
+                let reply = conn.call(op, id, client, cred, body, payload).await?;
+                (reply, conn.boot())
             }
-            other => other,
-        }?;
+            other => (other?, conn.boot()),
+        };
+        let reply = self.kept[server as usize].note(op, id, cred, sent, boot, reply)?;
         let decoded = O::Reply::decode(reply.body).map_err(|e| {
             ShoalError::protocol(format!("{} reply from server {server}: {e}", op.name()))
         })?;

@@ -56,6 +56,14 @@ pub enum SyncMode {
     Full,
     /// Scratch mode: never wait for the disk; a crash may lose recent changes.
     None,
+    /// Replayed commits (Lustre's): a change from a client is answered once
+    /// it is applied, with its place in the server's commit sequence; the
+    /// server makes its changes durable in groups every `replay_flush_ms`
+    /// (and at once for an fsync), and the client keeps each request until a
+    /// reply says the server's durable sequence passed it. A server that
+    /// crashed gets the lost requests again from their clients, in their
+    /// original order, before it serves anything new (server/src/recovery.rs).
+    Replay,
 }
 
 /// The write threshold [Hildebrand 2006]: a number of bytes, or `"auto"`.
@@ -104,7 +112,7 @@ impl WriteThreshold {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
-    /// Durability of metadata: "full" (default) or "none" (scratch).
+    /// Durability of metadata: "full" (default), "replay" or "none" (scratch).
     pub sync: SyncMode,
     /// Strip size of new files, in bytes. Default 1 MiB.
     pub strip_size: u64,
@@ -145,6 +153,16 @@ pub struct Settings {
     /// mount does. A mount may choose its own (`-o restart_wait_ms=N`).
     /// Default 60000.
     pub restart_wait_ms: u32,
+    /// With `sync = "replay"`: the longest a change waits in a server's
+    /// memory before the group flush that makes it durable, in
+    /// milliseconds. Default 5.
+    pub replay_flush_ms: u32,
+    /// With `sync = "replay"`: how long a restarted server waits for the
+    /// clients that may hold changes it lost to replay them before it
+    /// serves anything new, in milliseconds (Lustre's recovery window). A
+    /// client that has not come back by then cannot replay, and its
+    /// unflushed changes are lost. Default 20000.
+    pub recovery_window_ms: u32,
     /// Lifetime of a capability, in seconds: the data right a file's server
     /// grants a user with its attributes, which the servers holding the
     /// data check (`capability.rs`). A chmod or chown reaches a user who
@@ -231,6 +249,8 @@ impl Default for Settings {
             root_squash: false,
             capability_ttl_s: 60,
             restart_wait_ms: 60_000,
+            replay_flush_ms: 5,
+            recovery_window_ms: 20_000,
             write_threshold: WriteThreshold::Bytes(32 << 10),
             gather_buffer: 1 << 20,
             gather_delay_ms: 20,
@@ -330,6 +350,10 @@ impl Settings {
             "readdir_batch must be 1..=4096",
         )?;
         check(self.max_inflight >= 1, "max_inflight must be at least 1")?;
+        check(
+            (1..=1000).contains(&self.replay_flush_ms),
+            "replay_flush_ms must be 1..=1000",
+        )?;
         check(
             self.server_inflight >= 1,
             "server_inflight must be at least 1",

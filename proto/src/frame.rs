@@ -15,6 +15,11 @@
 //!      (a reply echoes it)
 //! u64  acked: every request of this client to this server with a lower id
 //!      has its reply (the server may forget those; 0 in a reply)
+//! u64  seq: in a reply, the place in the server's commit sequence of the change
+//!      the request made, when it is not durable yet (sync = "replay"; 0 otherwise);
+//!      0 in a request
+//! u64  flushed: in a reply, the server's durable commit sequence (every change up
+//!      to it is on its disk); 0 in a request
 //! u32  uid of the caller
 //! u32  gid of the caller
 //! i32  status: 0, or the errno of a failed reply
@@ -35,10 +40,10 @@ use crate::error::{Errno, ShoalError};
 use crate::op::Op;
 
 pub const MAGIC: u16 = 0x5348;
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Bytes of the fixed header, after the length field (the supplementary
 /// groups follow it).
-pub const HEADER_LEN: usize = 52;
+pub const HEADER_LEN: usize = 68;
 /// Largest protobuf body accepted.
 pub const MAX_BODY: usize = 4 << 20;
 /// Largest raw payload accepted.
@@ -76,6 +81,26 @@ pub struct Header {
     /// Who the request acts for (a reply echoes the uid and gid only).
     pub cred: Cred,
     pub status: i32,
+    /// Where a reply's change stands in the server's commit sequence (always
+    /// the default in a request).
+    pub commit: Commit,
+}
+
+/// A reply's news of the server's commit sequence (`sync = "replay"`): the
+/// request's change is `seq` (0: durable already, or no change), and every
+/// change up to `flushed` is durable. A client keeps a request whose reply
+/// has `seq > flushed` until a later reply's `flushed` reaches `seq`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Commit {
+    pub seq: u64,
+    pub flushed: u64,
+}
+
+impl Commit {
+    /// Whether the change is not durable yet, so its request must be kept.
+    pub fn pending(&self) -> bool {
+        self.seq > self.flushed
+    }
 }
 
 /// A decoded frame. `body` and `payload` share the receive buffer (no copies).
@@ -116,6 +141,7 @@ impl Frame {
                 client: ClientRef::default(),
                 cred,
                 status: 0,
+                commit: Commit::default(),
             },
             body,
             payload,
@@ -147,6 +173,13 @@ impl Frame {
         }
     }
 
+    /// The reply with news of the server's commit sequence.
+    pub fn with_commit(mut self, commit: Commit) -> Frame {
+        debug_assert_eq!(self.header.kind, Kind::Reply, "commit news in a request");
+        self.header.commit = commit;
+        self
+    }
+
     /// Size of the frame on the wire, length field included.
     pub fn wire_len(&self) -> usize {
         4 + self.head_len() + self.body.len() + self.payload.len()
@@ -172,6 +205,8 @@ impl Frame {
         b.put_u64(h.id);
         b.put_u64(h.client.client);
         b.put_u64(h.client.acked);
+        b.put_u64(h.commit.seq);
+        b.put_u64(h.commit.flushed);
         b.put_u32(h.cred.uid);
         b.put_u32(h.cred.gid);
         b.put_i32(h.status);
@@ -269,6 +304,13 @@ fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, Lengths), FrameErro
             client.acked
         ));
     }
+    let commit = Commit {
+        seq: h.get_u64(),
+        flushed: h.get_u64(),
+    };
+    if kind == Kind::Request && commit != Commit::default() {
+        return bad(format!("a request with commit news {commit:?}"));
+    }
     let uid = h.get_u32();
     let gid = h.get_u32();
     let status = h.get_i32();
@@ -294,6 +336,7 @@ fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, Lengths), FrameErro
             client,
             cred: Cred::new(uid, gid),
             status,
+            commit,
         },
         Lengths {
             groups,
@@ -408,7 +451,7 @@ mod tests {
             "two groups of 4 bytes"
         );
         assert_eq!(&wire[10..12], &[0x80, 2], "flags count them, beside RESENT");
-        assert_eq!(&wire[56..64], &[0, 0, 0, 5, 0, 1, 0x11, 0x70]);
+        assert_eq!(&wire[72..80], &[0, 0, 0, 5, 0, 1, 0x11, 0x70]);
         // A reply carries none.
         let reply = Frame::reply_to(&sample().header, 0, Bytes::new(), Bytes::new());
         assert!(reply.header.cred.groups().is_empty());
@@ -464,8 +507,14 @@ mod tests {
         write_frame(&mut wire, &sample()).await.unwrap();
         // Each corruption of the header, sent without the rest of the frame
         // on a stream that stays open: refused at once, not waited on.
-        let corruptions: [(usize, u8); 5] =
-            [(4, 0xff), (6, 0x07), (7, 0x09), (9, 0xee), (52, 0x40)];
+        let corruptions: [(usize, u8); 6] = [
+            (4, 0xff),
+            (6, 0x07),
+            (7, 0x09),
+            (9, 0xee),
+            (36, 0x01),
+            (68, 0x40),
+        ];
         for (at, x) in corruptions {
             let mut w = wire.clone();
             w[at] ^= x;

@@ -124,6 +124,12 @@ ops! {
     /// (in the datafile) and lengths in the body, their bytes in the
     /// payload.
     35 => WriteExtents("write_extents", GatherWriteRequest => WriteReply, false),
+    /// A client's first request on a new connection with `sync = "replay"`:
+    /// the changes it keeps, replayed if the server restarted and lost them.
+    36 => Recover("recover", RecoverRequest => RecoverReply, false),
+    /// Makes everything the server applied durable (with `sync = "replay"`,
+    /// the metadata half of a client's fsync).
+    37 => Commit("commit", CommitRequest => Empty, false),
 }
 
 impl Op {
@@ -142,7 +148,8 @@ impl Op {
         match self {
             Ping | Lookup | GetAttr | SetAttr | Readdir | Read | Write | Truncate | Fsync
             | GetSizes | GetXattr | ListXattr | Statfs | Stats | Unstuff | ListAttr
-            | Rendezvous | Scan | GatherWrite | GatherCommit | WriteExtents => false,
+            | Rendezvous | Scan | GatherWrite | GatherCommit | WriteExtents | Recover
+            | Commit => false,
             CreateObject | CreateDatafiles | SetDist | CrDirEnt | RmDirEnt | RenameEntry
             | Remove | RmdirPrepare | RmdirAbort | SetParent | SetXattr | RemoveXattr
             | CreateFile | Link => true,
@@ -212,6 +219,8 @@ mod tests {
             (33, "gather_write", false),
             (34, "gather_commit", false),
             (35, "write_extents", false),
+            (36, "recover", false),
+            (37, "commit", false),
         ];
         assert_eq!(table, expected);
     }

@@ -69,7 +69,6 @@ use shoal_proto::cluster::{Settings, SyncMode};
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::Op;
 
-use crate::kv::KvEngine;
 use crate::meta_store::MetaStore;
 use crate::stats::Stats;
 
@@ -280,7 +279,7 @@ impl CommitQueue {
     }
 
     fn coalesces(&self) -> bool {
-        self.coalescing && self.mode == SyncMode::Full
+        self.coalescing && self.mode != SyncMode::None
     }
 
     /// Enters a request that arrived with `op` into the scheduling queue, if
@@ -321,7 +320,7 @@ impl CommitQueue {
     /// caller performed (1 or 0: with coalescing, another request may have
     /// performed the sync that covered it).
     pub fn make_durable(&self, meta: &MetaStore, stats: &Stats) -> Result<u64> {
-        self.durable(meta.kv(), stats)
+        self.durable(&|| meta.sync(), stats)
     }
 
     /// Syncs whatever the mode (fsync asks for it explicitly). With
@@ -329,13 +328,13 @@ impl CommitQueue {
     /// right after a running sync): the deferred requests complete with it.
     pub fn sync_now(&self, meta: &MetaStore, stats: &Stats) -> Result<u64> {
         if self.coalesces() {
-            self.join_and_wait(meta.kv(), stats, None, true)
+            self.join_and_wait(&|| meta.sync(), stats, None, true)
         } else {
-            sync_counted(meta.kv(), stats).map(|()| 1)
+            sync_counted(&|| meta.sync(), stats).map(|()| 1)
         }
     }
 
-    fn durable(&self, kv: &dyn KvEngine, stats: &Stats) -> Result<u64> {
+    fn durable(&self, sync: &dyn Fn() -> Result<()>, stats: &Stats) -> Result<u64> {
         match self.mode {
             SyncMode::None => {
                 // Scratch mode never waits; a ticket (none is taken in this
@@ -343,10 +342,12 @@ impl CommitQueue {
                 drop(take_ticket(&self.inner));
                 Ok(0)
             }
-            SyncMode::Full if !self.coalescing => sync_counted(kv, stats).map(|()| 1),
-            SyncMode::Full => {
+            SyncMode::Full | SyncMode::Replay if !self.coalescing => {
+                sync_counted(sync, stats).map(|()| 1)
+            }
+            SyncMode::Full | SyncMode::Replay => {
                 let ticket = take_ticket(&self.inner);
-                self.join_and_wait(kv, stats, ticket, false)
+                self.join_and_wait(sync, stats, ticket, false)
             }
         }
     }
@@ -355,7 +356,7 @@ impl CommitQueue {
     /// `urgent`), and its wait for the sync that covers it.
     fn join_and_wait(
         &self,
-        kv: &dyn KvEngine,
+        sync: &dyn Fn() -> Result<()>,
         stats: &Stats,
         ticket: Option<Ticket>,
         urgent: bool,
@@ -412,7 +413,7 @@ impl CommitQueue {
                     seq,
                     result: None,
                 };
-                let result = sync_counted(kv, stats);
+                let result = sync_counted(sync, stats);
                 running.result = Some(result.clone());
                 drop(running);
                 return result.map(|()| 1).map_err(commit_failed);
@@ -444,8 +445,9 @@ impl CommitQueue {
     }
 }
 
-fn sync_counted(kv: &dyn KvEngine, stats: &Stats) -> Result<()> {
-    kv.sync()?;
+/// Runs `sync` (the store's: `MetaStore::sync`), counted.
+fn sync_counted(sync: &dyn Fn() -> Result<()>, stats: &Stats) -> Result<()> {
+    sync()?;
     stats.kv_syncs.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
@@ -453,7 +455,7 @@ fn sync_counted(kv: &dyn KvEngine, stats: &Stats) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::{Batch, MemEngine, Pair};
+    use crate::kv::{Batch, KvEngine, MemEngine, Pair};
     use shoal_proto::Errno;
     use std::sync::atomic::{AtomicBool, AtomicU64};
     use std::sync::mpsc;
@@ -506,7 +508,7 @@ mod tests {
         b.put(key.to_be_bytes().to_vec(), vec![1]);
         kv.apply(b)?;
         let seq = kv.applied.fetch_add(1, Ordering::SeqCst) + 1;
-        let syncs = q.durable(kv, stats)?;
+        let syncs = q.durable(&|| kv.sync(), stats)?;
         assert!(
             kv.durable.load(Ordering::SeqCst) >= seq,
             "apply {seq} acknowledged before a sync covered it"
@@ -586,7 +588,7 @@ mod tests {
         let kv = Engine::default();
         let stats = Stats::default();
         assert!(q.schedule(Op::CreateObject).is_none());
-        assert_eq!(q.durable(&kv, &stats).unwrap(), 0);
+        assert_eq!(q.durable(&|| kv.sync(), &stats).unwrap(), 0);
         assert_eq!(kv.syncs.load(Ordering::SeqCst), 0);
     }
 
@@ -611,7 +613,7 @@ mod tests {
         q.leave_scheduling_queue();
         assert_eq!(q.scheduled(), 0);
         let kv = Engine::default();
-        assert_eq!(q.durable(&kv, &Stats::default()).unwrap(), 1);
+        assert_eq!(q.durable(&|| kv.sync(), &Stats::default()).unwrap(), 1);
     }
 
     /// Spawns a request that applies without a ticket (so it does not hold
@@ -625,7 +627,7 @@ mod tests {
         let (q, kv, stats, tx) = (q.clone(), kv.clone(), stats.clone(), tx.clone());
         std::thread::spawn(move || {
             kv.applied.fetch_add(1, Ordering::SeqCst);
-            let _ = tx.send(q.durable(&*kv, &stats));
+            let _ = tx.send(q.durable(&|| kv.sync(), &stats));
         });
     }
 
@@ -681,7 +683,7 @@ mod tests {
             std::thread::spawn(move || {
                 let _scope = TicketScope::enter(Some(t));
                 kv.applied.fetch_add(1, Ordering::SeqCst);
-                let _ = tx.send(q2.durable(&*kv, &stats));
+                let _ = tx.send(q2.durable(&|| kv.sync(), &stats));
             });
             if i < 2 {
                 while lock(&q.inner).queued < i + 1 {

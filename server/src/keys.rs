@@ -13,8 +13,13 @@
 //! | `R` client-id request-id (8+8 BE)| a cached reply: when it was made (ms   |
 //! |                                  | since the epoch, 8 BE) + its body      |
 //! |                                  | (reply_cache.rs)                       |
+//! | `K` client-id (8 BE)             | empty: a client that may hold changes  |
+//! |                                  | this server answered and did not make  |
+//! |                                  | durable (sync = "replay"; client_table)|
 //! | `Cnext_handle`                   | last handle counter allocated (8 BE)   |
 //! | `Cobjects`                       | number of objects stored (8 BE)        |
+//! | `Cboot`                          | the verifier of the server's last start|
+//! |                                  | (8 BE; sync = "replay": recovery.rs)   |
 //! | `Cwal_seq`                       | first sequence number the metadata log |
 //! |                                  | may hold after the last checkpoint     |
 //! |                                  | (8 BE; written by `kv::wal` only)      |
@@ -35,10 +40,12 @@ pub const BYTES: u8 = b'B';
 pub const XATTR: u8 = b'X';
 pub const POOL: u8 = b'P';
 pub const REPLY: u8 = b'R';
+pub const CLIENT: u8 = b'K';
 
 pub const NEXT_HANDLE: &[u8] = b"Cnext_handle";
 pub const OBJECT_COUNT: &[u8] = b"Cobjects";
 pub const WAL_SEQ: &[u8] = b"Cwal_seq";
+pub const BOOT: &[u8] = b"Cboot";
 
 fn tagged(tag: u8, handle: Handle) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);
@@ -94,6 +101,11 @@ pub fn reply(client: u64, id: u64) -> Vec<u8> {
     let mut k = tagged(REPLY, client);
     k.extend_from_slice(&id.to_be_bytes());
     k
+}
+
+/// The key saying that `client` may hold changes to replay.
+pub fn client(client: u64) -> Vec<u8> {
+    tagged(CLIENT, client)
 }
 
 /// The client and request id of a cached reply's key.

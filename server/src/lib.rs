@@ -11,6 +11,7 @@
 //! inwards only: `scripts/import-graph` shows them, and that none go round.
 
 pub mod auth;
+pub mod client_table;
 pub mod commit;
 pub mod data_store;
 pub mod disk;
@@ -22,6 +23,8 @@ pub mod listener;
 pub mod meta_store;
 pub mod peers;
 pub mod pools;
+pub mod recovery;
+pub mod replay;
 pub mod reply_cache;
 pub mod service;
 pub mod stats;
@@ -65,16 +68,18 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
         service.pools.start(&service.meta);
         let writing_out = tokio::spawn(handlers::gather::write_out_loop(service.clone()));
         let flushing = tokio::spawn(flush_loop(service.clone()));
+        let group_flushing = tokio::spawn(group_flush_loop(service.clone()));
         wait_for_shutdown().await;
         serving.abort();
         writing_out.abort();
         flushing.abort();
+        group_flushing.abort();
         tracing::info!("server {id} stopping");
         let s = service.clone();
         tokio::task::spawn_blocking(move || {
             // What clients gathered here goes where it belongs, durably.
             handlers::gather::commit_everything(&s);
-            s.meta.kv().sync()
+            s.meta.sync()
         })
         .await
         .map_err(|e| ShoalError::io(e.to_string()))??;
@@ -86,7 +91,8 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
 /// the store, which is durable on fsync) is made durable anyway: a server
 /// killed, or its machine crashing, loses at most this much of the data
 /// written to it and not fsynced, as a local file system's commit interval
-/// bounds it. Metadata changes are synced before their replies.
+/// bounds it. Metadata changes are synced before their replies (with
+/// `sync = "replay"`, within `replay_flush_ms` of them: `group_flush_loop`).
 const DATA_FLUSH: Duration = Duration::from_secs(1);
 
 async fn flush_loop(s: Arc<Service>) {
@@ -97,12 +103,44 @@ async fn flush_loop(s: Arc<Service>) {
         let service = s.clone();
         let flush = move || {
             service.forget_old_replies()?;
-            service.meta.kv().sync()
+            service.meta.sync()
         };
         match tokio::task::spawn_blocking(flush).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!("flushing unsynced data failed: {e}"),
             Err(e) => tracing::error!("the data flush failed: {e}"),
+        }
+    }
+}
+
+/// With `sync = "replay"`: the group flush. Every `replay_flush_ms`, what
+/// was applied since the last sync is made durable by one sync (joining the
+/// commit queue, so that requests waiting on it complete with it), and the
+/// clients learn it from the `flushed` of their next replies.
+async fn group_flush_loop(s: Arc<Service>) {
+    if s.config.settings.sync != shoal_proto::cluster::SyncMode::Replay {
+        return;
+    }
+    let bound = Duration::from_millis(s.config.settings.replay_flush_ms as u64);
+    let mut tick = tokio::time::interval(bound);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if s.meta.durable_seq() >= s.meta.applied_seq() {
+            continue;
+        }
+        let service = s.clone();
+        let flush = move || {
+            service
+                .stats
+                .replay_flushes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            service.commit.sync_now(&service.meta, &service.stats)
+        };
+        match tokio::task::spawn_blocking(flush).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!("the group flush failed: {e}"),
+            Err(e) => tracing::error!("the group flush failed: {e}"),
         }
     }
 }

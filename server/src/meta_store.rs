@@ -25,6 +25,12 @@ pub struct MetaStore {
     /// Last handle counter handed out (persisted with each allocation).
     last_counter: AtomicU64,
     objects: AtomicU64,
+    /// The commit sequence of this server process: transactions applied,
+    /// and applied before a sync that ended (durable). It starts at 0 with
+    /// each start; a client that holds changes of an earlier start replays
+    /// them (`recovery`) before it reads this start's numbers.
+    applied_seq: AtomicU64,
+    durable_seq: AtomicU64,
 }
 
 /// A batch of changes plus the bookkeeping `apply` persists alongside it.
@@ -143,6 +149,8 @@ impl MetaStore {
             write_lock: Mutex::new(()),
             last_counter: AtomicU64::new(last),
             objects: AtomicU64::new(objects),
+            applied_seq: AtomicU64::new(0),
+            durable_seq: AtomicU64::new(0),
         };
         if server_id == 0 && store.try_get(handle::ROOT)?.is_none() {
             let _guard = store.lock();
@@ -182,18 +190,59 @@ impl MetaStore {
         self.objects.load(Ordering::Relaxed)
     }
 
-    /// Allocates a fresh handle in this server's range (caller holds the lock).
+    /// Allocates a fresh handle in this server's range (caller holds the
+    /// lock); a replayed request gets the one its first copy got (`replay`).
     pub fn alloc(&self, txn: &mut Txn) -> Handle {
-        let counter = self.last_counter.fetch_add(1, Ordering::SeqCst) + 1;
         txn.allocated = true;
-        let h = handle::make(self.server_id, counter);
         let (low, high) = handle::range_of(self.server_id);
+        let fresh = || {
+            let counter = self.last_counter.fetch_add(1, Ordering::SeqCst) + 1;
+            handle::make(self.server_id, counter)
+        };
+        let fits = |h: Handle| (low..high).contains(&h) && self.try_get(h).ok() == Some(None);
+        let h = crate::replay::handle(fresh, fits);
         assert!(
             (low..high).contains(&h),
             "handle {h:#x} allocated outside server {}'s range",
             self.server_id
         );
+        // A replayed handle may lie past the counter (its first copy's
+        // counter was lost): never hand it out again.
+        self.last_counter
+            .fetch_max(handle::counter_of(h), Ordering::SeqCst);
         h
+    }
+
+    /// Moves the handle counter `gap` ahead, durably: a restarted server
+    /// (`sync = "replay"`) then never hands out a handle that a change it
+    /// lost had handed out, which its client replays.
+    pub fn skip_handles(&self, gap: u64) -> Result<()> {
+        let _guard = self.lock();
+        let next = self.last_counter.fetch_add(gap, Ordering::SeqCst) + gap;
+        let mut batch = Batch::default();
+        batch.put(keys::NEXT_HANDLE.to_vec(), keys::encode_u64(next));
+        self.kv.apply(batch)?;
+        self.sync()
+    }
+
+    /// The commit sequence: transactions applied so far.
+    pub fn applied_seq(&self) -> u64 {
+        self.applied_seq.load(Ordering::SeqCst)
+    }
+
+    /// The commit sequence made durable so far.
+    pub fn durable_seq(&self) -> u64 {
+        self.durable_seq.load(Ordering::SeqCst)
+    }
+
+    /// Makes every change applied so far durable (one KV sync).
+    pub fn sync(&self) -> Result<()> {
+        // Read before the sync starts: every transaction up to it has been
+        // applied, so the sync covers it.
+        let covered = self.applied_seq();
+        self.kv.sync()?;
+        self.durable_seq.fetch_max(covered, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Checks that `h` is a handle this server owns.
@@ -320,8 +369,15 @@ impl MetaStore {
     }
 
     /// Applies a transaction (caller holds the lock), persisting the handle
-    /// counter and object count with it.
-    pub fn apply(&self, mut txn: Txn) -> Result<()> {
+    /// counter and object count with it; it takes the next place in the
+    /// commit sequence.
+    pub fn apply(&self, txn: Txn) -> Result<()> {
+        self.apply_batch(txn)?;
+        self.applied_seq.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn apply_batch(&self, mut txn: Txn) -> Result<()> {
         if txn.allocated {
             txn.batch.put(
                 keys::NEXT_HANDLE.to_vec(),

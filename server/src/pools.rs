@@ -243,6 +243,9 @@ impl Pools {
         txn: &mut Txn,
         peers: &[u32],
     ) -> Result<Option<Vec<Handle>>> {
+        if crate::replay::replaying() {
+            return self.take_again(meta, txn, peers).map(Some);
+        }
         let mut picked: Vec<(u32, Vec<Handle>)> = Vec::new();
         for p in peers {
             if picked.iter().any(|(q, _)| q == p) {
@@ -266,9 +269,32 @@ impl Pools {
             let h = list.remove(0);
             assert_eq!(server_of(h), *p, "pool of server {p} holds {h:#x}");
             txn.batch.delete(pool_key(h));
-            out.push(h);
+            out.push(crate::replay::handle(|| h, |_| true));
         }
         Ok(Some(out))
+    }
+
+    /// [`Pools::take`] for a replayed request: the datafiles its first copy
+    /// took (`replay`). Their refill may have been lost with the change
+    /// (the datafiles themselves are durable on their servers, which made
+    /// them for this pool before it recorded them), so a datafile missing
+    /// from the pool is taken all the same, and counted as if it had been
+    /// there.
+    fn take_again(&self, meta: &MetaStore, txn: &mut Txn, peers: &[u32]) -> Result<Vec<Handle>> {
+        let mut out = Vec::with_capacity(peers.len());
+        for p in peers {
+            let h = crate::replay::handle(|| 0, |h| h != 0 && server_of(h) == *p);
+            if h == 0 {
+                continue;
+            }
+            if meta.kv().get(&pool_key(h))?.is_some() {
+                txn.batch.delete(pool_key(h));
+            } else if let Some(pool) = self.pools.get(*p as usize) {
+                pool.count.fetch_add(1, Ordering::SeqCst);
+            }
+            out.push(h);
+        }
+        Ok(out)
     }
 
     /// Accounts for datafiles [`Pools::take`] handed out once their

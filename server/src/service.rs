@@ -11,18 +11,21 @@ use std::time::Instant;
 use bytes::Bytes;
 use prost::Message;
 use shoal_proto::auth::Secret;
-use shoal_proto::cluster::ClusterConfig;
+use shoal_proto::cluster::{ClusterConfig, SyncMode};
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{Frame, Header};
 use shoal_proto::{crash_points, Cred, Handle, Operation};
 
+use crate::client_table::ClientTable;
 use crate::commit::CommitQueue;
 use crate::data_store::DataStore;
 use crate::gathering::Gathering;
 use crate::kv::{KvEngine, RedbEngine, WalEngine};
 use crate::meta_store::{MetaStore, Txn};
 use crate::pools::Pools;
+use crate::recovery::Recovery;
 use crate::reply_cache::{self, ReplyCache};
+use crate::{keys, replay};
 use crate::stats::Stats;
 
 pub struct Service {
@@ -38,6 +41,10 @@ pub struct Service {
     pub gathering: Gathering,
     /// Replies of requests that must not be done twice, for their copies.
     pub replies: ReplyCache,
+    /// Clients that may hold changes not durable here (`sync = "replay"`).
+    pub clients: ClientTable,
+    /// What a restart with `sync = "replay"` waits for before it serves.
+    pub recovery: Recovery,
     pub stats: Stats,
     pub started: Instant,
     /// Drawn at start: file data acknowledged by this process and not yet
@@ -143,13 +150,22 @@ impl Service {
     ) -> Result<Service> {
         let secret = config.secret()?;
         let replies = ReplyCache::open(&*kv)?;
+        let clients = ClientTable::open(&*kv)?;
         let meta = MetaStore::open(kv, id)?;
+        let verifier = rand::random::<u64>().max(1);
+        let recovery = if config.settings.sync == SyncMode::Replay {
+            recovery_after_start(&meta, &clients, &config, verifier)?
+        } else {
+            Recovery::none()
+        };
         let data = DataStore::new(data_dir, config.settings.inline_max)?;
         let pools = Arc::new(Pools::open(&config, id, &meta)?);
         Ok(Service {
             pools,
             gathering: Gathering::default(),
             replies,
+            clients,
+            recovery,
             id,
             commit: CommitQueue::from_settings(&config.settings),
             config,
@@ -158,7 +174,7 @@ impl Service {
             data,
             stats: Stats::default(),
             started: Instant::now(),
-            verifier: rand::random(),
+            verifier,
             secret,
         })
     }
@@ -172,10 +188,17 @@ impl Service {
     /// queue (its changes are applied) and decides to sync now or defer; it must
     /// run after `apply` and without the store lock, so that requests applying
     /// behind this one can join the same sync.
+    ///
+    /// With `sync = "replay"`, a change from a client in the client table
+    /// does not wait: its place in the commit sequence goes back with the
+    /// reply (`replay`), and the client keeps the request until it is
+    /// durable. A client's first such change enters it into the table, and
+    /// waits for the disk like any other.
     pub fn change<T>(&self, build: impl FnOnce(&mut Txn) -> Result<T>) -> Result<(T, u64)> {
         let guard = self.meta.lock();
         let mut txn = Txn::default();
         let out = build(&mut txn)?;
+        replay::misfit()?;
         if let Some(reply) = txn.reply.take() {
             // The reply goes into the change's own transaction: a restart
             // keeps both or neither (see `reply_cache`).
@@ -183,20 +206,37 @@ impl Service {
                 self.replies.record(&mut txn, client, id, &reply);
             }
         }
+        let kept = replay::kept_client();
+        let entering = kept.filter(|c| !self.clients.knows(*c));
+        if let Some(client) = entering {
+            self.clients.enter(&mut txn, client);
+        }
         self.meta.apply(txn)?;
+        let seq = self.meta.applied_seq();
         drop(guard);
         shoal_proto::crash_point!(crash_points::COMMIT_AFTER_APPLY);
-        let syncs = self.commit.make_durable(&self.meta, &self.stats)?;
+        let syncs = if kept.is_some() && entering.is_none() {
+            replay::applied_as(seq);
+            0
+        } else {
+            let syncs = self.commit.make_durable(&self.meta, &self.stats)?;
+            if let Some(client) = entering {
+                self.clients.entered(client);
+            }
+            syncs
+        };
         shoal_proto::crash_point!(crash_points::COMMIT_BEFORE_REPLY);
         Ok((out, syncs))
     }
 
-    /// Deletes the cached replies that have outlived `reply_cache::TTL`
-    /// (not durably: they ride the next sync).
+    /// Deletes the cached replies that have outlived `reply_cache::TTL`,
+    /// and the clients idle for `client_table::IDLE` (not durably: they
+    /// ride the next sync).
     pub fn forget_old_replies(&self) -> Result<()> {
         let _guard = self.meta.lock();
         let mut txn = Txn::default();
         self.replies.expire(&mut txn);
+        self.clients.expire(&mut txn);
         self.meta.apply(txn)
     }
 
@@ -208,6 +248,32 @@ impl Service {
             Err(ShoalError::invalid(format!("invalid handle {h:#x}")))
         }
     }
+}
+
+/// How far a restarted server moves its handle counter (`sync = "replay"`):
+/// more handles than it can hand out between two group flushes.
+const RESTART_HANDLE_GAP: u64 = 1 << 24;
+
+/// The recovery a server starting with `sync = "replay"` owes the clients in
+/// its table; records this start's `verifier` for the next one, and moves
+/// the handle counter past every handle a lost change may have handed out.
+fn recovery_after_start(
+    meta: &MetaStore,
+    clients: &ClientTable,
+    config: &ClusterConfig,
+    verifier: u64,
+) -> Result<Recovery> {
+    let kv = meta.kv();
+    let previous = kv
+        .get(keys::BOOT)?
+        .map(|v| keys::decode_u64(&v))
+        .unwrap_or(0);
+    let mut batch = crate::kv::Batch::default();
+    batch.put(keys::BOOT.to_vec(), keys::encode_u64(verifier));
+    kv.apply(batch)?;
+    meta.skip_handles(RESTART_HANDLE_GAP)?;
+    let window = std::time::Duration::from_millis(config.settings.recovery_window_ms as u64);
+    Ok(Recovery::awaiting(clients.clients(), previous, window))
 }
 
 /// ENOTSUP unless the technique `name` is switched on in this cluster.

@@ -39,6 +39,10 @@ pub struct Stats {
     pub commit_stalls: AtomicU64,
     /// Requests sent again answered from the reply cache (`reply_cache`).
     pub cached_replies: AtomicU64,
+    /// `sync = "replay"`: group flushes, replayed requests, failed replays.
+    pub replay_flushes: AtomicU64,
+    pub replayed: AtomicU64,
+    pub replays_failed: AtomicU64,
 }
 
 impl Default for Stats {
@@ -48,6 +52,9 @@ impl Default for Stats {
             kv_syncs: AtomicU64::new(0),
             commit_stalls: AtomicU64::new(0),
             cached_replies: AtomicU64::new(0),
+            replay_flushes: AtomicU64::new(0),
+            replayed: AtomicU64::new(0),
+            replays_failed: AtomicU64::new(0),
         }
     }
 }

@@ -36,6 +36,11 @@ pub fn stats(s: &Service) -> Result<Reply<StatsReply>> {
         commit_stalls: count(&s.stats.commit_stalls),
         cached_replies: count(&s.stats.cached_replies),
         replies_held: s.replies.len() as u64,
+        applied_seq: s.meta.applied_seq(),
+        durable_seq: s.meta.durable_seq(),
+        replay_flushes: count(&s.stats.replay_flushes),
+        replayed: count(&s.stats.replayed),
+        replays_failed: count(&s.stats.replays_failed),
         uptime_ms: s.started.elapsed().as_millis() as u64,
     }))
 }

@@ -13,13 +13,16 @@ mod io;
 mod links;
 mod listattr;
 mod namespace;
+mod recover;
 mod scan;
 
 use std::time::Instant;
 
+use prost::Message;
+use shoal_proto::cluster::SyncMode;
 use shoal_proto::error::Result;
-use shoal_proto::frame::Frame;
-use shoal_proto::msg::ErrorReply;
+use shoal_proto::frame::{Commit, Frame};
+use shoal_proto::msg::{Allocations, ErrorReply};
 use shoal_proto::{ops, Op, Operation};
 
 use std::sync::atomic::Ordering;
@@ -27,6 +30,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use crate::commit::{Ticket, TicketScope};
+use crate::replay;
 use crate::reply_cache::{self, Answering};
 use crate::service::{Encoded, Reply, Request, Service};
 use crate::stats::Sample;
@@ -115,6 +119,8 @@ handlers! {
     GatherWrite => gather::gather_write, decoded, never;
     GatherCommit => gather::gather_commit, decoded, never;
     WriteExtents => io::write_extents, decoded, never;
+    Recover => recover::recover, decoded, never;
+    Commit => recover::commit, decoded, never;
 }
 
 impl Service {
@@ -137,20 +143,65 @@ impl Service {
     /// applied; if the handler never gets there, the ticket is given back
     /// when this returns, so that the queue never counts a request that is
     /// gone.
+    ///
+    /// While the server recovers (`recovery`), a client's request waits
+    /// here for the end of it; its `recover` does not, nor do other
+    /// servers' requests and the questions of an operator.
     pub fn handle_scheduled(&self, frame: &Frame, ticket: Option<Ticket>) -> Frame {
         let _scope = TicketScope::enter(ticket);
+        let h = &frame.header;
+        if self.recovery.active()
+            && h.client.client != 0
+            && !matches!(h.op, Op::Recover | Op::Ping | Op::Stats | Op::Statfs)
+        {
+            self.recovery.wait(
+                |c, item| self.replay(c, item),
+                || self.commit.sync_now(&self.meta, &self.stats).map(drop),
+            );
+        }
         self.handle(frame)
     }
 
     /// Whether `frame` can be answered without waiting on a disk, a sync or
     /// another server, so that handing it to another thread would cost more
-    /// than answering it (see [`stays_in_memory`]).
+    /// than answering it (see [`stays_in_memory`]). Nothing is while the
+    /// server recovers: requests wait for that on the blocking pool.
     pub fn stays_in_memory(&self, frame: &Frame) -> bool {
-        stays_in_memory(self, &Request::of(frame, &self.config))
+        !self.recovery.active() && stays_in_memory(self, &Request::of(frame, &self.config))
     }
 
-    /// Handles one request frame and builds its reply; never panics on bad input.
+    /// Handles one request frame and builds its reply; never panics on bad
+    /// input. With `sync = "replay"`, a change a client's request makes
+    /// may be answered before it is durable: the reply then says where it
+    /// stands in the commit sequence, and carries the handles it took (an
+    /// `Allocations` as its payload), which the client keeps with the
+    /// request until a later reply says the change is durable.
     pub fn handle(&self, frame: &Frame) -> Frame {
+        if self.config.settings.sync != SyncMode::Replay {
+            return self.answer(frame);
+        }
+        let h = &frame.header;
+        let kept = (h.client.client != 0 && h.op.modifies_metadata())
+            .then(|| replay::Scope::first(h.client.client));
+        let mut reply = self.answer(frame);
+        let (seq, handles) = kept.map(replay::Scope::finish).unwrap_or_default();
+        let commit = Commit {
+            seq: if reply.header.status == 0 { seq } else { 0 },
+            flushed: self.meta.durable_seq(),
+        };
+        if commit.pending() {
+            assert!(
+                reply.payload.is_empty(),
+                "a change's reply carries no payload"
+            );
+            reply.payload = Bytes::from(Allocations { handles }.encode_to_vec());
+        }
+        reply.with_commit(commit)
+    }
+
+    /// Handles one request frame: from the reply cache if it is a copy of
+    /// one applied, else by its handler.
+    fn answer(&self, frame: &Frame) -> Frame {
         let started = Instant::now();
         let key = reply_cache::key_of(&frame.header);
         let _running = key.map(|k| self.replies.begin(k));

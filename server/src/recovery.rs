@@ -1,0 +1,229 @@
+//! Recovery after a restart with `sync = "replay"` (Lustre's recovery
+//! window): the server answered changes before they were durable, so a
+//! crash may have lost some that clients were told were done. Those clients
+//! kept them. Before the restarted server serves anything new, every client
+//! in its table (`client_table`) sends what it keeps (`Recover`); once all
+//! have, or the window has passed, the server replays every kept request of
+//! every client in the order of its original place in the commit sequence,
+//! makes the result durable, and opens.
+//!
+//! Replaying in the original order makes each request find the store as it
+//! did the first time, for every change that was acknowledged; a change
+//! that was applied and lost but never acknowledged (its reply died with
+//! the server) is not replayed, and its client sends it again, as a new
+//! request, once the server opens. A client that does not come back within
+//! the window cannot replay afterwards (its changes would land out of
+//! order): it is told its changes are lost (ESTALE).
+//!
+//! Requests from clients wait while the server recovers (`Recovery::wait`);
+//! requests from other servers do not (their precreates and write-outs
+//! touch nothing a replay needs, and a restarted server moves its handle
+//! counter past every handle it may have handed out before: see
+//! `MetaStore::skip_handles`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::msg::Replayed;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    /// Waiting for the clients in the table to send what they keep.
+    Collecting,
+    /// One thread replays everything collected.
+    Replaying,
+    /// Open: serving as usual.
+    Done,
+}
+
+struct State {
+    phase: Phase,
+    /// Clients in the table that have not sent what they keep.
+    awaited: HashSet<u64>,
+    /// What the clients sent: (client, kept request).
+    kept: Vec<(u64, Replayed)>,
+    /// Each replayed request's errno, per client, in the order it sent them.
+    outcomes: HashMap<u64, Vec<i32>>,
+}
+
+pub struct Recovery {
+    /// Not `Done` yet: every client request must wait (`wait`).
+    active: AtomicBool,
+    /// The verifier of the server's previous start: what a client's kept
+    /// changes must come from to be replayed.
+    previous: u64,
+    deadline: Instant,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+/// How a replayed request went: its errno (0: done again).
+pub type Outcome = i32;
+
+impl Recovery {
+    /// A server with nothing to recover: open at once.
+    pub fn none() -> Recovery {
+        Recovery::awaiting(Vec::new(), 0, Duration::ZERO)
+    }
+
+    /// A server restarted after its previous start `previous`, whose table
+    /// names `clients`: it waits for them for at most `window`.
+    pub fn awaiting(clients: Vec<u64>, previous: u64, window: Duration) -> Recovery {
+        let phase = if clients.is_empty() {
+            Phase::Done
+        } else {
+            tracing::info!(
+                "recovering: waiting up to {window:?} for {} clients to replay what they keep",
+                clients.len()
+            );
+            Phase::Collecting
+        };
+        Recovery {
+            active: AtomicBool::new(phase != Phase::Done),
+            previous,
+            deadline: Instant::now() + window,
+            state: Mutex::new(State {
+                phase,
+                awaited: clients.into_iter().collect(),
+                kept: Vec::new(),
+                outcomes: HashMap::new(),
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Whether the server is still recovering.
+    pub fn active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until the server is open. If the window passes first, this
+    /// thread replays what was collected (`replay`, then `sync`).
+    pub fn wait(
+        &self,
+        replay: impl Fn(u64, &Replayed) -> Outcome,
+        sync: impl FnOnce() -> Result<()>,
+    ) {
+        if !self.active() {
+            return;
+        }
+        let st = self.lock();
+        drop(self.wait_done(st, replay, sync));
+    }
+
+    /// Client `client`'s kept requests `items`, made under the server's
+    /// start `boot` (which is not the current one): they wait for the
+    /// other clients', are replayed with them, and their outcomes returned.
+    pub fn recover(
+        &self,
+        client: u64,
+        boot: u64,
+        items: Vec<Replayed>,
+        replay: impl Fn(u64, &Replayed) -> Outcome,
+        sync: impl FnOnce() -> Result<()>,
+    ) -> Result<Vec<Outcome>> {
+        let mut st = self.lock();
+        let late = st.phase != Phase::Collecting || boot != self.previous;
+        if late {
+            if items.is_empty() {
+                return Ok(Vec::new());
+            }
+            tracing::error!(
+                "client {client:#x} came back too late to replay {} changes this server \
+                 answered before it restarted: they are lost",
+                items.len()
+            );
+            return Err(ShoalError::new(
+                Errno::ESTALE,
+                format!(
+                    "the server restarted and ended its recovery before this client came \
+                     back: {} changes it had answered are lost",
+                    items.len()
+                ),
+            ));
+        }
+        st.awaited.remove(&client);
+        st.outcomes.insert(client, Vec::new());
+        st.kept.extend(items.into_iter().map(|i| (client, i)));
+        let mut st = if st.awaited.is_empty() {
+            self.replay_all(st, replay, sync)
+        } else {
+            self.wait_done(st, replay, sync)
+        };
+        Ok(st.outcomes.remove(&client).unwrap_or_default())
+    }
+
+    fn wait_done<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        replay: impl Fn(u64, &Replayed) -> Outcome,
+        sync: impl FnOnce() -> Result<()>,
+    ) -> MutexGuard<'a, State> {
+        loop {
+            match st.phase {
+                Phase::Done => return st,
+                Phase::Collecting if Instant::now() >= self.deadline => {
+                    tracing::warn!(
+                        "recovery window over; {} clients did not come back to replay",
+                        st.awaited.len()
+                    );
+                    return self.replay_all(st, replay, sync);
+                }
+                _ => {
+                    let left = self.deadline.saturating_duration_since(Instant::now());
+                    let wait = left.max(Duration::from_millis(10));
+                    st = self
+                        .changed
+                        .wait_timeout(st, wait)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            }
+        }
+    }
+
+    /// Replays every collected request in its original order (the store
+    /// lock is not held meanwhile: other clients wait in `wait`), makes
+    /// them durable, and opens the server.
+    fn replay_all<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        replay: impl Fn(u64, &Replayed) -> Outcome,
+        sync: impl FnOnce() -> Result<()>,
+    ) -> MutexGuard<'a, State> {
+        assert_eq!(st.phase, Phase::Collecting, "replayed twice");
+        st.phase = Phase::Replaying;
+        let mut kept = std::mem::take(&mut st.kept);
+        drop(st);
+        // Stable: one client's requests of one change keep their order.
+        kept.sort_by_key(|(_, item)| item.seq);
+        let outcomes: Vec<(u64, Outcome)> = kept
+            .iter()
+            .map(|(client, item)| (*client, replay(*client, item)))
+            .collect();
+        let synced = sync();
+        let mut st = self.lock();
+        for (client, outcome) in outcomes {
+            let outcome = match &synced {
+                Ok(()) => outcome,
+                Err(_) => Errno::EIO.0,
+            };
+            st.outcomes.entry(client).or_default().push(outcome);
+        }
+        if let Err(e) = synced {
+            tracing::error!("making the replayed changes durable failed: {e}");
+        }
+        tracing::info!("recovery done: {} changes replayed", kept.len());
+        st.phase = Phase::Done;
+        self.active.store(false, Ordering::Release);
+        self.changed.notify_all();
+        st
+    }
+}
