@@ -172,7 +172,10 @@ impl Pool {
                 // Learn its start (nothing to hand back) and go on.
                 tracing::error!("server {server}: {}", e.message);
                 kept.lost(count);
-                let empty = RecoverRequest { boot: 0, items: Vec::new() };
+                let empty = RecoverRequest {
+                    boot: 0,
+                    items: Vec::new(),
+                };
                 self.call_on::<ops::Recover>(c, server, &empty).await?
             }
             Err(e) => return Err(e),

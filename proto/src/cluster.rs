@@ -351,8 +351,8 @@ impl Settings {
         )?;
         check(self.max_inflight >= 1, "max_inflight must be at least 1")?;
         check(
-            (1..=1000).contains(&self.replay_flush_ms),
-            "replay_flush_ms must be 1..=1000",
+            (1..=60_000).contains(&self.replay_flush_ms),
+            "replay_flush_ms must be 1..=60000",
         )?;
         check(
             self.server_inflight >= 1,

@@ -36,7 +36,12 @@ pub const UNLINK_AFTER_ENTRY: &str = "unlink-after-entry";
 /// count one too high.
 pub const LINK_BEFORE_ENTRY: &str = "link-before-entry";
 
-pub const ALL: [&str; 10] = [
+/// Server, `sync = "replay"`: a group flush is about to make durable the
+/// changes answered since the last one: they are lost with the process,
+/// and their clients must replay them.
+pub const GROUP_FLUSH: &str = "group-flush";
+
+pub const ALL: [&str; 11] = [
     COMMIT_AFTER_APPLY,
     COMMIT_BEFORE_REPLY,
     LOG_TURNED,
@@ -47,4 +52,5 @@ pub const ALL: [&str; 10] = [
     MOVE_AFTER_PARENT,
     UNLINK_AFTER_ENTRY,
     LINK_BEFORE_ENTRY,
+    GROUP_FLUSH,
 ];

@@ -148,8 +148,9 @@ impl Op {
         match self {
             Ping | Lookup | GetAttr | SetAttr | Readdir | Read | Write | Truncate | Fsync
             | GetSizes | GetXattr | ListXattr | Statfs | Stats | Unstuff | ListAttr
-            | Rendezvous | Scan | GatherWrite | GatherCommit | WriteExtents | Recover
-            | Commit => false,
+            | Rendezvous | Scan | GatherWrite | GatherCommit | WriteExtents | Recover | Commit => {
+                false
+            }
             CreateObject | CreateDatafiles | SetDist | CrDirEnt | RmDirEnt | RenameEntry
             | Remove | RmdirPrepare | RmdirAbort | SetParent | SetXattr | RemoveXattr
             | CreateFile | Link => true,

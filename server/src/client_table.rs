@@ -5,15 +5,15 @@
 //! A client enters the table, durably, with its first such change: that
 //! change is made durable before its reply, with the client's `K` key, so
 //! the table on disk always names every client that holds a change the disk
-//! lacks. It leaves when its last connection closes (a process that ends
-//! takes what it kept with it; one that reconnects enters again with its
-//! next change, and its kept changes are durable with the sync that makes
-//! its leaving durable), or after [`IDLE`] without a change: every change
-//! it made is long durable by then.
+//! lacks. It leaves once every change it made is durable and it made none
+//! for a whole group flush ([`ClientTable::retire`], at the next flush): a
+//! client that went idle, or away, then costs a restart nothing, and its
+//! next change enters it again (one sync). Entering, changing and leaving
+//! all happen under the store lock, so a change is never answered as kept
+//! for a client whose key a later transaction deletes.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use shoal_proto::error::Result;
 
@@ -21,15 +21,10 @@ use crate::keys;
 use crate::kv::KvEngine;
 use crate::meta_store::Txn;
 
-/// How long a client stays in the table after its last change.
-pub const IDLE: Duration = Duration::from_secs(10 * 60);
-
 #[derive(Default)]
 pub struct ClientTable {
-    /// Each client in the table, and when its last change was answered.
-    known: Mutex<HashMap<u64, Instant>>,
-    /// Open connections per client (every client, in the table or not).
-    connections: Mutex<HashMap<u64, u32>>,
+    /// Each client in the table, and the commit sequence of its last change.
+    known: Mutex<HashMap<u64, u64>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -39,16 +34,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl ClientTable {
     /// The table the store `kv` holds.
     pub fn open(kv: &dyn KvEngine) -> Result<ClientTable> {
-        let now = Instant::now();
         let known = kv
             .scan(&[keys::CLIENT], None, usize::MAX)?
             .iter()
             .filter_map(|(k, _)| keys::handle_of(k))
-            .map(|c| (c, now))
+            .map(|c| (c, 0))
             .collect();
         Ok(ClientTable {
             known: Mutex::new(known),
-            connections: Mutex::default(),
         })
     }
 
@@ -57,59 +50,29 @@ impl ClientTable {
         lock(&self.known).keys().copied().collect()
     }
 
-    /// Whether `client` is in the table (durably); notes its change now.
+    /// Whether `client` is in the table (durably). The caller holds the
+    /// store lock.
     pub fn knows(&self, client: u64) -> bool {
-        match lock(&self.known).get_mut(&client) {
-            Some(seen) => {
-                *seen = Instant::now();
-                true
-            }
-            None => false,
-        }
+        lock(&self.known).contains_key(&client)
     }
 
     /// Puts `client` into the table in `txn`; once `txn` is durable, the
-    /// caller says so with [`ClientTable::entered`].
+    /// caller says so with [`ClientTable::changed`].
     pub fn enter(&self, txn: &mut Txn, client: u64) {
         txn.batch.put(keys::client(client), Vec::new());
     }
 
-    pub fn entered(&self, client: u64) {
-        lock(&self.known).insert(client, Instant::now());
+    /// `client`'s change `seq` was applied (the caller holds the store lock).
+    pub fn changed(&self, client: u64, seq: u64) {
+        lock(&self.known).insert(client, seq);
     }
 
-    /// A connection sent its first request from `client`.
-    pub fn connected(&self, client: u64) {
-        *lock(&self.connections).entry(client).or_default() += 1;
-    }
-
-    /// A connection that carried requests from `client` closed; whether it
-    /// was the client's last one and the client is in the table.
-    pub fn disconnected(&self, client: u64) -> bool {
-        let mut connections = lock(&self.connections);
-        let Some(n) = connections.get_mut(&client) else {
-            return false;
-        };
-        *n -= 1;
-        if *n > 0 {
-            return false;
-        }
-        connections.remove(&client);
-        drop(connections);
-        lock(&self.known).contains_key(&client)
-    }
-
-    /// Takes `client` out of the table in `txn`.
-    pub fn forget(&self, txn: &mut Txn, client: u64) {
-        lock(&self.known).remove(&client);
-        txn.batch.delete(keys::client(client));
-    }
-
-    /// Takes the clients idle for [`IDLE`] out of the table in `txn`.
-    pub fn expire(&self, txn: &mut Txn) {
-        let mut known = lock(&self.known);
-        known.retain(|client, seen| {
-            let keep = seen.elapsed() < IDLE;
+    /// Takes out of the table, in `txn`, every client whose last change is
+    /// at or before `durable` (the caller holds the store lock, and makes
+    /// `txn` durable soon: until then a restart still waits for them).
+    pub fn retire(&self, txn: &mut Txn, durable: u64) {
+        lock(&self.known).retain(|client, last| {
+            let keep = *last > durable;
             if !keep {
                 txn.batch.delete(keys::client(*client));
             }

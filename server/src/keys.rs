@@ -18,6 +18,8 @@
 //! |                                  | durable (sync = "replay"; client_table)|
 //! | `Cnext_handle`                   | last handle counter allocated (8 BE)   |
 //! | `Cobjects`                       | number of objects stored (8 BE)        |
+//! | `Ctransno`                       | the commit sequence number of the last |
+//! |                                  | transaction applied (8 BE)             |
 //! | `Cboot`                          | the verifier of the server's last start|
 //! |                                  | (8 BE; sync = "replay": recovery.rs)   |
 //! | `Cwal_seq`                       | first sequence number the metadata log |
@@ -46,6 +48,7 @@ pub const NEXT_HANDLE: &[u8] = b"Cnext_handle";
 pub const OBJECT_COUNT: &[u8] = b"Cobjects";
 pub const WAL_SEQ: &[u8] = b"Cwal_seq";
 pub const BOOT: &[u8] = b"Cboot";
+pub const TRANSNO: &[u8] = b"Ctransno";
 
 fn tagged(tag: u8, handle: Handle) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);

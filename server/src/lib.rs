@@ -103,6 +103,11 @@ async fn flush_loop(s: Arc<Service>) {
         let service = s.clone();
         let flush = move || {
             service.forget_old_replies()?;
+            // With replayed commits the group flush does this, sooner
+            // (and only it may: see `crash_points::GROUP_FLUSH`).
+            if service.config.settings.sync == shoal_proto::cluster::SyncMode::Replay {
+                return Ok(());
+            }
             service.meta.sync()
         };
         match tokio::task::spawn_blocking(flush).await {
@@ -113,10 +118,9 @@ async fn flush_loop(s: Arc<Service>) {
     }
 }
 
-/// With `sync = "replay"`: the group flush. Every `replay_flush_ms`, what
-/// was applied since the last sync is made durable by one sync (joining the
-/// commit queue, so that requests waiting on it complete with it), and the
-/// clients learn it from the `flushed` of their next replies.
+/// With `sync = "replay"`: the group flush (`Service::group_flush`) every
+/// `replay_flush_ms`; clients learn what it made durable from the
+/// `flushed` of their next replies.
 async fn group_flush_loop(s: Arc<Service>) {
     if s.config.settings.sync != shoal_proto::cluster::SyncMode::Replay {
         return;
@@ -124,22 +128,17 @@ async fn group_flush_loop(s: Arc<Service>) {
     let bound = Duration::from_millis(s.config.settings.replay_flush_ms as u64);
     let mut tick = tokio::time::interval(bound);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut durable = 0;
     loop {
         tick.tick().await;
-        if s.meta.durable_seq() >= s.meta.applied_seq() {
-            continue;
-        }
         let service = s.clone();
         let flush = move || {
-            service
-                .stats
-                .replay_flushes
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            service.commit.sync_now(&service.meta, &service.stats)
+            let flushed = service.group_flush(durable);
+            (flushed, service.meta.durable_seq())
         };
         match tokio::task::spawn_blocking(flush).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!("the group flush failed: {e}"),
+            Ok((Ok(_), now)) => durable = now,
+            Ok((Err(e), _)) => tracing::warn!("the group flush failed: {e}"),
             Err(e) => tracing::error!("the group flush failed: {e}"),
         }
     }

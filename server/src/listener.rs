@@ -78,8 +78,6 @@ async fn serve_connection(
         async move { sink.flush_queued().await }
     });
     let permits = Arc::new(Semaphore::new(inflight));
-    // The clients whose requests came on this connection (`client_table`).
-    let mut clients = std::collections::HashSet::new();
     loop {
         let frame = match read_frame_timeout(&mut reader, FRAME_TIMEOUT).await {
             Ok(f) => f,
@@ -92,10 +90,6 @@ async fn serve_connection(
         if frame.header.kind != Kind::Request {
             tracing::warn!("closing connection from {peer}: a reply frame arrived as a request");
             break;
-        }
-        let client = frame.header.client.client;
-        if client != 0 && clients.insert(client) {
-            service.clients.connected(client);
         }
         let Ok(permit) = permits.clone().acquire_owned().await else {
             break;
@@ -128,13 +122,4 @@ async fn serve_connection(
     let _ = permits.acquire_many(inflight as u32).await;
     sink.close();
     let _ = flusher.await;
-    if !clients.is_empty() {
-        let service = service.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            for client in clients {
-                service.client_disconnected(client);
-            }
-        })
-        .await;
-    }
 }

@@ -25,10 +25,10 @@ pub struct MetaStore {
     /// Last handle counter handed out (persisted with each allocation).
     last_counter: AtomicU64,
     objects: AtomicU64,
-    /// The commit sequence of this server process: transactions applied,
-    /// and applied before a sync that ended (durable). It starts at 0 with
-    /// each start; a client that holds changes of an earlier start replays
-    /// them (`recovery`) before it reads this start's numbers.
+    /// The commit sequence: transactions applied, and applied before a sync
+    /// that ended (durable). Each transaction stores its number (`Ctransno`),
+    /// so a restarted server knows the last one that survived, and which of
+    /// the changes its clients kept it still has (`recovery`).
     applied_seq: AtomicU64,
     durable_seq: AtomicU64,
 }
@@ -143,14 +143,18 @@ impl MetaStore {
             .get(keys::OBJECT_COUNT)?
             .map(|v| keys::decode_u64(&v))
             .unwrap_or(0);
+        let transno = kv
+            .get(keys::TRANSNO)?
+            .map(|v| keys::decode_u64(&v))
+            .unwrap_or(0);
         let store = MetaStore {
             kv,
             server_id,
             write_lock: Mutex::new(()),
             last_counter: AtomicU64::new(last),
             objects: AtomicU64::new(objects),
-            applied_seq: AtomicU64::new(0),
-            durable_seq: AtomicU64::new(0),
+            applied_seq: AtomicU64::new(transno),
+            durable_seq: AtomicU64::new(transno),
         };
         if server_id == 0 && store.try_get(handle::ROOT)?.is_none() {
             let _guard = store.lock();
@@ -371,9 +375,14 @@ impl MetaStore {
     /// Applies a transaction (caller holds the lock), persisting the handle
     /// counter and object count with it; it takes the next place in the
     /// commit sequence.
-    pub fn apply(&self, txn: Txn) -> Result<()> {
+    pub fn apply(&self, mut txn: Txn) -> Result<()> {
+        if txn.batch.is_empty() && !txn.allocated && txn.objects_delta == 0 {
+            return Ok(());
+        }
+        let seq = self.applied_seq() + 1;
+        txn.batch.put(keys::TRANSNO.to_vec(), keys::encode_u64(seq));
         self.apply_batch(txn)?;
-        self.applied_seq.fetch_add(1, Ordering::SeqCst);
+        self.applied_seq.store(seq, Ordering::SeqCst);
         Ok(())
     }
 

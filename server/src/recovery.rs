@@ -55,6 +55,10 @@ pub struct Recovery {
     /// The verifier of the server's previous start: what a client's kept
     /// changes must come from to be replayed.
     previous: u64,
+    /// The last change in the store at start: kept changes up to it
+    /// survived the crash (a killed process's last writes can reach the
+    /// disk without a sync) and are not replayed.
+    survived: u64,
     deadline: Instant,
     state: Mutex<State>,
     changed: Condvar,
@@ -66,12 +70,13 @@ pub type Outcome = i32;
 impl Recovery {
     /// A server with nothing to recover: open at once.
     pub fn none() -> Recovery {
-        Recovery::awaiting(Vec::new(), 0, Duration::ZERO)
+        Recovery::awaiting(Vec::new(), 0, 0, Duration::ZERO)
     }
 
-    /// A server restarted after its previous start `previous`, whose table
-    /// names `clients`: it waits for them for at most `window`.
-    pub fn awaiting(clients: Vec<u64>, previous: u64, window: Duration) -> Recovery {
+    /// A server restarted after its previous start `previous`, with every
+    /// change up to `survived` in its store, whose table names `clients`:
+    /// it waits for them for at most `window`.
+    pub fn awaiting(clients: Vec<u64>, previous: u64, survived: u64, window: Duration) -> Recovery {
         let phase = if clients.is_empty() {
             Phase::Done
         } else {
@@ -84,6 +89,7 @@ impl Recovery {
         Recovery {
             active: AtomicBool::new(phase != Phase::Done),
             previous,
+            survived,
             deadline: Instant::now() + window,
             state: Mutex::new(State {
                 phase,
@@ -206,7 +212,10 @@ impl Recovery {
         kept.sort_by_key(|(_, item)| item.seq);
         let outcomes: Vec<(u64, Outcome)> = kept
             .iter()
-            .map(|(client, item)| (*client, replay(*client, item)))
+            .map(|(client, item)| match item.seq <= self.survived {
+                true => (*client, 0),
+                false => (*client, replay(*client, item)),
+            })
             .collect();
         let synced = sync();
         let mut st = self.lock();
@@ -220,7 +229,11 @@ impl Recovery {
         if let Err(e) = synced {
             tracing::error!("making the replayed changes durable failed: {e}");
         }
-        tracing::info!("recovery done: {} changes replayed", kept.len());
+        tracing::info!(
+            "recovery done: {} changes kept by clients, those after {} replayed",
+            kept.len(),
+            self.survived
+        );
         st.phase = Phase::Done;
         self.active.store(false, Ordering::Release);
         self.changed.notify_all();

@@ -139,10 +139,12 @@ pub fn handle(fresh: impl FnOnce() -> Handle, fits: impl Fn(Handle) -> bool) -> 
 
 /// EIO if a replayed handle did not fit this thread's change.
 pub fn misfit() -> Result<()> {
-    KEPT.with(|k| match k.borrow_mut().as_mut().and_then(|k| k.misfit.take()) {
-        Some(m) => Err(ShoalError::io(m)),
-        None => Ok(()),
-    })
+    KEPT.with(
+        |k| match k.borrow_mut().as_mut().and_then(|k| k.misfit.take()) {
+            Some(m) => Err(ShoalError::io(m)),
+            None => Ok(()),
+        },
+    )
 }
 
 /// Whether this thread replays a request (its handles are given).

@@ -25,8 +25,8 @@ use crate::meta_store::{MetaStore, Txn};
 use crate::pools::Pools;
 use crate::recovery::Recovery;
 use crate::reply_cache::{self, ReplyCache};
-use crate::{keys, replay};
 use crate::stats::Stats;
+use crate::{keys, replay};
 
 pub struct Service {
     pub id: u32,
@@ -213,31 +213,51 @@ impl Service {
         }
         self.meta.apply(txn)?;
         let seq = self.meta.applied_seq();
+        if let Some(client) = kept {
+            self.clients.changed(client, seq);
+        }
         drop(guard);
         shoal_proto::crash_point!(crash_points::COMMIT_AFTER_APPLY);
         let syncs = if kept.is_some() && entering.is_none() {
             replay::applied_as(seq);
             0
         } else {
-            let syncs = self.commit.make_durable(&self.meta, &self.stats)?;
-            if let Some(client) = entering {
-                self.clients.entered(client);
-            }
-            syncs
+            self.commit.make_durable(&self.meta, &self.stats)?
         };
         shoal_proto::crash_point!(crash_points::COMMIT_BEFORE_REPLY);
         Ok((out, syncs))
     }
 
-    /// Deletes the cached replies that have outlived `reply_cache::TTL`,
-    /// and the clients idle for `client_table::IDLE` (not durably: they
-    /// ride the next sync).
+    /// Deletes the cached replies that have outlived `reply_cache::TTL`
+    /// (not durably: they ride the next sync).
     pub fn forget_old_replies(&self) -> Result<()> {
         let _guard = self.meta.lock();
         let mut txn = Txn::default();
         self.replies.expire(&mut txn);
-        self.clients.expire(&mut txn);
         self.meta.apply(txn)
+    }
+
+    /// The group flush (`sync = "replay"`): takes the clients whose changes
+    /// were all durable at the previous flush, `durable`, out of the client
+    /// table (not while recovering: the table is what recovery waits for),
+    /// and makes everything applied durable. Returns the syncs it took.
+    /// Nothing to flush, nothing done: a retirement waits for a flush that
+    /// changes need anyway.
+    pub fn group_flush(&self, durable: u64) -> Result<u64> {
+        if self.meta.durable_seq() >= self.meta.applied_seq() {
+            return Ok(0);
+        }
+        if !self.recovery.active() {
+            let _guard = self.meta.lock();
+            let mut txn = Txn::default();
+            self.clients.retire(&mut txn, durable);
+            self.meta.apply(txn)?;
+        }
+        shoal_proto::crash_point!(crash_points::GROUP_FLUSH);
+        self.stats
+            .replay_flushes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.commit.sync_now(&self.meta, &self.stats)
     }
 
     /// Checks that `h` can name an object somewhere in the cluster.
@@ -273,7 +293,12 @@ fn recovery_after_start(
     kv.apply(batch)?;
     meta.skip_handles(RESTART_HANDLE_GAP)?;
     let window = std::time::Duration::from_millis(config.settings.recovery_window_ms as u64);
-    Ok(Recovery::awaiting(clients.clients(), previous, window))
+    Ok(Recovery::awaiting(
+        clients.clients(),
+        previous,
+        meta.applied_seq(),
+        window,
+    ))
 }
 
 /// ENOTSUP unless the technique `name` is switched on in this cluster.

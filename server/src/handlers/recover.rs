@@ -1,8 +1,8 @@
 //! Replayed commits, the server's side (`sync = "replay"`): a client's
 //! first request on a new connection (`recover`, which replays what it
 //! keeps if this server restarted and lost it: `recovery`), a replayed
-//! request run again (`Service::replay`), `commit` (make everything
-//! durable now), and what a client's last connection closing means.
+//! request run again (`Service::replay`), and `commit` (make everything
+//! durable now).
 
 use std::sync::atomic::Ordering;
 
@@ -11,7 +11,6 @@ use shoal_proto::frame::{ClientRef, Frame};
 use shoal_proto::msg::{CommitRequest, Empty, RecoverReply, RecoverRequest, Replayed};
 use shoal_proto::{Cred, Op};
 
-use crate::meta_store::Txn;
 use crate::recovery::Outcome;
 use crate::replay;
 use crate::service::{Reply, Request, Service};
@@ -59,21 +58,6 @@ pub fn commit(s: &Service, _r: &Request, _q: CommitRequest) -> Result<Reply<Empt
 }
 
 impl Service {
-    /// The last connection of `client` closed, every request of it
-    /// answered: it takes its kept changes with it, so it leaves the table
-    /// (durably with the next sync, which also covers those changes).
-    pub fn client_disconnected(&self, client: u64) {
-        if !self.clients.disconnected(client) {
-            return;
-        }
-        let _guard = self.meta.lock();
-        let mut txn = Txn::default();
-        self.clients.forget(&mut txn, client);
-        if let Err(e) = self.meta.apply(txn) {
-            tracing::warn!("forgetting client {client:#x} failed: {e}");
-        }
-    }
-
     /// Runs `client`'s kept request `item` again, with the handles its first
     /// copy took; returns its errno (0: done).
     pub fn replay(&self, client: u64, item: &Replayed) -> Outcome {
@@ -86,18 +70,12 @@ impl Service {
         if !op.modifies_metadata() {
             return shoal_proto::Errno::EINVAL.0;
         }
-        let frame = Frame::request(
-            op,
-            item.id,
-            cred,
-            item.body.clone(),
-            item.payload.clone(),
-        )
-        .from_client(ClientRef {
-            client,
-            acked: 0,
-            resent: false,
-        });
+        let frame = Frame::request(op, item.id, cred, item.body.clone(), item.payload.clone())
+            .from_client(ClientRef {
+                client,
+                acked: 0,
+                resent: false,
+            });
         let scope = replay::Scope::replay(client, item.allocated.clone());
         let reply = self.answer(&frame);
         drop(scope);
