@@ -360,12 +360,24 @@ async fn verify(client: &Client, dirs: &[Dirs], models: &[Model], stage: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_work_survives_random_sigkills_and_fsck_reclaims_the_rest() {
+    chaos("full").await;
+}
+
+/// The same with replayed commits: changes are answered before they are
+/// durable, and a killed server gets the ones it lost back from the clients.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_replayed_commits_acknowledged_work_survives_random_sigkills() {
+    chaos("replay").await;
+}
+
+async fn chaos(sync: &str) {
     let secs = env_u64("SHOAL_CRASH_SECS", CHAOS_SECS);
     let seed = env_u64("SHOAL_CRASH_SEED", SEED);
-    eprintln!("crash: {secs} s of chaos, seed {seed:#x}");
+    eprintln!("crash: sync = {sync}, {secs} s of chaos, seed {seed:#x}");
     let mut cluster = Cluster::builder()
         .servers(4)
         .set("strip_size=65536")
+        .set(&format!("sync={sync}"))
         .start();
     let setup = cluster.client();
     let mut dirs: Vec<Dirs> = Vec::new();
@@ -444,6 +456,11 @@ async fn acknowledged_work_survives_random_sigkills_and_fsck_reclaims_the_rest()
     assert!(acked > 0, "no operation was acknowledged");
 
     let client = cluster.uncached_client();
+    let mut replayed = 0;
+    for id in &ids {
+        replayed += client.server_stats(*id).await.unwrap().replayed;
+    }
+    eprintln!("crash: the servers' last starts replayed {replayed} changes their clients kept");
     verify(&client, &dirs, &models, "after the crashes").await;
 
     // fsck may find orphans, never a dangling entry; --repair leaves zero.
