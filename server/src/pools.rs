@@ -317,6 +317,14 @@ impl Pools {
         if peers.is_empty() {
             return Ok(Vec::new());
         }
+        if crate::replay::replaying() {
+            // The datafiles its first copy had made (durable on their
+            // servers: other servers' requests are synced before replies).
+            return Ok(peers
+                .iter()
+                .map(|p| crate::replay::handle(|| 0, |h| h != 0 && server_of(h) == *p))
+                .collect());
+        }
         commit.leave_scheduling_queue();
         let created: Vec<Result<Handle>> = self.block_on(async {
             let calls = peers.iter().map(|p| async move {
@@ -346,7 +354,11 @@ impl Pools {
             );
             return Err(e);
         }
-        Ok(created.into_iter().flatten().collect())
+        Ok(created
+            .into_iter()
+            .flatten()
+            .map(|h| crate::replay::handle(|| h, |_| true))
+            .collect())
     }
 
     /// Best-effort removal, in the background, of remote datafiles nothing

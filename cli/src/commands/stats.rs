@@ -15,6 +15,11 @@ pub fn to_json(replies: &[StatsReply]) -> serde_json::Value {
             "commit_stalls": r.commit_stalls,
             "cached_replies": r.cached_replies,
             "replies_held": r.replies_held,
+            "applied_seq": r.applied_seq,
+            "durable_seq": r.durable_seq,
+            "replay_flushes": r.replay_flushes,
+            "replayed": r.replayed,
+            "replays_failed": r.replays_failed,
             "uptime_ms": r.uptime_ms,
             "ops": r.ops.iter().map(|o| (o.op.clone(), serde_json::json!({
                 "requests": o.requests,
@@ -91,6 +96,14 @@ pub fn run(cfg: &ConfigArg, path: Option<&str>, server: Option<u32>, json: bool)
             println!(
                 "{:>6} {:<16} {:>10}   (requests sent again, answered from the reply cache; {} held)",
                 r.server_id, "cached_replies", r.cached_replies, r.replies_held
+            );
+            println!(
+                "{:>6} {:<16} {:>10}   (sync = replay: group flushes; changes {} applied, {} durable)",
+                r.server_id, "replay_flushes", r.replay_flushes, r.applied_seq, r.durable_seq
+            );
+            println!(
+                "{:>6} {:<16} {:>10}   (changes clients kept, replayed after a restart; {} failed)",
+                r.server_id, "replayed", r.replayed, r.replays_failed
             );
         }
         Ok(())
