@@ -346,8 +346,8 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
     let header_lengths = |len: usize, body: u32, payload: u32| {
         let mut f = ping.clone();
         f[0..4].copy_from_slice(&(len as u32).to_be_bytes());
-        f[48..52].copy_from_slice(&body.to_be_bytes());
-        f[52..56].copy_from_slice(&payload.to_be_bytes());
+        f[64..68].copy_from_slice(&body.to_be_bytes());
+        f[68..72].copy_from_slice(&payload.to_be_bytes());
         f
     };
     let limit = HEADER_LEN + MAX_BODY + MAX_PAYLOAD;
@@ -380,7 +380,8 @@ async fn bad_frames_close_their_connection_and_the_server_keeps_serving() {
         ("magic byte-swapped", with(4, &[0x48, 0x53])),
         ("version 0", with(6, &[0])),
         ("version 1", with(6, &[1])),
-        ("version 3", with(6, &[3])),
+        ("version 2", with(6, &[2])),
+        ("version 4", with(6, &[4])),
         ("version 255", with(6, &[255])),
         ("kind reply", with(7, &[1])),
         ("kind 2", with(7, &[2])),
