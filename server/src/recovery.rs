@@ -240,3 +240,65 @@ impl Recovery {
         st
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(seq: u64) -> Replayed {
+        Replayed {
+            seq,
+            id: seq,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn kept_changes_replay_in_their_order_and_survivors_are_skipped() {
+        // Two clients; the store held every change up to 3 at the restart.
+        let r = Recovery::awaiting(vec![1, 2], 77, 3, Duration::from_secs(60));
+        assert!(r.active());
+        let order = Mutex::new(Vec::new());
+        let replay = |c: u64, i: &Replayed| {
+            order.lock().unwrap().push((c, i.seq));
+            0
+        };
+        std::thread::scope(|s| {
+            let first = s.spawn(|| r.recover(1, 77, vec![item(2), item(6)], replay, || Ok(())));
+            while r.lock().awaited.len() == 2 {
+                std::thread::yield_now();
+            }
+            let second = r.recover(2, 77, vec![item(5), item(4)], replay, || Ok(()));
+            assert_eq!(second.unwrap(), vec![0, 0]);
+            assert_eq!(first.join().unwrap().unwrap(), vec![0, 0]);
+        });
+        assert_eq!(*order.lock().unwrap(), vec![(2, 4), (2, 5), (1, 6)]);
+        assert!(!r.active());
+        // Too late: kept changes are refused, nothing is replayed.
+        let late = r.recover(3, 77, vec![item(9)], replay, || Ok(()));
+        assert_eq!(late.unwrap_err().errno, Errno::ESTALE);
+        assert_eq!(r.recover(3, 77, vec![], replay, || Ok(())).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn changes_of_an_older_start_are_refused() {
+        let r = Recovery::awaiting(vec![1], 77, 0, Duration::from_secs(60));
+        let e = r.recover(1, 76, vec![item(1)], |_, _| 0, || Ok(()));
+        assert_eq!(e.unwrap_err().errno, Errno::ESTALE);
+    }
+
+    #[test]
+    fn past_the_window_a_waiting_request_replays_what_came() {
+        let r = Recovery::awaiting(vec![1], 77, 0, Duration::from_millis(10));
+        let replayed = Mutex::new(0);
+        r.wait(
+            |_, _| {
+                *replayed.lock().unwrap() += 1;
+                0
+            },
+            || Ok(()),
+        );
+        assert!(!r.active());
+        assert_eq!(*replayed.lock().unwrap(), 0, "nobody sent anything");
+    }
+}

@@ -154,10 +154,7 @@ impl Service {
             && h.client.client != 0
             && !matches!(h.op, Op::Recover | Op::Ping | Op::Stats | Op::Statfs)
         {
-            self.recovery.wait(
-                |c, item| self.replay(c, item),
-                || self.commit.sync_now(&self.meta, &self.stats).map(drop),
-            );
+            self.wait_for_recovery();
         }
         self.handle(frame)
     }

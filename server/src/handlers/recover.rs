@@ -42,7 +42,7 @@ pub fn recover(s: &Service, r: &Request, q: RecoverRequest) -> Result<Reply<Reco
         q.boot,
         q.items,
         |c, item| s.replay(c, item),
-        || s.commit.sync_now(&s.meta, &s.stats).map(drop),
+        || s.make_replays_durable(),
     )?;
     debug_assert!(errnos.len() == count || count == 0);
     Ok(Reply::new(RecoverReply {
@@ -58,6 +58,19 @@ pub fn commit(s: &Service, _r: &Request, _q: CommitRequest) -> Result<Reply<Empt
 }
 
 impl Service {
+    /// Waits until this server has recovered; past the window, this thread
+    /// replays what the clients sent (see `Recovery::wait`).
+    pub fn wait_for_recovery(&self) {
+        self.recovery.wait(
+            |c, item| self.replay(c, item),
+            || self.make_replays_durable(),
+        );
+    }
+
+    fn make_replays_durable(&self) -> Result<()> {
+        self.commit.sync_now(&self.meta, &self.stats).map(drop)
+    }
+
     /// Runs `client`'s kept request `item` again, with the handles its first
     /// copy took; returns its errno (0: done).
     pub fn replay(&self, client: u64, item: &Replayed) -> Outcome {
