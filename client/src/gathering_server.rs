@@ -45,10 +45,19 @@ const MAX_RESENDS: usize = 3;
 impl Client {
     /// Whether kept extents (`extents` of them, `bytes` in all) go through
     /// their file's gathering server: when the cluster gathers on servers
-    /// and they are scattered (one extent is already one large write to the
-    /// strips' servers) and small ([`SMALL_EXTENTS`]).
-    pub(crate) fn goes_to_gathering_server(&self, extents: usize, bytes: usize) -> bool {
-        self.config().settings.gather_on_server && extents > 1 && bytes / extents < SMALL_EXTENTS
+    /// and they are small ([`SMALL_EXTENTS`]) and scattered (one extent is
+    /// already one large write to the strips' servers), or the server holds
+    /// this client's earlier ones (`at_server`): a file stays on one path,
+    /// as switching makes the direct writes durable first.
+    pub(crate) fn goes_to_gathering_server(
+        &self,
+        extents: usize,
+        bytes: usize,
+        at_server: bool,
+    ) -> bool {
+        self.config().settings.gather_on_server
+            && (extents > 1 || at_server)
+            && bytes / extents.max(1) < SMALL_EXTENTS
     }
 
     /// Sends `extents` of `h` to its gathering server (under the file's
@@ -70,6 +79,12 @@ impl Client {
         let dist = self.dist_upto(h, end).await?;
         if dist.stuffed && end > dist.strip_size {
             self.unstuff(h).await?;
+        }
+        // Direct writes sent before are made durable first: their copy
+        // must go (a resend could land older bytes over gathered ones), and
+        // without it a restart of their server would lose them.
+        if self.inner.uncommitted_writes.holds_copy(h) {
+            self.commit_direct_changes(h).await?;
         }
         self.inner.uncommitted_writes.forgo_copy(h);
         let epoch = self

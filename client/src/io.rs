@@ -390,6 +390,12 @@ impl Client {
     pub async fn fsync(&self, h: Handle) -> Result<()> {
         self.flush(h).await?;
         self.pool().commit_kept(self.cred).await?;
+        self.commit_direct_changes(h).await
+    }
+
+    /// Makes what was sent directly of `h` durable on every server holding
+    /// it, sending again what a restarted server lost (fsync's second half).
+    pub(crate) async fn commit_direct_changes(&self, h: Handle) -> Result<()> {
         let mut copy = None;
         let mut failed = None;
         for _ in 0..SEND_AGAIN_ROUNDS {

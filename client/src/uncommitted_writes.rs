@@ -319,10 +319,19 @@ impl UncommittedWrites {
         }
     }
 
+    /// Whether a copy of changes to `h` is kept to send again.
+    pub fn holds_copy(&self, h: Handle) -> bool {
+        lock(&self.state)
+            .files
+            .get(&h)
+            .is_some_and(|f| f.copy.is_some())
+    }
+
     /// Drops the copy of `h`'s changes, keeping its verifiers: they are no
     /// longer the newest bytes (the file was written through its gathering
     /// server too, whose own copy goes again by its own rule), so sending
-    /// them again could land older bytes last. A restart is then reported.
+    /// them again could land older bytes last. A restart is then reported:
+    /// callers make the changes durable first.
     pub fn forgo_copy(&self, h: Handle) {
         let mut st = lock(&self.state);
         let Some(f) = st.files.get_mut(&h) else {

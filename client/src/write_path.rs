@@ -470,7 +470,8 @@ impl Client {
         let sends = taken.extents.len();
         let bytes: usize = taken.extents.iter().map(|(_, d)| d.len()).sum();
         let t0 = Instant::now();
-        let done = if self.goes_to_gathering_server(sends, bytes) {
+        let at_server = buffer.at_server_epoch(h, gate).is_some();
+        let done = if self.goes_to_gathering_server(sends, bytes, at_server) {
             writer
                 .send_to_gathering_server(h, gate, taken.extents)
                 .await
