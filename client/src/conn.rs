@@ -18,7 +18,7 @@ use shoal_proto::frame::{read_frame, ClientRef, Frame, Kind};
 use shoal_proto::msg::ErrorReply;
 use shoal_proto::{Cred, Op};
 use tokio::io::BufReader;
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::{oneshot, Notify, Semaphore};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const BUFFER: usize = 256 << 10;
@@ -35,6 +35,8 @@ pub struct Connection {
     /// Which start of the server this connection reaches (its verifier,
     /// learned by the pool's `recover` with `sync = "replay"`; else 0).
     boot: AtomicU64,
+    /// Signalled once when the connection ends (see [`Connection::ended`]).
+    ended: Arc<Notify>,
 }
 
 impl Connection {
@@ -51,6 +53,7 @@ impl Connection {
         let sink = Arc::new(FrameSink::new(write_half));
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
+        let ended = Arc::new(Notify::new());
         tokio::spawn(flush_queued(sink.clone(), alive.clone()));
         tokio::spawn(route_replies(
             BufReader::with_capacity(BUFFER, read_half),
@@ -58,6 +61,7 @@ impl Connection {
             alive.clone(),
             sink.clone(),
             addr,
+            ended.clone(),
         ));
         Ok(Connection {
             server,
@@ -67,7 +71,16 @@ impl Connection {
             permits: Semaphore::new(max_inflight),
             alive,
             boot: AtomicU64::new(0),
+            ended,
         })
+    }
+
+    /// Resolves once the connection has ended (the server closed it, died
+    /// or restarted), whether or not anyone was calling on it then. Holds
+    /// no reference to the connection, so a watcher can outlive it.
+    pub fn ended(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let ended = self.ended.clone();
+        async move { ended.notified().await }
     }
 
     pub fn boot(&self) -> u64 {
@@ -142,6 +155,7 @@ async fn route_replies<R: tokio::io::AsyncRead + Unpin>(
     alive: Arc<AtomicBool>,
     sink: Arc<FrameSink>,
     addr: SocketAddr,
+    ended: Arc<Notify>,
 ) {
     loop {
         match read_frame(&mut r).await {
@@ -165,4 +179,7 @@ async fn route_replies<R: tokio::io::AsyncRead + Unpin>(
     sink.close();
     // Dropping the senders wakes every waiter with an error.
     pending.lock().unwrap().clear();
+    // One watcher at most (the pool's): notify_one keeps the wake-up for
+    // it even if it starts waiting only later.
+    ended.notify_one();
 }

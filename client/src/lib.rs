@@ -61,7 +61,7 @@ pub struct Client {
 }
 
 struct Inner {
-    pool: Pool,
+    pool: Arc<Pool>,
     /// Entries: the handle and the kind of object named.
     names: name_cache::NameCache,
     attrs: TtlCache<Handle, Attr>,

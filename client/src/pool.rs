@@ -13,11 +13,14 @@
 //! says the server's durable sequence passed it, and the first request on
 //! every new connection is a `recover` that hands them back, so that a
 //! server that restarted and lost them replays them before it serves
-//! anything else.
+//! anything else. A client that keeps changes for a server does not wait
+//! for its next call to learn that the connection broke: a watcher opens a
+//! new one at once (`watch`), so an idle client never keeps a restarted
+//! server waiting for its recovery window, nor loses what it kept.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -60,6 +63,8 @@ pub struct Pool {
     /// Per server, the changes it answered and has not made durable
     /// (`sync = "replay"`; empty otherwise).
     kept: Vec<KeptChanges>,
+    /// This pool, for the watchers of its connections (`watch`).
+    me: Weak<Pool>,
 }
 
 /// A cached request's place among those awaited from its server; it leaves
@@ -80,18 +85,19 @@ fn lock(m: &std::sync::Mutex<BTreeSet<u64>>) -> std::sync::MutexGuard<'_, BTreeS
 }
 
 impl Pool {
-    pub fn new(config: ClusterConfig) -> Pool {
+    pub fn new(config: ClusterConfig) -> Arc<Pool> {
         let slots = config.servers.iter().map(|_| Mutex::new(None)).collect();
         let awaited = config.servers.iter().map(|_| Default::default()).collect();
         let kept = config.servers.iter().map(|_| Default::default()).collect();
-        Pool {
+        Arc::new_cyclic(|me| Pool {
             config,
             slots,
             client: rand::random::<u64>().max(1),
             next_id: AtomicU64::new(1),
             awaited,
             kept,
-        }
+            me: me.clone(),
+        })
     }
 
     /// What request `id` of `op` to `server` says of this client: its id,
@@ -151,9 +157,32 @@ impl Pool {
         };
         if self.config.settings.sync == SyncMode::Replay {
             self.recover(server, &c).await?;
+            self.watch(server, &c);
         }
         *slot = Some(c.clone());
         Ok(c)
+    }
+
+    /// Once connection `c` to `server` ends, opens a new one at once if
+    /// changes are kept for the server (its `recover` hands them back): a
+    /// restarted server waits for every client that may hold its lost
+    /// changes, and one that made no further call would keep it waiting
+    /// its whole recovery window, and then lose them.
+    fn watch(&self, server: u32, c: &Connection) {
+        let ended = c.ended();
+        let pool = self.me.clone();
+        tokio::spawn(async move {
+            ended.await;
+            let Some(pool) = pool.upgrade() else {
+                return;
+            };
+            if !pool.kept[server as usize].holds_any() {
+                return;
+            }
+            if let Err(e) = pool.connection(server).await {
+                tracing::error!("server {server}: handing back the changes it answered: {e}");
+            }
+        });
     }
 
     /// The first request on a new connection to `server` with `sync =

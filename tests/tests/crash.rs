@@ -454,6 +454,9 @@ async fn chaos(sync: &str) {
     );
     assert!(kills > 0, "the chaos killed no server");
     assert!(acked > 0, "no operation was acknowledged");
+    // Every server is back within DOWN, far inside restart_wait_ms: a
+    // restart reaches no caller.
+    assert_eq!(failed, 0, "operations failed to callers: {errors:?}");
 
     let client = cluster.uncached_client();
     let mut replayed = 0;

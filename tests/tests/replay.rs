@@ -104,3 +104,32 @@ async fn changes_answered_before_a_crash_are_replayed_in_order() {
     let newer = fresh.create(dir, "after", 0o644).await.unwrap();
     assert!(told.values().all(|h| *h != newer.handle));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_client_hands_its_changes_back_as_soon_as_its_server_restarts() {
+    let mut cluster = Cluster::builder()
+        .servers(2)
+        .set("sync=replay")
+        .set("replay_flush_ms=1000")
+        .set("precreate=false")
+        .start();
+    let idle = cluster.client();
+    let dir = dir_on(&idle, 1, "d").await;
+    idle.create(dir, "first", 0o644).await.unwrap();
+    cluster.arm(1, GROUP_FLUSH);
+    // Answered before it is durable; then this client makes no other call.
+    let kept = idle.create(dir, "kept", 0o644).await.unwrap();
+    cluster.restart_after_crash(1);
+    // Another client is served once the restarted server has the idle
+    // one's change back, which that client sends without being asked (had
+    // it waited for its next call, the server would have given up on it
+    // after its recovery window, and the create would be lost).
+    let other = cluster.uncached_client();
+    assert_eq!(other.lookup(dir, "kept").await.unwrap().0, kept.handle);
+    let stats = other.server_stats(1).await.unwrap();
+    assert!(
+        stats.replayed >= 1,
+        "the restarted server replayed the change"
+    );
+    assert_eq!(stats.replays_failed, 0);
+}
