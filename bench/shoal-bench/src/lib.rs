@@ -10,6 +10,7 @@ mod ablation;
 mod fsops;
 mod interfaces;
 mod ls;
+mod machine_cpu;
 mod nometafile;
 mod nometafile_report;
 mod nometafile_worker;

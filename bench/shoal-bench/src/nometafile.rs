@@ -235,7 +235,7 @@ fn one_run(
     let mut run = Run::default();
     for phase in PHASES {
         let before = rt.block_on(settled_requests(client))?;
-        let times = workers.phase(phase)?;
+        let times = workers.phase(phase)?.worker_seconds;
         let after = rt.block_on(requests(client))?;
         if let Some(i) = OPS.iter().position(|op| *op == phase) {
             run.seconds[i] = times.iter().copied().fold(0.0, f64::max);

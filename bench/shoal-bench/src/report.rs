@@ -46,6 +46,9 @@ pub struct Phase {
     pub amount: u64,
     /// Per run, each worker's own time for the phase, in seconds.
     pub worker_seconds: Vec<Vec<f64>>,
+    /// Per run, the CPU time the whole machine spent during the phase, in
+    /// seconds (empty where it was not measured).
+    pub cpu_seconds: Vec<f64>,
 }
 
 impl Phase {
@@ -54,6 +57,7 @@ impl Phase {
             name: name.to_string(),
             amount,
             worker_seconds: Vec::new(),
+            cpu_seconds: Vec::new(),
         }
     }
 
@@ -86,6 +90,21 @@ impl Phase {
     /// of the middle two, which is not amount / median_seconds).
     pub fn median_rate(&self) -> Option<f64> {
         median(&self.rates())
+    }
+
+    /// The median over runs of the machine's CPU time per unit of work, in
+    /// microseconds: at this cost, `cores * 1e6 / it` units a second is the
+    /// most the machine could do with every core busy.
+    pub fn median_cpu_us_per_unit(&self) -> Option<f64> {
+        if self.amount == 0 {
+            return None;
+        }
+        let per: Vec<f64> = self
+            .cpu_seconds
+            .iter()
+            .map(|s| s * 1e6 / self.amount as f64)
+            .collect();
+        median(&per)
     }
 }
 
@@ -241,6 +260,8 @@ impl Report {
                     "seconds": p.seconds(),
                     self.unit.rate_key(): p.rates(),
                     "worker_seconds": p.worker_seconds,
+                    "cpu_seconds": p.cpu_seconds,
+                    "median_cpu_us_per_unit": p.median_cpu_us_per_unit(),
                 })
             })
             .collect();
@@ -446,7 +467,16 @@ mod tests {
             amount: 800,
             // Three runs of two workers: phase time is each run's maximum.
             worker_seconds: vec![vec![0.5, 2.0], vec![1.0, 0.25], vec![4.0, 4.0]],
+            cpu_seconds: vec![0.8, 0.4, 1.6],
         }
+    }
+
+    #[test]
+    fn cpu_per_unit_is_the_median_over_runs() {
+        assert_eq!(phase().median_cpu_us_per_unit(), Some(1000.0));
+        let mut none = phase();
+        none.cpu_seconds.clear();
+        assert_eq!(none.median_cpu_us_per_unit(), None);
     }
 
     #[test]
@@ -501,6 +531,7 @@ mod tests {
             name: "close".into(),
             amount: 0,
             worker_seconds: vec![vec![1e-8, 2e-8]; 3],
+            cpu_seconds: Vec::new(),
         };
         assert_eq!(r.phases[0].rates(), Vec::<f64>::new());
         assert_eq!(r.phases[0].median_rate(), None);

@@ -59,10 +59,20 @@ pub fn run_phases_with(
         args
     })?;
     for phase in phases.iter_mut() {
-        let times = workers.phase(&phase.name)?;
-        phase.worker_seconds.push(times);
+        let timed = workers.phase(&phase.name)?;
+        phase.worker_seconds.push(timed.worker_seconds);
+        phase.cpu_seconds.extend(timed.cpu_seconds);
     }
     workers.finish()
+}
+
+/// What one phase took.
+pub struct Timed {
+    /// Each worker's own time, in seconds.
+    pub worker_seconds: Vec<f64>,
+    /// The machine's busy CPU time from the release of the workers to the
+    /// last one's report (every process's, `machine_cpu`), if known.
+    pub cpu_seconds: Option<f64>,
 }
 
 /// The parent's side: the running workers of one run.
@@ -122,8 +132,9 @@ impl Workers {
     }
 
     /// Runs one phase: waits until every worker is at the barrier for
-    /// `phase`, releases them all, and returns each worker's own time (s).
-    pub fn phase(&mut self, phase: &str) -> Result<Vec<f64>> {
+    /// `phase`, releases them all, and returns each worker's own time and
+    /// the CPU the machine spent meanwhile.
+    pub fn phase(&mut self, phase: &str) -> Result<Timed> {
         for w in &mut self.children {
             let line = w.read_line(phase)?;
             if line != format!("ready {phase}") {
@@ -132,6 +143,7 @@ impl Workers {
         }
         // Release them back to back: the go lines cost microseconds, and each
         // worker starts its own clock when it reads its go.
+        let cpu_before = crate::machine_cpu::busy();
         for w in &mut self.children {
             let sent = match w.stdin.as_mut() {
                 Some(stdin) => stdin.write_all(b"go\n"),
@@ -149,7 +161,14 @@ impl Workers {
                 _ => return Err(w.unexpected(phase, &line)),
             }
         }
-        Ok(times)
+        let cpu_after = crate::machine_cpu::busy();
+        let cpu_seconds = cpu_before
+            .zip(cpu_after)
+            .map(|(b, a)| a.saturating_sub(b).as_secs_f64());
+        Ok(Timed {
+            worker_seconds: times,
+            cpu_seconds,
+        })
     }
 
     /// Lets the workers exit (they have run their last phase) and checks that
