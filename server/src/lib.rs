@@ -79,7 +79,7 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
         tokio::task::spawn_blocking(move || {
             // What clients gathered here goes where it belongs, durably.
             handlers::gather::commit_everything(&s);
-            s.meta.sync()
+            s.stop_durably()
         })
         .await
         .map_err(|e| ShoalError::io(e.to_string()))??;

@@ -138,20 +138,24 @@ impl Recovery {
         let mut st = self.lock();
         let late = st.phase != Phase::Collecting || boot != self.previous;
         if late {
-            if items.is_empty() {
-                return Ok(Vec::new());
+            // Changes of the previous start that its store held (all of
+            // them after a clean stop) are not lost.
+            let lost = match boot == self.previous {
+                true => items.iter().filter(|i| i.seq > self.survived).count(),
+                false => items.len(),
+            };
+            if lost == 0 {
+                return Ok(vec![0; items.len()]);
             }
             tracing::error!(
-                "client {client:#x} came back too late to replay {} changes this server \
-                 answered before it restarted: they are lost",
-                items.len()
+                "client {client:#x} came back too late to replay {lost} changes this server \
+                 answered before it restarted: they are lost"
             );
             return Err(ShoalError::new(
                 Errno::ESTALE,
                 format!(
                     "the server restarted and ended its recovery before this client came \
-                     back: {} changes it had answered are lost",
-                    items.len()
+                     back: {lost} changes it had answered are lost"
                 ),
             ));
         }
@@ -278,6 +282,17 @@ mod tests {
         let late = r.recover(3, 77, vec![item(9)], replay, || Ok(()));
         assert_eq!(late.unwrap_err().errno, Errno::ESTALE);
         assert_eq!(r.recover(3, 77, vec![], replay, || Ok(())).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn late_changes_the_store_held_are_not_lost() {
+        // A clean stop: no client awaited, every change up to 9 durable.
+        let r = Recovery::awaiting(Vec::new(), 77, 9, Duration::from_secs(60));
+        assert!(!r.active());
+        let held = r.recover(1, 77, vec![item(8), item(9)], |_, _| 1, || Ok(()));
+        assert_eq!(held.unwrap(), vec![0, 0]);
+        let e = r.recover(1, 77, vec![item(9), item(10)], |_, _| 1, || Ok(()));
+        assert_eq!(e.unwrap_err().errno, Errno::ESTALE);
     }
 
     #[test]

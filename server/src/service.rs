@@ -260,6 +260,20 @@ impl Service {
         self.commit.sync_now(&self.meta, &self.stats)
     }
 
+    /// At a clean stop: empties the client table and makes everything
+    /// applied durable, so no client holds a change the store lacks and the
+    /// next start waits for none (a stop during recovery keeps the table:
+    /// its clients still hold what they came to replay).
+    pub fn stop_durably(&self) -> Result<()> {
+        if !self.recovery.active() {
+            let _guard = self.meta.lock();
+            let mut txn = Txn::default();
+            self.clients.retire(&mut txn, u64::MAX);
+            self.meta.apply(txn)?;
+        }
+        self.meta.sync()
+    }
+
     /// Checks that `h` can name an object somewhere in the cluster.
     pub fn check_handle(&self, h: Handle) -> Result<()> {
         if shoal_proto::handle::is_valid(h, self.config.num_servers()) {

@@ -27,11 +27,11 @@ async fn changes_answered_before_a_crash_are_replayed_in_order() {
         .start();
     let client = cluster.client();
     let dir = dir_on(&client, 1, "d").await;
-    // A change of this client entered it in server 1's client table (its
-    // first change there, made durable before its reply).
-    client.create(dir, "first", 0o644).await.unwrap();
-
+    // Arming restarts the server cleanly (an empty client table); then a
+    // change of this client enters it (its first change there, made
+    // durable before its reply).
     cluster.arm(1, GROUP_FLUSH);
+    client.create(dir, "first", 0o644).await.unwrap();
     // Creates, renames of some and unlinks of others, until the server is
     // back and a few more went through; what each call was told is kept.
     let told: Arc<Mutex<BTreeMap<String, Handle>>> = Arc::default();
@@ -115,8 +115,10 @@ async fn an_idle_client_hands_its_changes_back_as_soon_as_its_server_restarts() 
         .start();
     let idle = cluster.client();
     let dir = dir_on(&idle, 1, "d").await;
-    idle.create(dir, "first", 0o644).await.unwrap();
+    // (Arming restarts the server cleanly, which empties its client table.)
     cluster.arm(1, GROUP_FLUSH);
+    // Its first change there enters the client into the table, durably.
+    idle.create(dir, "first", 0o644).await.unwrap();
     // Answered before it is durable; then this client makes no other call.
     let kept = idle.create(dir, "kept", 0o644).await.unwrap();
     cluster.restart_after_crash(1);
@@ -132,4 +134,38 @@ async fn an_idle_client_hands_its_changes_back_as_soon_as_its_server_restarts() 
         "the restarted server replayed the change"
     );
     assert_eq!(stats.replays_failed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_stop_leaves_its_next_start_no_clients_to_wait_for() {
+    let mut cluster = Cluster::builder()
+        .servers(2)
+        .set("sync=replay")
+        .set("recovery_window_ms=30000")
+        // No group flush before the stop: the clients stay in the table.
+        .set("replay_flush_ms=60000")
+        .start();
+    // One client makes changes and goes away; another stays.
+    let gone = cluster.client();
+    let dir = dir_on(&gone, 1, "d").await;
+    for i in 0..20 {
+        gone.create(dir, &format!("f{i}"), 0o644).await.unwrap();
+    }
+    drop(gone);
+    let stays = cluster.client();
+    stays.create(dir, "mine", 0o644).await.unwrap();
+    stays.create(dir, "kept", 0o644).await.unwrap();
+    cluster.terminate(1);
+    cluster.start_server(1);
+    // Nobody holds a change the store lacks: the server serves at once
+    // (never waiting for the client that went away), with everything, and
+    // the changes the staying client hands back are not taken for lost.
+    let fresh = cluster.uncached_client();
+    assert_eq!(entry_names(&fresh, dir).await.len(), 22);
+    assert!(stays.lookup(dir, "kept").await.is_ok());
+    let log = cluster.read_log("server-1");
+    assert!(
+        !log.contains("did not come back") && !log.contains("lost"),
+        "{log}"
+    );
 }
