@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use prost::Message;
+use shoal_proto::auth::Secret;
 use shoal_proto::cluster::{ClusterConfig, SyncMode};
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::ClientRef;
@@ -41,10 +42,15 @@ use crate::types::Cred;
 const FIRST_PAUSE: Duration = Duration::from_millis(20);
 const LONGEST_PAUSE: Duration = Duration::from_millis(500);
 
+/// How often a request whose connection broke under it goes again: a
+/// server that dies this often while one request is in flight (perhaps of
+/// that very request) is not coming back for it.
+const MAX_RESENDS: u32 = 4;
+
 /// Whether a failed connect says the server is not there (refused, no
-/// answer in time, or the connection cut in the middle of the handshake,
-/// as a server that is dying or not yet serving does), rather than that it
-/// refused us (EACCES).
+/// answer in time, or the connection cut in the middle of the handshake or
+/// of the `recover` that follows it, as a server that is dying or not yet
+/// serving does), rather than that it refused us (EACCES).
 fn unreachable(e: &ShoalError) -> bool {
     [Errno::EHOSTUNREACH, Errno::ETIMEDOUT, Errno::EIO].contains(&e.errno)
 }
@@ -135,16 +141,15 @@ impl Pool {
         if let Some(c) = slot.as_ref().filter(|c| c.is_alive()) {
             return Ok(c.clone());
         }
-        let entry = &self.config.servers[server as usize];
         let secret = self.config.secret()?;
         let wait = Duration::from_millis(self.config.settings.restart_wait_ms as u64);
         let started = Instant::now();
         let mut pause = FIRST_PAUSE;
         let c = loop {
-            let inflight = self.config.settings.max_inflight as usize;
-            match Connection::connect(server, entry.addr, inflight, secret.as_ref()).await {
-                Ok(c) => break Arc::new(c),
-                // Down or restarting: wait for it, as long as the cluster says.
+            match self.open(server, secret.as_ref()).await {
+                Ok(c) => break c,
+                // Down or restarting (or dying again while we set up the
+                // connection): wait for it, as long as the cluster says.
                 Err(e) if unreachable(&e) && started.elapsed() + pause <= wait => {
                     if pause == FIRST_PAUSE {
                         tracing::info!("server {server} unreachable, waiting for it: {e}");
@@ -155,11 +160,21 @@ impl Pool {
                 Err(e) => return Err(e),
             }
         };
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Opens a connection to `server` and, with `sync = "replay"`, hands
+    /// back what this client keeps for it (the connection's first request)
+    /// and watches it.
+    async fn open(&self, server: u32, secret: Option<&Secret>) -> Result<Arc<Connection>> {
+        let addr = self.config.servers[server as usize].addr;
+        let inflight = self.config.settings.max_inflight as usize;
+        let c = Arc::new(Connection::connect(server, addr, inflight, secret).await?);
         if self.config.settings.sync == SyncMode::Replay {
             self.recover(server, &c).await?;
             self.watch(server, &c);
         }
-        *slot = Some(c.clone());
         Ok(c)
     }
 
@@ -273,28 +288,31 @@ impl Pool {
             lock(set).insert(id);
             Awaited { set, id }
         });
-        let client = self.client_ref(server, op, id, false);
         let sent = (body.clone(), payload.clone());
-        let (reply, boot) = match conn
-            .call(op, id, client, cred, body.clone(), payload.clone())
-            .await
-        {
-            // The connection broke (the server died or restarted): the
-            // request goes again, once the server is back, as the same
-            // request (see the module doc).
-            Err(lost) if !conn.is_alive() => {
-                tracing::debug!("sending {} again on a new connection: {lost}", op.name());
-                // If the server does not come back, the caller learns that
-                // the request was lost in flight (EIO: it may have been
-                // applied), not merely that the server is away.
-                let conn = self.connection(server).await.map_err(|e| {
-                    ShoalError::new(lost.errno, format!("{}; {}", lost.message, e.message))
-                })?;
-                let client = self.client_ref(server, op, id, true);
-                let reply = conn.call(op, id, client, cred, body, payload).await?;
-                (reply, conn.boot())
+        let mut conn = conn;
+        let mut resends = 0;
+        let (reply, boot) = loop {
+            let client = self.client_ref(server, op, id, resends > 0);
+            match conn
+                .call(op, id, client, cred, body.clone(), payload.clone())
+                .await
+            {
+                // The connection broke (the server died or restarted): the
+                // request goes again, once the server is back, as the same
+                // request (see the module doc), also if it dies again
+                // meanwhile, up to MAX_RESENDS times.
+                Err(lost) if !conn.is_alive() && resends < MAX_RESENDS => {
+                    tracing::debug!("sending {} again on a new connection: {lost}", op.name());
+                    resends += 1;
+                    // If the server does not come back, the caller learns
+                    // that the request was lost in flight (EIO: it may have
+                    // been applied), not merely that the server is away.
+                    conn = self.connection(server).await.map_err(|e| {
+                        ShoalError::new(lost.errno, format!("{}; {}", lost.message, e.message))
+                    })?;
+                }
+                other => break (other?, conn.boot()),
             }
-            other => (other?, conn.boot()),
         };
         let reply = self.kept[server as usize].note(op, id, cred, sent, boot, reply)?;
         let decoded = O::Reply::decode(reply.body).map_err(|e| {

@@ -69,10 +69,11 @@ impl Model {
     /// does not spin while a server is down.
     async fn fail(&mut self, what: &str, e: &ShoalError) {
         self.failed += 1;
-        *self
-            .errors
-            .entry(format!("{what}: errno {}", e.errno.0))
-            .or_default() += 1;
+        let kind = format!("{what}: errno {}", e.errno.0);
+        if !self.errors.contains_key(&kind) {
+            eprintln!("crash: first {kind}: {}", e.message);
+        }
+        *self.errors.entry(kind).or_default() += 1;
         tokio::time::sleep(BACKOFF).await;
     }
 }
