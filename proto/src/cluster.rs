@@ -4,7 +4,7 @@
 //! secret_file = "secret"  # optional; relative to this file's directory
 //!
 //! [settings]            # every key optional; defaults below
-//! sync = "full"
+//! sync = "replay"
 //!
 //! [[server]]
 //! id = 0
@@ -52,11 +52,11 @@ pub struct ServerEntry {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum SyncMode {
-    /// Durable before the reply (the default).
+    /// Durable before the reply.
     Full,
     /// Scratch mode: never wait for the disk; a crash may lose recent changes.
     None,
-    /// Replayed commits (Lustre's): a change from a client is answered once
+    /// Replayed commits (Lustre's; the default): a change from a client is answered once
     /// it is applied, with its place in the server's commit sequence; the
     /// server makes its changes durable in groups every `replay_flush_ms`
     /// (and at once for an fsync), and the client keeps each request until a
@@ -112,7 +112,7 @@ impl WriteThreshold {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
-    /// Durability of metadata: "full" (default), "replay" or "none" (scratch).
+    /// Durability of metadata: "replay" (default), "full" or "none" (scratch).
     pub sync: SyncMode,
     /// Strip size of new files, in bytes. Default 1 MiB.
     pub strip_size: u64,
@@ -236,7 +236,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            sync: SyncMode::Full,
+            sync: SyncMode::Replay,
             strip_size: 1 << 20,
             num_dfiles: 0,
             inline_max: 64 << 10,
@@ -284,9 +284,11 @@ impl Settings {
     /// Switches for what Shoal adds beyond the papers, on by default too.
     pub const BEYOND_PAPERS: [&'static str; 1] = ["colocate"];
 
-    /// Every switch off: the baseline protocol of [Carns 2009].
+    /// Every switch off, and every change durable before its reply: the
+    /// baseline protocol of [Carns 2009].
     pub fn baseline() -> Settings {
         Settings {
+            sync: SyncMode::Full,
             precreate: false,
             stuffing: false,
             coalescing: false,
@@ -568,6 +570,7 @@ mod tests {
         let b = Settings::baseline();
         assert!(!b.precreate && !b.stuffing && !b.coalescing && !b.eager && !b.readdirplus);
         assert!(!b.colocate);
+        assert_eq!(b.sync, SyncMode::Full);
         let d = Settings::default();
         assert!(d.precreate && d.stuffing && d.coalescing && d.eager && d.readdirplus);
         for t in Settings::switches() {

@@ -5,7 +5,9 @@
 //! acknowledged is lost when the servers are killed.
 //!
 //! Modifying requests are counted generically (every operation for which
-//! `Op::modifies_metadata` holds), whatever messages a create takes.
+//! `Op::modifies_metadata` holds), whatever messages a create takes. The
+//! clusters run with `sync = "full"`, the mode coalescing serves (with
+//! `replay` changes are flushed in groups anyway).
 
 use futures::StreamExt;
 use shoal_client::Client;
@@ -109,7 +111,7 @@ async fn concurrent_creates(cluster: &Cluster) -> (Vec<String>, Counts) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_creates_share_syncs() {
-    let cluster = Cluster::builder().servers(4).start();
+    let cluster = Cluster::builder().servers(4).set("sync=full").start();
     assert!(cluster.config().settings.coalescing, "on by default");
     let (_, c) = concurrent_creates(&cluster).await;
     assert!(
@@ -131,7 +133,11 @@ async fn a_sequential_client_syncs_once_per_modifying_request() {
     // Precreate off: its pool refills are server-to-server modifying
     // requests sent in the background, i.e. a second, concurrent client of
     // the servers, which coalescing would rightly let share syncs.
-    let cluster = Cluster::builder().servers(4).set("precreate=false").start();
+    let cluster = Cluster::builder()
+        .servers(4)
+        .set("sync=full")
+        .set("precreate=false")
+        .start();
     assert!(cluster.config().settings.coalescing);
     let client = cluster.client();
     let dir = client.mkdir(ROOT, "seq", 0o755).await.unwrap().handle;
@@ -158,6 +164,7 @@ async fn a_sequential_client_syncs_once_per_modifying_request() {
 async fn without_coalescing_every_modifying_request_syncs() {
     let cluster = Cluster::builder()
         .servers(4)
+        .set("sync=full")
         .set("coalescing=false")
         .start();
     let (_, c) = concurrent_creates(&cluster).await;
@@ -175,7 +182,7 @@ async fn without_coalescing_every_modifying_request_syncs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn coalesced_creates_survive_kill_9() {
-    let mut cluster = Cluster::builder().servers(4).start();
+    let mut cluster = Cluster::builder().servers(4).set("sync=full").start();
     let (dirs, c) = concurrent_creates(&cluster).await;
     assert!(
         c.kv_syncs < c.modifying,

@@ -15,14 +15,19 @@ use shoal_proto::crash_points::GROUP_FLUSH;
 use shoal_proto::Handle;
 use shoal_tests::{dir_on, entry_names, settled_fsck, Cluster};
 
+/// Group flushes this far apart: an armed server's first one comes long
+/// after a test's first change there (which is synced before its reply; a
+/// flush racing that sync would fire the crash point on it instead).
+const FLUSHES_APART: &str = "replay_flush_ms=3000";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_answered_before_a_crash_are_replayed_in_order() {
-    // A second between group flushes: the changes of the test pile up
-    // unflushed until the armed server dies at its flush.
+    // The changes of the test pile up unflushed until the armed server
+    // dies at its flush.
     let mut cluster = Cluster::builder()
         .servers(2)
         .set("sync=replay")
-        .set("replay_flush_ms=1000")
+        .set(FLUSHES_APART)
         .set("precreate=false")
         .start();
     let client = cluster.client();
@@ -110,7 +115,7 @@ async fn an_idle_client_hands_its_changes_back_as_soon_as_its_server_restarts() 
     let mut cluster = Cluster::builder()
         .servers(2)
         .set("sync=replay")
-        .set("replay_flush_ms=1000")
+        .set(FLUSHES_APART)
         .set("precreate=false")
         .start();
     let idle = cluster.client();

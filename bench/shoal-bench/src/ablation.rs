@@ -106,6 +106,10 @@ fn one(opts: &AblationOptions, name: &str, count: usize, round: usize) -> Result
         "--mount".into(),
         mnt.display().to_string(),
         "--detach".into(),
+        // The paper's techniques in the mode they were made for: every
+        // change durable before its reply (coalescing shares those syncs).
+        "--set".into(),
+        "sync=full".into(),
     ];
     for s in techniques_on(count) {
         up.push("--set".into());

@@ -186,7 +186,7 @@ mod tests {
         let sync = docs.iter().find(|f| f.name == "sync").unwrap();
         assert_eq!(
             sync.doc,
-            "Durability of metadata: \"full\" (default), \"replay\" or \"none\" (scratch)."
+            "Durability of metadata: \"replay\" (default), \"full\" or \"none\" (scratch)."
         );
     }
 

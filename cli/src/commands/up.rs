@@ -32,8 +32,9 @@ pub struct UpArgs {
     /// Change a cluster setting, e.g. --set strip_size=65536 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Turn every switch off (the five small-file techniques and colocate):
-    /// the baseline protocol of [Carns 2009]; `--set` still applies after it.
+    /// Turn every switch off (the five small-file techniques and colocate)
+    /// and make every change durable before its reply (`sync = "full"`): the
+    /// baseline protocol of [Carns 2009]; `--set` still applies after it.
     #[arg(long)]
     pub baseline: bool,
     /// Let every user of this machine use the mount (the cluster file's
