@@ -20,10 +20,10 @@ use shoal_tests::{dir_on, entry_names, settled_fsck, Cluster};
 /// flush racing that sync would fire the crash point on it instead).
 const FLUSHES_APART: &str = "replay_flush_ms=3000";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changes_answered_before_a_crash_are_replayed_in_order() {
-    // The changes of the test pile up unflushed until the armed server
-    // dies at its flush.
+/// Two servers with replayed commits, server 1 armed to die at its first
+/// group flush, and a client in its table with a directory `d` there
+/// holding `first`.
+async fn armed_with_a_client_in_its_table() -> (Cluster, shoal_client::Client, Handle) {
     let mut cluster = Cluster::builder()
         .servers(2)
         .set("sync=replay")
@@ -37,6 +37,14 @@ async fn changes_answered_before_a_crash_are_replayed_in_order() {
     // durable before its reply).
     cluster.arm(1, GROUP_FLUSH);
     client.create(dir, "first", 0o644).await.unwrap();
+    (cluster, client, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_answered_before_a_crash_are_replayed_in_order() {
+    // The changes of the test pile up unflushed until the armed server
+    // dies at its flush.
+    let (mut cluster, client, dir) = armed_with_a_client_in_its_table().await;
     // Creates, renames of some and unlinks of others, until the server is
     // back and a few more went through; what each call was told is kept.
     let told: Arc<Mutex<BTreeMap<String, Handle>>> = Arc::default();
@@ -112,18 +120,7 @@ async fn changes_answered_before_a_crash_are_replayed_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_client_hands_its_changes_back_as_soon_as_its_server_restarts() {
-    let mut cluster = Cluster::builder()
-        .servers(2)
-        .set("sync=replay")
-        .set(FLUSHES_APART)
-        .set("precreate=false")
-        .start();
-    let idle = cluster.client();
-    let dir = dir_on(&idle, 1, "d").await;
-    // (Arming restarts the server cleanly, which empties its client table.)
-    cluster.arm(1, GROUP_FLUSH);
-    // Its first change there enters the client into the table, durably.
-    idle.create(dir, "first", 0o644).await.unwrap();
+    let (mut cluster, idle, dir) = armed_with_a_client_in_its_table().await;
     // Answered before it is durable; then this client makes no other call.
     let kept = idle.create(dir, "kept", 0o644).await.unwrap();
     cluster.restart_after_crash(1);

@@ -66,15 +66,20 @@ fn eager_senders(cluster: &Cluster) -> Vec<Client> {
         .collect()
 }
 
+/// `servers` with 64 KiB strips, holding gathered bytes for a minute.
+fn holding_gathered_bytes(servers: u32) -> Cluster {
+    Cluster::builder()
+        .servers(servers)
+        .set("strip_size=65536")
+        .set("gather_delay_ms=60000")
+        .start()
+}
+
 /// A cluster of `servers` with 64 KiB strips whose servers hold gathered
 /// bytes until a commit, ten eager senders, and the shared file `shared`,
 /// every piece of which they have written, most sent (none committed).
 async fn written_and_sent(servers: u32) -> (Cluster, Vec<Client>, u64) {
-    let cluster = Cluster::builder()
-        .servers(servers)
-        .set("strip_size=65536")
-        .set("gather_delay_ms=60000")
-        .start();
+    let cluster = holding_gathered_bytes(servers);
     let clients = eager_senders(&cluster);
     let h = clients[0]
         .create(ROOT, "shared", 0o644)
@@ -151,11 +156,7 @@ async fn a_strip_server_restarted_before_the_commit_gets_the_bytes_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_writes_before_gathered_ones_survive_a_restart_of_their_server() {
-    let mut cluster = Cluster::builder()
-        .servers(3)
-        .set("strip_size=65536")
-        .set("gather_delay_ms=60000")
-        .start();
+    let mut cluster = holding_gathered_bytes(3);
     let c = eager_senders(&cluster).remove(0);
     let h = c.create(ROOT, "mixed", 0o644).await.unwrap().handle;
     // A large write goes direct to every server (not yet durable); then
@@ -263,11 +264,7 @@ async fn the_gathering_server_killed_in_a_stream_of_scattered_writes_loses_nothi
     // The client sends every 4 KiB it keeps; the gathering server holds
     // what it gets until the fsync: the kill takes whatever was sent
     // before it.
-    let mut cluster = Cluster::builder()
-        .servers(3)
-        .set("strip_size=65536")
-        .set("gather_delay_ms=60000")
-        .start();
+    let mut cluster = holding_gathered_bytes(3);
     let client = eager_senders(&cluster).remove(0);
     let h = client.create(ROOT, "stream", 0o644).await.unwrap().handle;
     const RECORD: usize = 64;
