@@ -13,6 +13,10 @@ use shoal_tests::{dir_on, pattern, repair_to_zero, settled_fsck, Cluster};
 /// Calls to a crashed server fail at once instead of waiting for it: each
 /// test here looks at what the crash left before starting it again.
 const SOFT: &str = "restart_wait_ms=0";
+/// The commit path's crash points in the mode where every change is synced
+/// before its reply (with `replay`, a group flush could take them instead;
+/// its own crash point is tested in tests/tests/replay.rs).
+const SYNCED: &str = "sync=full";
 
 /// Creates `n` files of `len` bytes named `{prefix}{i}` in `dir`, each
 /// fsynced: acknowledged, durable data.
@@ -46,7 +50,7 @@ async fn check_files(client: &Client, dir: Handle, prefix: &str, n: u64, len: us
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_applied_but_not_synced_is_gone_and_nothing_else_is() {
-    let mut cluster = Cluster::builder().servers(4).set(SOFT).start();
+    let mut cluster = Cluster::builder().servers(4).set(SOFT).set(SYNCED).start();
     let client = cluster.client();
     let dir = dir_on(&client, 1, "d").await;
     durable_files(&client, dir, "before", 5, 3000).await;
@@ -197,6 +201,7 @@ async fn a_link_whose_entry_was_made_but_not_answered_keeps_its_file() {
     let mut cluster = Cluster::builder()
         .servers(2)
         .set(SOFT)
+        .set(SYNCED)
         .set("precreate=false")
         .start();
     let client = cluster.client();

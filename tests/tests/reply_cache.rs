@@ -38,8 +38,14 @@ async fn across_a_crash<T: Send + 'static>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_whose_replies_died_with_their_server_succeed_once() {
     // No precreate: the armed server's first change is the test's request
-    // (a pool refill would take the crash point otherwise).
-    let mut cluster = Cluster::builder().servers(2).set("precreate=false").start();
+    // (a pool refill would take the crash point otherwise). Every change
+    // durable before its reply: with `replay` a group flush could take the
+    // crash point instead (the replayed side is tests/tests/replay.rs).
+    let mut cluster = Cluster::builder()
+        .servers(2)
+        .set("sync=full")
+        .set("precreate=false")
+        .start();
     let client = cluster.client();
     let dir = dir_on(&client, 1, "d").await;
 
