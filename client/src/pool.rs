@@ -45,7 +45,7 @@ const LONGEST_PAUSE: Duration = Duration::from_millis(500);
 /// How often a request whose connection broke under it goes again: a
 /// server that dies this often while one request is in flight (perhaps of
 /// that very request) is not coming back for it.
-const MAX_RESENDS: u32 = 4;
+const MAX_REQUEST_RESENDS: u32 = 4;
 
 /// Whether a failed connect says the server is not there (refused, no
 /// answer in time, or the connection cut in the middle of the handshake or
@@ -300,8 +300,8 @@ impl Pool {
                 // The connection broke (the server died or restarted): the
                 // request goes again, once the server is back, as the same
                 // request (see the module doc), also if it dies again
-                // meanwhile, up to MAX_RESENDS times.
-                Err(lost) if !conn.is_alive() && resends < MAX_RESENDS => {
+                // meanwhile, up to MAX_REQUEST_RESENDS times.
+                Err(lost) if !conn.is_alive() && resends < MAX_REQUEST_RESENDS => {
                     tracing::debug!("sending {} again on a new connection: {lost}", op.name());
                     resends += 1;
                     // If the server does not come back, the caller learns

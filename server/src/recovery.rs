@@ -140,9 +140,10 @@ impl Recovery {
         if late {
             // Changes of the previous start that its store held (all of
             // them after a clean stop) are not lost.
-            let lost = match boot == self.previous {
-                true => items.iter().filter(|i| i.seq > self.survived).count(),
-                false => items.len(),
+            let lost = if boot == self.previous {
+                items.iter().filter(|i| i.seq > self.survived).count()
+            } else {
+                items.len()
             };
             if lost == 0 {
                 return Ok(vec![0; items.len()]);

@@ -247,12 +247,7 @@ impl Service {
         if self.meta.durable_seq() >= self.meta.applied_seq() {
             return Ok(0);
         }
-        if !self.recovery.active() {
-            let _guard = self.meta.lock();
-            let mut txn = Txn::default();
-            self.clients.retire(&mut txn, durable);
-            self.meta.apply(txn)?;
-        }
+        self.retire_clients(durable)?;
         shoal_proto::crash_point!(crash_points::GROUP_FLUSH);
         self.stats
             .replay_flushes
@@ -265,13 +260,21 @@ impl Service {
     /// next start waits for none (a stop during recovery keeps the table:
     /// its clients still hold what they came to replay).
     pub fn stop_durably(&self) -> Result<()> {
-        if !self.recovery.active() {
-            let _guard = self.meta.lock();
-            let mut txn = Txn::default();
-            self.clients.retire(&mut txn, u64::MAX);
-            self.meta.apply(txn)?;
-        }
+        self.retire_clients(u64::MAX)?;
         self.meta.sync()
+    }
+
+    /// Takes out of the client table every client whose last change is at
+    /// or before `durable`, unless the server is recovering (the table is
+    /// what recovery waits for); durable with the caller's next sync.
+    fn retire_clients(&self, durable: u64) -> Result<()> {
+        if self.recovery.active() {
+            return Ok(());
+        }
+        let _guard = self.meta.lock();
+        let mut txn = Txn::default();
+        self.clients.retire(&mut txn, durable);
+        self.meta.apply(txn)
     }
 
     /// Checks that `h` can name an object somewhere in the cluster.
