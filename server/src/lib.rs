@@ -131,6 +131,12 @@ async fn group_flush_loop(s: Arc<Service>) {
     let mut durable = 0;
     loop {
         tick.tick().await;
+        // An idle server stays idle: no blocking-pool round every few
+        // milliseconds for a flush with nothing to do (group_flush checks
+        // again, under its own terms).
+        if s.meta.durable_seq() >= s.meta.applied_seq() {
+            continue;
+        }
         let service = s.clone();
         let flush = move || {
             let flushed = service.group_flush(durable);
