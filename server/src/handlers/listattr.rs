@@ -8,10 +8,12 @@
 //! built: the client then asks for those sizes separately and treats a file
 //! whose datafile is gone as removed.
 
+use std::collections::HashMap;
+
 use prost::Message;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::MAX_BODY;
-use shoal_proto::handle::server_of;
+use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::ObjectKind;
 
@@ -35,12 +37,27 @@ pub fn listattr(s: &Service, _r: &Request, q: ListAttrRequest) -> Result<Reply<L
         s.check_handle(h)?;
         s.meta.check_owned(h)?;
     }
+    // Two reads of the store in all: the objects, then their datafiles
+    // that live here.
+    let objects = s.meta.try_get_many(&q.handles)?;
+    let local: Vec<Handle> = objects
+        .iter()
+        .flatten()
+        .filter(|o| o.kind() == ObjectKind::Metafile)
+        .flat_map(|o| o.dist.iter().flat_map(|d| &d.datafiles))
+        .copied()
+        .filter(|d| server_of(*d) == s.id)
+        .collect();
+    let datafiles: HashMap<Handle, ObjectRecord> = s
+        .meta
+        .try_get_many(&local)?
+        .into_iter()
+        .flatten()
+        .map(|r| (r.handle, r))
+        .collect();
     let mut reply = ListAttrReply::default();
     let mut bytes = 0usize;
-    for &h in &q.handles {
-        let Some(mut object) = s.meta.try_get(h)? else {
-            continue;
-        };
+    for mut object in objects.into_iter().flatten() {
         match object.kind() {
             // A datafile named directly (a no_metafile entry): its size is
             // its own, filled in as getattr does.
@@ -53,9 +70,9 @@ pub fn listattr(s: &Service, _r: &Request, q: ListAttrRequest) -> Result<Reply<L
                 Err(e) => return Err(e),
             },
             ObjectKind::Metafile => {
-                let dist = object.dist.clone().unwrap_or_default();
-                for d in dist.datafiles.into_iter().filter(|d| server_of(*d) == s.id) {
-                    if let Some(size) = local_size(s, d)? {
+                let dist = object.dist.as_ref().map(|d| d.datafiles.as_slice());
+                for d in dist.unwrap_or_default() {
+                    if let Some(size) = local_size(s, datafiles.get(d))? {
                         bytes += size.encoded_len() + 2;
                         reply.sizes.push(size);
                     }
@@ -78,17 +95,15 @@ pub fn listattr(s: &Service, _r: &Request, q: ListAttrRequest) -> Result<Reply<L
     Ok(Reply::new(reply))
 }
 
-/// Size of a local datafile, or None if it no longer exists.
-fn local_size(s: &Service, h: u64) -> Result<Option<DatafileSize>> {
-    let Some(rec) = s.meta.try_get(h)? else {
+/// Size of a local datafile (its record, if it still exists), or None if it
+/// no longer exists.
+fn local_size(s: &Service, rec: Option<&ObjectRecord>) -> Result<Option<DatafileSize>> {
+    let Some(rec) = rec.filter(|r| r.kind() == ObjectKind::Datafile) else {
         return Ok(None);
     };
-    if rec.kind() != ObjectKind::Datafile {
-        return Ok(None);
-    }
-    match s.data.size_of(&rec) {
+    match s.data.size_of(rec) {
         Ok((size, mtime_ns)) => Ok(Some(DatafileSize {
-            handle: h,
+            handle: rec.handle,
             size,
             mtime_ns,
         })),

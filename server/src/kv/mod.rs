@@ -52,6 +52,12 @@ pub type Pair = (Vec<u8>, Vec<u8>);
 
 pub trait KvEngine: Send + Sync + 'static {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// What [`get`](KvEngine::get) of each key returns, index-aligned: an
+    /// engine with a per-read cost (redb's read transaction) pays it once for
+    /// the lot, as a listattr of hundreds of records wants.
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
     /// Up to `limit` pairs whose keys start with `prefix` and sort strictly after
     /// `after` (when given), in key order.
     fn scan(&self, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Pair>>;
@@ -108,6 +114,13 @@ mod tests {
         assert_eq!(kv.get(b"E1/a").unwrap(), None);
         assert_eq!(kv.get(b"E1/b").unwrap(), Some(b"B".to_vec()));
         assert_eq!(kv.scan(b"E1/", None, 100).unwrap().len(), 3);
+
+        // Present, deleted, never written, changed, repeated.
+        let keys: [&[u8]; 5] = [b"E1/c", b"E1/a", b"E9/q", b"E1/b", b"E1/c"];
+        let one_by_one: Vec<_> = keys.iter().map(|k| kv.get(k).unwrap()).collect();
+        assert_eq!(kv.get_many(&keys).unwrap(), one_by_one);
+        assert_eq!(one_by_one[3], Some(b"B".to_vec()));
+        assert_eq!(kv.get_many(&[]).unwrap(), Vec::<Option<Vec<u8>>>::new());
     }
 
     #[test]

@@ -70,6 +70,14 @@ impl KvEngine for RedbEngine {
         Ok(table.get(key).map_err(kv_err)?.map(|v| v.value().to_vec()))
     }
 
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let txn = self.db.begin_read().map_err(kv_err)?;
+        let table = txn.open_table(TABLE).map_err(kv_err)?;
+        keys.iter()
+            .map(|k| Ok(table.get(*k).map_err(kv_err)?.map(|v| v.value().to_vec())))
+            .collect()
+    }
+
     fn scan(&self, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Pair>> {
         let txn = self.db.begin_read().map_err(kv_err)?;
         let table = txn.open_table(TABLE).map_err(kv_err)?;

@@ -79,6 +79,16 @@ struct Tables {
     frozen: Option<Arc<MemTable>>,
 }
 
+impl Tables {
+    /// The newest record of `key` the tables hold (Some(None): deleted), or
+    /// None if only the inner engine can say.
+    fn newest(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        self.active
+            .get(key)
+            .or_else(|| self.frozen.as_ref().and_then(|f| f.get(key)))
+    }
+}
+
 struct Tail {
     bytes: Vec<u8>,
     next_seq: u64,
@@ -269,17 +279,35 @@ impl<E: KvEngine> WalEngine<E> {
 
 impl<E: KvEngine> KvEngine for WalEngine<E> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        {
-            let tables = read(&self.shared.tables);
-            let newest = tables
-                .active
-                .get(key)
-                .or_else(|| tables.frozen.as_ref().and_then(|f| f.get(key)));
-            if let Some(v) = newest {
-                return Ok(v.map(<[u8]>::to_vec));
-            }
+        if let Some(v) = read(&self.shared.tables).newest(key) {
+            return Ok(v.map(<[u8]>::to_vec));
         }
         self.shared.inner.get(key)
+    }
+
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        // Indices of the keys the tables do not hold: the inner engine's.
+        let mut below = Vec::new();
+        {
+            let tables = read(&self.shared.tables);
+            for (i, key) in keys.iter().enumerate() {
+                match tables.newest(key) {
+                    Some(v) => out.push(v.map(<[u8]>::to_vec)),
+                    None => {
+                        out.push(None);
+                        below.push(i);
+                    }
+                }
+            }
+        }
+        if !below.is_empty() {
+            let asked: Vec<&[u8]> = below.iter().map(|&i| keys[i]).collect();
+            for (i, v) in below.into_iter().zip(self.shared.inner.get_many(&asked)?) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
     }
 
     fn scan(&self, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Pair>> {
@@ -439,6 +467,13 @@ mod tests {
             kv.apply(b).unwrap();
             kv.sync().unwrap();
             assert_eq!(kv.scan(b"k", None, 1000).unwrap().len(), 150);
+            // And point reads over the same layers, one by one and at once
+            // (deletes in the tables over records in the inner engine).
+            let keys: Vec<Vec<u8>> = (0..300).map(|i| format!("k{i:04}").into_bytes()).collect();
+            let asked: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            let one_by_one: Vec<_> = asked.iter().map(|k| kv.get(k).unwrap()).collect();
+            assert_eq!(kv.get_many(&asked).unwrap(), one_by_one);
+            assert_eq!(one_by_one.iter().flatten().count(), 150);
             kv.wait_for_checkpoint();
         }
         // A crash: what was applied to redb without a durable commit is
