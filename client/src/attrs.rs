@@ -78,12 +78,28 @@ impl Client {
         rec: &ObjectRecord,
         size_of: impl Fn(Handle) -> Option<DatafileSize>,
     ) -> Result<Option<Attr>> {
+        let Some((attr, dist)) = self.attr_and_dist(rec, size_of)? else {
+            return Ok(None);
+        };
+        if let Some(dist) = dist {
+            self.inner.dists.put(rec.handle, dist);
+        }
+        Ok(Some(attr))
+    }
+
+    /// [`attr_with`](Self::attr_with) leaving a file's distribution to the
+    /// caller to remember (readdirplus remembers a batch's at once).
+    pub(crate) fn attr_and_dist(
+        &self,
+        rec: &ObjectRecord,
+        size_of: impl Fn(Handle) -> Option<DatafileSize>,
+    ) -> Result<Option<(Attr, Option<Distribution>)>> {
         let h = rec.handle;
         let kind = FileKind::from_object(rec.kind()).ok_or_else(|| {
             ShoalError::invalid(format!("object {h:#x} is not a file, directory or symlink"))
         })?;
         let mut attr = Attr::from_record(rec, kind);
-        match rec.kind() {
+        let dist = match rec.kind() {
             ObjectKind::Datafile => {
                 let own = DatafileSize {
                     handle: h,
@@ -92,7 +108,7 @@ impl Client {
                 };
                 let dist = Distribution::single(h);
                 apply_sizes(&mut attr, rec, &dist, &[own]);
-                self.inner.dists.put(h, dist);
+                Some(dist)
             }
             ObjectKind::Metafile => {
                 let dist = rec.dist.clone().unwrap_or_default();
@@ -105,19 +121,20 @@ impl Client {
                     return Ok(None);
                 };
                 apply_sizes(&mut attr, rec, &dist, &sizes);
-                self.inner.dists.put(h, dist);
+                Some(dist)
             }
             _ => {
                 self.remember_hints(rec);
                 self.inner.known_dirs.seen(rec);
+                None
             }
-        }
+        };
         if let Some(end) = self.kept_end(h) {
             // Writes this client keeps make the file longer than its
             // servers know yet.
             attr.size = attr.size.max(end);
         }
-        Ok(Some(attr))
+        Ok(Some((attr, dist)))
     }
 
     /// Caches a directory's record as a reply that changed its entries

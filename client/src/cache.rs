@@ -45,15 +45,42 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
             .map(|(v, _)| v.clone())
     }
 
+    /// [`get`](Self::get) of each key, index-aligned, under one lock.
+    pub fn get_many<'a>(&self, keys: impl IntoIterator<Item = &'a K>) -> Vec<Option<V>>
+    where
+        K: 'a,
+    {
+        let keys = keys.into_iter();
+        if self.ttl.is_zero() {
+            return keys.map(|_| None).collect();
+        }
+        let map = self.map.lock().unwrap();
+        let now = Instant::now();
+        keys.map(|k| {
+            map.get(k)
+                .filter(|(_, at)| now.saturating_duration_since(*at) < self.ttl)
+                .map(|(v, _)| v.clone())
+        })
+        .collect()
+    }
+
     pub fn put(&self, key: K, value: V) {
+        self.put_many([(key, value)]);
+    }
+
+    /// Several entries at once, under one lock (a listing's batch).
+    pub fn put_many(&self, entries: impl IntoIterator<Item = (K, V)>) {
         if self.ttl.is_zero() {
             return;
         }
         let mut map = self.map.lock().unwrap();
-        if map.len() >= self.max {
-            map.clear();
+        let now = Instant::now();
+        for (key, value) in entries {
+            if map.len() >= self.max {
+                map.clear();
+            }
+            map.insert(key, (value, now));
         }
-        map.insert(key, (value, Instant::now()));
     }
 
     /// Changes a cached value in place, if present (keeps its age).
@@ -81,8 +108,11 @@ mod tests {
         assert_eq!(c.get(&1), Some("b"));
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(c.get(&1), None);
+        c.put_many([(2, "c"), (3, "d")]);
+        assert_eq!(c.get_many([&3, &1, &2]), vec![Some("d"), None, Some("c")]);
         let off = TtlCache::new(Duration::ZERO);
         off.put(1, "a");
         assert_eq!(off.get(&1), None);
+        assert_eq!(off.get_many([&1]), vec![None]);
     }
 }

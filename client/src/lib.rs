@@ -195,47 +195,48 @@ impl Client {
 /// strip, where it is right whatever happened since: datafile 0 never changes.
 pub(crate) struct DistCache {
     ttl: Duration,
-    fixed: TtlCache<Handle, Distribution>,
-    stuffed: TtlCache<Handle, (Distribution, Instant)>,
+    /// A distribution and, for a stuffed one, when it was seen (one map, so
+    /// that a readdirplus batch's puts cost one lock each).
+    map: TtlCache<Handle, (Distribution, Option<Instant>)>,
 }
 
 impl DistCache {
     fn new(stuffed_ttl: Duration) -> DistCache {
         DistCache {
             ttl: stuffed_ttl,
-            fixed: TtlCache::new(cache::FOREVER),
-            stuffed: TtlCache::new(cache::FOREVER),
+            map: TtlCache::new(cache::FOREVER),
         }
     }
 
     /// The current distribution of `h`, if known.
     pub(crate) fn get(&self, h: &Handle) -> Option<Distribution> {
-        self.fixed.get(h).or_else(|| {
-            self.stuffed
-                .get(h)
-                .filter(|(_, at)| at.elapsed() < self.ttl)
-                .map(|(d, _)| d)
-        })
+        match self.map.get(h)? {
+            (d, None) => Some(d),
+            (d, Some(at)) => (at.elapsed() < self.ttl).then_some(d),
+        }
     }
 
     /// A layout of `h` seen at any time, stuffed or not: good for what an
     /// unstuff keeps (its strip size, its write threshold).
     pub(crate) fn seen(&self, h: &Handle) -> Option<Distribution> {
-        self.fixed.get(h).or_else(|| self.stuffed_layout(h))
+        self.map.get(h).map(|(d, _)| d)
     }
 
     /// A stuffed layout of `h` seen at any time: good for its first strip only.
     pub(crate) fn stuffed_layout(&self, h: &Handle) -> Option<Distribution> {
-        self.stuffed.get(h).map(|(d, _)| d)
+        self.map.get(h).filter(|(d, _)| d.stuffed).map(|(d, _)| d)
     }
 
     pub(crate) fn put(&self, h: Handle, dist: Distribution) {
-        if dist.stuffed {
-            self.fixed.remove(&h);
-            self.stuffed.put(h, (dist, Instant::now()));
-        } else {
-            self.stuffed.remove(&h);
-            self.fixed.put(h, dist);
-        }
+        self.put_many([(h, dist)]);
+    }
+
+    /// Several at once, under one lock (a listing's).
+    pub(crate) fn put_many(&self, dists: impl IntoIterator<Item = (Handle, Distribution)>) {
+        let now = Instant::now();
+        self.map.put_many(dists.into_iter().map(|(h, d)| {
+            let seen = d.stuffed.then_some(now);
+            (h, (d, seen))
+        }));
     }
 }

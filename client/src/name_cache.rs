@@ -61,26 +61,40 @@ impl NameCache {
     /// Records that `who` was told (or made) `name` in `dir` naming `named`.
     /// An entry naming something else is replaced, with every caller's claim.
     pub fn put(&self, dir: Handle, name: &str, who: Cred, named: Named) {
+        self.put_many(dir, who, [(name, named)]);
+    }
+
+    /// [`put`](Self::put) of several names of `dir` under one lock (a
+    /// listing's batch).
+    pub fn put_many<'a>(
+        &self,
+        dir: Handle,
+        who: Cred,
+        entries: impl IntoIterator<Item = (&'a str, Named)>,
+    ) {
         if self.ttl.is_zero() {
             return;
         }
         let mut map = self.map.lock().unwrap();
-        if map.len() >= MAX_ENTRIES {
-            map.clear();
+        let now = Instant::now();
+        for (name, named) in entries {
+            if map.len() >= MAX_ENTRIES {
+                map.clear();
+            }
+            let e = map.entry((dir, name.to_string())).or_insert(Entry {
+                named,
+                seen_by: Vec::new(),
+            });
+            if e.named != named {
+                e.named = named;
+                e.seen_by.clear();
+            }
+            e.seen_by.retain(|(c, _)| *c != who);
+            if e.seen_by.len() >= MAX_CALLERS {
+                e.seen_by.remove(0);
+            }
+            e.seen_by.push((who, now));
         }
-        let e = map.entry((dir, name.to_string())).or_insert(Entry {
-            named,
-            seen_by: Vec::new(),
-        });
-        if e.named != named {
-            e.named = named;
-            e.seen_by.clear();
-        }
-        e.seen_by.retain(|(c, _)| *c != who);
-        if e.seen_by.len() >= MAX_CALLERS {
-            e.seen_by.remove(0);
-        }
-        e.seen_by.push((who, Instant::now()));
     }
 
     /// Drops `name` in `dir` for every caller (this client changed it).

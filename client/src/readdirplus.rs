@@ -99,7 +99,7 @@ impl Client {
     /// did not carry. Results go into the attribute cache. With `readdirplus`
     /// off, one getattr per object (the baseline).
     pub async fn listattr(&self, handles: &[Handle]) -> Result<Vec<Option<Attr>>> {
-        let mut out: Vec<Option<Attr>> = handles.iter().map(|h| self.inner.attrs.get(h)).collect();
+        let mut out: Vec<Option<Attr>> = self.inner.attrs.get_many(handles);
         let missing: BTreeSet<Handle> = handles
             .iter()
             .zip(&out)
@@ -223,16 +223,22 @@ impl Client {
         }
 
         let mut attrs = HashMap::with_capacity(got.records.len());
+        let mut dists = Vec::with_capacity(got.records.len());
         for (h, rec) in &got.records {
             if recheck.contains(h) {
                 continue;
             }
-            let attr = self
-                .attr_with(rec, |d| got.sizes.get(&d).cloned())?
+            let (attr, dist) = self
+                .attr_and_dist(rec, |d| got.sizes.get(&d).cloned())?
                 .ok_or_else(|| ShoalError::io(format!("no size for a datafile of {h:#x}")))?;
-            self.inner.attrs.put(*h, attr.clone());
+            dists.extend(dist.map(|d| (*h, d)));
             attrs.insert(*h, attr);
         }
+        // The batch's caching under one lock per cache.
+        self.inner.dists.put_many(dists);
+        self.inner
+            .attrs
+            .put_many(attrs.iter().map(|(h, a)| (*h, a.clone())));
         for h in &recheck {
             self.forget(*h);
         }

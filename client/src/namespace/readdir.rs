@@ -30,16 +30,13 @@ impl Client {
                 },
             )
             .await?;
+        let mut named = Vec::with_capacity(reply.entries.len());
         let entries = reply
             .entries
             .into_iter()
             .map(|e| {
                 let kind = entry_kind(e.kind)?;
-                if reply.searchable {
-                    self.inner
-                        .names
-                        .put(dir, &e.name, self.cred, (e.handle, kind));
-                }
+                named.push((e.handle, kind));
                 Ok(DirEntry {
                     name: e.name,
                     handle: e.handle,
@@ -47,6 +44,10 @@ impl Client {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        if reply.searchable {
+            let names = entries.iter().map(|e| e.name.as_str());
+            self.inner.names.put_many(dir, self.cred, names.zip(named));
+        }
         Ok((entries, reply.done))
     }
 
