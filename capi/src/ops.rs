@@ -171,16 +171,22 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
         return Err(err(libc::EOPNOTSUPP, "O_TMPFILE is not supported by Shoal"));
     }
     let follow = flags & libc::O_NOFOLLOW == 0;
-    let (attr, created) = s.run(async {
+    let listing = flags & libc::O_DIRECTORY != 0 && !writable && flags & libc::O_CREAT == 0;
+    let (attr, created, listed) = s.run(async {
         if flags & libc::O_CREAT != 0 {
-            open_or_create(c, path, flags, mode, follow).await
-        } else {
-            let a = resolve_attr(c, path, follow).await?;
-            if a.kind == FileKind::Symlink {
-                return Err(err(libc::ELOOP, format!("{path}: a symlink (O_NOFOLLOW)")));
-            }
-            Ok((a, false))
+            let (a, created) = open_or_create(c, path, flags, mode, follow).await?;
+            return Ok((a, created, None));
         }
+        if listing {
+            if let Some((a, listed)) = open_listing(c, path, follow).await? {
+                return Ok((a, false, Some(listed)));
+            }
+        }
+        let a = resolve_attr(c, path, follow).await?;
+        if a.kind == FileKind::Symlink {
+            return Err(err(libc::ELOOP, format!("{path}: a symlink (O_NOFOLLOW)")));
+        }
+        Ok((a, false, None))
     })?;
     match attr.kind {
         FileKind::Directory if writable || flags & libc::O_CREAT != 0 => {
@@ -200,7 +206,7 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
             s.run(c.truncate(attr.handle, 0)).map_err(about(path))?;
         }
     }
-    let dir = (attr.kind == FileKind::Directory).then(|| Mutex::new(DirStream::default()));
+    let dir = (attr.kind == FileKind::Directory).then(|| Mutex::new(listed.unwrap_or_default()));
     files::insert(OpenFile {
         handle: attr.handle,
         kind: attr.kind,
@@ -214,6 +220,27 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
         read_ahead: Mutex::default(),
         fresh: AtomicBool::new(created),
     })
+}
+
+/// An O_DIRECTORY open of `path` that names a directory: its attributes and
+/// the first batch of its listing, from one Readdir that brings the
+/// directory's record (the server checks the read permission open wants),
+/// rather than a getattr now and the Readdir at the first readdir. None when
+/// `path` is not known to be a directory: the caller opens it as any path.
+async fn open_listing(c: &Client, path: &str, follow: bool) -> Result<Option<(Attr, DirStream)>> {
+    let (h, kind) = resolve(c, path, follow).await?;
+    if kind != FileKind::Directory {
+        return Ok(None);
+    }
+    let batch = c.config().settings.readdir_batch.max(1);
+    let (entries, done, attr) = c.open_listing(h, batch).await.map_err(about(path))?;
+    let listed = DirStream {
+        dots: 0,
+        after: entries.last().map(|e| e.name.clone()).unwrap_or_default(),
+        done: done || entries.is_empty(),
+        buffered: entries.into_iter().map(|e| (e, None)).collect(),
+    };
+    Ok(Some((attr, listed)))
 }
 
 /// The O_CREAT half of open: the attributes, and whether this call made it.

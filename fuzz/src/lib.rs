@@ -344,7 +344,7 @@ impl Gen<'_, '_> {
                 dir: self.handle()?,
                 start_after: self.name()?,
                 max: self.u.arbitrary()?,
-                ..Default::default()
+                with_dir: self.u.arbitrary()?,
             }
             .encode_to_vec(),
             Op::Remove => RemoveRequest {

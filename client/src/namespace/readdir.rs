@@ -1,13 +1,13 @@
 //! Listings: a directory's entries in batches (each entry's name kept in the
 //! name cache when the caller may search the directory).
 
-use shoal_proto::error::Result;
+use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::ops;
 
 use super::{entry_kind, file_kind};
-use crate::{Client, DirEntry};
+use crate::{Attr, Client, DirEntry};
 
 impl Client {
     /// One batch of entries of `dir` after `start_after`, and whether the
@@ -18,6 +18,32 @@ impl Client {
         start_after: &str,
         max: u32,
     ) -> Result<(Vec<DirEntry>, bool)> {
+        let (entries, done, _) = self.readdir_request(dir, start_after, max, false).await?;
+        Ok((entries, done))
+    }
+
+    /// The first batch of `dir`'s entries, whether that is all of them, and
+    /// the directory's own attributes, in one message: an opendir's (the
+    /// server refuses a caller without read permission, as open would).
+    pub async fn open_listing(&self, dir: Handle, max: u32) -> Result<(Vec<DirEntry>, bool, Attr)> {
+        let (entries, done, rec) = self.readdir_request(dir, "", max, true).await?;
+        // The server read it to check the caller's permission (a directory:
+        // no datafile sizes to add).
+        let attr = rec
+            .and_then(|rec| self.attr_with(&rec, |_| None).transpose())
+            .transpose()?
+            .ok_or_else(|| ShoalError::io(format!("no record of directory {dir:#x}")))?;
+        self.inner.attrs.put(dir, attr.clone());
+        Ok((entries, done, attr))
+    }
+
+    async fn readdir_request(
+        &self,
+        dir: Handle,
+        start_after: &str,
+        max: u32,
+        with_dir: bool,
+    ) -> Result<(Vec<DirEntry>, bool, Option<ObjectRecord>)> {
         let reply: ReaddirReply = self
             .pool()
             .call::<ops::Readdir>(
@@ -27,6 +53,7 @@ impl Client {
                     dir,
                     start_after: start_after.to_string(),
                     max,
+                    with_dir,
                 },
             )
             .await?;
@@ -48,7 +75,7 @@ impl Client {
             let names = entries.iter().map(|e| e.name.as_str());
             self.inner.names.put_many(dir, self.cred, names.zip(named));
         }
-        Ok((entries, reply.done))
+        Ok((entries, reply.done, reply.dir))
     }
 
     /// Every entry of `dir`, fetched in batches of the cluster's readdir size.

@@ -394,6 +394,7 @@ pub fn readdir(s: &Service, r: &Request, q: ReaddirRequest) -> Result<Reply<Read
         entries,
         done,
         searchable: perms::allows(&r.cred, &dir, X),
+        dir: q.with_dir.then_some(dir),
     }))
 }
 
