@@ -30,6 +30,7 @@ mod paths;
 #[cfg(not(test))]
 mod posix;
 mod real;
+mod statahead;
 mod state;
 mod stats;
 

@@ -7,6 +7,7 @@ use libc::{c_char, c_int, c_uint, c_void, gid_t, mode_t, size_t, ssize_t, uid_t}
 use super::files::busy;
 use crate::cache;
 use crate::real;
+use crate::statahead;
 use crate::state::{self, fail, serve, Fd, Target, Where};
 use crate::stats::{self, Op};
 
@@ -47,7 +48,7 @@ fn stat_target(t: &Target, follow: bool, st: *mut libc::stat) -> c_int {
     let cached = match cache::get(t.shoal_bytes(), follow) {
         cache::Found::Attrs(st) => Some(st),
         cache::Found::Listed(batch) => fetch_listed(batch, t.shoal_bytes()),
-        cache::Found::Nothing => None,
+        cache::Found::Nothing => stat_ahead(t, follow),
     };
     if let Some(cached) = cached {
         // SAFETY: checked not NULL; the caller's struct.
@@ -65,6 +66,16 @@ fn stat_target(t: &Target, follow: bool, st: *mut libc::stat) -> c_int {
             }
         }
     })
+}
+
+/// A stat no cache could answer: on a run of them in one directory, lists
+/// that directory with attributes (`statahead.rs`) and looks again.
+fn stat_ahead(t: &Target, follow: bool) -> Option<libc::stat> {
+    statahead::list(&statahead::missed(t.shoal_bytes())?);
+    match cache::get(t.shoal_bytes(), follow) {
+        cache::Found::Attrs(st) => Some(st),
+        _ => None,
+    }
 }
 
 /// Fetches the attributes of a batch of listed entries (one ListAttr per
