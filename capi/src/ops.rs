@@ -226,10 +226,13 @@ pub fn open(path: &str, flags: i32, mode: u32) -> Result<i32> {
 /// the first batch of its listing, from one Readdir that brings the
 /// directory's record (the server checks the read permission open wants),
 /// rather than a getattr now and the Readdir at the first readdir. None when
-/// `path` is not known to be a directory: the caller opens it as any path.
+/// `path` is not known to be a directory, or its attributes are cached (the
+/// open then costs no message, and a program that opens a directory only to
+/// work relative to it, as `tar -C` does, never lists it): the caller opens
+/// it as any path.
 async fn open_listing(c: &Client, path: &str, follow: bool) -> Result<Option<(Attr, DirStream)>> {
     let (h, kind) = resolve(c, path, follow).await?;
-    if kind != FileKind::Directory {
+    if kind != FileKind::Directory || c.cached_attr(h).is_some() {
         return Ok(None);
     }
     let batch = c.config().settings.readdir_batch.max(1);

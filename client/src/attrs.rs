@@ -28,10 +28,15 @@ fn apply_sizes(attr: &mut Attr, rec: &ObjectRecord, dist: &Distribution, sizes: 
 }
 
 impl Client {
+    /// Attributes of `h` if the attribute cache holds them (no message).
+    pub fn cached_attr(&self, h: Handle) -> Option<Attr> {
+        self.inner.attrs.get(&h)
+    }
+
     /// Attributes of `h`. For a file: one request to its metafile's server and
     /// one per server holding its datafiles (n+1 messages), unless cached.
     pub async fn getattr(&self, h: Handle) -> Result<Attr> {
-        if let Some(a) = self.inner.attrs.get(&h) {
+        if let Some(a) = self.cached_attr(h) {
             return Ok(a);
         }
         let reply: GetAttrReply = self
