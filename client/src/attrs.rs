@@ -2,6 +2,7 @@
 //! extended attributes, capacity, layouts and server statistics.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use shoal_proto::dist;
 use shoal_proto::error::{Result, ShoalError};
@@ -39,34 +40,47 @@ impl Client {
         if let Some(a) = self.cached_attr(h) {
             return Ok(a);
         }
-        let reply: GetAttrReply = self
+        let (reply, _, lease) = self
             .pool()
-            .call::<ops::GetAttr>(server_of(h), self.cred, &GetAttrRequest { handle: h })
+            .call_leasing::<ops::GetAttr>(
+                server_of(h),
+                self.cred,
+                &GetAttrRequest { handle: h },
+                Default::default(),
+            )
             .await?;
         self.remember_cap(reply.cap);
         let rec = reply
             .object
             .ok_or_else(|| ShoalError::protocol("getattr reply without an object"))?;
-        self.attr_of(rec, &reply.sizes).await
+        self.attr_of(rec, &reply.sizes, lease).await
     }
 
-    /// The attributes of the object `rec` (as its server sent it), given the
-    /// sizes of its datafiles on that server; caches them. A file whose
-    /// datafiles all live there (a stuffed file) needs no other message.
-    pub(crate) async fn attr_of(&self, rec: ObjectRecord, local: &[DatafileSize]) -> Result<Attr> {
+    /// The attributes of the object `rec` (as its server sent it, leased
+    /// until `lease` if it was), given the sizes of its datafiles on that
+    /// server; caches them. A file whose datafiles all live there (a
+    /// stuffed file) needs no other message.
+    pub(crate) async fn attr_of(
+        &self,
+        rec: ObjectRecord,
+        local: &[DatafileSize],
+        lease: Option<Instant>,
+    ) -> Result<Attr> {
         let found =
             |sizes: &[DatafileSize], d: Handle| sizes.iter().find(|s| s.handle == d).cloned();
-        let attr = match self.attr_with(&rec, |d| found(local, d))? {
-            Some(attr) => attr,
+        let (attr, lease) = match self.attr_with(&rec, |d| found(local, d))? {
+            Some(attr) => (attr, lease),
             None => {
                 let dist = rec.dist.clone().unwrap_or_default();
-                let sizes = self.datafile_sizes(&dist).await?;
-                self.attr_with(&rec, |d| found(&sizes, d))?.ok_or_else(|| {
+                let (sizes, sizes_lease) = self.datafile_sizes(&dist, rec.handle).await?;
+                let attr = self.attr_with(&rec, |d| found(&sizes, d))?.ok_or_else(|| {
                     ShoalError::io(format!("no size for a datafile of {:#x}", rec.handle))
-                })?
+                })?;
+                (attr, crate::leases::both(lease, sizes_lease))
             }
         };
-        self.inner.attrs.put(rec.handle, attr.clone());
+        self.inner.attrs.put_leased(rec.handle, attr.clone(), lease);
+        self.inner.leases.note(rec.handle, lease);
         Ok(attr)
     }
 
@@ -148,9 +162,10 @@ impl Client {
     pub(crate) fn refresh_dir(&self, rec: Option<ObjectRecord>) {
         if let Some(rec) = rec.filter(|r| r.kind() == ObjectKind::Directory) {
             self.remember_hints(&rec);
-            self.inner
-                .attrs
-                .put(rec.handle, Attr::from_record(&rec, FileKind::Directory));
+            // A change keeps its client's own lease on the directory.
+            let lease = self.inner.leases.until(rec.handle);
+            let attr = Attr::from_record(&rec, FileKind::Directory);
+            self.inner.attrs.put_leased(rec.handle, attr, lease);
         }
     }
 
@@ -165,29 +180,41 @@ impl Client {
             .ok_or_else(|| ShoalError::protocol("getattr reply without an object"))
     }
 
-    /// Sizes of a distribution's datafiles, in distribution order: one request
-    /// per server holding some of them, all in parallel.
-    pub(crate) async fn datafile_sizes(&self, dist: &Distribution) -> Result<Vec<DatafileSize>> {
+    /// Sizes of the datafiles of `file`'s distribution `dist`, in
+    /// distribution order: one request per server holding some of them, all
+    /// in parallel; and until when every one of those servers leased them.
+    pub(crate) async fn datafile_sizes(
+        &self,
+        dist: &Distribution,
+        file: Handle,
+    ) -> Result<(Vec<DatafileSize>, Option<Instant>)> {
         let mut by_server: BTreeMap<u32, Vec<Handle>> = BTreeMap::new();
         for h in &dist.datafiles {
             by_server.entry(server_of(*h)).or_default().push(*h);
         }
         let replies = futures::future::try_join_all(by_server.into_iter().map(
             |(server, handles)| async move {
-                let reply: GetSizesReply = self
+                let request = GetSizesRequest { handles, file };
+                let (reply, _, lease) = self
                     .pool()
-                    .call::<ops::GetSizes>(server, self.cred, &GetSizesRequest { handles })
+                    .call_leasing::<ops::GetSizes>(server, self.cred, &request, Default::default())
                     .await?;
-                Ok::<_, ShoalError>(reply.sizes)
+                Ok::<_, ShoalError>((reply.sizes, lease))
             },
         ))
         .await?;
+        let lease = replies
+            .iter()
+            .map(|(_, lease)| *lease)
+            .reduce(crate::leases::both)
+            .flatten();
         let found: BTreeMap<Handle, DatafileSize> = replies
             .into_iter()
-            .flatten()
+            .flat_map(|(sizes, _)| sizes)
             .map(|s| (s.handle, s))
             .collect();
-        dist.datafiles
+        let sizes = dist
+            .datafiles
             .iter()
             .map(|h| {
                 found
@@ -195,7 +222,8 @@ impl Client {
                     .cloned()
                     .ok_or_else(|| ShoalError::io(format!("no size for datafile {h:#x}")))
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        Ok((sizes, lease))
     }
 
     /// The distribution of file `h` (cached: see `DistCache` for how long).

@@ -1,6 +1,8 @@
 //! Small TTL caches (name -> entry, handle -> attributes), as the client of [Vilayannur 2004]
 //! keeps them: entries live `ttl` (default 100 ms) so another client's change is
 //! seen within that time, and this client drops what its own changes outdate.
+//! An entry a server leased (`leases`) lives until its lease ends, unless
+//! the server recalls it first (the client then removes it).
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -18,7 +20,14 @@ pub(crate) const FOREVER: Duration = Duration::from_secs(u64::MAX / 4);
 pub struct TtlCache<K, V> {
     ttl: Duration,
     max: usize,
+    /// Each value and until when it may be used.
     map: Mutex<HashMap<K, (V, Instant)>>,
+}
+
+/// `now + ttl`, or a century from now for a cache kept "forever".
+pub(crate) fn expiry(now: Instant, ttl: Duration) -> Instant {
+    now.checked_add(ttl)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
 }
 
 impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
@@ -40,8 +49,9 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
             return None;
         }
         let map = self.map.lock().unwrap();
+        let now = Instant::now();
         map.get(key)
-            .filter(|(_, at)| at.elapsed() < self.ttl)
+            .filter(|(_, until)| now < *until)
             .map(|(v, _)| v.clone())
     }
 
@@ -58,7 +68,7 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
         let now = Instant::now();
         keys.map(|k| {
             map.get(k)
-                .filter(|(_, at)| now.saturating_duration_since(*at) < self.ttl)
+                .filter(|(_, until)| now < *until)
                 .map(|(v, _)| v.clone())
         })
         .collect()
@@ -70,16 +80,32 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
 
     /// Several entries at once, under one lock (a listing's batch).
     pub fn put_many(&self, entries: impl IntoIterator<Item = (K, V)>) {
+        self.put_many_leased(entries.into_iter().map(|(k, v)| (k, v, None)));
+    }
+
+    /// An entry a server leased until `lease` (if it did).
+    pub(crate) fn put_leased(&self, key: K, value: V, lease: Option<Instant>) {
+        self.put_many_leased([(key, value, lease)]);
+    }
+
+    /// Several entries, each kept for the TTL or until its lease ends,
+    /// whichever is later, under one lock.
+    pub(crate) fn put_many_leased(
+        &self,
+        entries: impl IntoIterator<Item = (K, V, Option<Instant>)>,
+    ) {
         if self.ttl.is_zero() {
             return;
         }
         let mut map = self.map.lock().unwrap();
         let now = Instant::now();
-        for (key, value) in entries {
+        let ttl_end = expiry(now, self.ttl);
+        for (key, value, lease) in entries {
             if map.len() >= self.max {
                 map.clear();
             }
-            map.insert(key, (value, now));
+            let until = lease.map_or(ttl_end, |l| l.max(ttl_end));
+            map.insert(key, (value, until));
         }
     }
 
@@ -92,6 +118,11 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
 
     pub(crate) fn remove(&self, key: &K) {
         self.map.lock().unwrap().remove(key);
+    }
+
+    /// Drops every entry (a server's leases all ended).
+    pub(crate) fn clear(&self) {
+        self.map.lock().unwrap().clear();
     }
 }
 
@@ -114,5 +145,16 @@ mod tests {
         off.put(1, "a");
         assert_eq!(off.get(&1), None);
         assert_eq!(off.get_many([&1]), vec![None]);
+    }
+
+    #[test]
+    fn a_leased_entry_outlives_the_ttl_until_removed() {
+        let c = TtlCache::new(Duration::from_millis(10));
+        c.put_leased(1, "a", Some(Instant::now() + Duration::from_secs(60)));
+        c.put_leased(2, "b", None);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(c.get_many([&1, &2]), vec![Some("a"), None]);
+        c.remove(&1);
+        assert_eq!(c.get(&1), None, "a recall removes it");
     }
 }

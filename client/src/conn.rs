@@ -15,7 +15,7 @@ use shoal_net::sink::FrameSink;
 use shoal_proto::auth::Secret;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{read_frame, ClientRef, Frame, Kind};
-use shoal_proto::msg::ErrorReply;
+use shoal_proto::msg::{ErrorReply, RecallRequest};
 use shoal_proto::{Cred, Op};
 use tokio::io::BufReader;
 use tokio::sync::{oneshot, Notify, Semaphore};
@@ -24,6 +24,18 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const BUFFER: usize = 256 << 10;
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Frame>>>>;
+
+/// What a server's lease recall asks of the client (see `leases`): drop
+/// what it caches of some objects, or, when the connection ended, of every
+/// object that server leased it.
+pub enum Recalled {
+    Objects(Vec<shoal_proto::Handle>),
+    Everything,
+}
+
+/// Carries out a recall and resolves once it is done; the connection
+/// answers the server then.
+pub type OnRecall = Arc<dyn Fn(Recalled) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 pub struct Connection {
     server: u32,
@@ -37,6 +49,10 @@ pub struct Connection {
     boot: AtomicU64,
     /// Signalled once when the connection ends (see [`Connection::ended`]).
     ended: Arc<Notify>,
+    /// Lease recalls received so far: a reply that grants a lease while a
+    /// recall arrived is not trusted with it (the grant may predate the
+    /// change the recall is for).
+    recalls: Arc<AtomicU64>,
 }
 
 impl Connection {
@@ -47,6 +63,7 @@ impl Connection {
         addr: SocketAddr,
         max_inflight: usize,
         secret: Option<&Secret>,
+        on_recall: OnRecall,
     ) -> Result<Connection> {
         let stream = shoal_net::connect::connect(server, addr, CONNECT_TIMEOUT, secret).await?;
         let (read_half, write_half) = stream.into_split();
@@ -54,15 +71,18 @@ impl Connection {
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let ended = Arc::new(Notify::new());
+        let recalls = Arc::new(AtomicU64::new(0));
         tokio::spawn(flush_queued(sink.clone(), alive.clone()));
-        tokio::spawn(route_replies(
-            BufReader::with_capacity(BUFFER, read_half),
-            pending.clone(),
-            alive.clone(),
-            sink.clone(),
+        let reader = Reader {
+            pending: pending.clone(),
+            alive: alive.clone(),
+            sink: sink.clone(),
             addr,
-            ended.clone(),
-        ));
+            ended: ended.clone(),
+            recalls: recalls.clone(),
+            on_recall,
+        };
+        tokio::spawn(reader.route(BufReader::with_capacity(BUFFER, read_half)));
         Ok(Connection {
             server,
             addr,
@@ -72,6 +92,7 @@ impl Connection {
             alive,
             boot: AtomicU64::new(0),
             ended,
+            recalls,
         })
     }
 
@@ -97,7 +118,8 @@ impl Connection {
 
     /// Sends one request, `id` (unique among the requests in flight on this
     /// connection) from `client`, and waits for its reply; a failed reply
-    /// becomes the error it carries.
+    /// becomes the error it carries. A reply's lease is kept only if no
+    /// recall arrived while the request was out.
     pub async fn call(
         &self,
         op: Op,
@@ -108,6 +130,7 @@ impl Connection {
         payload: Bytes,
     ) -> Result<Frame> {
         let _permit = self.permits.acquire().await.map_err(|_| self.lost())?;
+        let recalls = self.recalls.load(Ordering::SeqCst);
         let (reply_tx, reply_rx) = oneshot::channel();
         let clash = self.pending.lock().unwrap().insert(id, reply_tx);
         assert!(clash.is_none(), "request id {id} sent twice at once");
@@ -116,7 +139,10 @@ impl Connection {
             self.pending.lock().unwrap().remove(&id);
             return Err(self.lost());
         }
-        let reply = reply_rx.await.map_err(|_| self.lost())?;
+        let mut reply = reply_rx.await.map_err(|_| self.lost())?;
+        if reply.header.leased && self.recalls.load(Ordering::SeqCst) != recalls {
+            reply.header.leased = false;
+        }
         if reply.header.status != 0 {
             let message = ErrorReply::decode(reply.body.clone())
                 .map(|e| e.message)
@@ -144,42 +170,84 @@ impl Connection {
     }
 }
 
+impl Drop for Connection {
+    /// A client dropped (or a connection replaced) ends its connection at
+    /// once: the server then forgets its leases instead of recalling them.
+    fn drop(&mut self) {
+        self.sink.shut_down();
+    }
+}
+
 async fn flush_queued(sink: Arc<FrameSink>, alive: Arc<AtomicBool>) {
     let _ = sink.flush_queued().await;
     alive.store(false, Ordering::Relaxed);
 }
 
-async fn route_replies<R: tokio::io::AsyncRead + Unpin>(
-    mut r: R,
+/// The reading half of a connection: routes replies to their callers and
+/// carries out the server's lease recalls.
+struct Reader {
     pending: Pending,
     alive: Arc<AtomicBool>,
     sink: Arc<FrameSink>,
     addr: SocketAddr,
     ended: Arc<Notify>,
-) {
-    loop {
-        match read_frame(&mut r).await {
-            Ok(frame) if frame.header.kind == Kind::Reply => {
-                let waiter = pending.lock().unwrap().remove(&frame.header.id);
-                if let Some(waiter) = waiter {
-                    let _ = waiter.send(frame);
+    recalls: Arc<AtomicU64>,
+    on_recall: OnRecall,
+}
+
+impl Reader {
+    async fn route<R: tokio::io::AsyncRead + Unpin>(self, mut r: R) {
+        let addr = self.addr;
+        loop {
+            match read_frame(&mut r).await {
+                Ok(frame) if frame.header.kind == Kind::Reply => {
+                    let waiter = self.pending.lock().unwrap().remove(&frame.header.id);
+                    if let Some(waiter) = waiter {
+                        let _ = waiter.send(frame);
+                    }
+                }
+                Ok(frame) if frame.header.op == Op::Recall => {
+                    if let Err(e) = self.recall(frame) {
+                        tracing::warn!("server at {addr} sent a bad recall ({e}); closing");
+                        break;
+                    }
+                }
+                Ok(frame) => {
+                    let op = frame.header.op.name();
+                    tracing::warn!("server at {addr} sent a {op} request; closing");
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!("connection to {addr} ended: {e}");
+                    break;
                 }
             }
-            Ok(_) => {
-                tracing::warn!("server at {addr} sent a request frame; closing");
-                break;
-            }
-            Err(e) => {
-                tracing::debug!("connection to {addr} ended: {e}");
-                break;
-            }
         }
+        self.alive.store(false, Ordering::Relaxed);
+        self.sink.close();
+        // Dropping the senders wakes every waiter with an error.
+        self.pending.lock().unwrap().clear();
+        // The server forgets this client's leases with the connection.
+        tokio::spawn((self.on_recall)(Recalled::Everything));
+        // One watcher at most (the pool's): notify_one keeps the wake-up for
+        // it even if it starts waiting only later.
+        self.ended.notify_one();
     }
-    alive.store(false, Ordering::Relaxed);
-    sink.close();
-    // Dropping the senders wakes every waiter with an error.
-    pending.lock().unwrap().clear();
-    // One watcher at most (the pool's): notify_one keeps the wake-up for
-    // it even if it starts waiting only later.
-    ended.notify_one();
+
+    /// Counts the recall (before any reply that follows it is routed), and
+    /// answers it once the caches are dropped, on a task of its own so that
+    /// replies keep flowing meanwhile.
+    fn recall(&self, frame: Frame) -> Result<()> {
+        let request = RecallRequest::decode(frame.body.clone())
+            .map_err(|e| ShoalError::protocol(format!("recall body: {e}")))?;
+        self.recalls.fetch_add(1, Ordering::SeqCst);
+        let done = (self.on_recall)(Recalled::Objects(request.handles));
+        let sink = self.sink.clone();
+        tokio::spawn(async move {
+            done.await;
+            let answer = Frame::reply_to(&frame.header, 0, Bytes::new(), Bytes::new());
+            let _ = sink.send(&answer);
+        });
+        Ok(())
+    }
 }

@@ -24,6 +24,7 @@ mod hints;
 mod io;
 mod kept_changes;
 mod known_dirs;
+mod leases;
 pub mod mounts;
 mod name_cache;
 mod namespace;
@@ -44,6 +45,8 @@ use shoal_proto::error::Result;
 use shoal_proto::msg::{DirHints, Distribution, PingReply};
 use shoal_proto::{ops, Handle, Operation};
 
+pub use conn::Recalled;
+pub use leases::RecallHook;
 pub use open_files::OpenFiles;
 pub use shoal_proto::error::{Errno, ShoalError};
 pub use types::*;
@@ -81,6 +84,8 @@ struct Inner {
     uncommitted_writes: uncommitted_writes::UncommittedWrites,
     /// Small writes kept to send later (the gathering path).
     gathering: write_path::Gathering,
+    /// The objects servers leased to this client (`leases`).
+    leases: leases::Ledger,
 }
 
 impl Client {
@@ -90,7 +95,7 @@ impl Client {
         let ttl = Duration::from_millis(config.settings.cache_ttl_ms);
         let first = std::process::id() % config.num_servers();
         Client {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|me| Inner {
                 names: name_cache::NameCache::new(ttl),
                 attrs: TtlCache::new(ttl),
                 hints: TtlCache::new(cache::FOREVER),
@@ -100,7 +105,8 @@ impl Client {
                 next_server: AtomicU32::new(first),
                 uncommitted_writes: Default::default(),
                 gathering: Default::default(),
-                pool: Pool::new(config),
+                leases: Default::default(),
+                pool: Pool::new(config, leases::on_recall(me.clone())),
             }),
             cred: current_cred(),
         }
@@ -179,6 +185,19 @@ impl Client {
             % self.num_servers()
     }
 
+    /// Until when a server leases `h` to this client, if it does now: what
+    /// this client caches of it stays right until then, unless recalled.
+    pub fn lease_until(&self, h: Handle) -> Option<Instant> {
+        self.inner.leases.until(h)
+    }
+
+    /// Runs `hook` on every lease recall, after the client dropped what it
+    /// cached and before it answers the server (the mount drops the
+    /// kernel's caches there). One hook per client.
+    pub fn on_recall(&self, hook: RecallHook) {
+        self.inner.leases.set_hook(hook);
+    }
+
     /// Drops everything cached about `handle`.
     pub fn forget(&self, handle: Handle) {
         self.inner.attrs.remove(&handle);
@@ -229,6 +248,13 @@ impl DistCache {
 
     pub(crate) fn put(&self, h: Handle, dist: Distribution) {
         self.put_many([(h, dist)]);
+    }
+
+    /// Drops a stuffed layout of `h` (another client may have unstuffed it).
+    pub(crate) fn forget_stuffed(&self, h: Handle) {
+        if self.stuffed_layout(&h).is_some() {
+            self.map.remove(&h);
+        }
     }
 
     /// Several at once, under one lock (a listing's).

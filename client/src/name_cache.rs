@@ -10,6 +10,9 @@
 //! caller: a lookup needs search permission on the directory, which the
 //! servers check, so each caller's first use within the TTL is its own
 //! lookup or listing, remembered beside the entry with its own age.
+//!
+//! A name the directory's server leased (`leases`) lives until the lease
+//! ends; a recall of the directory drops all its names at once.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -28,20 +31,28 @@ pub type Named = (Handle, ObjectKind);
 
 struct Entry {
     named: Named,
-    /// The callers the servers answered with `named`, and when.
+    /// The callers the servers answered with `named`, and until when each
+    /// may use it.
     seen_by: Vec<(Cred, Instant)>,
+}
+
+#[derive(Default)]
+struct Names {
+    /// Per directory, its names.
+    dirs: HashMap<Handle, HashMap<String, Entry>>,
+    count: usize,
 }
 
 pub struct NameCache {
     ttl: Duration,
-    map: Mutex<HashMap<(Handle, String), Entry>>,
+    map: Mutex<Names>,
 }
 
 impl NameCache {
     pub fn new(ttl: Duration) -> NameCache {
         NameCache {
             ttl,
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::default(),
         }
     }
 
@@ -51,17 +62,19 @@ impl NameCache {
             return None;
         }
         let map = self.map.lock().unwrap();
-        let e = map.get(&(dir, name.to_string()))?;
+        let e = map.dirs.get(&dir)?.get(name)?;
+        let now = Instant::now();
         e.seen_by
             .iter()
-            .any(|(c, at)| *c == who && at.elapsed() < self.ttl)
+            .any(|(c, until)| *c == who && now < *until)
             .then_some(e.named)
     }
 
     /// Records that `who` was told (or made) `name` in `dir` naming `named`.
     /// An entry naming something else is replaced, with every caller's claim.
-    pub fn put(&self, dir: Handle, name: &str, who: Cred, named: Named) {
-        self.put_many(dir, who, [(name, named)]);
+    /// With `lease`, the directory's server leased its names until then.
+    pub fn put(&self, dir: Handle, name: &str, who: Cred, named: Named, lease: Option<Instant>) {
+        self.put_many(dir, who, [(name, named)], lease);
     }
 
     /// [`put`](Self::put) of several names of `dir` under one lock (a
@@ -71,19 +84,26 @@ impl NameCache {
         dir: Handle,
         who: Cred,
         entries: impl IntoIterator<Item = (&'a str, Named)>,
+        lease: Option<Instant>,
     ) {
         if self.ttl.is_zero() {
             return;
         }
         let mut map = self.map.lock().unwrap();
-        let now = Instant::now();
+        let ttl_end = crate::cache::expiry(Instant::now(), self.ttl);
+        let until = lease.map_or(ttl_end, |l| l.max(ttl_end));
         for (name, named) in entries {
-            if map.len() >= MAX_ENTRIES {
-                map.clear();
+            if map.count >= MAX_ENTRIES {
+                *map = Names::default();
             }
-            let e = map.entry((dir, name.to_string())).or_insert(Entry {
-                named,
-                seen_by: Vec::new(),
+            let names = map.dirs.entry(dir).or_default();
+            let mut added = false;
+            let e = names.entry(name.to_string()).or_insert_with(|| {
+                added = true;
+                Entry {
+                    named,
+                    seen_by: Vec::new(),
+                }
             });
             if e.named != named {
                 e.named = named;
@@ -93,13 +113,29 @@ impl NameCache {
             if e.seen_by.len() >= MAX_CALLERS {
                 e.seen_by.remove(0);
             }
-            e.seen_by.push((who, now));
+            e.seen_by.push((who, until));
+            map.count += usize::from(added);
         }
     }
 
     /// Drops `name` in `dir` for every caller (this client changed it).
     pub fn remove(&self, dir: Handle, name: &str) {
-        self.map.lock().unwrap().remove(&(dir, name.to_string()));
+        let mut map = self.map.lock().unwrap();
+        let removed = map.dirs.get_mut(&dir).and_then(|n| n.remove(name));
+        map.count -= usize::from(removed.is_some());
+    }
+
+    /// Drops every name of `dir` (its server recalled its lease).
+    pub fn remove_dir(&self, dir: Handle) {
+        let mut map = self.map.lock().unwrap();
+        if let Some(names) = map.dirs.remove(&dir) {
+            map.count -= names.len();
+        }
+    }
+
+    /// Drops every name (a server's leases all ended).
+    pub fn clear(&self) {
+        *self.map.lock().unwrap() = Names::default();
     }
 }
 
@@ -113,10 +149,10 @@ mod tests {
     #[test]
     fn an_entry_is_per_caller_to_use_but_one_to_drop() {
         let c = NameCache::new(Duration::from_secs(60));
-        c.put(1, "a", A, (7, ObjectKind::Metafile));
+        c.put(1, "a", A, (7, ObjectKind::Metafile), None);
         assert_eq!(c.get(1, "a", A), Some((7, ObjectKind::Metafile)));
         assert_eq!(c.get(1, "a", B), None, "B has not been allowed to look");
-        c.put(1, "a", B, (7, ObjectKind::Metafile));
+        c.put(1, "a", B, (7, ObjectKind::Metafile), None);
         c.remove(1, "a");
         assert_eq!(c.get(1, "a", A), None, "a change by anyone drops it for A");
         assert_eq!(c.get(1, "a", B), None);
@@ -125,8 +161,8 @@ mod tests {
     #[test]
     fn a_new_answer_replaces_every_callers_claim() {
         let c = NameCache::new(Duration::from_secs(60));
-        c.put(1, "a", A, (7, ObjectKind::Metafile));
-        c.put(1, "a", B, (8, ObjectKind::Metafile));
+        c.put(1, "a", A, (7, ObjectKind::Metafile), None);
+        c.put(1, "a", B, (8, ObjectKind::Metafile), None);
         assert_eq!(c.get(1, "a", A), None, "A was told of the old object");
         assert_eq!(c.get(1, "a", B), Some((8, ObjectKind::Metafile)));
     }
@@ -134,11 +170,33 @@ mod tests {
     #[test]
     fn entries_expire_and_zero_ttl_disables() {
         let c = NameCache::new(Duration::from_millis(20));
-        c.put(1, "a", A, (7, ObjectKind::Metafile));
+        c.put(1, "a", A, (7, ObjectKind::Metafile), None);
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(c.get(1, "a", A), None);
         let off = NameCache::new(Duration::ZERO);
-        off.put(1, "a", A, (7, ObjectKind::Metafile));
+        off.put(1, "a", A, (7, ObjectKind::Metafile), None);
         assert_eq!(off.get(1, "a", A), None);
+    }
+
+    #[test]
+    fn leased_names_outlive_the_ttl_until_their_directory_is_recalled() {
+        let c = NameCache::new(Duration::from_millis(10));
+        let lease = Some(Instant::now() + Duration::from_secs(60));
+        c.put_many(
+            1,
+            A,
+            [
+                ("a", (7, ObjectKind::Metafile)),
+                ("b", (8, ObjectKind::Metafile)),
+            ],
+            lease,
+        );
+        c.put(2, "c", A, (9, ObjectKind::Metafile), lease);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(c.get(1, "b", A), Some((8, ObjectKind::Metafile)));
+        c.remove_dir(1);
+        assert_eq!(c.get(1, "a", A), None);
+        assert_eq!(c.get(1, "b", A), None);
+        assert_eq!(c.get(2, "c", A), Some((9, ObjectKind::Metafile)));
     }
 }

@@ -33,7 +33,7 @@ use shoal_proto::msg::{CommitRequest, RecoverRequest};
 use shoal_proto::{ops, Op, Operation};
 use tokio::sync::Mutex;
 
-use crate::conn::Connection;
+use crate::conn::{Connection, OnRecall};
 use crate::kept_changes::KeptChanges;
 use crate::types::Cred;
 
@@ -71,6 +71,11 @@ pub struct Pool {
     kept: Vec<KeptChanges>,
     /// This pool, for the watchers of its connections (`watch`).
     me: Weak<Pool>,
+    /// What the client does when a server recalls its leases.
+    on_recall: OnRecall,
+    /// How long a lease lasts from the sending of the request it answers
+    /// (`lease_ms`; the server counts from its reply, later).
+    lease: Duration,
 }
 
 /// A cached request's place among those awaited from its server; it leaves
@@ -91,18 +96,20 @@ fn lock(m: &std::sync::Mutex<BTreeSet<u64>>) -> std::sync::MutexGuard<'_, BTreeS
 }
 
 impl Pool {
-    pub fn new(config: ClusterConfig) -> Arc<Pool> {
+    pub fn new(config: ClusterConfig, on_recall: OnRecall) -> Arc<Pool> {
         let slots = config.servers.iter().map(|_| Mutex::new(None)).collect();
         let awaited = config.servers.iter().map(|_| Default::default()).collect();
         let kept = config.servers.iter().map(|_| Default::default()).collect();
         Arc::new_cyclic(|me| Pool {
-            config,
             slots,
             client: rand::random::<u64>().max(1),
             next_id: AtomicU64::new(1),
             awaited,
             kept,
             me: me.clone(),
+            on_recall,
+            lease: Duration::from_millis(config.settings.lease_ms as u64),
+            config,
         })
     }
 
@@ -170,7 +177,8 @@ impl Pool {
     async fn open(&self, server: u32, secret: Option<&Secret>) -> Result<Arc<Connection>> {
         let addr = self.config.servers[server as usize].addr;
         let inflight = self.config.settings.max_inflight as usize;
-        let c = Arc::new(Connection::connect(server, addr, inflight, secret).await?);
+        let on_recall = self.on_recall.clone();
+        let c = Arc::new(Connection::connect(server, addr, inflight, secret, on_recall).await?);
         if self.config.settings.sync == SyncMode::Replay {
             self.recover(server, &c).await?;
             self.watch(server, &c);
@@ -279,6 +287,22 @@ impl Pool {
         request: &O::Request,
         payload: Bytes,
     ) -> Result<(O::Reply, Bytes)> {
+        let (reply, payload, _) = self
+            .call_leasing::<O>(server, cred, request, payload)
+            .await?;
+        Ok((reply, payload))
+    }
+
+    /// [`call_with_payload`](Self::call_with_payload), and until when the
+    /// reply's lease on what it names lasts, if it grants one (`leases`).
+    pub async fn call_leasing<O: Operation>(
+        &self,
+        server: u32,
+        cred: Cred,
+        request: &O::Request,
+        payload: Bytes,
+    ) -> Result<(O::Reply, Bytes, Option<Instant>)> {
+        let sent_at = Instant::now();
         let op = O::OP;
         let body = Bytes::from(request.encode_to_vec());
         let conn = self.connection(server).await?;
@@ -315,9 +339,10 @@ impl Pool {
             }
         };
         let reply = self.kept[server as usize].note(op, id, cred, sent, boot, reply)?;
+        let lease = reply.header.leased.then(|| sent_at + self.lease);
         let decoded = O::Reply::decode(reply.body).map_err(|e| {
             ShoalError::protocol(format!("{} reply from server {server}: {e}", op.name()))
         })?;
-        Ok((decoded, reply.payload))
+        Ok((decoded, reply.payload, lease))
     }
 }

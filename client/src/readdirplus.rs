@@ -14,6 +14,7 @@
 //! attributes come from one getattr per entry: the baseline.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Instant;
 
 use futures::StreamExt;
 use shoal_proto::error::{Errno, Result, ShoalError};
@@ -33,6 +34,8 @@ const GETATTR_CONCURRENCY: usize = 64;
 struct Gathered {
     records: HashMap<Handle, ObjectRecord>,
     sizes: HashMap<Handle, DatafileSize>,
+    /// Until when each record's server leased it (and the sizes it sent).
+    leases: HashMap<Handle, Instant>,
 }
 
 /// An object removed since its entry was read.
@@ -162,7 +165,11 @@ impl Client {
             }))
             .await?;
         let mut got = Gathered::default();
-        for reply in replies {
+        for (reply, lease) in replies {
+            if let Some(until) = lease {
+                got.leases
+                    .extend(reply.objects.iter().map(|o| (o.handle, until)));
+            }
             got.records
                 .extend(reply.objects.into_iter().map(|o| (o.handle, o)));
             got.sizes
@@ -178,6 +185,8 @@ impl Client {
             for d in rec.dist.iter().flat_map(|d| &d.datafiles) {
                 if !got.sizes.contains_key(d) {
                     unknown.entry(server_of(*d)).or_default().insert(*d);
+                    // Sizes asked for many files at once lease nothing.
+                    got.leases.remove(&rec.handle);
                 }
             }
         }
@@ -191,6 +200,7 @@ impl Client {
                         self.cred,
                         &GetSizesRequest {
                             handles: handles.clone(),
+                            file: 0,
                         },
                     )
                     .await;
@@ -236,9 +246,13 @@ impl Client {
         }
         // The batch's caching under one lock per cache.
         self.inner.dists.put_many(dists);
+        let leased = |h: &Handle| got.leases.get(h).copied();
         self.inner
             .attrs
-            .put_many(attrs.iter().map(|(h, a)| (*h, a.clone())));
+            .put_many_leased(attrs.iter().map(|(h, a)| (*h, a.clone(), leased(h))));
+        for h in attrs.keys() {
+            self.inner.leases.note(*h, leased(h));
+        }
         for h in &recheck {
             self.forget(*h);
         }
@@ -246,28 +260,26 @@ impl Client {
         Ok(attrs)
     }
 
-    /// A ListAttr to `server`; a reply too large for one frame is asked for in
-    /// halves.
+    /// A ListAttr to `server`, and until when its lease lasts; a reply too
+    /// large for one frame is asked for in halves.
     fn listattr_on(
         &self,
         server: u32,
         handles: Vec<Handle>,
-    ) -> futures::future::BoxFuture<'_, Result<ListAttrReply>> {
+    ) -> futures::future::BoxFuture<'_, Result<(ListAttrReply, Option<Instant>)>> {
         Box::pin(async move {
+            let request = ListAttrRequest {
+                handles: handles.clone(),
+            };
             let reply = self
                 .pool()
-                .call::<ops::ListAttr>(
-                    server,
-                    self.cred,
-                    &ListAttrRequest {
-                        handles: handles.clone(),
-                    },
-                )
-                .await;
+                .call_leasing::<ops::ListAttr>(server, self.cred, &request, Default::default())
+                .await
+                .map(|(reply, _, lease)| (reply, lease));
             match reply {
                 Err(e) if e.errno == Errno::E2BIG && handles.len() > 1 => {
                     let (a, b) = handles.split_at(handles.len() / 2);
-                    let (a, b) = futures::future::try_join(
+                    let ((a, lease_a), (b, lease_b)) = futures::future::try_join(
                         self.listattr_on(server, a.to_vec()),
                         self.listattr_on(server, b.to_vec()),
                     )
@@ -275,7 +287,7 @@ impl Client {
                     let mut all = a;
                     all.objects.extend(b.objects);
                     all.sizes.extend(b.sizes);
-                    Ok(all)
+                    Ok((all, crate::leases::both(lease_a, lease_b)))
                 }
                 other => other,
             }

@@ -32,6 +32,7 @@ use fuser::{
 use shoal_client::{Attr, Client, Cred, FileKind, SetAttr, SetTime, StatFs};
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::time::to_ns;
+use shoal_proto::Handle;
 
 use crate::errors::{fail, name_str, ErrorReply};
 use crate::inline_task;
@@ -70,7 +71,30 @@ impl Answer<Attr> for ReplyEntry {
 
 impl Answer<Attr> for ReplyAttr {
     fn answer(self, s: &Shared, a: Attr) {
-        self.attr(&s.ttl, &s.attr(&a));
+        let given = s.leases.give();
+        let ttl = s.leases.attr_ttl(&s.client, a.handle, s.ttl);
+        self.attr(&ttl, &s.attr(&a));
+        s.leases.given(given, a.handle, None);
+    }
+}
+
+/// What a lookup found: `name` in `parent` names the object of `attr`.
+pub struct Found {
+    parent: Handle,
+    name: String,
+    attr: Attr,
+}
+
+/// A lookup's entry: kept by the kernel as long as the client's leases on
+/// the directory (the name) and on the object (its attributes) last.
+impl Answer<Found> for ReplyEntry {
+    fn answer(self, s: &Shared, f: Found) {
+        let given = s.leases.give();
+        let h = f.attr.handle;
+        let attr_ttl = s.leases.attr_ttl(&s.client, h, s.ttl);
+        let entry_ttl = s.leases.entry_ttl(&s.client, f.parent, &f.name, s.ttl);
+        self.entry_with_ttls(&attr_ttl, &entry_ttl, &s.attr(&f.attr), Generation(0));
+        s.leases.given(given, h, Some((f.parent, &f.name)));
     }
 }
 
@@ -130,6 +154,11 @@ pub struct ShoalFs {
 }
 
 impl ShoalFs {
+    /// What the kernel caches under leases, for the session's notifier.
+    pub fn kernel_leases(&self) -> Arc<crate::kernel_leases::KernelLeases> {
+        self.shared.leases.clone()
+    }
+
     pub fn new(client: Client, rt: tokio::runtime::Handle, ttl: Duration) -> ShoalFs {
         ShoalFs {
             shared: Arc::new(Shared::new(client, ttl)),
@@ -326,11 +355,15 @@ impl Filesystem for ShoalFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!("lookup", name, reply);
         self.serve(req, "lookup", reply, |c, s| async move {
-            let a = c.lookup_attr(parent.0, &name).await?;
-            if a.kind == FileKind::Directory {
-                s.parents.set(a.handle, parent.0);
+            let attr = c.lookup_attr(parent.0, &name).await?;
+            if attr.kind == FileKind::Directory {
+                s.parents.set(attr.handle, parent.0);
             }
-            Ok(a)
+            Ok(Found {
+                parent: parent.0,
+                name,
+                attr,
+            })
         });
     }
 
@@ -527,15 +560,23 @@ impl Filesystem for ShoalFs {
         let t0 = Instant::now();
         self.shared.open.lock().unwrap().opened(ino.0);
         // Stateless: reads and writes name the inode. O_TRUNC arrives as a
-        // setattr(size = 0) because FUSE_ATOMIC_O_TRUNC is not negotiated. No
-        // FOPEN_KEEP_CACHE: every open drops cached pages, so a file opened
-        // after another client closed it shows that client's data
-        // (close-to-open consistency, as NFS gives).
+        // setattr(size = 0) because FUSE_ATOMIC_O_TRUNC is not negotiated.
+        // FOPEN_KEEP_CACHE only while the file is leased: nobody else has
+        // changed it since its pages were read (a change would have recalled
+        // the lease, and the recall dropped them). Otherwise every open drops
+        // cached pages, so a file opened after another client closed it
+        // shows that client's data (close-to-open consistency, as NFS gives).
         let fh = match flags.0 & libc::O_ACCMODE {
             libc::O_RDONLY => FileHandle(0),
             _ => WRITER,
         };
-        reply.opened(fh, FopenFlags::empty());
+        let s = &self.shared;
+        let keep = if s.leases.keep_pages(&s.client, ino.0) {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        reply.opened(fh, keep);
         self.answered("open", t0);
     }
 

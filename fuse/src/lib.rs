@@ -10,6 +10,8 @@
 //! - `errors`: errno mapping and name checks.
 //! - `groups`: the caller's supplementary groups, from /proc.
 //! - `readahead`: raising the kernel readahead window after mounting.
+//! - `kernel_leases`: the kernel's caches under the client's leases, and
+//!   their invalidation when a server recalls one.
 //!
 //! Limits a user may meet: names and symlink targets must be UTF-8 (others
 //! get EINVAL); hard links get EPERM; mknod makes regular files only (others
@@ -23,6 +25,7 @@ mod errors;
 mod fs;
 mod groups;
 mod inline_task;
+mod kernel_leases;
 mod readahead;
 mod readdir;
 mod shared;
@@ -73,9 +76,11 @@ pub fn mount(
     reserve_standard_fds();
     let config = session_config(opts);
     let sender = send_due_writes(&client, &runtime);
-    let fs = fs::ShoalFs::new(client, runtime, opts.ttl);
+    let fs = fs::ShoalFs::new(client.clone(), runtime, opts.ttl);
+    let leases = fs.kernel_leases();
     let session = Session::new(fs, &mountpoint, &config)
         .map_err(|e| ShoalError::from(e).context(format!("mount {}", mountpoint.display())))?;
+    leases.attach(session.notifier(), &client);
     tracing::info!("mounted {} on {}", opts.fsname, mountpoint.display());
     readahead::raise(&mountpoint, readahead::READ_AHEAD_KB);
     session

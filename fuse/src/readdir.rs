@@ -141,7 +141,15 @@ async fn fill_plus(
                 }
                 let attr = s.attr(&a);
                 let (ino, next) = (INodeNo(e.handle), *at + 1);
-                if reply.add(ino, next, &e.name, &s.ttl, &attr, Generation(0)) {
+                // One timeout for the entry and the attributes: the shorter.
+                let given = s.leases.give();
+                let ttl = s
+                    .leases
+                    .entry_ttl(&s.client, r.dir, &e.name, s.ttl)
+                    .min(s.leases.attr_ttl(&s.client, e.handle, s.ttl));
+                let full = reply.add(ino, next, &e.name, &ttl, &attr, Generation(0));
+                s.leases.given(given, e.handle, Some((r.dir, &e.name)));
+                if full {
                     return Ok(());
                 }
             }

@@ -3,7 +3,7 @@
 //! tables (open directories, directories' parents, open files, callers'
 //! groups).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fuser::FileAttr;
@@ -14,6 +14,7 @@ use shoal_proto::error::Result;
 use crate::attr::{blksize_for, file_attr};
 use crate::dirs::{OpenDirs, Parents};
 use crate::groups::CallerGroups;
+use crate::kernel_leases::KernelLeases;
 
 pub struct Shared {
     pub client: Client,
@@ -28,6 +29,8 @@ pub struct Shared {
     /// Files the kernel holds open (an unlinked one goes at its last close).
     pub open: Mutex<OpenFiles>,
     pub groups: CallerGroups,
+    /// What the kernel caches under the client's leases.
+    pub leases: Arc<KernelLeases>,
 }
 
 impl Shared {
@@ -44,6 +47,7 @@ impl Shared {
             parents: Parents::default(),
             open: Mutex::default(),
             groups: CallerGroups::default(),
+            leases: KernelLeases::start(),
         }
     }
 

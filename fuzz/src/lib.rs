@@ -389,7 +389,7 @@ impl Gen<'_, '_> {
             .encode_to_vec(),
             Op::GetSizes => GetSizesRequest {
                 handles: self.handles()?,
-                ..Default::default()
+                file: self.handle()?,
             }
             .encode_to_vec(),
             Op::SetXattr => SetXattrRequest {

@@ -12,6 +12,7 @@
 //! while anything is queued new frames queue behind it.
 
 use std::io::{self, IoSlice};
+use std::os::fd::AsRawFd;
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::{Buf, BytesMut};
@@ -110,6 +111,17 @@ impl FrameSink {
     pub fn close(&self) {
         self.lock().closed = true;
         self.wake.notify_one();
+    }
+
+    /// Ends the connection in both directions at once, whoever else holds
+    /// its halves: the peer reads its end, and so does this side's reader
+    /// (a server dropping a client that does not answer, a client dropped).
+    pub fn shut_down(&self) {
+        self.close();
+        let stream: &tokio::net::TcpStream = self.half.as_ref();
+        // SAFETY: shutdown(2) on a descriptor this sink's stream owns and
+        // keeps open; it only ends the connection, never closes the fd.
+        unsafe { libc::shutdown(stream.as_raw_fd(), libc::SHUT_RDWR) };
     }
 
     /// The flusher: writes queued bytes as the socket drains. Returns once the

@@ -168,6 +168,20 @@ pub struct Settings {
     /// data check (`capability.rs`). A chmod or chown reaches a user who
     /// already holds one within this time. Default 60.
     pub capability_ttl_s: u32,
+    /// Leases: a server's answer to a lookup, getattr, listing or create
+    /// lets the asking client cache what it names for this many
+    /// milliseconds (renewed by each answer), and the server recalls it
+    /// before another client's change to it returns. 0: no leases, every
+    /// client cache lives `cache_ttl_ms`. Default 30000.
+    pub lease_ms: u32,
+    /// The longest a change waits for a client to acknowledge a recall of
+    /// its lease, in milliseconds; a client that has not answered by then
+    /// loses its leases on this server and the change goes on. Default 1000.
+    pub lease_recall_ms: u32,
+    /// Leases one server keeps at most (each one a client's on one object,
+    /// about 64 bytes); when full, answers grant none and clients cache for
+    /// `cache_ttl_ms` as without leases. Default 1000000.
+    pub max_leases: u32,
 
     // The write threshold [Hildebrand 2006]: the gathering path for small
     // writes, the direct path for large ones.
@@ -248,6 +262,9 @@ impl Default for Settings {
             max_transfer: 1 << 20,
             root_squash: false,
             capability_ttl_s: 60,
+            lease_ms: 30_000,
+            lease_recall_ms: 1_000,
+            max_leases: 1_000_000,
             restart_wait_ms: 60_000,
             replay_flush_ms: 5,
             recovery_window_ms: 20_000,

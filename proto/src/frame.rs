@@ -7,7 +7,9 @@
 //! u8   kind: 0 request, 1 reply
 //! u16  operation code (op.rs)
 //! u16  flags: bit 15 (RESENT) a request sent before, on a connection that broke;
-//!      bits 0-14 the number of supplementary groups that follow the header
+//!      bit 14 (LEASED) a reply that grants the client a lease on what it
+//!      names (leases.rs in the server says which objects each op's names);
+//!      bits 0-13 the number of supplementary groups that follow the header
 //!      (0..=32, cred::MAX_GROUPS; always 0 in a reply)
 //! u64  request id, echoed in the reply; requests on one connection are multiplexed by it
 //! u64  client: the sending client's id, drawn at random when it starts (0: none);
@@ -40,7 +42,7 @@ use crate::error::{Errno, ShoalError};
 use crate::op::Op;
 
 pub const MAGIC: u16 = 0x5348;
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Bytes of the fixed header, after the length field (the supplementary
 /// groups follow it).
 pub const HEADER_LEN: usize = 68;
@@ -50,6 +52,8 @@ pub const MAX_BODY: usize = 4 << 20;
 pub const MAX_PAYLOAD: usize = 16 << 20;
 /// The flags bit of a request sent again (see the layout above).
 pub const RESENT: u16 = 0x8000;
+/// The flags bit of a reply that grants a lease (see the layout above).
+pub const LEASED: u16 = 0x4000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -84,6 +88,9 @@ pub struct Header {
     /// Where a reply's change stands in the server's commit sequence (always
     /// the default in a request).
     pub commit: Commit,
+    /// A reply that grants the client a lease on the objects it names
+    /// (always false in a request).
+    pub leased: bool,
 }
 
 /// A reply's news of the server's commit sequence (`sync = "replay"`): the
@@ -142,6 +149,7 @@ impl Frame {
                 cred,
                 status: 0,
                 commit: Commit::default(),
+                leased: false,
             },
             body,
             payload,
@@ -180,6 +188,13 @@ impl Frame {
         self
     }
 
+    /// The reply, granting a lease on what it names.
+    pub fn leased(mut self) -> Frame {
+        debug_assert_eq!(self.header.kind, Kind::Reply, "a lease in a request");
+        self.header.leased = true;
+        self
+    }
+
     /// Size of the frame on the wire, length field included.
     pub fn wire_len(&self) -> usize {
         4 + self.head_len() + self.body.len() + self.payload.len()
@@ -201,7 +216,9 @@ impl Frame {
         b.put_u8(VERSION);
         b.put_u8(h.kind as u8);
         b.put_u16(h.op as u16);
-        b.put_u16(groups.len() as u16 | if h.client.resent { RESENT } else { 0 });
+        let resent = if h.client.resent { RESENT } else { 0 };
+        let leased = if h.leased { LEASED } else { 0 };
+        b.put_u16(groups.len() as u16 | resent | leased);
         b.put_u64(h.id);
         b.put_u64(h.client.client);
         b.put_u64(h.client.acked);
@@ -283,7 +300,8 @@ fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, Lengths), FrameErro
     };
     let flags = h.get_u16();
     let resent = flags & RESENT != 0;
-    let groups = (flags & !RESENT) as usize;
+    let leased = flags & LEASED != 0;
+    let groups = (flags & !(RESENT | LEASED)) as usize;
     if groups > MAX_GROUPS {
         return bad(format!(
             "{groups} supplementary groups (at most {MAX_GROUPS})"
@@ -308,8 +326,10 @@ fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, Lengths), FrameErro
         seq: h.get_u64(),
         flushed: h.get_u64(),
     };
-    if kind == Kind::Request && commit != Commit::default() {
-        return bad(format!("a request with commit news {commit:?}"));
+    if kind == Kind::Request && (commit != Commit::default() || leased) {
+        return bad(format!(
+            "a request with commit news {commit:?} or a lease ({leased})"
+        ));
     }
     let uid = h.get_u32();
     let gid = h.get_u32();
@@ -337,6 +357,7 @@ fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, Lengths), FrameErro
             cred: Cred::new(uid, gid),
             status,
             commit,
+            leased,
         },
         Lengths {
             groups,

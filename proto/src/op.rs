@@ -130,6 +130,10 @@ ops! {
     /// Makes everything the server applied durable (with `sync = "replay"`,
     /// the metadata half of a client's fsync).
     37 => Commit("commit", CommitRequest => Empty, false),
+    /// From a server to a client, on the client's own connection: drop what
+    /// you cache of these objects (your leases on them end), then answer.
+    /// A server refuses it from a client (EINVAL).
+    38 => Recall("recall", RecallRequest => Empty, false),
 }
 
 impl Op {
@@ -148,9 +152,8 @@ impl Op {
         match self {
             Ping | Lookup | GetAttr | SetAttr | Readdir | Read | Write | Truncate | Fsync
             | GetSizes | GetXattr | ListXattr | Statfs | Stats | Unstuff | ListAttr
-            | Rendezvous | Scan | GatherWrite | GatherCommit | WriteExtents | Recover | Commit => {
-                false
-            }
+            | Rendezvous | Scan | GatherWrite | GatherCommit | WriteExtents | Recover | Commit
+            | Recall => false,
             CreateObject | CreateDatafiles | SetDist | CrDirEnt | RmDirEnt | RenameEntry
             | Remove | RmdirPrepare | RmdirAbort | SetParent | SetXattr | RemoveXattr
             | CreateFile | Link => true,
@@ -222,6 +225,7 @@ mod tests {
             (35, "write_extents", false),
             (36, "recover", false),
             (37, "commit", false),
+            (38, "recall", false),
         ];
         assert_eq!(table, expected);
     }

@@ -63,6 +63,17 @@ fn tagged_name(tag: u8, handle: Handle, name: &str) -> Vec<u8> {
     k
 }
 
+/// The object a key is about, for a key of an object's record, entries,
+/// bytes or xattrs (what a lease on the object covers); None for others.
+pub fn object_of(key: &[u8]) -> Option<Handle> {
+    match key.first()? {
+        &OBJECT | &ENTRY | &BYTES | &XATTR => {
+            Some(Handle::from_be_bytes(key.get(1..9)?.try_into().ok()?))
+        }
+        _ => None,
+    }
+}
+
 pub fn object(handle: Handle) -> Vec<u8> {
     tagged(OBJECT, handle)
 }

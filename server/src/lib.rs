@@ -19,6 +19,7 @@ pub mod gathering;
 mod handlers;
 pub mod keys;
 pub mod kv;
+pub mod leases;
 pub mod listener;
 pub mod meta_store;
 pub mod peers;

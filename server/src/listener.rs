@@ -9,6 +9,10 @@
 //! one connection run at once. A malformed frame closes that connection
 //! only.
 //!
+//! A client's requests name it (`ClientRef`); the connection that carries
+//! them also carries the server's lease recalls to it (`leases`), and the
+//! client's answers come back as reply frames, the only ones a server takes.
+//!
 //! Before any frame, a connection proves the cluster secret (`auth`); one that
 //! does not is closed without a frame read. A frame whose first byte has
 //! arrived must arrive whole within [`FRAME_TIMEOUT`].
@@ -19,6 +23,8 @@ use std::sync::Arc;
 use shoal_net::sink::FrameSink;
 use shoal_proto::auth::{server_handshake, Refusal, Secret};
 use shoal_proto::frame::{read_frame_timeout, FrameError, Kind};
+use shoal_proto::Op;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -78,6 +84,10 @@ async fn serve_connection(
         async move { sink.flush_queued().await }
     });
     let permits = Arc::new(Semaphore::new(inflight));
+    let conn = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
+    // The client that sends on this connection, whose lease recalls go
+    // back over it (0: none yet, or a server).
+    let mut client = 0;
     loop {
         let frame = match read_frame_timeout(&mut reader, FRAME_TIMEOUT).await {
             Ok(f) => f,
@@ -87,9 +97,24 @@ async fn serve_connection(
                 break;
             }
         };
-        if frame.header.kind != Kind::Request {
-            tracing::warn!("closing connection from {peer}: a reply frame arrived as a request");
-            break;
+        if frame.header.kind == Kind::Reply {
+            // The only reply a client sends: its answer to a lease recall.
+            if frame.header.op != Op::Recall {
+                tracing::warn!(
+                    "closing connection from {peer}: a reply frame arrived as a request"
+                );
+                break;
+            }
+            service.leases.answered(frame.header.id);
+            continue;
+        }
+        let from = frame.header.client.client;
+        if from != 0 && from != client {
+            if client != 0 {
+                service.leases.disconnected(client, conn);
+            }
+            client = from;
+            service.leases.connected(client, conn, &sink);
         }
         let Ok(permit) = permits.clone().acquire_owned().await else {
             break;
@@ -118,8 +143,13 @@ async fn serve_connection(
             drop(permit);
         });
     }
+    service.leases.disconnected(client, conn);
     // Requests already running still answer before the connection closes.
     let _ = permits.acquire_many(inflight as u32).await;
     sink.close();
     let _ = flusher.await;
 }
+
+/// Numbers connections, so that a client's leases end with the connection
+/// that carries its recalls, not with an older one closing late.
+static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);

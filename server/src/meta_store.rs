@@ -16,7 +16,7 @@ use shoal_proto::time::now_ns;
 use shoal_proto::ObjectKind;
 
 use crate::keys;
-use crate::kv::{Batch, KvEngine};
+use crate::kv::{Batch, BatchOp, KvEngine};
 
 pub struct MetaStore {
     kv: Arc<dyn KvEngine>,
@@ -50,6 +50,22 @@ pub struct Txn {
 }
 
 impl Txn {
+    /// The objects whose record, entries, bytes or xattrs this transaction
+    /// writes (what leases on them covered), each once.
+    pub fn objects_touched(&self) -> Vec<Handle> {
+        let mut touched: Vec<Handle> = self
+            .batch
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                BatchOp::Put(k, _) | BatchOp::Delete(k) => keys::object_of(k),
+            })
+            .collect();
+        touched.sort_unstable();
+        touched.dedup();
+        touched
+    }
+
     /// Says that `reply` answers the request this transaction is for (see
     /// the `reply` field); the handler returns the same message.
     pub fn record_reply(&mut self, reply: &impl prost::Message) {

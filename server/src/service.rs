@@ -21,6 +21,7 @@ use crate::commit::CommitQueue;
 use crate::data_store::DataStore;
 use crate::gathering::Gathering;
 use crate::kv::{KvEngine, RedbEngine, WalEngine};
+use crate::leases::Leases;
 use crate::meta_store::{MetaStore, Txn};
 use crate::pools::Pools;
 use crate::recovery::Recovery;
@@ -45,6 +46,8 @@ pub struct Service {
     pub clients: ClientTable,
     /// What a restart with `sync = "replay"` waits for before it serves.
     pub recovery: Recovery,
+    /// What clients cache of this server's objects until it recalls it.
+    pub leases: Leases,
     pub stats: Stats,
     pub started: Instant,
     /// Drawn at start: file data acknowledged by this process and not yet
@@ -166,6 +169,7 @@ impl Service {
             replies,
             clients,
             recovery,
+            leases: Leases::new(&config.settings),
             id,
             commit: CommitQueue::from_settings(&config.settings),
             config,
@@ -194,6 +198,9 @@ impl Service {
     /// reply (`replay`), and the client keeps the request until it is
     /// durable. A client's first such change enters it into the table, and
     /// waits for the disk like any other.
+    ///
+    /// Before it returns, the leases other clients hold on the objects the
+    /// change touched are recalled (`leases`).
     pub fn change<T>(&self, build: impl FnOnce(&mut Txn) -> Result<T>) -> Result<(T, u64)> {
         let guard = self.meta.lock();
         let mut txn = Txn::default();
@@ -211,12 +218,16 @@ impl Service {
         if let Some(client) = entering {
             self.clients.enter(&mut txn, client);
         }
+        let touched = txn.objects_touched();
         self.meta.apply(txn)?;
         let seq = self.meta.applied_seq();
         if let Some(client) = kept {
             self.clients.changed(client, seq);
         }
         drop(guard);
+        // Applied, not yet answered: whoever else cached these objects
+        // drops them before the change returns.
+        self.leases.changed(&touched);
         shoal_proto::crash_point!(crash_points::COMMIT_AFTER_APPLY);
         let syncs = if kept.is_some() && entering.is_none() {
             replay::applied_as(seq);

@@ -408,6 +408,11 @@ impl SharedMount {
     pub fn path(&self) -> PathBuf {
         self.dir.path().join("mnt")
     }
+
+    /// The mount process's id (for tests that stop it).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("mounted").id()
+    }
 }
 
 impl Drop for SharedMount {

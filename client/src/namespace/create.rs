@@ -335,7 +335,8 @@ impl Client {
         let (h, kind) = (rec.handle, rec.kind());
         let entry = if colocate {
             self.refresh_dir(reply.dir);
-            self.inner.names.put(dir, name, self.cred, (h, kind));
+            let lease = self.inner.leases.until(dir);
+            self.inner.names.put(dir, name, self.cred, (h, kind), lease);
             Entry::Added
         } else {
             Entry::ToAdd(Undo::Object)

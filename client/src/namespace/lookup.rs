@@ -7,6 +7,9 @@ use shoal_proto::handle::{self, server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::names::{check_name, split_path};
 use shoal_proto::{ops, ObjectKind};
+use std::time::Instant;
+
+use bytes::Bytes;
 
 use super::{entry_kind, file_kind};
 use crate::{Attr, Client, FileKind};
@@ -36,9 +39,9 @@ impl Client {
             return Ok(hit);
         }
         self.known_absent(dir, name)?;
-        let reply = self.lookup_request(dir, name, false).await?;
+        let (reply, lease) = self.lookup_request(dir, name, false).await?;
         let found = (reply.handle, entry_kind(reply.kind)?);
-        self.inner.names.put(dir, name, self.cred, found);
+        self.inner.names.put(dir, name, self.cred, found, lease);
         Ok(found)
     }
 
@@ -52,12 +55,13 @@ impl Client {
         }
         self.known_absent(dir, name)?;
         let want_attrs = self.config().settings.colocate;
-        let reply = self.lookup_request(dir, name, want_attrs).await?;
+        let (reply, lease) = self.lookup_request(dir, name, want_attrs).await?;
         let (h, kind) = (reply.handle, entry_kind(reply.kind)?);
-        self.inner.names.put(dir, name, self.cred, (h, kind));
+        self.inner.names.put(dir, name, self.cred, (h, kind), lease);
         self.remember_cap(reply.cap.filter(|c| c.file == h));
         match reply.object.filter(|o| o.handle == h) {
-            Some(rec) => self.attr_of(rec, &reply.sizes).await,
+            // The lease covers the object the reply carries.
+            Some(rec) => self.attr_of(rec, &reply.sizes, lease).await,
             None => self.getattr(h).await,
         }
     }
@@ -78,18 +82,18 @@ impl Client {
         dir: Handle,
         name: &str,
         want_attrs: bool,
-    ) -> Result<LookupReply> {
-        self.pool()
-            .call::<ops::Lookup>(
-                server_of(dir),
-                self.cred,
-                &LookupRequest {
-                    dir,
-                    name: name.to_string(),
-                    want_attrs,
-                },
-            )
-            .await
+    ) -> Result<(LookupReply, Option<Instant>)> {
+        let request = LookupRequest {
+            dir,
+            name: name.to_string(),
+            want_attrs,
+        };
+        let (reply, _, lease) = self
+            .pool()
+            .call_leasing::<ops::Lookup>(server_of(dir), self.cred, &request, Bytes::new())
+            .await?;
+        self.inner.leases.note(dir, lease);
+        Ok((reply, lease))
     }
 
     /// Resolves an absolute Shoal path to a handle. Symlinks in the middle of

@@ -100,7 +100,10 @@ impl Client {
             )
             .await?;
         self.refresh_dir(reply.dir);
-        self.inner.names.put(dir, name, self.cred, (handle, kind));
+        let lease = self.inner.leases.until(dir);
+        self.inner
+            .names
+            .put(dir, name, self.cred, (handle, kind), lease);
         Ok(())
     }
 }

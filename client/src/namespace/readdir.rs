@@ -5,6 +5,9 @@ use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::ops;
+use std::time::Instant;
+
+use bytes::Bytes;
 
 use super::{entry_kind, file_kind};
 use crate::{Attr, Client, DirEntry};
@@ -18,7 +21,7 @@ impl Client {
         start_after: &str,
         max: u32,
     ) -> Result<(Vec<DirEntry>, bool)> {
-        let (entries, done, _) = self.readdir_request(dir, start_after, max, false).await?;
+        let (entries, done, _, _) = self.readdir_request(dir, start_after, max, false).await?;
         Ok((entries, done))
     }
 
@@ -26,14 +29,14 @@ impl Client {
     /// the directory's own attributes, in one message: an opendir's (the
     /// server refuses a caller without read permission, as open would).
     pub async fn open_listing(&self, dir: Handle, max: u32) -> Result<(Vec<DirEntry>, bool, Attr)> {
-        let (entries, done, rec) = self.readdir_request(dir, "", max, true).await?;
+        let (entries, done, rec, lease) = self.readdir_request(dir, "", max, true).await?;
         // The server read it to check the caller's permission (a directory:
         // no datafile sizes to add).
         let attr = rec
             .and_then(|rec| self.attr_with(&rec, |_| None).transpose())
             .transpose()?
             .ok_or_else(|| ShoalError::io(format!("no record of directory {dir:#x}")))?;
-        self.inner.attrs.put(dir, attr.clone());
+        self.inner.attrs.put_leased(dir, attr.clone(), lease);
         Ok((entries, done, attr))
     }
 
@@ -43,20 +46,18 @@ impl Client {
         start_after: &str,
         max: u32,
         with_dir: bool,
-    ) -> Result<(Vec<DirEntry>, bool, Option<ObjectRecord>)> {
-        let reply: ReaddirReply = self
+    ) -> Result<(Vec<DirEntry>, bool, Option<ObjectRecord>, Option<Instant>)> {
+        let request = ReaddirRequest {
+            dir,
+            start_after: start_after.to_string(),
+            max,
+            with_dir,
+        };
+        let (reply, _, lease) = self
             .pool()
-            .call::<ops::Readdir>(
-                server_of(dir),
-                self.cred,
-                &ReaddirRequest {
-                    dir,
-                    start_after: start_after.to_string(),
-                    max,
-                    with_dir,
-                },
-            )
+            .call_leasing::<ops::Readdir>(server_of(dir), self.cred, &request, Bytes::new())
             .await?;
+        self.inner.leases.note(dir, lease);
         let mut named = Vec::with_capacity(reply.entries.len());
         let entries = reply
             .entries
@@ -73,9 +74,11 @@ impl Client {
             .collect::<Result<Vec<_>>>()?;
         if reply.searchable {
             let names = entries.iter().map(|e| e.name.as_str());
-            self.inner.names.put_many(dir, self.cred, names.zip(named));
+            self.inner
+                .names
+                .put_many(dir, self.cred, names.zip(named), lease);
         }
-        Ok((entries, reply.done, reply.dir))
+        Ok((entries, reply.done, reply.dir, lease))
     }
 
     /// Every entry of `dir`, fetched in batches of the cluster's readdir size.

@@ -394,10 +394,10 @@ mod tests {
         let (dir, new_dir, h, other) = (0x100, 0x200, 0x300, 0x400);
         let cred = client.cred;
         let names = &client.inner.names;
-        names.put(dir, "a", cred, (h, ObjectKind::Metafile));
-        names.put(new_dir, "b", cred, (other, ObjectKind::Metafile));
-        names.put(dir, "c", cred, (other, ObjectKind::Metafile));
-        names.put(new_dir, "d", cred, (other, ObjectKind::Metafile));
+        names.put(dir, "a", cred, (h, ObjectKind::Metafile), None);
+        names.put(new_dir, "b", cred, (other, ObjectKind::Metafile), None);
+        names.put(dir, "c", cred, (other, ObjectKind::Metafile), None);
+        names.put(new_dir, "d", cred, (other, ObjectKind::Metafile), None);
         let attr = |handle| Attr {
             handle,
             kind: FileKind::Directory,

@@ -1,11 +1,11 @@
-//! Ping, statfs and statistics.
+//! Ping, statfs and statistics (and the refusal of a recall).
 
-use shoal_proto::error::Result;
+use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::handle;
-use shoal_proto::msg::{PingReply, StatfsReply, StatsReply};
+use shoal_proto::msg::{Empty, PingReply, RecallRequest, StatfsReply, StatsReply};
 
 use crate::disk;
-use crate::service::{Reply, Service};
+use crate::service::{Reply, Request, Service};
 
 pub fn ping(s: &Service) -> Result<Reply<PingReply>> {
     let (low, high) = handle::range_of(s.id);
@@ -27,7 +27,15 @@ pub fn statfs(s: &Service) -> Result<Reply<StatfsReply>> {
     }))
 }
 
+/// A recall goes from a server to a client, never the other way.
+pub fn recall(_s: &Service, _r: &Request, _q: RecallRequest) -> Result<Reply<Empty>> {
+    Err(ShoalError::invalid(
+        "recall is sent by servers to clients; a server takes none",
+    ))
+}
+
 pub fn stats(s: &Service) -> Result<Reply<StatsReply>> {
+    let leases = s.leases.counts();
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     Ok(Reply::new(StatsReply {
         server_id: s.id,
@@ -41,6 +49,9 @@ pub fn stats(s: &Service) -> Result<Reply<StatsReply>> {
         replay_flushes: count(&s.stats.replay_flushes),
         replayed: count(&s.stats.replayed),
         replays_failed: count(&s.stats.replays_failed),
+        leases_held: leases.held,
+        lease_recalls: leases.recalls,
+        lease_recall_timeouts: leases.recall_timeouts,
         uptime_ms: s.started.elapsed().as_millis() as u64,
     }))
 }

@@ -17,6 +17,7 @@ use super::hints;
 use crate::auth::caps;
 use crate::auth::perms;
 use crate::keys;
+use crate::leases;
 use crate::service::{Reply, Request, Service};
 
 /// Longest xattr name and value, as Linux allows.
@@ -46,11 +47,21 @@ pub(crate) fn attributes(
     } else {
         Vec::new()
     };
+    offer_object(&object, &sizes);
     Ok(GetAttrReply {
         cap: caps::grant(s, cred, &object),
         object: Some(object),
         sizes,
     })
+}
+
+/// Offers a lease on `object` as an answer describes it, and on each of
+/// its datafiles whose size the answer carries (recalled as the object).
+pub(crate) fn offer_object(object: &ObjectRecord, sizes: &[DatafileSize]) {
+    leases::offer(object.handle, object.handle);
+    for size in sizes {
+        leases::offer(size.handle, object.handle);
+    }
 }
 
 pub fn setattr(s: &Service, r: &Request, q: SetAttrRequest) -> Result<Reply<SetAttrReply>> {

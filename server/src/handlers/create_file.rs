@@ -19,6 +19,7 @@
 //! same single step.
 
 use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::handle::server_of;
 use shoal_proto::hints::{check_write_threshold, new_file, NewFile};
 use shoal_proto::msg::*;
 use shoal_proto::{Handle, ObjectKind};
@@ -27,6 +28,7 @@ use std::time::Instant;
 use super::hints;
 use crate::auth::caps;
 use crate::auth::perms::{self, W, X};
+use crate::leases;
 use crate::meta_store::{new_attrs, Txn};
 use crate::pools::FILL_WAIT;
 use crate::service::{require, Reply, Request, Service};
@@ -144,6 +146,9 @@ pub fn create_file(
         })?;
         if let Some((reply, taken)) = made {
             s.pools.taken(&taken);
+            if let Some(rec) = &reply.object {
+                offer_new(s, rec);
+            }
             return Ok(Reply::new(reply).with_syncs(syncs));
         }
     }
@@ -209,7 +214,20 @@ fn create_without_metafile(
         txn.record_reply(&reply);
         Ok(reply)
     })?;
+    if let Some(rec) = &reply.object {
+        offer_new(s, rec);
+    }
     Ok(Reply::new(reply).with_syncs(syncs))
+}
+
+/// Offers the creator a lease on the file it made and on its datafiles
+/// that live here (a stuffed file's one datafile).
+fn offer_new(s: &Service, rec: &ObjectRecord) {
+    leases::offer(rec.handle, rec.handle);
+    let datafiles = rec.dist.iter().flat_map(|d| &d.datafiles);
+    for d in datafiles.filter(|d| server_of(**d) == s.id) {
+        leases::offer(*d, rec.handle);
+    }
 }
 
 /// The directory `dir` (owned here) that a new entry `name` may go into:

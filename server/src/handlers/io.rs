@@ -11,6 +11,7 @@ use shoal_proto::{extents, ops, ObjectKind};
 
 use crate::auth::caps;
 use crate::data_store::datafile;
+use crate::leases;
 use crate::service::{Reply, Request, Service};
 
 /// Most handles one GetSizes request may name.
@@ -48,13 +49,17 @@ pub fn writes_in_memory(s: &Service, r: &Request) -> bool {
         return true;
     };
     let end = q.offset.saturating_add(r.payload.len() as u64);
+    // A write that would wait for another client's recall waits on the
+    // blocking pool, not on the connection's task.
     datafile(&s.meta, q.handle).map_or(true, |rec| !rec.in_file && end <= s.data.inline_max())
+        && !s.leases.held_by_others(q.handle, r.header.client.client)
 }
 
 pub fn write(s: &Service, r: &Request, q: WriteRequest) -> Result<Reply<WriteReply>> {
     let rec = datafile(&s.meta, q.handle)?;
     caps::check(s, &r.cred, &rec, q.cap.as_ref(), WRITE)?;
     let written = s.data.write(&s.meta, q.handle, q.offset, r.payload)?;
+    s.leases.changed(&[q.handle]);
     Ok(Reply::new(WriteReply {
         written,
         verifier: s.verifier,
@@ -69,6 +74,7 @@ pub fn write_extents(s: &Service, r: &Request, q: GatherWriteRequest) -> Result<
     for (offset, data) in extents::from_request(&q, r.payload)? {
         written += s.data.write(&s.meta, q.handle, offset, &data)?;
     }
+    s.leases.changed(&[q.handle]);
     Ok(Reply::new(WriteReply {
         written,
         verifier: s.verifier,
@@ -79,6 +85,7 @@ pub fn truncate(s: &Service, r: &Request, q: TruncateRequest) -> Result<Reply<Tr
     let rec = datafile(&s.meta, q.handle)?;
     caps::check(s, &r.cred, &rec, q.cap.as_ref(), WRITE)?;
     s.data.truncate(&s.meta, q.handle, q.size)?;
+    s.leases.changed(&[q.handle]);
     Ok(Reply::new(TruncateReply {
         verifier: s.verifier,
     }))
@@ -106,6 +113,9 @@ pub fn get_sizes(s: &Service, _r: &Request, q: GetSizesRequest) -> Result<Reply<
         .iter()
         .map(|h| {
             let rec = datafile(&s.meta, *h)?;
+            if q.file != 0 {
+                leases::offer(*h, q.file);
+            }
             let (size, mtime_ns) = s.data.size_of(&rec)?;
             Ok(DatafileSize {
                 handle: *h,

@@ -17,6 +17,7 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::ObjectKind;
 
+use crate::leases;
 use crate::service::{require, Reply, Request, Service};
 
 /// Most handles one listattr request may name (a readdir batch is at most 4096).
@@ -73,6 +74,7 @@ pub fn listattr(s: &Service, _r: &Request, q: ListAttrRequest) -> Result<Reply<L
                 let dist = object.dist.as_ref().map(|d| d.datafiles.as_slice());
                 for d in dist.unwrap_or_default() {
                     if let Some(size) = local_size(s, datafiles.get(d))? {
+                        leases::offer(size.handle, object.handle);
                         bytes += size.encoded_len() + 2;
                         reply.sizes.push(size);
                     }
@@ -90,6 +92,7 @@ pub fn listattr(s: &Service, _r: &Request, q: ListAttrRequest) -> Result<Reply<L
                 ),
             ));
         }
+        leases::offer(object.handle, object.handle);
         reply.objects.push(object);
     }
     Ok(Reply::new(reply))

@@ -30,10 +30,10 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use crate::commit::{Ticket, TicketScope};
-use crate::replay;
 use crate::reply_cache::{self, Answering};
 use crate::service::{Encoded, Reply, Request, Service};
 use crate::stats::Sample;
+use crate::{leases, replay};
 
 /// The server's side of the operation table (`shoal_proto::op`), one row
 /// per operation: its handler, whether the handler reads the request body
@@ -121,6 +121,7 @@ handlers! {
     WriteExtents => io::write_extents, decoded, never;
     Recover => recover::recover, decoded, never;
     Commit => recover::commit, decoded, never;
+    Recall => admin::recall, decoded, always;
 }
 
 impl Service {
@@ -149,6 +150,7 @@ impl Service {
     /// servers' requests and the questions of an operator.
     pub fn handle_scheduled(&self, frame: &Frame, ticket: Option<Ticket>) -> Frame {
         let _scope = TicketScope::enter(ticket);
+        let _may_wait = leases::MayWait::enter();
         let h = &frame.header;
         if self.recovery.active()
             && h.client.client != 0
@@ -208,6 +210,7 @@ impl Service {
             return Frame::reply_to(&frame.header, 0, body, Bytes::new());
         }
         let _answering = key.map(|_| Answering::enter(frame.header.client, frame.header.id));
+        let leasing = leases::Scope::enter(&self.leases, frame.header.client.client);
         let result = dispatch(self, &Request::of(frame, &self.config));
         let (status, reply) = match result {
             Ok(r) => (0, r),
@@ -224,7 +227,10 @@ impl Service {
                 )
             }
         };
-        let out = Frame::reply_to(&frame.header, status, reply.body, reply.payload);
+        let mut out = Frame::reply_to(&frame.header, status, reply.body, reply.payload);
+        if status == 0 && self.leases.grant(leasing) {
+            out = out.leased();
+        }
         self.stats.record(
             frame.header.op,
             &Sample {

@@ -23,6 +23,7 @@ use super::links;
 use crate::auth::access::{record_anywhere, Owners};
 use crate::auth::caps;
 use crate::auth::perms::{self, R, W, X};
+use crate::leases;
 use crate::meta_store::{new_attrs, touch_ctime};
 use crate::service::{Reply, Request, Service};
 
@@ -39,6 +40,7 @@ pub fn lookup(s: &Service, r: &Request, q: LookupRequest) -> Result<Reply<Lookup
         .meta
         .lookup(q.dir, &q.name)?
         .ok_or_else(|| ShoalError::not_found(&q.name))?;
+    leases::offer(q.dir, q.dir);
     let mut reply = LookupReply {
         handle,
         kind: kind as i32,
@@ -390,6 +392,7 @@ pub fn readdir(s: &Service, r: &Request, q: ReaddirRequest) -> Result<Reply<Read
     perms::require(&r.cred, &dir, R, "listing")?;
     let max = q.max.clamp(1, MAX_READDIR) as usize;
     let (entries, done) = s.meta.readdir(q.dir, &q.start_after, max)?;
+    leases::offer(q.dir, q.dir);
     Ok(Reply::new(ReaddirReply {
         entries,
         done,

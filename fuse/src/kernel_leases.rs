@@ -1,0 +1,244 @@
+//! The kernel's caches under the client's leases.
+//!
+//! While the client holds a server's lease on an object (`Client::
+//! lease_until`), the kernel may keep what it was told of it until the
+//! lease ends instead of the cache TTL: an inode's attributes, a directory
+//! entry (under its directory's lease), a file's pages across a close and
+//! an open (FOPEN_KEEP_CACHE). This module gives those timeouts and
+//! remembers what it gave, so that a recall can take it back: the client's
+//! recall hook ([`KernelLeases::recall`]) has the notify thread invalidate
+//! each entry given under a recalled directory and each recalled inode
+//! (attributes and pages), and only then lets the client answer the
+//! server.
+//!
+//! Notifications run on a thread of their own, never on a FUSE loop thread
+//! or a task a FUSE request waits for: an invalidation can wait for a lock
+//! the kernel holds while it waits for one of our replies (the known
+//! deadlock of notifying from a thread the kernel is waiting on); this
+//! thread waits on nothing of ours.
+//!
+//! A reply computed just before a recall and written just after it would
+//! leave the kernel a long timeout on something recalled: replies count
+//! recalls ([`Given`]), and one that saw a recall pass while it was being
+//! made has what it gave invalidated again.
+//!
+//! Bounded: past [`MAX_GIVEN`] remembered names, entries get the TTL.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use fuser::{INodeNo, Notifier};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use shoal_client::{Client, Recalled};
+use shoal_proto::Handle;
+
+/// Entries given a lease's timeout that are remembered at most.
+const MAX_GIVEN: usize = 1 << 20;
+
+/// What the kernel was given under leases, for the recalls to take back.
+#[derive(Default)]
+struct Remembered {
+    /// Per directory, the names given a long entry timeout.
+    names: HashMap<Handle, HashSet<String>>,
+    /// Inodes given a long attribute timeout or kept pages.
+    inodes: HashSet<Handle>,
+    count: usize,
+}
+
+/// One invalidation job for the notify thread.
+enum Job {
+    Take(Vec<Handle>, Option<tokio::sync::oneshot::Sender<()>>),
+    Entry(Handle, String),
+    Everything(tokio::sync::oneshot::Sender<()>),
+}
+
+pub struct KernelLeases {
+    remembered: Mutex<Remembered>,
+    /// Recalls begun so far.
+    recalls: AtomicU64,
+    jobs: Mutex<mpsc::Sender<Job>>,
+    notifier: Arc<OnceLock<Notifier>>,
+}
+
+/// A reply in the making: the recalls counted when it began.
+pub struct Given {
+    recalls: u64,
+}
+
+impl KernelLeases {
+    /// Starts the notify thread; [`KernelLeases::attach`] gives it the
+    /// session's notifier once the session exists.
+    pub fn start() -> Arc<KernelLeases> {
+        let (tx, rx) = mpsc::channel();
+        let notifier: Arc<OnceLock<Notifier>> = Arc::default();
+        let leases = Arc::new(KernelLeases {
+            remembered: Mutex::default(),
+            recalls: AtomicU64::new(0),
+            jobs: Mutex::new(tx),
+            notifier: notifier.clone(),
+        });
+        let weak = Arc::downgrade(&leases);
+        std::thread::Builder::new()
+            .name("shoal-notify".into())
+            .spawn(move || {
+                for job in rx {
+                    let Some(leases) = weak.upgrade() else {
+                        return;
+                    };
+                    leases.run(job);
+                }
+            })
+            .expect("spawning the notify thread");
+        leases
+    }
+
+    /// Sends recalls' invalidations through `notifier` from now on, and
+    /// makes `client`'s recalls wait for them.
+    pub fn attach(self: &Arc<Self>, notifier: Notifier, client: &Client) {
+        let _ = self.notifier.set(notifier);
+        let me = self.clone();
+        client.on_recall(Arc::new(move |what: &Recalled| me.recall(what)));
+    }
+
+    /// Begins a reply that may give lease timeouts.
+    pub fn give(&self) -> Given {
+        Given {
+            recalls: self.recalls.load(Ordering::SeqCst),
+        }
+    }
+
+    /// The attribute timeout of inode `h`: what is left of its lease, or
+    /// `ttl`.
+    pub fn attr_ttl(&self, c: &Client, h: Handle, ttl: Duration) -> Duration {
+        match left(c.lease_until(h)) {
+            Some(left) if left > ttl => {
+                self.remembered.lock().unwrap().inodes.insert(h);
+                left
+            }
+            _ => ttl,
+        }
+    }
+
+    /// The entry timeout of `name` in `dir`: what is left of the
+    /// directory's lease, or `ttl`.
+    pub fn entry_ttl(&self, c: &Client, dir: Handle, name: &str, ttl: Duration) -> Duration {
+        let Some(left) = left(c.lease_until(dir)).filter(|l| *l > ttl) else {
+            return ttl;
+        };
+        let mut r = self.remembered.lock().unwrap();
+        if r.count >= MAX_GIVEN {
+            return ttl;
+        }
+        if r.names.entry(dir).or_default().insert(name.to_string()) {
+            r.count += 1;
+        }
+        left
+    }
+
+    /// Whether an open of `h` may keep the pages the kernel has of it: the
+    /// file is leased, so nobody else changed it since they were read.
+    pub fn keep_pages(&self, c: &Client, h: Handle) -> bool {
+        let leased = c.lease_until(h).is_some();
+        if leased {
+            self.remembered.lock().unwrap().inodes.insert(h);
+        }
+        leased
+    }
+
+    /// Ends reply `given`, which gave inode `h` (and `name` in `dir`) what
+    /// it gave: if a recall began meanwhile, that may be the recall of what
+    /// it gave, so it is taken back again.
+    pub fn given(&self, given: Given, h: Handle, entry: Option<(Handle, &str)>) {
+        if self.recalls.load(Ordering::SeqCst) == given.recalls {
+            return;
+        }
+        let jobs = self.jobs.lock().unwrap();
+        if let Some((dir, name)) = entry {
+            let _ = jobs.send(Job::Entry(dir, name.to_string()));
+        }
+        let _ = jobs.send(Job::Take(vec![h], None));
+    }
+
+    /// The client's recall hook: the kernel's caches of what is recalled go
+    /// first, then the client answers the server.
+    fn recall(&self, what: &Recalled) -> BoxFuture<'static, ()> {
+        self.recalls.fetch_add(1, Ordering::SeqCst);
+        let (done, finished) = tokio::sync::oneshot::channel();
+        let job = match what {
+            Recalled::Objects(handles) => Job::Take(handles.clone(), Some(done)),
+            Recalled::Everything => Job::Everything(done),
+        };
+        if self.jobs.lock().unwrap().send(job).is_err() {
+            return futures::future::ready(()).boxed();
+        }
+        async move {
+            let _ = finished.await;
+        }
+        .boxed()
+    }
+
+    /// Runs one job on the notify thread.
+    fn run(&self, job: Job) {
+        let Some(notifier) = self.notifier.get() else {
+            // No session yet: the kernel was given nothing.
+            return;
+        };
+        match job {
+            Job::Take(handles, done) => {
+                for h in handles {
+                    let names = {
+                        let mut r = self.remembered.lock().unwrap();
+                        r.inodes.remove(&h);
+                        let names = r.names.remove(&h).unwrap_or_default();
+                        r.count -= names.len();
+                        names
+                    };
+                    for name in names {
+                        invalidate_entry(notifier, h, name);
+                    }
+                    invalidate_inode(notifier, h);
+                }
+                if let Some(done) = done {
+                    let _ = done.send(());
+                }
+            }
+            Job::Entry(dir, name) => invalidate_entry(notifier, dir, name),
+            Job::Everything(done) => {
+                let all = std::mem::take(&mut *self.remembered.lock().unwrap());
+                for (dir, names) in all.names {
+                    for name in names {
+                        invalidate_entry(notifier, dir, name);
+                    }
+                    invalidate_inode(notifier, dir);
+                }
+                for h in all.inodes {
+                    invalidate_inode(notifier, h);
+                }
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// What is left of a lease that ends at `until`.
+fn left(until: Option<Instant>) -> Option<Duration> {
+    until.map(|u| u.saturating_duration_since(Instant::now()))
+}
+
+fn invalidate_entry(notifier: &Notifier, dir: Handle, name: String) {
+    // ENOENT (the kernel no longer has it) is not an error for fuser.
+    if let Err(e) = notifier.inval_entry(INodeNo(dir), &OsString::from(name)) {
+        tracing::debug!("invalidating an entry of {dir:#x}: {e}");
+    }
+}
+
+/// Drops the inode's attributes and all its cached pages.
+fn invalidate_inode(notifier: &Notifier, h: Handle) {
+    if let Err(e) = notifier.inval_inode(INodeNo(h), 0, 0) {
+        tracing::debug!("invalidating inode {h:#x}: {e}");
+    }
+}

@@ -1,0 +1,537 @@
+//! Leases: what each client may cache of this server's objects until the
+//! server says otherwise (Lustre's LDLM locks, CephFS's capabilities and
+//! NFSv4's delegations play this part there).
+//!
+//! A lease is one client's on one object (a directory's entries and
+//! record, a file's record, a datafile's size and bytes), held for
+//! `lease_ms` after the answer that granted it and renewed by every later
+//! one. An answer to a lookup, getattr, get_sizes, readdir, listattr or
+//! create offers leases on the objects it describes (handlers call
+//! [`offer`]); `Service::handle` grants them all or none and says so with
+//! the reply's `LEASED` flag. A datafile's lease is held *as* its file's,
+//! so its recall names the file, the object the client cached.
+//!
+//! Every change to an object (`Service::change` finds the objects in the
+//! keys its transaction writes; the data handlers name the datafile they
+//! write) recalls the leases other clients hold on it before it returns:
+//! a `Recall` over each holder's connection, and a wait for every answer,
+//! bounded by `lease_recall_ms`. A holder that does not answer in time
+//! loses all its leases here and its connection is closed, so that it
+//! learns it (a client drops every lease of a server whose connection
+//! ended). The changing client keeps its own leases: it keeps its own
+//! caches right as it changes things.
+//!
+//! An answer read before a change and granted after the change's recall
+//! would hand out a lease on the old state: a change stamps its objects
+//! (`stamps`, a fixed array indexed by a hash of the handle, so that it
+//! takes no memory per object), and a grant is refused when an object it
+//! offers was stamped after the answer began ([`Leases::mark`]). A false
+//! match costs a lease, never correctness.
+//!
+//! Bounded: at most `max_leases` are held; when full, expired ones are
+//! dropped and, if that is not enough, answers grant nothing (clients then
+//! cache for `cache_ttl_ms`, as without leases). Leases live in memory
+//! only: a restarted server holds none, and its clients, whose connection
+//! ended, hold none either.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use prost::Message;
+use shoal_net::sink::FrameSink;
+use shoal_proto::cluster::Settings;
+use shoal_proto::frame::Frame;
+use shoal_proto::msg::RecallRequest;
+use shoal_proto::{Cred, Handle, Op};
+
+/// Slots of the change stamps: a power of two.
+const STAMPS: usize = 1 << 14;
+
+/// One client's lease on one object.
+struct Holder {
+    client: u64,
+    /// The object the client cached, which a recall names (a datafile's
+    /// lease is its file's).
+    recall_as: Handle,
+    until: Instant,
+}
+
+/// The connection a client's recalls go over.
+struct Link {
+    conn: u64,
+    sink: Arc<FrameSink>,
+}
+
+#[derive(Default)]
+struct State {
+    held: HashMap<Handle, Vec<Holder>>,
+    count: usize,
+    links: HashMap<u64, Link>,
+    /// Recalls sent and not answered yet, by recall id.
+    waiting: HashMap<u64, mpsc::Sender<()>>,
+    /// When a full table was last swept of expired leases.
+    swept: Option<Instant>,
+}
+
+/// How often a full table is swept at most (a sweep walks all of it).
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+pub struct Leases {
+    term: Duration,
+    bound: Duration,
+    max: usize,
+    /// Changes counted so far; `stamps` holds, per slot, the count at the
+    /// last change of an object hashed there.
+    changes: AtomicU64,
+    stamps: Box<[AtomicU64]>,
+    next_recall: AtomicU64,
+    recalls: AtomicU64,
+    timeouts: AtomicU64,
+    state: Mutex<State>,
+}
+
+/// Counters of what leases did, for `shoal stats`.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseCounts {
+    pub held: u64,
+    pub recalls: u64,
+    pub recall_timeouts: u64,
+}
+
+fn slot(h: Handle) -> usize {
+    (h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 50) as usize & (STAMPS - 1)
+}
+
+impl Leases {
+    pub fn new(settings: &Settings) -> Leases {
+        Leases {
+            term: Duration::from_millis(settings.lease_ms as u64),
+            bound: Duration::from_millis(settings.lease_recall_ms as u64),
+            max: settings.max_leases as usize,
+            changes: AtomicU64::new(0),
+            stamps: (0..STAMPS).map(|_| AtomicU64::new(0)).collect(),
+            next_recall: AtomicU64::new(1),
+            recalls: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
+            state: Mutex::default(),
+        }
+    }
+
+    fn on(&self) -> bool {
+        !self.term.is_zero() && self.max > 0
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Where the changes stand as an answer begins: its grant is refused
+    /// if an object it offers changed since.
+    pub fn mark(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
+    }
+
+    /// `client` sends its requests, and takes its recalls, over connection
+    /// `conn` (a listener's number for it) through `sink`.
+    pub fn connected(&self, client: u64, conn: u64, sink: &Arc<FrameSink>) {
+        if !self.on() || client == 0 {
+            return;
+        }
+        let link = Link {
+            conn,
+            sink: sink.clone(),
+        };
+        self.state().links.insert(client, link);
+    }
+
+    /// Connection `conn` of `client` ended: its leases go with it (the
+    /// client drops what it cached from this server when it sees the
+    /// connection end), unless the client already came back on another.
+    pub fn disconnected(&self, client: u64, conn: u64) {
+        if !self.on() || client == 0 {
+            return;
+        }
+        let mut st = self.state();
+        if st.links.get(&client).is_some_and(|l| l.conn == conn) {
+            st.links.remove(&client);
+            forget_client(&mut st, client);
+        }
+    }
+
+    /// Grants the client of the request `scope` handles a lease on each
+    /// object its answer offered: all or none. None when leases are off,
+    /// the client cannot be recalled (no connection known), an object was
+    /// changed by another request since the answer began, or the table is
+    /// full.
+    pub fn grant(&self, scope: Scope) -> bool {
+        let Some(answer) = ANSWER.with(|a| a.borrow_mut().take()) else {
+            return false;
+        };
+        self.grant_offers(answer.client, scope.mark, &answer.offers, &answer.own)
+    }
+
+    fn grant_offers(
+        &self,
+        client: u64,
+        mark: u64,
+        offers: &[(Handle, Handle)],
+        own: &[u64],
+    ) -> bool {
+        if !self.on() || client == 0 || offers.is_empty() {
+            return false;
+        }
+        let mut st = self.state();
+        if !st.links.contains_key(&client) {
+            return false;
+        }
+        let changed = |h: &Handle| {
+            let stamp = self.stamps[slot(*h)].load(Ordering::SeqCst);
+            stamp > mark && !own.contains(&stamp)
+        };
+        if offers.iter().any(|(h, _)| changed(h)) {
+            return false;
+        }
+        let now = Instant::now();
+        let held = |st: &State, (h, recall_as): &(Handle, Handle)| {
+            st.held.get(h).is_some_and(|v| {
+                v.iter()
+                    .any(|x| x.client == client && x.recall_as == *recall_as)
+            })
+        };
+        let new = offers.iter().filter(|o| !held(&st, o)).count();
+        if st.count + new > self.max {
+            if st.swept.is_some_and(|at| now - at < SWEEP_EVERY) {
+                return false;
+            }
+            st.swept = Some(now);
+            drop_expired(&mut st, now);
+            if st.count + new > self.max {
+                return false;
+            }
+        }
+        let until = now + self.term;
+        for &(h, recall_as) in offers {
+            let holders = st.held.entry(h).or_default();
+            match holders
+                .iter_mut()
+                .find(|x| x.client == client && x.recall_as == recall_as)
+            {
+                Some(x) => x.until = until,
+                None => {
+                    holders.push(Holder {
+                        client,
+                        recall_as,
+                        until,
+                    });
+                    st.count += 1;
+                }
+            }
+        }
+        true
+    }
+
+    /// Whether a client other than `client` holds a lease on `h`, so that
+    /// a change to it would wait for a recall.
+    pub fn held_by_others(&self, h: Handle, client: u64) -> bool {
+        if !self.on() {
+            return false;
+        }
+        let now = Instant::now();
+        self.state()
+            .held
+            .get(&h)
+            .is_some_and(|v| v.iter().any(|x| x.client != client && x.until > now))
+    }
+
+    /// The request handled on this thread changed `handles`: stamps them,
+    /// and recalls every lease another client holds on them. On the
+    /// blocking pool ([`MayWait`]) it waits for the answers, at most
+    /// `lease_recall_ms`; on a connection's task (a write of bytes kept in
+    /// the KV store, which goes there only if nobody else held a lease on
+    /// its datafile a moment before) it does not. Returns how many clients
+    /// were recalled.
+    pub fn changed(&self, handles: &[Handle]) -> usize {
+        let changer = changer();
+        let wait = MAY_WAIT.with(|w| w.get());
+        if !self.on() || handles.is_empty() {
+            return 0;
+        }
+        let mut recalls: HashMap<u64, Vec<Handle>> = HashMap::new();
+        let mut st = self.state();
+        let count = self.changes.fetch_add(1, Ordering::SeqCst) + 1;
+        note_own(count);
+        let now = Instant::now();
+        for h in handles {
+            self.stamps[slot(*h)].store(count, Ordering::SeqCst);
+            let Some(holders) = st.held.get_mut(h) else {
+                continue;
+            };
+            let before = holders.len();
+            holders.retain(|x| {
+                if x.client == changer {
+                    return true;
+                }
+                if x.until > now {
+                    recalls.entry(x.client).or_default().push(x.recall_as);
+                }
+                false
+            });
+            let after = holders.len();
+            if after == 0 {
+                st.held.remove(h);
+            }
+            st.count -= before - after;
+        }
+        if recalls.is_empty() {
+            return 0;
+        }
+        let (tx, rx) = mpsc::channel();
+        let mut sent = Vec::new();
+        for (client, mut objects) in recalls {
+            objects.sort_unstable();
+            objects.dedup();
+            let Some(link) = st.links.get(&client) else {
+                continue;
+            };
+            let id = self.next_recall.fetch_add(1, Ordering::Relaxed);
+            let body = Bytes::from(RecallRequest { handles: objects }.encode_to_vec());
+            let frame = Frame::request(Op::Recall, id, Cred::new(0, 0), body, Bytes::new());
+            if link.sink.send(&frame).is_ok() {
+                st.waiting.insert(id, tx.clone());
+                sent.push((id, client));
+            }
+        }
+        drop(st);
+        drop(tx);
+        self.recalls.fetch_add(sent.len() as u64, Ordering::Relaxed);
+        if !wait {
+            return sent.len();
+        }
+        let deadline = Instant::now() + self.bound;
+        let mut answered = 0;
+        while answered < sent.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(()) => answered += 1,
+                Err(_) => break,
+            }
+        }
+        if answered < sent.len() {
+            self.evict_silent(&sent);
+        }
+        sent.len()
+    }
+
+    /// A client answered recall `id`.
+    pub fn answered(&self, id: u64) {
+        if let Some(waiter) = self.state().waiting.remove(&id) {
+            let _ = waiter.send(());
+        }
+    }
+
+    /// The recalls of `sent` still unanswered after the bound: their
+    /// clients lose every lease here, and their connections are closed so
+    /// that they learn it.
+    fn evict_silent(&self, sent: &[(u64, u64)]) {
+        let mut st = self.state();
+        for (id, client) in sent {
+            if st.waiting.remove(id).is_none() {
+                continue;
+            }
+            self.timeouts.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                "client {client:#x} did not answer a lease recall within {} ms: \
+                 its leases are dropped and its connection closed",
+                self.bound.as_millis()
+            );
+            forget_client(&mut st, *client);
+            if let Some(link) = st.links.remove(client) {
+                link.sink.shut_down();
+            }
+        }
+    }
+
+    pub fn counts(&self) -> LeaseCounts {
+        LeaseCounts {
+            held: self.state().count as u64,
+            recalls: self.recalls.load(Ordering::Relaxed),
+            recall_timeouts: self.timeouts.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn forget_client(st: &mut State, client: u64) {
+    let mut dropped = 0;
+    st.held.retain(|_, v| {
+        let before = v.len();
+        v.retain(|x| x.client != client);
+        dropped += before - v.len();
+        !v.is_empty()
+    });
+    st.count -= dropped;
+}
+
+fn drop_expired(st: &mut State, now: Instant) {
+    let mut dropped = 0;
+    st.held.retain(|_, v| {
+        let before = v.len();
+        v.retain(|x| x.until > now);
+        dropped += before - v.len();
+        !v.is_empty()
+    });
+    st.count -= dropped;
+}
+
+/// What the request handled on this thread has done with leases so far.
+struct Answer {
+    client: u64,
+    /// Leases its answer offers: (object, the object its recall names).
+    offers: Vec<(Handle, Handle)>,
+    /// The stamps its own changes set, which do not refuse its grant.
+    own: Vec<u64>,
+}
+
+thread_local! {
+    static ANSWER: RefCell<Option<Answer>> = const { RefCell::new(None) };
+}
+
+/// Offers a lease on `h`, recalled as `recall_as`, with the answer being
+/// built on this thread (nothing if no request is being handled).
+pub fn offer(h: Handle, recall_as: Handle) {
+    ANSWER.with(|a| {
+        if let Some(a) = a.borrow_mut().as_mut() {
+            a.offers.push((h, recall_as));
+        }
+    });
+}
+
+/// The client whose request this thread handles (0: none, or a server).
+pub fn changer() -> u64 {
+    ANSWER.with(|a| a.borrow().as_ref().map_or(0, |a| a.client))
+}
+
+fn note_own(stamp: u64) {
+    ANSWER.with(|a| {
+        if let Some(a) = a.borrow_mut().as_mut() {
+            a.own.push(stamp);
+        }
+    });
+}
+
+thread_local! {
+    static MAY_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// This thread may wait for recalls until dropped (a blocking pool thread,
+/// not a connection's task).
+pub struct MayWait {
+    previous: bool,
+}
+
+impl MayWait {
+    pub fn enter() -> MayWait {
+        MayWait {
+            previous: MAY_WAIT.with(|w| w.replace(true)),
+        }
+    }
+}
+
+impl Drop for MayWait {
+    fn drop(&mut self) {
+        MAY_WAIT.with(|w| w.set(self.previous));
+    }
+}
+
+/// A request of one client being handled on this thread, from its
+/// beginning ([`Scope::enter`]) to its grant ([`Leases::grant`]).
+pub struct Scope {
+    mark: u64,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Scope {
+    pub fn enter(leases: &Leases, client: u64) -> Scope {
+        ANSWER.with(|a| {
+            *a.borrow_mut() = Some(Answer {
+                client,
+                offers: Vec::new(),
+                own: Vec::new(),
+            })
+        });
+        Scope {
+            mark: leases.mark(),
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        ANSWER.with(|a| a.borrow_mut().take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leases(max: u32) -> Leases {
+        Leases::new(&Settings {
+            lease_ms: 60_000,
+            lease_recall_ms: 50,
+            max_leases: max,
+            ..Settings::default()
+        })
+    }
+
+    #[test]
+    fn a_change_after_the_answer_began_refuses_the_grant() {
+        let l = leases(100);
+        l.state().links.insert(7, dummy_link());
+        let mark = l.mark();
+        l.changed(&[42]);
+        assert!(
+            !l.grant_offers(7, mark, &[(42, 42)], &[]),
+            "42 changed since the mark"
+        );
+        assert!(l.grant_offers(7, mark, &[(42, 42)], &[1]), "its own change");
+        assert!(l.grant_offers(7, l.mark(), &[(42, 42)], &[]));
+        assert_eq!(l.counts().held, 1);
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_unknown_clients_get_nothing() {
+        let l = leases(2);
+        let grant = |offers: &[(Handle, Handle)]| l.grant_offers(7, l.mark(), offers, &[]);
+        assert!(!grant(&[(1, 1)]), "no connection to recall over");
+        l.state().links.insert(7, dummy_link());
+        assert!(grant(&[(1, 1), (2, 1)]));
+        assert!(!grant(&[(3, 3)]), "full");
+        assert!(grant(&[(1, 1)]), "a renewal takes no room");
+        l.disconnected(7, 0);
+        assert_eq!(l.counts().held, 0);
+    }
+
+    /// A link nobody reads (the tests that send recalls run real servers).
+    fn dummy_link() -> Link {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (_r, w) = stream.into_split();
+            Link {
+                conn: 0,
+                sink: Arc::new(FrameSink::new(w)),
+            }
+        })
+    }
+}

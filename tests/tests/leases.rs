@@ -1,0 +1,279 @@
+//! Leases (`server/src/leases.rs`, `client/src/leases.rs`): what a server
+//! answered stays cached by the client until the server recalls it, so a
+//! leased stat costs no message long after the cache TTL, and another
+//! client's change is seen as soon as that change returns, even while the
+//! entry would still be fresh by the TTL.
+
+use bytes::Bytes;
+use shoal_client::{Client, SetAttr};
+use shoal_proto::error::Errno;
+use shoal_proto::handle::ROOT;
+use shoal_tests::Cluster;
+
+fn cluster() -> Cluster {
+    Cluster::builder().servers(2).start()
+}
+
+async fn ready(cluster: &Cluster) -> (Client, Client) {
+    let a = cluster.client();
+    let b = cluster.client();
+    a.ping_all().await.unwrap();
+    b.ping_all().await.unwrap();
+    cluster.wait_for_pools(&a).await;
+    (a, b)
+}
+
+async fn recalls(cluster: &Cluster, client: &Client) -> u64 {
+    let mut n = 0;
+    for s in cluster.server_ids() {
+        n += client.server_stats(s).await.unwrap().lease_recalls;
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_stat_costs_no_message_past_the_ttl() {
+    let cluster = cluster();
+    let (a, b) = ready(&cluster).await;
+    let d = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
+    let f = a.create(d, "f", 0o644).await.unwrap().handle;
+    a.write(f, 0, Bytes::from_static(b"hello")).await.unwrap();
+    a.fsync(f).await.unwrap();
+
+    assert_eq!(b.lookup_attr(d, "f").await.unwrap().size, 5);
+    assert!(
+        b.lease_until(d).is_some(),
+        "the lookup leased the directory"
+    );
+    assert!(b.lease_until(f).is_some(), "and the file it carried");
+    // Well past the cache TTL (100 ms).
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (attr, n) = cluster
+        .messages_during(&b, async { b.lookup_attr(d, "f").await })
+        .await;
+    assert_eq!(attr.unwrap().size, 5);
+    assert_eq!(n, 0, "name and attributes under lease");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_changes_are_seen_as_soon_as_they_return() {
+    let cluster = cluster();
+    let (a, b) = ready(&cluster).await;
+    let d = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
+    let f = a.create(d, "f", 0o644).await.unwrap().handle;
+    a.write(f, 0, Bytes::from_static(b"hello")).await.unwrap();
+    a.fsync(f).await.unwrap();
+
+    // chmod: B's cached attributes go before A's setattr returns.
+    assert_eq!(b.lookup_attr(d, "f").await.unwrap().mode & 0o777, 0o644);
+    let before = recalls(&cluster, &a).await;
+    let chmod = SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    a.setattr(f, &chmod).await.unwrap();
+    assert!(
+        recalls(&cluster, &a).await > before,
+        "B's lease was recalled"
+    );
+    assert_eq!(b.getattr(f).await.unwrap().mode & 0o777, 0o600);
+
+    // A write and its fsync: B sees the new size at once.
+    assert_eq!(b.getattr(f).await.unwrap().size, 5);
+    a.write(f, 5, Bytes::from_static(b", world")).await.unwrap();
+    a.fsync(f).await.unwrap();
+    assert_eq!(b.getattr(f).await.unwrap().size, 12);
+    assert_eq!(&b.read(f, 0, 64).await.unwrap()[..], b"hello, world");
+
+    // Create: B listed the directory; the new name is there at once.
+    assert_eq!(b.readdir_all(d).await.unwrap().len(), 1);
+    a.create(d, "g", 0o644).await.unwrap();
+    assert!(b.lookup(d, "g").await.is_ok());
+    assert_eq!(b.readdir_all(d).await.unwrap().len(), 2);
+
+    // Rename and unlink: B's cached names go.
+    b.lookup(d, "g").await.unwrap();
+    a.rename(d, "g", d, "h", false).await.unwrap();
+    assert_eq!(b.lookup(d, "g").await.unwrap_err().errno, Errno::ENOENT);
+    assert!(b.lookup(d, "h").await.is_ok());
+    a.unlink(d, "h").await.unwrap();
+    assert_eq!(b.lookup(d, "h").await.unwrap_err().errno, Errno::ENOENT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_keeps_its_leases_over_its_own_changes_and_loses_them_with_its_connection() {
+    let cluster = cluster();
+    let (a, b) = ready(&cluster).await;
+    let d = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
+    a.readdir_all(d).await.unwrap();
+    let before = recalls(&cluster, &a).await;
+    let f = a.create(d, "f", 0o644).await.unwrap().handle;
+    a.unlink(d, "f").await.unwrap();
+    assert_eq!(
+        recalls(&cluster, &a).await,
+        before,
+        "no recall of its own lease"
+    );
+    assert!(a.lease_until(d).is_some());
+    let _ = f;
+
+    // B's lease ends with B: a change after B is gone waits for no one.
+    b.readdir_all(d).await.unwrap();
+    drop(b);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let before = recalls(&cluster, &a).await;
+    a.create(d, "g", 0o644).await.unwrap();
+    assert_eq!(
+        recalls(&cluster, &a).await,
+        before,
+        "B's lease went with it"
+    );
+}
+
+/// Two mounts of one cluster: what one changes, the other shows as soon as
+/// the change returns, although its kernel was told to keep what it had
+/// (its leases) far longer than the TTL.
+#[test]
+fn two_mounts_see_each_others_changes_as_soon_as_they_return() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut cluster = cluster();
+    let a = cluster.mount();
+    let second = shoal_tests::SharedMount::new(&cluster);
+    let b = second.path();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+
+    std::fs::create_dir(a.join("d")).unwrap();
+    std::fs::write(a.join("d/f"), b"hello").unwrap();
+    assert_eq!(std::fs::read(b.join("d/f")).unwrap(), b"hello");
+    assert_eq!(mode(&b.join("d/f")), 0o644);
+
+    std::fs::set_permissions(a.join("d/f"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(mode(&b.join("d/f")), 0o600, "chmod");
+
+    std::fs::write(a.join("d/f"), b"hello, world").unwrap();
+    assert_eq!(
+        std::fs::read(b.join("d/f")).unwrap(),
+        b"hello, world",
+        "write"
+    );
+
+    std::fs::rename(a.join("d/f"), a.join("d/g")).unwrap();
+    assert!(!b.join("d/f").exists(), "the old name of a rename");
+    assert_eq!(std::fs::read(b.join("d/g")).unwrap(), b"hello, world");
+
+    std::fs::write(a.join("d/h"), b"new").unwrap();
+    let names = |p: &std::path::Path| {
+        let mut n: Vec<String> = std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&b.join("d")), ["g", "h"], "create");
+
+    std::fs::remove_file(a.join("d/g")).unwrap();
+    assert!(!b.join("d/g").exists(), "unlink");
+    assert_eq!(names(&b.join("d")), ["h"]);
+}
+
+/// Through the mount, a leased file costs no message to stat (its
+/// attributes stay in the kernel) and none to open, read and close again
+/// (its pages stay too); an unlink of a name the kernel holds is the one
+/// message that removes it.
+#[test]
+fn through_the_mount_leased_files_cost_no_message_to_stat_or_read() {
+    let mut cluster = cluster();
+    let m = cluster.mount();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let probe = cluster.client();
+    std::fs::create_dir(m.join("d")).unwrap();
+    for name in ["f", "g"] {
+        std::fs::write(m.join("d").join(name), vec![7u8; 8192]).unwrap();
+    }
+    // Listings with attributes (ls -l) and a read: leases, kept pages.
+    // What this mount made itself it knows for the cache TTL; asked again
+    // after it, the servers lease it.
+    for _ in 0..2 {
+        for dir in [m.clone(), m.join("d")] {
+            for e in std::fs::read_dir(dir).unwrap() {
+                e.unwrap().metadata().unwrap();
+            }
+        }
+        assert_eq!(std::fs::read(m.join("d/f")).unwrap().len(), 8192);
+        // Past the cache TTL.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+
+    let during = |f: &dyn Fn()| {
+        rt.block_on(cluster.messages_during(&probe, async { f() }))
+            .1
+    };
+    let stat = during(&|| {
+        assert_eq!(std::fs::metadata(m.join("d/f")).unwrap().len(), 8192);
+    });
+    assert_eq!(stat, 0, "a stat of a leased file");
+    let read = during(&|| {
+        assert_eq!(std::fs::read(m.join("d/f")).unwrap(), vec![7u8; 8192]);
+    });
+    assert!(
+        read <= 1,
+        "open+read+close of a leased file: {read} messages"
+    );
+    let unlink = during(&|| std::fs::remove_file(m.join("d/g")).unwrap());
+    assert_eq!(unlink, 1, "an unlink of a name the kernel holds");
+}
+
+/// A mount that holds leases and stops answering (SIGSTOP) holds another
+/// client's change back for `lease_recall_ms` at most: then it loses its
+/// leases and its connection, and once it runs again it shows the change.
+#[test]
+fn a_client_that_does_not_answer_loses_its_leases_after_the_bound() {
+    use std::os::unix::fs::PermissionsExt;
+    let cluster = Cluster::builder()
+        .servers(2)
+        .set("lease_recall_ms=300")
+        .start();
+    let mount = shoal_tests::SharedMount::new(&cluster);
+    let m = mount.path();
+    std::fs::write(m.join("f"), b"x").unwrap();
+    let mode = || std::fs::metadata(m.join("f")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(), 0o644);
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let a = cluster.client();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &mount.pid().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    let timeouts = rt.block_on(async {
+        let f = a.lookup(ROOT, "f").await.unwrap().0;
+        let chmod = SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        };
+        let changed = a.setattr(f, &chmod).await;
+        let mut timeouts = 0;
+        for s in cluster.server_ids() {
+            timeouts += a.server_stats(s).await.unwrap().lease_recall_timeouts;
+        }
+        changed.unwrap();
+        timeouts
+    });
+    signal("-CONT");
+    assert_eq!(timeouts, 1, "the stopped mount's recall timed out");
+    // It learns that its connection ended as it runs again.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while mode() != 0o600 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mount kept the old mode"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
