@@ -28,7 +28,7 @@ use prost::Message;
 use shoal_proto::auth::Secret;
 use shoal_proto::cluster::{ClusterConfig, SyncMode};
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::frame::ClientRef;
+use shoal_proto::frame::{ClientRef, NO_LEASES};
 use shoal_proto::msg::{CommitRequest, RecoverRequest};
 use shoal_proto::{ops, Op, Operation};
 use tokio::sync::Mutex;
@@ -102,7 +102,11 @@ impl Pool {
         let kept = config.servers.iter().map(|_| Default::default()).collect();
         Arc::new_cyclic(|me| Pool {
             slots,
-            client: rand::random::<u64>().max(1),
+            client: match config.settings.lease_ms {
+                // A client that takes no leases says so in its id.
+                0 => rand::random::<u64>() | NO_LEASES,
+                _ => (rand::random::<u64>() & !NO_LEASES).max(1),
+            },
             next_id: AtomicU64::new(1),
             awaited,
             kept,

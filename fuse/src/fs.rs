@@ -688,7 +688,16 @@ impl Filesystem for ShoalFs {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let t0 = Instant::now();
         let fh = self.shared.dirs.open(ino.0);
-        reply.opened(FileHandle(fh), FopenFlags::empty());
+        // A leased directory's listing stays in the kernel's cache across
+        // opens: a change by another client recalls the lease, which drops
+        // it; after the lease, the kernel checks the directory's mtime.
+        let s = &self.shared;
+        let keep = if s.leases.keep_pages(&s.client, ino.0) {
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        reply.opened(FileHandle(fh), keep);
         self.answered("opendir", t0);
     }
 

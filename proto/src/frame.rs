@@ -14,7 +14,8 @@
 //! u64  request id, echoed in the reply; requests on one connection are multiplexed by it
 //! u64  client: the sending client's id, drawn at random when it starts (0: none);
 //!      with the request id it names the request to the server's reply cache
-//!      (a reply echoes it)
+//!      (a reply echoes it); with its top bit set (NO_LEASES) the client takes no
+//!      leases, having nobody to answer recalls while it is idle
 //! u64  acked: every request of this client to this server with a lower id
 //!      has its reply (the server may forget those; 0 in a reply)
 //! u64  seq: in a reply, the place in the server's commit sequence of the change
@@ -52,6 +53,10 @@ pub const MAX_BODY: usize = 4 << 20;
 pub const MAX_PAYLOAD: usize = 16 << 20;
 /// The flags bit of a request sent again (see the layout above).
 pub const RESENT: u16 = 0x8000;
+/// The bit of a client id that says the client takes no leases (see the
+/// layout above): a client whose sockets are read only while it is in a
+/// call (the preload library) could not answer a recall in time.
+pub const NO_LEASES: u64 = 1 << 63;
 /// The flags bit of a reply that grants a lease (see the layout above).
 pub const LEASED: u16 = 0x4000;
 

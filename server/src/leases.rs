@@ -45,7 +45,7 @@ use bytes::Bytes;
 use prost::Message;
 use shoal_net::sink::FrameSink;
 use shoal_proto::cluster::Settings;
-use shoal_proto::frame::Frame;
+use shoal_proto::frame::{Frame, NO_LEASES};
 use shoal_proto::msg::RecallRequest;
 use shoal_proto::{Cred, Handle, Op};
 
@@ -139,7 +139,7 @@ impl Leases {
     /// `client` sends its requests, and takes its recalls, over connection
     /// `conn` (a listener's number for it) through `sink`.
     pub fn connected(&self, client: u64, conn: u64, sink: &Arc<FrameSink>) {
-        if !self.on() || client == 0 {
+        if !self.on() || client == 0 || client & NO_LEASES != 0 {
             return;
         }
         let link = Link {
@@ -182,7 +182,7 @@ impl Leases {
         offers: &[(Handle, Handle)],
         own: &[u64],
     ) -> bool {
-        if !self.on() || client == 0 || offers.is_empty() {
+        if !self.on() || client == 0 || client & NO_LEASES != 0 || offers.is_empty() {
             return false;
         }
         let mut st = self.state();
@@ -515,6 +515,12 @@ mod tests {
         assert!(grant(&[(1, 1)]), "a renewal takes no room");
         l.disconnected(7, 0);
         assert_eq!(l.counts().held, 0);
+        let quiet = 7 | NO_LEASES;
+        l.state().links.insert(quiet, dummy_link());
+        assert!(
+            !l.grant_offers(quiet, l.mark(), &[(1, 1)], &[]),
+            "takes no leases"
+        );
     }
 
     /// A link nobody reads (the tests that send recalls run real servers).

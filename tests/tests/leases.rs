@@ -23,6 +23,15 @@ async fn ready(cluster: &Cluster) -> (Client, Client) {
     (a, b)
 }
 
+/// Directory `d` and in it file `f`, holding "hello", made by `a`.
+async fn made_by(a: &Client) -> (u64, u64) {
+    let d = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
+    let f = a.create(d, "f", 0o644).await.unwrap().handle;
+    a.write(f, 0, Bytes::from_static(b"hello")).await.unwrap();
+    a.fsync(f).await.unwrap();
+    (d, f)
+}
+
 async fn recalls(cluster: &Cluster, client: &Client) -> u64 {
     let mut n = 0;
     for s in cluster.server_ids() {
@@ -35,10 +44,7 @@ async fn recalls(cluster: &Cluster, client: &Client) -> u64 {
 async fn a_leased_stat_costs_no_message_past_the_ttl() {
     let cluster = cluster();
     let (a, b) = ready(&cluster).await;
-    let d = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
-    let f = a.create(d, "f", 0o644).await.unwrap().handle;
-    a.write(f, 0, Bytes::from_static(b"hello")).await.unwrap();
-    a.fsync(f).await.unwrap();
+    let (d, f) = made_by(&a).await;
 
     assert_eq!(b.lookup_attr(d, "f").await.unwrap().size, 5);
     assert!(
@@ -59,10 +65,7 @@ async fn a_leased_stat_costs_no_message_past_the_ttl() {
 async fn another_clients_changes_are_seen_as_soon_as_they_return() {
     let cluster = cluster();
     let (a, b) = ready(&cluster).await;
-    let d = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
-    let f = a.create(d, "f", 0o644).await.unwrap().handle;
-    a.write(f, 0, Bytes::from_static(b"hello")).await.unwrap();
-    a.fsync(f).await.unwrap();
+    let (d, f) = made_by(&a).await;
 
     // chmod: B's cached attributes go before A's setattr returns.
     assert_eq!(b.lookup_attr(d, "f").await.unwrap().mode & 0o777, 0o644);
@@ -161,7 +164,6 @@ fn two_mounts_see_each_others_changes_as_soon_as_they_return() {
     assert!(!b.join("d/f").exists(), "the old name of a rename");
     assert_eq!(std::fs::read(b.join("d/g")).unwrap(), b"hello, world");
 
-    std::fs::write(a.join("d/h"), b"new").unwrap();
     let names = |p: &std::path::Path| {
         let mut n: Vec<String> = std::fs::read_dir(p)
             .unwrap()
@@ -170,6 +172,9 @@ fn two_mounts_see_each_others_changes_as_soon_as_they_return() {
         n.sort();
         n
     };
+    // B's kernel keeps this listing while its lease lasts.
+    assert_eq!(names(&b.join("d")), ["g"]);
+    std::fs::write(a.join("d/h"), b"new").unwrap();
     assert_eq!(names(&b.join("d")), ["g", "h"], "create");
 
     std::fs::remove_file(a.join("d/g")).unwrap();
