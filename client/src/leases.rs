@@ -45,21 +45,41 @@ pub struct Ledger {
 impl Ledger {
     /// `h` is leased until `until` (if a lease was granted).
     pub fn note(&self, h: Handle, until: Option<Instant>) {
-        let Some(until) = until else {
+        self.note_many([(h, until)]);
+    }
+
+    /// [`note`](Self::note) of several, under one lock (a listing's).
+    pub fn note_many(&self, leases: impl IntoIterator<Item = (Handle, Option<Instant>)>) {
+        let mut leases = leases
+            .into_iter()
+            .filter_map(|(h, until)| Some((h, until?)))
+            .peekable();
+        if leases.peek().is_none() {
             return;
-        };
-        let mut held = self.held.lock().unwrap();
-        if held.len() >= MAX_LEDGER {
-            held.clear();
         }
-        let e = held.entry(h).or_insert(until);
-        *e = (*e).max(until);
+        let mut held = self.held.lock().unwrap();
+        for (h, until) in leases {
+            if held.len() >= MAX_LEDGER {
+                held.clear();
+            }
+            let e = held.entry(h).or_insert(until);
+            *e = (*e).max(until);
+        }
     }
 
     /// Until when `h` is leased, if it is now.
     pub fn until(&self, h: Handle) -> Option<Instant> {
-        let until = *self.held.lock().unwrap().get(&h)?;
-        (until > Instant::now()).then_some(until)
+        self.until_many(&[h])[0]
+    }
+
+    /// [`until`](Self::until) of each handle, under one lock.
+    pub fn until_many(&self, handles: &[Handle]) -> Vec<Option<Instant>> {
+        let held = self.held.lock().unwrap();
+        let now = Instant::now();
+        handles
+            .iter()
+            .map(|h| held.get(h).copied().filter(|u| *u > now))
+            .collect()
     }
 
     pub fn set_hook(&self, hook: RecallHook) {

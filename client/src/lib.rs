@@ -191,6 +191,11 @@ impl Client {
         self.inner.leases.until(h)
     }
 
+    /// [`lease_until`](Self::lease_until) of each handle, at once.
+    pub fn leases_until(&self, handles: &[Handle]) -> Vec<Option<Instant>> {
+        self.inner.leases.until_many(handles)
+    }
+
     /// Runs `hook` on every lease recall, after the client dropped what it
     /// cached and before it answers the server (the mount drops the
     /// kernel's caches there). One hook per client.

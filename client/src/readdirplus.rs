@@ -250,9 +250,9 @@ impl Client {
         self.inner
             .attrs
             .put_many_leased(attrs.iter().map(|(h, a)| (*h, a.clone(), leased(h))));
-        for h in attrs.keys() {
-            self.inner.leases.note(*h, leased(h));
-        }
+        self.inner
+            .leases
+            .note_many(attrs.keys().map(|h| (*h, leased(h))));
         for h in &recheck {
             self.forget(*h);
         }

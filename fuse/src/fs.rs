@@ -688,16 +688,12 @@ impl Filesystem for ShoalFs {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let t0 = Instant::now();
         let fh = self.shared.dirs.open(ino.0);
-        // A leased directory's listing stays in the kernel's cache across
-        // opens: a change by another client recalls the lease, which drops
-        // it; after the lease, the kernel checks the directory's mtime.
-        let s = &self.shared;
-        let keep = if s.leases.keep_pages(&s.client, ino.0) {
-            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::empty()
-        };
-        reply.opened(FileHandle(fh), keep);
+        // No FOPEN_CACHE_DIR even for a leased directory: a listing from
+        // the kernel's cache brings no attributes, and after writes the
+        // kernel wants fresh ones (blocks) for every stat, which the
+        // READDIRPLUS of a listing not cached gives at once (measured:
+        // stats after writing 4x faster without it).
+        reply.opened(FileHandle(fh), FopenFlags::empty());
         self.answered("opendir", t0);
     }
 

@@ -139,6 +139,41 @@ impl KernelLeases {
         left
     }
 
+    /// The timeout of each entry of a listing step of `dir`, entry and
+    /// attributes alike (READDIRPLUS gives one): the shorter of what is
+    /// left of the directory's lease and of the entry's object's, or `ttl`.
+    /// One look at the leases and one at what is remembered for the step.
+    pub fn listing_ttls(
+        &self,
+        c: &Client,
+        dir: Handle,
+        entries: &[(Handle, &str)],
+        ttl: Duration,
+    ) -> Vec<Duration> {
+        let mut handles: Vec<Handle> = entries.iter().map(|(h, _)| *h).collect();
+        handles.push(dir);
+        let leases = c.leases_until(&handles);
+        let Some(dir_left) = left(leases[entries.len()]).filter(|l| *l > ttl) else {
+            return vec![ttl; entries.len()];
+        };
+        let mut r = self.remembered.lock().unwrap();
+        let mut ttls = Vec::with_capacity(entries.len());
+        for ((h, name), lease) in entries.iter().zip(leases) {
+            let long = left(lease).filter(|l| *l > ttl).map(|l| l.min(dir_left));
+            match long {
+                Some(long) if r.count < MAX_GIVEN => {
+                    r.inodes.insert(*h);
+                    if r.names.entry(dir).or_default().insert(name.to_string()) {
+                        r.count += 1;
+                    }
+                    ttls.push(long);
+                }
+                _ => ttls.push(ttl),
+            }
+        }
+        ttls
+    }
+
     /// Whether an open of `h` may keep the pages the kernel has of it: the
     /// file is leased, so nobody else changed it since they were read.
     pub fn keep_pages(&self, c: &Client, h: Handle) -> bool {
@@ -161,6 +196,20 @@ impl KernelLeases {
             let _ = jobs.send(Job::Entry(dir, name.to_string()));
         }
         let _ = jobs.send(Job::Take(vec![h], None));
+    }
+
+    /// [`given`](Self::given) for a listing of `dir` that gave `entries`
+    /// (object, name).
+    pub fn given_listing(&self, given: Given, dir: Handle, entries: &[(Handle, String)]) {
+        if self.recalls.load(Ordering::SeqCst) == given.recalls {
+            return;
+        }
+        let jobs = self.jobs.lock().unwrap();
+        for (_, name) in entries {
+            let _ = jobs.send(Job::Entry(dir, name.clone()));
+        }
+        let objects = entries.iter().map(|(h, _)| *h).collect();
+        let _ = jobs.send(Job::Take(objects, None));
     }
 
     /// The client's recall hook: the kernel's caches of what is recalled go

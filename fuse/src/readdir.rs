@@ -91,8 +91,12 @@ pub async fn readdirplus(r: Read, mut reply: ReplyDirectoryPlus) {
         listing.rewind();
     }
     let mut at = r.offset;
-    let filled = fill_plus(&r, &mut listing, &mut reply, &mut at).await;
+    let given = r.shared.leases.give();
+    let mut gave = Vec::new();
+    let filled = fill_plus(&r, &mut listing, &mut reply, &mut at, &mut gave).await;
     finish("readdirplus", &r, at, filled, reply, ReplyDirectoryPlus::ok);
+    // Only now does the kernel have what the reply gave.
+    r.shared.leases.given_listing(given, r.dir, &gave);
 }
 
 async fn fill_plus(
@@ -100,6 +104,7 @@ async fn fill_plus(
     l: &mut Listing,
     reply: &mut ReplyDirectoryPlus,
     at: &mut u64,
+    gave: &mut Vec<(Handle, String)>,
 ) -> Result<()> {
     let s = &r.shared;
     if *at < FIRST_ENTRY {
@@ -133,23 +138,27 @@ async fn fill_plus(
         // entry when the cluster has readdirplus off.
         let handles: Vec<Handle> = step.iter().map(|e| e.handle).collect();
         let attrs = r.client.listattr(&handles).await?;
-        for (e, a) in step.iter().zip(attrs) {
-            // None: removed since the listing was taken, left out.
+        // None: removed since the listing was taken, left out.
+        let found: Vec<_> = step.iter().zip(attrs).collect();
+        let named: Vec<(Handle, &str)> = found
+            .iter()
+            .filter(|(_, a)| a.is_some())
+            .map(|(e, _)| (e.handle, e.name.as_str()))
+            .collect();
+        let mut ttls = s
+            .leases
+            .listing_ttls(&s.client, r.dir, &named, s.ttl)
+            .into_iter();
+        for (e, a) in found {
             if let Some(a) = a {
                 if e.kind == FileKind::Directory {
                     s.parents.set(e.handle, r.dir);
                 }
                 let attr = s.attr(&a);
                 let (ino, next) = (INodeNo(e.handle), *at + 1);
-                // One timeout for the entry and the attributes: the shorter.
-                let given = s.leases.give();
-                let ttl = s
-                    .leases
-                    .entry_ttl(&s.client, r.dir, &e.name, s.ttl)
-                    .min(s.leases.attr_ttl(&s.client, e.handle, s.ttl));
-                let full = reply.add(ino, next, &e.name, &ttl, &attr, Generation(0));
-                s.leases.given(given, e.handle, Some((r.dir, &e.name)));
-                if full {
+                let ttl = ttls.next().expect("a timeout per entry found");
+                gave.push((e.handle, e.name.clone()));
+                if reply.add(ino, next, &e.name, &ttl, &attr, Generation(0)) {
                     return Ok(());
                 }
             }

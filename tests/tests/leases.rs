@@ -172,7 +172,7 @@ fn two_mounts_see_each_others_changes_as_soon_as_they_return() {
         n.sort();
         n
     };
-    // B's kernel keeps this listing while its lease lasts.
+    // B listed the directory: its names are leased.
     assert_eq!(names(&b.join("d")), ["g"]);
     std::fs::write(a.join("d/h"), b"new").unwrap();
     assert_eq!(names(&b.join("d")), ["g", "h"], "create");
