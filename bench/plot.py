@@ -5,6 +5,7 @@
     bench/plot.py no_metafile bench/results/no_metafile.csv bench/results/no_metafile.png
     bench/plot.py interfaces bench/results/interfaces-smallfile.csv bench/results/interfaces-smallfile.png
     bench/plot.py peers bench/results/peers.csv bench/results/peers.png
+    bench/plot.py leases bench/results/leases-ab.csv bench/results/leases-ab.png
     bench/plot.py pfa bench/results/pfa.csv bench/results/pfa.png
     bench/plot.py writesize bench/results/writesize.csv bench/results/writesize.png
 
@@ -202,7 +203,13 @@ def peers(csv_path, png_path):
                "Shoal, MooseFS and a FUSE passthrough over tmpfs (bindfs), through FUSE")
 
 
+def leases(csv_path, png_path):
+    """Leases on and off through the mount (bench/results/leases-ab.md)."""
+    interfaces(csv_path, png_path, "Shoal's mount with leases and with lease_ms = 0, same run")
+
+
 CHARTS = {
+    "leases": leases,
     "ablation": ablation,
     "no_metafile": no_metafile,
     "interfaces": interfaces,
