@@ -17,8 +17,11 @@ use shoal_tests::{dir_on, entry_names, settled_fsck, Cluster};
 
 /// Group flushes this far apart: an armed server's first one comes long
 /// after a test's first change there (which is synced before its reply; a
-/// flush racing that sync would fire the crash point on it instead).
-const FLUSHES_APART: &str = "replay_flush_ms=3000";
+/// flush racing that sync would fire the crash point on it instead). 3 s
+/// was not long enough under a loaded CI run: the restart, the client's
+/// reconnection and that first create took longer, the server died at the
+/// first create, and the client waited a minute for it.
+const FLUSHES_APART: &str = "replay_flush_ms=8000";
 
 /// Two servers with replayed commits, server 1 armed to die at its first
 /// group flush, and a client in its table with a directory `d` there
