@@ -40,14 +40,9 @@ impl Client {
         if let Some(a) = self.cached_attr(h) {
             return Ok(a);
         }
-        let (reply, _, lease) = self
+        let (reply, lease) = self
             .pool()
-            .call_leasing::<ops::GetAttr>(
-                server_of(h),
-                self.cred,
-                &GetAttrRequest { handle: h },
-                Default::default(),
-            )
+            .call_leasing::<ops::GetAttr>(server_of(h), self.cred, &GetAttrRequest { handle: h })
             .await?;
         self.remember_cap(reply.cap);
         let rec = reply
@@ -195,9 +190,9 @@ impl Client {
         let replies = futures::future::try_join_all(by_server.into_iter().map(
             |(server, handles)| async move {
                 let request = GetSizesRequest { handles, file };
-                let (reply, _, lease) = self
+                let (reply, lease) = self
                     .pool()
-                    .call_leasing::<ops::GetSizes>(server, self.cred, &request, Default::default())
+                    .call_leasing::<ops::GetSizes>(server, self.cred, &request)
                     .await?;
                 Ok::<_, ShoalError>((reply.sizes, lease))
             },

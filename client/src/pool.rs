@@ -291,15 +291,26 @@ impl Pool {
         request: &O::Request,
         payload: Bytes,
     ) -> Result<(O::Reply, Bytes)> {
-        let (reply, payload, _) = self
-            .call_leasing::<O>(server, cred, request, payload)
-            .await?;
+        let (reply, payload, _) = self.send::<O>(server, cred, request, payload).await?;
         Ok((reply, payload))
     }
 
-    /// [`call_with_payload`](Self::call_with_payload), and until when the
-    /// reply's lease on what it names lasts, if it grants one (`leases`).
+    /// [`call`](Self::call), and until when the reply's lease on what it
+    /// names lasts, if it grants one (`leases`).
     pub async fn call_leasing<O: Operation>(
+        &self,
+        server: u32,
+        cred: Cred,
+        request: &O::Request,
+    ) -> Result<(O::Reply, Option<Instant>)> {
+        let (reply, _, lease) = self.send::<O>(server, cred, request, Bytes::new()).await?;
+        Ok((reply, lease))
+    }
+
+    /// Sends operation `O` with `request` and raw `payload` (see the module
+    /// doc for resending); returns the decoded reply, its payload and until
+    /// when its lease lasts, if it grants one.
+    async fn send<O: Operation>(
         &self,
         server: u32,
         cred: Cred,

@@ -273,9 +273,8 @@ impl Client {
             };
             let reply = self
                 .pool()
-                .call_leasing::<ops::ListAttr>(server, self.cred, &request, Default::default())
-                .await
-                .map(|(reply, _, lease)| (reply, lease));
+                .call_leasing::<ops::ListAttr>(server, self.cred, &request)
+                .await;
             match reply {
                 Err(e) if e.errno == Errno::E2BIG && handles.len() > 1 => {
                     let (a, b) = handles.split_at(handles.len() / 2);

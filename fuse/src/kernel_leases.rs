@@ -49,6 +49,20 @@ struct Remembered {
     count: usize,
 }
 
+impl Remembered {
+    /// Remembers `name` in `dir` as given a long timeout; false (give the
+    /// TTL) when [`MAX_GIVEN`] are remembered already.
+    fn name(&mut self, dir: Handle, name: &str) -> bool {
+        if self.count >= MAX_GIVEN {
+            return false;
+        }
+        if self.names.entry(dir).or_default().insert(name.to_string()) {
+            self.count += 1;
+        }
+        true
+    }
+}
+
 /// One invalidation job for the notify thread.
 enum Job {
     Take(Vec<Handle>, Option<tokio::sync::oneshot::Sender<()>>),
@@ -129,14 +143,11 @@ impl KernelLeases {
         let Some(left) = left(c.lease_until(dir)).filter(|l| *l > ttl) else {
             return ttl;
         };
-        let mut r = self.remembered.lock().unwrap();
-        if r.count >= MAX_GIVEN {
-            return ttl;
+        if self.remembered.lock().unwrap().name(dir, name) {
+            left
+        } else {
+            ttl
         }
-        if r.names.entry(dir).or_default().insert(name.to_string()) {
-            r.count += 1;
-        }
-        left
     }
 
     /// The timeout of each entry of a listing step of `dir`, entry and
@@ -161,11 +172,8 @@ impl KernelLeases {
         for ((h, name), lease) in entries.iter().zip(leases) {
             let long = left(lease).filter(|l| *l > ttl).map(|l| l.min(dir_left));
             match long {
-                Some(long) if r.count < MAX_GIVEN => {
+                Some(long) if r.name(dir, name) => {
                     r.inodes.insert(*h);
-                    if r.names.entry(dir).or_default().insert(name.to_string()) {
-                        r.count += 1;
-                    }
                     ttls.push(long);
                 }
                 _ => ttls.push(ttl),
@@ -188,28 +196,31 @@ impl KernelLeases {
     /// it gave: if a recall began meanwhile, that may be the recall of what
     /// it gave, so it is taken back again.
     pub fn given(&self, given: Given, h: Handle, entry: Option<(Handle, &str)>) {
-        if self.recalls.load(Ordering::SeqCst) == given.recalls {
-            return;
+        match entry {
+            Some((dir, name)) => self.take_back(given, &[h], dir, &[name]),
+            None => self.take_back(given, &[h], h, &[]),
         }
-        let jobs = self.jobs.lock().unwrap();
-        if let Some((dir, name)) = entry {
-            let _ = jobs.send(Job::Entry(dir, name.to_string()));
-        }
-        let _ = jobs.send(Job::Take(vec![h], None));
     }
 
     /// [`given`](Self::given) for a listing of `dir` that gave `entries`
     /// (object, name).
     pub fn given_listing(&self, given: Given, dir: Handle, entries: &[(Handle, String)]) {
+        let objects: Vec<Handle> = entries.iter().map(|(h, _)| *h).collect();
+        let names: Vec<&str> = entries.iter().map(|(_, n)| n.as_str()).collect();
+        self.take_back(given, &objects, dir, &names);
+    }
+
+    /// Takes `objects` and the entries `names` of `dir` back from the
+    /// kernel if a recall began since `given`.
+    fn take_back(&self, given: Given, objects: &[Handle], dir: Handle, names: &[&str]) {
         if self.recalls.load(Ordering::SeqCst) == given.recalls {
             return;
         }
         let jobs = self.jobs.lock().unwrap();
-        for (_, name) in entries {
-            let _ = jobs.send(Job::Entry(dir, name.clone()));
+        for name in names {
+            let _ = jobs.send(Job::Entry(dir, name.to_string()));
         }
-        let objects = entries.iter().map(|(h, _)| *h).collect();
-        let _ = jobs.send(Job::Take(objects, None));
+        let _ = jobs.send(Job::Take(objects.to_vec(), None));
     }
 
     /// The client's recall hook: the kernel's caches of what is recalled go

@@ -364,21 +364,20 @@ impl Leases {
 }
 
 fn forget_client(st: &mut State, client: u64) {
-    let mut dropped = 0;
-    st.held.retain(|_, v| {
-        let before = v.len();
-        v.retain(|x| x.client != client);
-        dropped += before - v.len();
-        !v.is_empty()
-    });
-    st.count -= dropped;
+    keep_only(st, |x| x.client != client);
 }
 
 fn drop_expired(st: &mut State, now: Instant) {
+    keep_only(st, |x| x.until > now);
+}
+
+/// Walks the whole table and keeps the leases `keep` says, counting the
+/// rest out.
+fn keep_only(st: &mut State, keep: impl Fn(&Holder) -> bool) {
     let mut dropped = 0;
     st.held.retain(|_, v| {
         let before = v.len();
-        v.retain(|x| x.until > now);
+        v.retain(|x| keep(x));
         dropped += before - v.len();
         !v.is_empty()
     });

@@ -9,8 +9,6 @@ use shoal_proto::names::{check_name, split_path};
 use shoal_proto::{ops, ObjectKind};
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use super::{entry_kind, file_kind};
 use crate::{Attr, Client, FileKind};
 
@@ -88,9 +86,9 @@ impl Client {
             name: name.to_string(),
             want_attrs,
         };
-        let (reply, _, lease) = self
+        let (reply, lease) = self
             .pool()
-            .call_leasing::<ops::Lookup>(server_of(dir), self.cred, &request, Bytes::new())
+            .call_leasing::<ops::Lookup>(server_of(dir), self.cred, &request)
             .await?;
         self.inner.leases.note(dir, lease);
         Ok((reply, lease))

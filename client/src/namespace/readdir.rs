@@ -7,8 +7,6 @@ use shoal_proto::msg::*;
 use shoal_proto::ops;
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use super::{entry_kind, file_kind};
 use crate::{Attr, Client, DirEntry};
 
@@ -53,9 +51,9 @@ impl Client {
             max,
             with_dir,
         };
-        let (reply, _, lease) = self
+        let (reply, lease) = self
             .pool()
-            .call_leasing::<ops::Readdir>(server_of(dir), self.cred, &request, Bytes::new())
+            .call_leasing::<ops::Readdir>(server_of(dir), self.cred, &request)
             .await?;
         self.inner.leases.note(dir, lease);
         let mut named = Vec::with_capacity(reply.entries.len());
