@@ -361,3 +361,23 @@ impl Pool {
         Ok((decoded, reply.payload, lease))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client_id(lease_ms: u32) -> u64 {
+        let settings = shoal_proto::cluster::Settings {
+            lease_ms,
+            ..Default::default()
+        };
+        crate::namespace::test_client(1, settings).pool().client
+    }
+
+    #[test]
+    fn a_client_without_leases_says_so_in_its_id() {
+        assert_ne!(client_id(0) & NO_LEASES, 0);
+        assert_eq!(client_id(30_000) & NO_LEASES, 0);
+        assert_ne!(client_id(30_000), 0);
+    }
+}

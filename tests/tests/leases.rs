@@ -282,3 +282,31 @@ fn a_client_that_does_not_answer_loses_its_leases_after_the_bound() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// A striped file's size comes from its datafiles' servers, each leasing
+/// it as the file's: a write landing on another server's datafile recalls
+/// the reader's cached attributes too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_to_a_striped_files_datafile_recalls_its_attributes() {
+    let cluster = Cluster::builder().servers(2).set("strip_size=4096").start();
+    let (a, b) = ready(&cluster).await;
+    let f = a.create(ROOT, "f", 0o644).await.unwrap().handle;
+    a.write(f, 0, Bytes::from(vec![1u8; 3 * 4096]))
+        .await
+        .unwrap();
+    a.fsync(f).await.unwrap();
+    assert!(a.layout(f).await.unwrap().datafiles.len() > 1, "striped");
+
+    assert_eq!(b.getattr(f).await.unwrap().size, 3 * 4096);
+    assert!(b.lease_until(f).is_some(), "every server leased its part");
+    let before = recalls(&cluster, &a).await;
+    a.write(f, 3 * 4096, Bytes::from(vec![2u8; 4096]))
+        .await
+        .unwrap();
+    a.fsync(f).await.unwrap();
+    assert!(
+        recalls(&cluster, &a).await > before,
+        "B's lease was recalled"
+    );
+    assert_eq!(b.getattr(f).await.unwrap().size, 4 * 4096);
+}

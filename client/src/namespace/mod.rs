@@ -111,7 +111,7 @@ impl Client {
 /// A client of a cluster of `servers` that no test starts: connections open
 /// lazily, so what needs no message can be tried on it.
 #[cfg(test)]
-fn test_client(servers: u32, settings: shoal_proto::cluster::Settings) -> Client {
+pub(crate) fn test_client(servers: u32, settings: shoal_proto::cluster::Settings) -> Client {
     use shoal_proto::cluster::{ClusterConfig, ServerEntry};
     Client::new(ClusterConfig {
         secret_file: None,
