@@ -6,6 +6,7 @@
     bench/plot.py interfaces bench/results/interfaces-smallfile.csv bench/results/interfaces-smallfile.png
     bench/plot.py peers bench/results/peers.csv bench/results/peers.png
     bench/plot.py leases bench/results/leases-ab.csv bench/results/leases-ab.png
+    bench/plot.py ab bench/results/NAME.csv bench/results/NAME.png   (bench/run-ab)
     bench/plot.py pfa bench/results/pfa.csv bench/results/pfa.png
     bench/plot.py writesize bench/results/writesize.csv bench/results/writesize.png
 
@@ -208,7 +209,14 @@ def leases(csv_path, png_path):
     interfaces(csv_path, png_path, "Shoal's mount with leases and with lease_ms = 0, same run")
 
 
+def ab(csv_path, png_path):
+    """`bench/run-ab`: two builds or settings of Shoal through the mount."""
+    sides = list(dict.fromkeys(r["target"] for r in csv.DictReader(open(csv_path))))
+    interfaces(csv_path, png_path, f"Shoal through the mount: {' and '.join(sides)}, same run")
+
+
 CHARTS = {
+    "ab": ab,
     "leases": leases,
     "ablation": ablation,
     "no_metafile": no_metafile,

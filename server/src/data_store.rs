@@ -307,6 +307,25 @@ impl DataStore {
         Ok(())
     }
 
+    /// Whether object `rec` (a datafile, or a file's metafile with its
+    /// datafiles here) keeps bytes in a local file. A failed read counts as
+    /// yes.
+    pub fn keeps_local_files(&self, meta: &MetaStore, rec: &ObjectRecord) -> bool {
+        match rec.kind() {
+            ObjectKind::Datafile => rec.in_file,
+            ObjectKind::Metafile => rec.dist.as_ref().is_some_and(|d| {
+                d.datafiles
+                    .iter()
+                    .filter(|h| server_of(**h) == meta.server_id())
+                    .any(|h| {
+                        meta.try_get(*h)
+                            .map_or(true, |df| df.is_some_and(|df| df.in_file))
+                    })
+            }),
+            _ => false,
+        }
+    }
+
     /// The sizes of the datafiles of `file` (a metafile) that live on this
     /// server, for its getattr reply.
     pub fn local_sizes(&self, meta: &MetaStore, file: &ObjectRecord) -> Result<Vec<DatafileSize>> {

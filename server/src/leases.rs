@@ -247,15 +247,11 @@ impl Leases {
     }
 
     /// The request handled on this thread changed `handles`: stamps them,
-    /// and recalls every lease another client holds on them. On the
-    /// blocking pool ([`MayWait`]) it waits for the answers, at most
-    /// `lease_recall_ms`; on a connection's task (a write of bytes kept in
-    /// the KV store, which goes there only if nobody else held a lease on
-    /// its datafile a moment before) it does not. Returns how many clients
-    /// were recalled.
+    /// recalls every lease another client holds on them, and waits for the
+    /// answers, at most `lease_recall_ms`. Returns how many clients were
+    /// recalled.
     pub fn changed(&self, handles: &[Handle]) -> usize {
         let changer = changer();
-        let wait = MAY_WAIT.with(|w| w.get());
         if !self.on() || handles.is_empty() {
             return 0;
         }
@@ -307,18 +303,18 @@ impl Leases {
         drop(st);
         drop(tx);
         self.recalls.fetch_add(sent.len() as u64, Ordering::Relaxed);
-        if !wait {
-            return sent.len();
-        }
         let deadline = Instant::now() + self.bound;
-        let mut answered = 0;
-        while answered < sent.len() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(()) => answered += 1,
-                Err(_) => break,
+        let answered = waiting_here(|| {
+            let mut answered = 0;
+            while answered < sent.len() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(left) {
+                    Ok(()) => answered += 1,
+                    Err(_) => break,
+                }
             }
-        }
+            answered
+        });
         if answered < sent.len() {
             self.evict_silent(&sent);
         }
@@ -420,28 +416,22 @@ fn note_own(stamp: u64) {
     });
 }
 
-thread_local! {
-    static MAY_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// This thread may wait for recalls until dropped (a blocking pool thread,
-/// not a connection's task).
-pub struct MayWait {
-    previous: bool,
-}
-
-impl MayWait {
-    pub fn enter() -> MayWait {
-        MayWait {
-            previous: MAY_WAIT.with(|w| w.replace(true)),
-        }
+/// Runs `wait`, which blocks this thread until other connections' tasks
+/// have read the answers it waits for. A change answered on a connection's
+/// task (a runtime worker: see `Service::stays_in_memory`) first hands the
+/// worker's other tasks to another thread, so they go on being served,
+/// those answers among them; on the blocking pool there is nothing to hand
+/// over. The server's runtime is multi-threaded: on a single-threaded one
+/// the answers could never arrive.
+fn waiting_here<T>(wait: impl FnOnce() -> T) -> T {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        assert_eq!(
+            runtime.runtime_flavor(),
+            tokio::runtime::RuntimeFlavor::MultiThread,
+            "a recall is waited for on a multi-threaded runtime"
+        );
     }
-}
-
-impl Drop for MayWait {
-    fn drop(&mut self) {
-        MAY_WAIT.with(|w| w.set(self.previous));
-    }
+    tokio::task::block_in_place(wait)
 }
 
 /// A request of one client being handled on this thread, from its

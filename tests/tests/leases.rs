@@ -232,6 +232,50 @@ fn through_the_mount_leased_files_cost_no_message_to_stat_or_read() {
 /// A mount that holds leases and stops answering (SIGSTOP) holds another
 /// client's change back for `lease_recall_ms` at most: then it loses its
 /// leases and its connection, and once it runs again it shows the change.
+/// Stops the mount's process (its client then answers no recall), has
+/// client `a` run `change`, and returns the recall timeouts the servers
+/// counted meanwhile; the mount runs again afterwards.
+fn while_the_mount_is_stopped<F>(
+    cluster: &Cluster,
+    mount: &shoal_tests::SharedMount,
+    rt: &tokio::runtime::Runtime,
+    a: &Client,
+    change: impl FnOnce(Client) -> F,
+) -> u64
+where
+    F: std::future::Future<Output = ()>,
+{
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &mount.pid().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    let timeouts = rt.block_on(async {
+        change(a.clone()).await;
+        let mut timeouts = 0;
+        for s in cluster.server_ids() {
+            timeouts += a.server_stats(s).await.unwrap().lease_recall_timeouts;
+        }
+        timeouts
+    });
+    signal("-CONT");
+    timeouts
+}
+
+/// Waits (bounded) until `seen` holds: a mount whose connection a server
+/// shut learns it as it runs again, and asks afresh.
+fn eventually(what: &str, seen: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !seen() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_client_that_does_not_answer_loses_its_leases_after_the_bound() {
     use std::os::unix::fs::PermissionsExt;
@@ -247,40 +291,56 @@ fn a_client_that_does_not_answer_loses_its_leases_after_the_bound() {
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let a = cluster.client();
-    let signal = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, &mount.pid().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig}");
-    };
-    signal("-STOP");
-    let timeouts = rt.block_on(async {
+    let timeouts = while_the_mount_is_stopped(&cluster, &mount, &rt, &a, |a| async move {
         let f = a.lookup(ROOT, "f").await.unwrap().0;
         let chmod = SetAttr {
             mode: Some(0o600),
             ..Default::default()
         };
-        let changed = a.setattr(f, &chmod).await;
-        let mut timeouts = 0;
-        for s in cluster.server_ids() {
-            timeouts += a.server_stats(s).await.unwrap().lease_recall_timeouts;
-        }
-        changed.unwrap();
-        timeouts
+        a.setattr(f, &chmod).await.unwrap();
     });
-    signal("-CONT");
     assert_eq!(timeouts, 1, "the stopped mount's recall timed out");
-    // It learns that its connection ended as it runs again.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while mode() != 0o600 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the mount kept the old mode"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    eventually("the mount kept the old mode", || mode() == 0o600);
+}
+
+/// An unlink from a client the server already knows is answered on its
+/// connection's task (`sync = "replay"`: nothing to wait for on the disk);
+/// a recall it makes is waited for all the same, up to the bound.
+#[test]
+fn a_change_answered_in_memory_waits_for_its_recall_too() {
+    let cluster = Cluster::builder()
+        .servers(2)
+        .set("lease_recall_ms=300")
+        .set("sync=replay")
+        .start();
+    let mount = shoal_tests::SharedMount::new(&cluster);
+    let m = mount.path();
+    std::fs::create_dir(m.join("d")).unwrap();
+    std::fs::write(m.join("d/f"), b"x").unwrap();
+    let listed = || {
+        let mut names: Vec<String> = std::fs::read_dir(m.join("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    // A's first change enters it in the servers' client tables (durably,
+    // on the blocking pool); its later ones are answered in memory.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let a = cluster.client();
+    let d = rt.block_on(async {
+        let d = a.lookup(ROOT, "d").await.unwrap().0;
+        a.create(d, "g", 0o644).await.unwrap();
+        d
+    });
+    assert_eq!(listed(), ["f", "g"], "the mount leased the listing again");
+
+    let timeouts = while_the_mount_is_stopped(&cluster, &mount, &rt, &a, |a| async move {
+        a.unlink(d, "f").await.unwrap();
+    });
+    assert_eq!(timeouts, 1, "the stopped mount's recall timed out");
+    eventually("the mount still lists the old names", || listed() == ["g"]);
 }
 
 /// A striped file's size comes from its datafiles' servers, each leasing

@@ -22,6 +22,7 @@ use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::server_of;
 use shoal_proto::hints::{check_write_threshold, new_file, NewFile};
 use shoal_proto::msg::*;
+use shoal_proto::ops;
 use shoal_proto::{Handle, ObjectKind};
 use std::time::Instant;
 
@@ -62,6 +63,17 @@ fn pools_empty_error(what: &str) -> ShoalError {
         Errno(libc::EAGAIN),
         format!("{what}: the precreate pools were emptied faster than they refill; try again"),
     )
+}
+
+/// Whether a create stays in memory (see `Service::stays_in_memory`): a
+/// change answered before its sync that takes nothing from the precreate
+/// pools (a stuffed file's one datafile is made here), since an empty pool
+/// waits for another server to fill it.
+pub fn creates_in_memory(s: &Service, r: &Request) -> bool {
+    let Ok(q) = r.decode::<ops::CreateFile>() else {
+        return true;
+    };
+    s.answers_before_sync(r) && q.stuffed
 }
 
 pub fn create_file(

@@ -50,7 +50,7 @@ pub fn writes_in_memory(s: &Service, r: &Request) -> bool {
     };
     let end = q.offset.saturating_add(r.payload.len() as u64);
     // A write that would wait for another client's recall waits on the
-    // blocking pool, not on the connection's task.
+    // blocking pool, rather than handing the connection's worker over.
     datafile(&s.meta, q.handle).map_or(true, |rec| !rec.in_file && end <= s.data.inline_max())
         && !s.leases.held_by_others(q.handle, r.header.client.client)
 }

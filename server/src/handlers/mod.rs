@@ -53,10 +53,14 @@ macro_rules! handlers {
         }
 
         /// Whether request `r` only reads or changes memory: the KV store's
-        /// reads and its in-memory table (no sync: writes of file data are
-        /// durable on fsync only), not local files, syncs or other servers. A
-        /// read or write of a datafile whose bytes are in the KV store
-        /// qualifies, unless the write would move them to a local file.
+        /// reads and its in-memory table, not local files, syncs or other
+        /// servers. A read or write of a datafile whose bytes are in the KV
+        /// store qualifies (writes of file data are durable on fsync only),
+        /// unless the write would move them to a local file; so does a
+        /// metadata change answered before its sync
+        /// (`Service::answers_before_sync`) that needs no local file and no
+        /// other server. A recall such a change makes is waited for all the
+        /// same (`leases::Leases::changed`).
         fn stays_in_memory(s: &Service, r: &Request) -> bool {
             match r.header.op {
                 $(Op::$op => handlers!(@memory $memory, s, r),)*
@@ -87,13 +91,13 @@ handlers! {
     Ping => admin::ping, unread, always;
     Lookup => namespace::lookup, decoded, always;
     GetAttr => attrs::getattr, decoded, always;
-    SetAttr => attrs::setattr, decoded, never;
-    CreateObject => namespace::create_object, decoded, never;
+    SetAttr => attrs::setattr, decoded, (Service::answers_before_sync);
+    CreateObject => namespace::create_object, decoded, (Service::answers_before_sync);
     CreateDatafiles => namespace::create_datafiles, decoded, never;
     SetDist => namespace::set_dist, decoded, never;
-    CrDirEnt => namespace::crdirent, decoded, never;
-    RmDirEnt => namespace::rmdirent, decoded, never;
-    RenameEntry => namespace::rename_entry, decoded, never;
+    CrDirEnt => namespace::crdirent, decoded, (namespace::adds_in_memory);
+    RmDirEnt => namespace::rmdirent, decoded, (namespace::removes_in_memory);
+    RenameEntry => namespace::rename_entry, decoded, (namespace::renames_in_memory);
     Readdir => namespace::readdir, decoded, always;
     Remove => namespace::remove, decoded, never;
     RmdirPrepare => namespace::rmdir_prepare, decoded, never;
@@ -110,7 +114,7 @@ handlers! {
     RemoveXattr => attrs::removexattr, decoded, never;
     Statfs => admin::statfs, unread, never;
     Stats => admin::stats, unread, always;
-    CreateFile => create_file::create_file, decoded, never;
+    CreateFile => create_file::create_file, decoded, (create_file::creates_in_memory);
     Unstuff => create_file::unstuff, decoded, never;
     ListAttr => listattr::listattr, decoded, never;
     Rendezvous => io::rendezvous, decoded, always;
@@ -150,7 +154,6 @@ impl Service {
     /// servers' requests and the questions of an operator.
     pub fn handle_scheduled(&self, frame: &Frame, ticket: Option<Ticket>) -> Frame {
         let _scope = TicketScope::enter(ticket);
-        let _may_wait = leases::MayWait::enter();
         let h = &frame.header;
         if self.recovery.active()
             && h.client.client != 0

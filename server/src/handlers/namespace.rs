@@ -16,6 +16,7 @@ use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle;
 use shoal_proto::msg::*;
 use shoal_proto::names::check_name;
+use shoal_proto::ops;
 use shoal_proto::{Handle, ObjectKind};
 
 use super::hints;
@@ -243,6 +244,63 @@ pub fn crdirent(s: &Service, r: &Request, q: CrDirEntRequest) -> Result<Reply<Cr
         Ok(reply)
     })?;
     Ok(Reply::new(reply).with_syncs(syncs))
+}
+
+/// Whether a change to directory `dir`'s entries stays in memory (see
+/// `Service::stays_in_memory`): a change answered before its sync, in a
+/// directory whose sticky rule cannot send it to another server to learn
+/// who owns an entry.
+fn changes_dir_in_memory(s: &Service, r: &Request, dir: Handle) -> bool {
+    s.answers_before_sync(r) && !sticky_or_unknown(s, r, dir)
+}
+
+/// Whether adding an entry stays in memory.
+pub fn adds_in_memory(s: &Service, r: &Request) -> bool {
+    r.decode::<ops::CrDirEnt>()
+        .map_or(true, |q| changes_dir_in_memory(s, r, q.dir))
+}
+
+/// Whether renaming an entry within its directory stays in memory.
+pub fn renames_in_memory(s: &Service, r: &Request) -> bool {
+    r.decode::<ops::RenameEntry>()
+        .map_or(true, |q| changes_dir_in_memory(s, r, q.dir))
+}
+
+/// Whether removing an entry stays in memory: the object it unlinks must
+/// keep no bytes in a local file, which would be deleted from the disk.
+pub fn removes_in_memory(s: &Service, r: &Request) -> bool {
+    let Ok(q) = r.decode::<ops::RmDirEnt>() else {
+        return true;
+    };
+    if q.check_only || !changes_dir_in_memory(s, r, q.dir) {
+        return false;
+    }
+    !q.drop_local_link || !may_free_local_files(s, q.dir, &q.name)
+}
+
+/// Whether the sticky rule applies to the caller in `dir`, or `dir` cannot
+/// be read here (its handler then says why, wherever it runs).
+fn sticky_or_unknown(s: &Service, r: &Request, dir: Handle) -> bool {
+    !matches!(s.meta.try_get(dir), Ok(Some(d)) if !perms::sticky_applies(&r.cred, &d))
+}
+
+/// Whether removing entry `name` of `dir` could delete a local file: it
+/// names an object of this server that keeps bytes in one. A failed read
+/// counts as yes.
+fn may_free_local_files(s: &Service, dir: Handle, name: &str) -> bool {
+    let handle = match s.meta.lookup(dir, name) {
+        Ok(Some((h, _))) => h,
+        Ok(None) => return false,
+        Err(_) => return true,
+    };
+    if handle::server_of(handle) != s.id {
+        return false;
+    }
+    match s.meta.try_get(handle) {
+        Ok(Some(rec)) => s.data.keeps_local_files(&s.meta, &rec),
+        Ok(None) => false,
+        Err(_) => true,
+    }
 }
 
 pub fn rmdirent(s: &Service, r: &Request, q: RmDirEntRequest) -> Result<Reply<RmDirEntReply>> {
