@@ -566,17 +566,20 @@ impl Filesystem for ShoalFs {
         // the lease, and the recall dropped them). Otherwise every open drops
         // cached pages, so a file opened after another client closed it
         // shows that client's data (close-to-open consistency, as NFS gives).
-        let fh = match flags.0 & libc::O_ACCMODE {
-            libc::O_RDONLY => FileHandle(0),
-            _ => WRITER,
+        //
+        // A reader's close has nothing to send (`flush` answers it at once),
+        // so FOPEN_NOFLUSH spares it the FLUSH round trip: an open+read+close
+        // is then three requests to this process, not four. (POSIX locks
+        // are the kernel's own here, not released through FLUSH.)
+        let (fh, mut opened) = match flags.0 & libc::O_ACCMODE {
+            libc::O_RDONLY => (FileHandle(0), FopenFlags::FOPEN_NOFLUSH),
+            _ => (WRITER, FopenFlags::empty()),
         };
         let s = &self.shared;
-        let keep = if s.leases.keep_pages(&s.client, ino.0) {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::empty()
-        };
-        reply.opened(fh, keep);
+        if s.leases.keep_pages(&s.client, ino.0) {
+            opened |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        reply.opened(fh, opened);
         self.answered("open", t0);
     }
 

@@ -91,6 +91,8 @@ fn the_mount_counts_what_it_answers() {
     assert!(t["write"].0 >= 7, "{text}");
     assert!(t["read"].0 >= 7, "{text}");
     assert!(t["release"].0 >= 14, "{text}");
+    // Only the writers' closes flush (FOPEN_NOFLUSH on a read-only open).
+    assert_eq!(t["flush"].0, 7, "{text}");
     // Writes of 5,000 bytes are under the write threshold: kept, each file's
     // sent at its close.
     assert!(
