@@ -184,16 +184,20 @@ impl Service {
     }
 
     /// Whether the changes request `r` makes are answered once applied,
-    /// without waiting for a sync (`change`): with `sync = "replay"`, a
-    /// client's metadata change once the client is in the client table.
-    /// Such a change stays in memory unless its handler needs a local file
-    /// or another server (each handler's own check, see `handlers`).
+    /// without waiting for a sync (`change`): every change with `sync =
+    /// "none"`; with `sync = "replay"`, a client's metadata change once the
+    /// client is in the client table. Such a change stays in memory unless
+    /// its handler needs a local file or another server (each handler's own
+    /// check, see `handlers`).
     pub fn answers_before_sync(&self, r: &Request) -> bool {
         let client = r.header.client.client;
-        self.config.settings.sync == SyncMode::Replay
-            && client != 0
-            && r.header.op.modifies_metadata()
-            && self.clients.knows(client)
+        match self.config.settings.sync {
+            SyncMode::None => true,
+            SyncMode::Replay => {
+                client != 0 && r.header.op.modifies_metadata() && self.clients.knows(client)
+            }
+            SyncMode::Full => false,
+        }
     }
 
     /// Runs `build` under the store lock to read what it needs and fill a
