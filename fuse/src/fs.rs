@@ -103,17 +103,26 @@ impl Answer<Found> for ReplyEntry {
 /// reader's close has nothing to send and must not take a writer's error.
 const WRITER: FileHandle = FileHandle(1);
 
-/// A create answers with the new file, open (for writing, as creates are).
-impl Answer<Attr> for ReplyCreate {
-    fn answer(self, s: &Shared, a: Attr) {
-        s.open.lock().unwrap().opened(a.handle);
+/// A create answers with the new file, open (for writing, as creates are),
+/// its entry and attributes kept by the kernel while the client's leases
+/// on the directory and the file last (one timeout covers both here).
+impl Answer<Found> for ReplyCreate {
+    fn answer(self, s: &Shared, f: Found) {
+        let h = f.attr.handle;
+        s.open.lock().unwrap().opened(h);
+        let given = s.leases.give();
+        let ttl = s
+            .leases
+            .attr_ttl(&s.client, h, s.ttl)
+            .min(s.leases.entry_ttl(&s.client, f.parent, &f.name, s.ttl));
         self.created(
-            &s.ttl,
-            &s.attr(&a),
+            &ttl,
+            &s.attr(&f.attr),
             Generation(0),
             WRITER,
             FopenFlags::empty(),
         );
+        s.leases.given(given, h, Some((f.parent, &f.name)));
     }
 }
 
@@ -893,7 +902,11 @@ impl Filesystem for ShoalFs {
                         format!("{name:?} was made meanwhile: look it up again"),
                     ))
                 }
-                made => made,
+                made => made.map(|attr| Found {
+                    parent: parent.0,
+                    name,
+                    attr,
+                }),
             }
         });
     }

@@ -197,8 +197,6 @@ fn through_the_mount_leased_files_cost_no_message_to_stat_or_read() {
         std::fs::write(m.join("d").join(name), vec![7u8; 8192]).unwrap();
     }
     // Listings with attributes (ls -l) and a read: leases, kept pages.
-    // What this mount made itself it knows for the cache TTL; asked again
-    // after it, the servers lease it.
     for _ in 0..2 {
         for dir in [m.clone(), m.join("d")] {
             for e in std::fs::read_dir(dir).unwrap() {
@@ -227,6 +225,40 @@ fn through_the_mount_leased_files_cost_no_message_to_stat_or_read() {
     );
     let unlink = during(&|| std::fs::remove_file(m.join("d/g")).unwrap());
     assert_eq!(unlink, 1, "an unlink of a name the kernel holds");
+}
+
+/// A create's reply leases the new file to its creator: the native
+/// client keeps its attributes, and the mount's kernel its entry and
+/// attributes, past the cache TTL, so a stat after it costs no message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_file_is_leased_to_the_client_that_made_it() {
+    let cluster = cluster();
+    let (a, _) = ready(&cluster).await;
+    let d = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
+    let f = a.create(d, "f", 0o644).await.unwrap().handle;
+    assert!(a.lease_until(f).is_some(), "the create leased the file");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (attr, n) = cluster
+        .messages_during(&a, async { a.lookup_attr(d, "f").await })
+        .await;
+    assert_eq!(attr.unwrap().handle, f);
+    assert_eq!(n, 0, "name and attributes of the new file under lease");
+}
+
+#[test]
+fn through_the_mount_a_new_file_costs_no_message_to_stat() {
+    let mut cluster = cluster();
+    let m = cluster.mount();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let probe = cluster.client();
+    std::fs::create_dir(m.join("d")).unwrap();
+    drop(std::fs::File::create(m.join("d/f")).unwrap());
+    // Past the cache TTL.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (_, stat) = rt.block_on(cluster.messages_during(&probe, async {
+        assert_eq!(std::fs::metadata(m.join("d/f")).unwrap().len(), 0);
+    }));
+    assert_eq!(stat, 0, "a stat of a file this mount made");
 }
 
 /// A mount that holds leases and stops answering (SIGSTOP) holds another

@@ -10,6 +10,7 @@
 //! new ones ([`Client::under_hints`]).
 
 use std::future::Future;
+use std::time::Instant;
 
 use shoal_proto::cluster::Settings;
 use shoal_proto::error::{Result, ShoalError};
@@ -72,6 +73,9 @@ struct Made {
     /// The record of a file its server made whole (the augmented create),
     /// from which its attributes are taken.
     record: Option<ObjectRecord>,
+    /// The lease its server granted on it with its reply, if any: the
+    /// creator may cache its attributes until then (`leases`).
+    lease: Option<Instant>,
     entry: Entry,
 }
 
@@ -99,6 +103,7 @@ impl Made {
             handle,
             kind,
             record: None,
+            lease: None,
             entry: Entry::ToAdd(Undo::Object),
         }
     }
@@ -137,7 +142,7 @@ impl Client {
                 })
             })?
             .ok_or_else(|| ShoalError::protocol("create_file reply without a file"))?;
-        self.inner.attrs.put(h, attr.clone());
+        self.inner.attrs.put_leased(h, attr.clone(), made.lease);
         Ok(attr)
     }
 
@@ -279,6 +284,7 @@ impl Client {
             handle: meta,
             kind: ObjectKind::Metafile,
             record: None,
+            lease: None,
             entry: Entry::ToAdd(Undo::Parts(dist)),
         })
     }
@@ -317,14 +323,14 @@ impl Client {
         };
         let send = self
             .pool()
-            .call::<ops::CreateFile>(server, self.cred, &request);
+            .call_leasing::<ops::CreateFile>(server, self.cred, &request);
         // With colocate the entry is made in the same request.
-        let reply = self
+        let (reply, lease) = self
             .change_entries(
                 dir,
                 colocate,
                 send,
-                |r| r.dir.as_ref(),
+                |(r, _)| r.dir.as_ref(),
                 EntryChange::Added(name),
             )
             .await?;
@@ -341,10 +347,12 @@ impl Client {
         } else {
             Entry::ToAdd(Undo::Object)
         };
+        self.inner.leases.note(h, lease);
         Ok(Made {
             handle: h,
             kind,
             record: Some(rec),
+            lease,
             entry,
         })
     }
