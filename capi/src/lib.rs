@@ -25,6 +25,7 @@ mod files;
 mod held_attrs;
 mod ops;
 mod read_ahead;
+mod recall_listener;
 mod session;
 
 use std::path::Path;

@@ -15,12 +15,13 @@
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, MutexGuard, Once, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, MutexGuard, Once, OnceLock, RwLock, RwLockWriteGuard};
 
 use shoal_client::Client;
 use shoal_proto::cluster::ClusterConfig;
 
 use crate::ffi::{err, Result};
+use crate::recall_listener::Listener;
 use crate::{files, held_attrs};
 
 /// Worker threads of the library's runtime: they drive the sockets; the
@@ -32,6 +33,8 @@ pub struct Session {
     rt: tokio::runtime::Runtime,
     pid: u32,
     flavor: Flavor,
+    /// Reads the sockets between calls for lease recalls (`Caller` only).
+    listener: OnceLock<Arc<Listener>>,
 }
 
 /// How the library's runtime drives the sockets.
@@ -41,22 +44,37 @@ pub enum Flavor {
     /// one of them reads the reply and wakes it. For long-lived programs
     /// with concurrent calls.
     Threads,
-    /// No thread of its own: the calling thread sends, polls the socket and
-    /// reads the reply itself (concurrent callers take turns driving the
-    /// sockets). No threads to start, and no wake-up of another thread per
-    /// reply: two context switches less per round trip, which on a busy
-    /// machine is most of a short process's cost. For `libshoal_preload.so`.
+    /// The calling thread sends, polls the socket and reads the reply
+    /// itself (concurrent callers take turns driving the sockets): no
+    /// wake-up of another thread per reply, two context switches less per
+    /// round trip, which on a busy machine is most of a short process's
+    /// cost. Between calls, while the client holds leases, one thread of
+    /// its own reads the sockets every few milliseconds for the servers'
+    /// recalls (`recall_listener`). For `libshoal_preload.so`.
     Caller,
 }
 
 impl Session {
-    fn new(mut config: ClusterConfig, flavor: Flavor) -> Result<Session> {
-        if flavor == Flavor::Caller {
-            // Nobody reads the sockets between calls, so a server's lease
-            // recall could wait for this process's next call: take no
-            // leases (the client's caches keep their TTL).
+    /// A session, and in the `Caller` flavor its recall listener; without
+    /// one (no thread could start) it takes no leases.
+    fn start(mut config: ClusterConfig, flavor: Flavor) -> Result<Arc<Session>> {
+        if flavor == Flavor::Threads {
+            return Ok(Arc::new(Session::new(config, flavor)?));
+        }
+        let (send, receive) = std::sync::mpsc::channel();
+        let listener = Listener::start(receive);
+        if listener.is_none() {
             config.settings.lease_ms = 0;
         }
+        let session = Arc::new(Session::new(config, flavor)?);
+        if let Some(listener) = listener {
+            let _ = session.listener.set(listener);
+            let _ = send.send(Arc::downgrade(&session));
+        }
+        Ok(session)
+    }
+
+    fn new(config: ClusterConfig, flavor: Flavor) -> Result<Session> {
         let mut builder = match flavor {
             Flavor::Threads => {
                 let mut b = tokio::runtime::Builder::new_multi_thread();
@@ -82,11 +100,21 @@ impl Session {
             rt,
             pid: std::process::id(),
             flavor,
+            listener: OnceLock::new(),
         })
     }
 
     /// Runs `fut` to completion on the calling thread.
     pub fn run<T>(&self, fut: impl std::future::Future<Output = T>) -> T {
+        let out = self.run_quietly(fut);
+        if let Some(listener) = self.listener.get() {
+            listener.after_call(self);
+        }
+        out
+    }
+
+    /// [`run`](Self::run), without waking the recall listener (its own).
+    pub(crate) fn run_quietly<T>(&self, fut: impl std::future::Future<Output = T>) -> T {
         self.rt.block_on(fut)
     }
 }
@@ -117,7 +145,7 @@ pub fn current() -> Result<Arc<Session>> {
     let mut state = write_state();
     let c = state.as_mut().ok_or_else(not_connected)?;
     if c.session.pid != std::process::id() {
-        let fresh = Arc::new(Session::new(c.config.clone(), c.session.flavor)?);
+        let fresh = Session::start(c.config.clone(), c.session.flavor)?;
         let parents = std::mem::replace(&mut c.session, fresh);
         std::mem::forget(parents);
     }
@@ -206,7 +234,7 @@ pub fn connect(cluster_file: &Path, check: bool, flavor: Flavor) -> Result<()> {
         return Ok(());
     }
     let config = ClusterConfig::load(&canonical)?;
-    let session = Session::new(config.clone(), flavor)?;
+    let session = Session::start(config.clone(), flavor)?;
     if check {
         if let Err(e) = session.run(session.client.ping_all()) {
             return Err(e.context(format!("cluster {}", canonical.display())));
@@ -216,7 +244,7 @@ pub fn connect(cluster_file: &Path, check: bool, flavor: Flavor) -> Result<()> {
         cluster_file: canonical,
         config,
         users: 1,
-        session: Arc::new(session),
+        session,
     });
     Ok(())
 }

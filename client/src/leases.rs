@@ -39,6 +39,8 @@ pub type RecallHook = Arc<dyn Fn(&Recalled) -> BoxFuture<'static, ()> + Send + S
 #[derive(Default)]
 pub struct Ledger {
     held: Mutex<HashMap<Handle, Instant>>,
+    /// The end of the latest lease noted: until then a server may recall.
+    latest: Mutex<Option<Instant>>,
     hook: OnceLock<RecallHook>,
 }
 
@@ -58,13 +60,28 @@ impl Ledger {
             return;
         }
         let mut held = self.held.lock().unwrap();
+        let mut latest = None;
         for (h, until) in leases {
             if held.len() >= MAX_LEDGER {
                 held.clear();
             }
             let e = held.entry(h).or_insert(until);
             *e = (*e).max(until);
+            latest = latest.max(Some(until));
         }
+        drop(held);
+        let mut l = self.latest.lock().unwrap();
+        *l = (*l).max(latest);
+    }
+
+    /// Whether a lease noted may still be held, so that a server may recall
+    /// it: a front end that reads its connections only while it calls
+    /// (the preload library) must read them meanwhile too until then.
+    pub fn any_held(&self) -> bool {
+        self.latest
+            .lock()
+            .unwrap()
+            .is_some_and(|l| l > Instant::now())
     }
 
     /// Until when `h` is leased, if it is now.

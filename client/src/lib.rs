@@ -191,6 +191,11 @@ impl Client {
         self.inner.leases.until(h)
     }
 
+    /// Whether a server may still recall a lease it gave this client.
+    pub fn holds_leases(&self) -> bool {
+        self.inner.leases.any_held()
+    }
+
     /// [`lease_until`](Self::lease_until) of each handle, at once.
     pub fn leases_until(&self, handles: &[Handle]) -> Vec<Option<Instant>> {
         self.inner.leases.until_many(handles)

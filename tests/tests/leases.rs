@@ -402,3 +402,54 @@ async fn a_write_to_a_striped_files_datafile_recalls_its_attributes() {
     );
     assert_eq!(b.getattr(f).await.unwrap().size, 4 * 4096);
 }
+
+/// The preload library drives its sockets only while it calls; between
+/// calls its recall listener reads them, so a process that holds leases and
+/// sits idle still answers a recall within the bound, and sees the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_preloaded_process_answers_recalls() {
+    use std::io::{BufRead, BufReader, Write};
+    let cluster = cluster();
+    let (a, _) = ready(&cluster).await;
+    let f = a.create(ROOT, "f", 0o644).await.unwrap().handle;
+    let lib = shoal_tests::shoal_bin().with_file_name("libshoal_preload.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    let prefix = format!("/shoal-leases-test-{}", std::process::id());
+    let script = "import os, sys\n\
+                  for _ in range(2):\n\
+                  \x20   print(oct(os.stat(sys.argv[1]).st_mode & 0o777), flush=True)\n\
+                  \x20   sys.stdin.readline()\n";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script, &format!("{prefix}/f")])
+        .env("LD_PRELOAD", &lib)
+        .env("SHOAL_CONFIG", cluster.config_path())
+        .env("SHOAL_PREFIX", &prefix)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stdin = child.stdin.take().unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "0o644");
+    // Idle past the cache TTL, holding the stat's lease.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let before = recalls(&cluster, &a).await;
+    let chmod = SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    a.setattr(f, &chmod).await.unwrap();
+    let mut timeouts = 0;
+    for s in cluster.server_ids() {
+        timeouts += a.server_stats(s).await.unwrap().lease_recall_timeouts;
+    }
+    writeln!(stdin, "go").unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "0o600");
+    writeln!(stdin, "done").unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(
+        recalls(&cluster, &a).await > before,
+        "the process was recalled"
+    );
+    assert_eq!(timeouts, 0, "and answered within the bound");
+}
