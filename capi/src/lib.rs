@@ -123,16 +123,19 @@ pub unsafe extern "C" fn shoal_connect_lazy(cluster_file: *const c_char) -> c_in
 }
 
 /// `shoal_connect_lazy` for `libshoal_preload.so` (Rust only, not in
-/// shoal.h): the library starts no thread of its own; each calling thread
-/// drives the sockets while it waits (see `session::Flavor::Caller`).
+/// shoal.h): each calling thread drives the sockets while it waits, and one
+/// thread of the library's own answers lease recalls between calls (see
+/// `session::Flavor::Caller`). `forget` runs on every recall before it is
+/// answered, so that the preload library's own caches go too.
 ///
 /// # Safety
 /// `cluster_file` as for `shoal_connect`.
 #[doc(hidden)]
-pub unsafe fn connect_for_preload(cluster_file: *const c_char) -> c_int {
+pub unsafe fn connect_for_preload(cluster_file: *const c_char, forget: fn()) -> c_int {
     call("shoal_connect_lazy", -1, || {
         let file = c_str(cluster_file, "cluster_file")?;
-        session::connect(Path::new(file), false, session::Flavor::Caller).map(|_| 0)
+        let flavor = session::Flavor::Caller { forget };
+        session::connect(Path::new(file), false, flavor).map(|_| 0)
     })
 }
 

@@ -17,7 +17,7 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, MutexGuard, Once, OnceLock, RwLock, RwLockWriteGuard};
 
-use shoal_client::Client;
+use shoal_client::{Client, Recalled};
 use shoal_proto::cluster::ClusterConfig;
 
 use crate::ffi::{err, Result};
@@ -38,7 +38,7 @@ pub struct Session {
 }
 
 /// How the library's runtime drives the sockets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub enum Flavor {
     /// `WORKER_THREADS` threads of its own; the caller's thread waits while
     /// one of them reads the reply and wakes it. For long-lived programs
@@ -50,23 +50,28 @@ pub enum Flavor {
     /// round trip, which on a busy machine is most of a short process's
     /// cost. Between calls, while the client holds leases, one thread of
     /// its own reads the sockets every few milliseconds for the servers'
-    /// recalls (`recall_listener`). For `libshoal_preload.so`.
-    Caller,
+    /// recalls (`recall_listener`), and `forget` runs on each before it is
+    /// answered (the caller's own caches go). For `libshoal_preload.so`.
+    Caller { forget: fn() },
 }
 
 impl Session {
     /// A session, and in the `Caller` flavor its recall listener; without
     /// one (no thread could start) it takes no leases.
     fn start(mut config: ClusterConfig, flavor: Flavor) -> Result<Arc<Session>> {
-        if flavor == Flavor::Threads {
+        let Flavor::Caller { forget } = flavor else {
             return Ok(Arc::new(Session::new(config, flavor)?));
-        }
+        };
         let (send, receive) = std::sync::mpsc::channel();
         let listener = Listener::start(receive);
         if listener.is_none() {
             config.settings.lease_ms = 0;
         }
         let session = Arc::new(Session::new(config, flavor)?);
+        session.client.on_recall(Arc::new(move |_: &Recalled| {
+            forget();
+            Box::pin(std::future::ready(()))
+        }));
         if let Some(listener) = listener {
             let _ = session.listener.set(listener);
             let _ = send.send(Arc::downgrade(&session));
@@ -81,7 +86,7 @@ impl Session {
                 b.worker_threads(WORKER_THREADS).thread_name("shoal-io");
                 b
             }
-            Flavor::Caller => tokio::runtime::Builder::new_current_thread(),
+            Flavor::Caller { .. } => tokio::runtime::Builder::new_current_thread(),
         };
         let rt = builder.enable_all().build().map_err(|e| {
             err(

@@ -12,8 +12,9 @@
 //! does, `ls -R` does not), its listings bring attributes from then on, a
 //! batch at a time ([`wants_attrs`]). Any change this process makes through the library
 //! empties the cache (changes are rare while a listing is being stat'ed, and
-//! a whole-cache clear cannot miss one); another client's change shows within
-//! the TTL, the same promise as libshoal's own name and attribute caches.
+//! a whole-cache clear cannot miss one), and so does a server's lease recall
+//! (another client's change to something this process was told of): such a
+//! change shows as soon as it returns, as through libshoal's own caches.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -209,7 +210,8 @@ pub fn exists(path: &[u8]) -> bool {
         })
 }
 
-/// Forgets everything (this process changed something).
+/// Forgets everything (this process changed something, or a server
+/// recalled a lease: another client changed something).
 pub fn clear() {
     if FILLED.swap(false, Ordering::Relaxed) {
         let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());

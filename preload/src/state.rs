@@ -183,10 +183,10 @@ fn connect(p: &Prefix) -> Result<bool, c_int> {
     let file = CString::new(p.cluster.clone()).map_err(|_| libc::EINVAL)?;
     // SAFETY: a NUL-terminated path.
     // Lazily (no round to every server first: a process that stats one file
-    // connects to the server or two it asks), and with no thread of
-    // libshoal's own (the caller's thread reads its replies): see the
-    // README's startup cost.
-    if unsafe { shoal::connect_for_preload(file.as_ptr()) } != 0 {
+    // connects to the server or two it asks), the caller's thread reading
+    // its replies: see the README's startup cost. A lease recall empties the
+    // library's own cache before it is answered.
+    if unsafe { shoal::connect_for_preload(file.as_ptr(), crate::cache::clear) } != 0 {
         let e = errno();
         if std::env::var_os("SHOAL_PRELOAD_DEBUG").is_some() {
             // SAFETY: libshoal's message for this thread's last failure.

@@ -405,22 +405,30 @@ async fn a_write_to_a_striped_files_datafile_recalls_its_attributes() {
 
 /// The preload library drives its sockets only while it calls; between
 /// calls its recall listener reads them, so a process that holds leases and
-/// sits idle still answers a recall within the bound, and sees the change.
+/// sits idle still answers a recall within the bound. The recall empties
+/// the library's own cache of listed paths too (kept a minute here), so the
+/// process sees the change at its next stat.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_preloaded_process_answers_recalls() {
     use std::io::{BufRead, BufReader, Write};
-    let cluster = cluster();
+    let cluster = Cluster::builder()
+        .servers(2)
+        .set("cache_ttl_ms=60000")
+        .start();
     let (a, _) = ready(&cluster).await;
     let f = a.create(ROOT, "f", 0o644).await.unwrap().handle;
     let lib = shoal_tests::shoal_bin().with_file_name("libshoal_preload.so");
     assert!(lib.exists(), "{} not built", lib.display());
     let prefix = format!("/shoal-leases-test-{}", std::process::id());
+    // A listing, then a stat of its entry (as ls -l): the library keeps
+    // the entry's attributes in its own cache.
     let script = "import os, sys\n\
+                  os.listdir(sys.argv[1])\n\
                   for _ in range(2):\n\
-                  \x20   print(oct(os.stat(sys.argv[1]).st_mode & 0o777), flush=True)\n\
+                  \x20   print(oct(os.stat(sys.argv[1] + '/f').st_mode & 0o777), flush=True)\n\
                   \x20   sys.stdin.readline()\n";
     let mut child = std::process::Command::new("python3")
-        .args(["-c", script, &format!("{prefix}/f")])
+        .args(["-c", script, &prefix])
         .env("LD_PRELOAD", &lib)
         .env("SHOAL_CONFIG", cluster.config_path())
         .env("SHOAL_PREFIX", &prefix)
@@ -431,8 +439,8 @@ async fn an_idle_preloaded_process_answers_recalls() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut stdin = child.stdin.take().unwrap();
     assert_eq!(lines.next().unwrap().unwrap(), "0o644");
-    // Idle past the cache TTL, holding the stat's lease.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Idle a while, holding the listing's and the stat's leases.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let before = recalls(&cluster, &a).await;
     let chmod = SetAttr {
         mode: Some(0o600),
