@@ -15,7 +15,7 @@
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, MutexGuard, Once, OnceLock, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, MutexGuard, Once, RwLock, RwLockWriteGuard};
 
 use shoal_client::{Client, Recalled};
 use shoal_proto::cluster::ClusterConfig;
@@ -34,7 +34,7 @@ pub struct Session {
     pid: u32,
     flavor: Flavor,
     /// Reads the sockets between calls for lease recalls (`Caller` only).
-    listener: OnceLock<Arc<Listener>>,
+    listener: Option<Arc<Listener>>,
 }
 
 /// How the library's runtime drives the sockets.
@@ -60,26 +60,27 @@ impl Session {
     /// one (no thread could start) it takes no leases.
     fn start(mut config: ClusterConfig, flavor: Flavor) -> Result<Arc<Session>> {
         let Flavor::Caller { forget } = flavor else {
-            return Ok(Arc::new(Session::new(config, flavor)?));
+            return Ok(Arc::new(Session::new(config, flavor, None)?));
         };
         let (send, receive) = std::sync::mpsc::channel();
         let listener = Listener::start(receive);
         if listener.is_none() {
             config.settings.lease_ms = 0;
         }
-        let session = Arc::new(Session::new(config, flavor)?);
+        let session = Arc::new(Session::new(config, flavor, listener)?);
         session.client.on_recall(Arc::new(move |_: &Recalled| {
             forget();
             Box::pin(std::future::ready(()))
         }));
-        if let Some(listener) = listener {
-            let _ = session.listener.set(listener);
-            let _ = send.send(Arc::downgrade(&session));
-        }
+        let _ = send.send(Arc::downgrade(&session));
         Ok(session)
     }
 
-    fn new(config: ClusterConfig, flavor: Flavor) -> Result<Session> {
+    fn new(
+        config: ClusterConfig,
+        flavor: Flavor,
+        listener: Option<Arc<Listener>>,
+    ) -> Result<Session> {
         let mut builder = match flavor {
             Flavor::Threads => {
                 let mut b = tokio::runtime::Builder::new_multi_thread();
@@ -105,14 +106,14 @@ impl Session {
             rt,
             pid: std::process::id(),
             flavor,
-            listener: OnceLock::new(),
+            listener,
         })
     }
 
     /// Runs `fut` to completion on the calling thread.
     pub fn run<T>(&self, fut: impl std::future::Future<Output = T>) -> T {
         let out = self.run_quietly(fut);
-        if let Some(listener) = self.listener.get() {
+        if let Some(listener) = &self.listener {
             listener.after_call(self);
         }
         out

@@ -38,10 +38,16 @@ pub type RecallHook = Arc<dyn Fn(&Recalled) -> BoxFuture<'static, ()> + Send + S
 
 #[derive(Default)]
 pub struct Ledger {
-    held: Mutex<HashMap<Handle, Instant>>,
-    /// The end of the latest lease noted: until then a server may recall.
-    latest: Mutex<Option<Instant>>,
+    held: Mutex<Held>,
     hook: OnceLock<RecallHook>,
+}
+
+#[derive(Default)]
+struct Held {
+    /// Until when each object is leased.
+    until: HashMap<Handle, Instant>,
+    /// The end of the latest lease noted: until then a server may recall.
+    latest: Option<Instant>,
 }
 
 impl Ledger {
@@ -60,27 +66,24 @@ impl Ledger {
             return;
         }
         let mut held = self.held.lock().unwrap();
-        let mut latest = None;
         for (h, until) in leases {
-            if held.len() >= MAX_LEDGER {
-                held.clear();
+            if held.until.len() >= MAX_LEDGER {
+                held.until.clear();
             }
-            let e = held.entry(h).or_insert(until);
+            let e = held.until.entry(h).or_insert(until);
             *e = (*e).max(until);
-            latest = latest.max(Some(until));
+            held.latest = held.latest.max(Some(until));
         }
-        drop(held);
-        let mut l = self.latest.lock().unwrap();
-        *l = (*l).max(latest);
     }
 
     /// Whether a lease noted may still be held, so that a server may recall
     /// it: a front end that reads its connections only while it calls
     /// (the preload library) must read them meanwhile too until then.
     pub fn any_held(&self) -> bool {
-        self.latest
+        self.held
             .lock()
             .unwrap()
+            .latest
             .is_some_and(|l| l > Instant::now())
     }
 
@@ -95,7 +98,7 @@ impl Ledger {
         let now = Instant::now();
         handles
             .iter()
-            .map(|h| held.get(h).copied().filter(|u| *u > now))
+            .map(|h| held.until.get(h).copied().filter(|u| *u > now))
             .collect()
     }
 
@@ -134,7 +137,7 @@ impl Inner {
             Recalled::Objects(handles) => {
                 let mut held = self.leases.held.lock().unwrap();
                 for h in handles {
-                    held.remove(h);
+                    held.until.remove(h);
                     self.attrs.remove(h);
                     self.names.remove_dir(*h);
                     self.known_dirs.forget(*h);
@@ -142,7 +145,7 @@ impl Inner {
                 }
             }
             Recalled::Everything => {
-                self.leases.held.lock().unwrap().clear();
+                self.leases.held.lock().unwrap().until.clear();
                 self.attrs.clear();
                 self.names.clear();
             }

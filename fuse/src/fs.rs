@@ -85,16 +85,27 @@ pub struct Found {
     attr: Attr,
 }
 
+impl Found {
+    /// The kernel's timeouts for what was found: its attributes' (the
+    /// object's lease) and its entry's (the directory's).
+    fn ttls(&self, s: &Shared) -> (Duration, Duration) {
+        (
+            s.leases.attr_ttl(&s.client, self.attr.handle, s.ttl),
+            s.leases
+                .entry_ttl(&s.client, self.parent, &self.name, s.ttl),
+        )
+    }
+}
+
 /// A lookup's entry: kept by the kernel as long as the client's leases on
 /// the directory (the name) and on the object (its attributes) last.
 impl Answer<Found> for ReplyEntry {
     fn answer(self, s: &Shared, f: Found) {
         let given = s.leases.give();
-        let h = f.attr.handle;
-        let attr_ttl = s.leases.attr_ttl(&s.client, h, s.ttl);
-        let entry_ttl = s.leases.entry_ttl(&s.client, f.parent, &f.name, s.ttl);
+        let (attr_ttl, entry_ttl) = f.ttls(s);
         self.entry_with_ttls(&attr_ttl, &entry_ttl, &s.attr(&f.attr), Generation(0));
-        s.leases.given(given, h, Some((f.parent, &f.name)));
+        s.leases
+            .given(given, f.attr.handle, Some((f.parent, &f.name)));
     }
 }
 
@@ -111,10 +122,8 @@ impl Answer<Found> for ReplyCreate {
         let h = f.attr.handle;
         s.open.lock().unwrap().opened(h);
         let given = s.leases.give();
-        let ttl = s
-            .leases
-            .attr_ttl(&s.client, h, s.ttl)
-            .min(s.leases.entry_ttl(&s.client, f.parent, &f.name, s.ttl));
+        let (attr_ttl, entry_ttl) = f.ttls(s);
+        let ttl = attr_ttl.min(entry_ttl);
         self.created(
             &ttl,
             &s.attr(&f.attr),
