@@ -34,7 +34,7 @@ use libc::{c_char, c_int, c_void, gid_t, mode_t, off_t, size_t, ssize_t, uid_t};
 use shoal_client::{Attr, DirEntry, FileKind, SetAttr};
 
 use ffi::{c_path, c_str, call, call_keeping_held, copy_sized, err, in_buf, out_buf, out_struct};
-use ops::Target;
+use ops::{ListAttrs, Target};
 
 /// Longest entry name, in bytes (without the NUL).
 pub const SHOAL_NAME_MAX: usize = 255;
@@ -137,6 +137,21 @@ pub unsafe fn connect_for_preload(cluster_file: *const c_char, forget: fn()) -> 
         let flavor = session::Flavor::Caller { forget };
         session::connect(Path::new(file), false, flavor).map(|_| 0)
     })
+}
+
+/// libshoal takes the process's umask from [`track_umask`] calls from now
+/// on (from /proc/self/status once, until the first), rather than reading
+/// /proc at each create: for `libshoal_preload.so`, which sees every
+/// umask(2) call (Rust only).
+#[doc(hidden)]
+pub fn start_tracking_umask() {
+    ops::start_tracking_umask()
+}
+
+/// The program set its umask to `mask` (see [`start_tracking_umask`]).
+#[doc(hidden)]
+pub fn track_umask(mask: u32) {
+    ops::track_umask(mask)
 }
 
 /// The attribute cache lifetime (`cache_ttl_ms`) of the cluster this
@@ -553,8 +568,11 @@ fn fill_entry(
         *d = *s as c_char;
     }
     ent.d_name[n] = 0;
-    if let (Some(st), Some(a)) = (st, attr) {
-        ops::fill_stat(st, a, blksize);
+    match (st, attr) {
+        (Some(st), Some(a)) => ops::fill_stat(st, a, blksize),
+        // Attributes asked for and not brought (shoal_readdir_held).
+        (Some(st), None) => st.st_ino = 0,
+        (None, _) => {}
     }
 }
 
@@ -566,12 +584,16 @@ unsafe fn next_entries(
     ents: *mut shoal_dirent,
     sts: *mut libc::stat,
     max: size_t,
+    attrs: ListAttrs,
 ) -> ssize_t {
     call(name, -1, || {
         if ents.is_null() {
             return Err(err(libc::EFAULT, "entry buffer is NULL"));
         }
-        let listed = ops::readdir_many(fd, !sts.is_null(), max)?;
+        if sts.is_null() != (attrs == ListAttrs::None) {
+            return Err(err(libc::EFAULT, "stat buffer is NULL"));
+        }
+        let listed = ops::readdir_many(fd, attrs, max)?;
         let blksize = ops::blksize();
         for (i, (e, attr)) in listed.iter().enumerate() {
             // SAFETY: the caller passes room for `max` entries (and stats),
@@ -586,7 +608,14 @@ unsafe fn next_entries(
 /// returns 1; returns 0 at the end, -1 on an error.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_readdir(dirfd: c_int, ent: *mut shoal_dirent) -> c_int {
-    next_entries("shoal_readdir", dirfd, ent, std::ptr::null_mut(), 1) as c_int
+    next_entries(
+        "shoal_readdir",
+        dirfd,
+        ent,
+        std::ptr::null_mut(),
+        1,
+        ListAttrs::None,
+    ) as c_int
 }
 
 /// As shoal_readdir, and fills `st` with the entry's attributes (what
@@ -597,12 +626,7 @@ pub unsafe extern "C" fn shoal_readdirplus(
     ent: *mut shoal_dirent,
     st: *mut libc::stat,
 ) -> c_int {
-    if st.is_null() {
-        return call("shoal_readdirplus", -1, || {
-            Err(err(libc::EFAULT, "stat buffer is NULL"))
-        });
-    }
-    next_entries("shoal_readdirplus", dirfd, ent, st, 1) as c_int
+    next_entries("shoal_readdirplus", dirfd, ent, st, 1, ListAttrs::All) as c_int
 }
 
 /// Up to `max` next entries of directory `dirfd` into `ents[0..]` and, if
@@ -616,7 +640,28 @@ pub unsafe extern "C" fn shoal_readdir_many(
     sts: *mut libc::stat,
     max: size_t,
 ) -> ssize_t {
-    next_entries("shoal_readdir_many", dirfd, ents, sts, max)
+    let attrs = match sts.is_null() {
+        true => ListAttrs::None,
+        false => ListAttrs::All,
+    };
+    next_entries("shoal_readdir_many", dirfd, ents, sts, max, attrs)
+}
+
+/// As shoal_readdir_many with attributes, but only those this process
+/// holds already (leased to it, or fetched within the cache TTL); an entry
+/// whose attributes it does not hold gets `st_ino` 0 (fetch them with
+/// shoal_stat_handles if need be). Never a message for attributes: a
+/// listing of entries this process just made (whose creates gave it their
+/// attributes) brings them all for the cost of the listing alone. `sts`
+/// must not be NULL.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_readdir_held(
+    dirfd: c_int,
+    ents: *mut shoal_dirent,
+    sts: *mut libc::stat,
+    max: size_t,
+) -> ssize_t {
+    next_entries("shoal_readdir_held", dirfd, ents, sts, max, ListAttrs::Held)
 }
 
 /// The attributes of `n` objects named by their handles (`d_ino` of a

@@ -3,7 +3,7 @@
 //! directory streams with readdirplus batches, and attribute conversion to
 //! `struct stat` and `struct statvfs`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -124,8 +124,50 @@ pub async fn resolve_parent<'p>(c: &Client, path: &'p str) -> Result<(Handle, &'
     c.resolve_parent(path).await.map_err(about(path))
 }
 
-/// This process's umask (Linux has it in /proc since 4.7; 022 otherwise).
+/// TRACKED_UMASK before the first create of a process that tracks it.
+const UNTRACKED: u32 = u32::MAX;
+/// The umask as a front end that sees every umask(2) call (the preload
+/// library) last told it, or as /proc said at the first create since it
+/// tracks; UNTRACKED until then.
+static TRACKED_UMASK: AtomicU32 = AtomicU32::new(UNTRACKED);
+static TRACKING: AtomicBool = AtomicBool::new(false);
+
+/// From now on the umask is what [`track_umask`] says, not read from /proc
+/// at each create (reading /proc/self/status cost a create through the
+/// preload library a sixth of its time): only /proc's first answer is kept.
+pub fn start_tracking_umask() {
+    TRACKING.store(true, Ordering::Relaxed);
+}
+
+/// The program set its umask to `mask`.
+pub fn track_umask(mask: u32) {
+    TRACKED_UMASK.store(mask & 0o777, Ordering::Relaxed);
+}
+
+/// This process's umask: tracked, or read (see [`start_tracking_umask`]).
 fn umask() -> u32 {
+    match TRACKED_UMASK.load(Ordering::Relaxed) {
+        UNTRACKED => {
+            let mask = process_umask();
+            if TRACKING.load(Ordering::Relaxed) {
+                // Unless a umask call was tracked meanwhile: it is newer.
+                let _ = TRACKED_UMASK.compare_exchange(
+                    UNTRACKED,
+                    mask,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+            mask
+        }
+        mask => mask,
+    }
+}
+
+/// This process's umask as the kernel has it (Linux has it in /proc since
+/// 4.7; 022 otherwise). Read, not set and set back: that would briefly give
+/// another thread's creates a umask of 0.
+fn process_umask() -> u32 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -734,9 +776,29 @@ pub fn times(times: Option<&[libc::timespec; 2]>) -> Result<SetAttr> {
     })
 }
 
-/// Up to `max` next entries of a listing (with their attributes for a
-/// readdirplus); none at the end.
-pub fn readdir_many(fd: i32, plus: bool, max: usize) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+/// What attributes a listing brings with its entries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ListAttrs {
+    None,
+    /// Those this process holds already (leased, or within the cache TTL):
+    /// no message for attributes, so a listing nobody stats costs its
+    /// batches alone, and one right after this process made the entries
+    /// (whose creates leased it their attributes) costs the same and needs
+    /// nothing more for its stats.
+    Held,
+    /// Every entry's (a readdirplus): one ListAttr round per batch for the
+    /// attributes not held.
+    All,
+}
+
+/// Up to `max` next entries of a listing, with attributes as `attrs` says;
+/// none at the end.
+pub fn readdir_many(
+    fd: i32,
+    attrs: ListAttrs,
+    max: usize,
+) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+    let plus = attrs == ListAttrs::All;
     let file = files::get(fd)?;
     let dir = file
         .dir
@@ -798,6 +860,12 @@ pub fn readdir_many(fd: i32, plus: bool, max: usize) -> Result<Vec<(DirEntry, Op
         }
         let n = (max - out.len()).min(st.buffered.len());
         out.extend(st.buffered.drain(..n));
+    }
+    if attrs == ListAttrs::Held {
+        let held = c.cached_attrs(out.iter().map(|(e, _)| &e.handle));
+        for ((_, a), held) in out.iter_mut().zip(held) {
+            *a = held;
+        }
     }
     Ok(out)
 }

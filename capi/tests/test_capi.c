@@ -454,6 +454,32 @@ static void test_a_listing_spans_several_batches(void **state)
     assert_int_equal(shoal_readdir_many(-1, NULL, NULL, 1), -1);
     assert_int_equal(errno, EFAULT);
 
+    /* With the attributes this process holds: those the listings above
+     * just brought, so all of them, for no message. */
+    {
+        static struct shoal_dirent ents[100];
+        static struct stat sts[100];
+        d = shoal_opendir(at("many", NULL));
+        OK(d);
+        long got;
+        count = 0;
+        while ((got = shoal_readdir_held(d, ents, sts, 100)) > 0) {
+            for (long k = 0; k < got; k++) {
+                if (ents[k].d_name[0] == '.')
+                    continue;
+                int i = atoi(ents[k].d_name + 1);
+                assert_int_equal(sts[k].st_ino, ents[k].d_ino);
+                assert_int_equal(sts[k].st_size, i % 2 ? 5 : 0);
+                count++;
+            }
+        }
+        assert_int_equal(got, 0);
+        assert_int_equal(count, N);
+        assert_int_equal(shoal_readdir_held(d, ents, NULL, 100), -1);
+        assert_int_equal(errno, EFAULT);
+        OK(shoal_closedir(d));
+    }
+
     /* Attributes by handle, as a listing names them. */
     uint64_t handles[3];
     struct stat by_path[2], by_handle[3];

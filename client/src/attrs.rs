@@ -34,6 +34,12 @@ impl Client {
         self.inner.attrs.get(&h)
     }
 
+    /// [`cached_attr`](Self::cached_attr) of each handle, index-aligned,
+    /// under one lock: what a listing's batch may bring for free.
+    pub fn cached_attrs<'a>(&self, hs: impl IntoIterator<Item = &'a Handle>) -> Vec<Option<Attr>> {
+        self.inner.attrs.get_many(hs)
+    }
+
     /// Attributes of `h`. For a file: one request to its metafile's server and
     /// one per server holding its datafiles (n+1 messages), unless cached.
     pub async fn getattr(&self, h: Handle) -> Result<Attr> {

@@ -4,10 +4,12 @@
 //! An entry a server leased (`leases`) lives until its lease ends, unless
 //! the server recalls it first (the client then removes it).
 
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+// A fast hash: a listing looks up and inserts a batch's handles at once.
+use foldhash::HashMap;
 
 /// Entries kept before the cache is emptied and starts again (unless the
 /// cache is made with another bound).
@@ -40,7 +42,7 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
         TtlCache {
             ttl,
             max,
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(HashMap::default()),
         }
     }
 

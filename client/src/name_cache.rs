@@ -14,9 +14,11 @@
 //! A name the directory's server leased (`leases`) lives until the lease
 //! ends; a recall of the directory drops all its names at once.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+// A fast hash: a listing puts a batch of hundreds of names at once.
+use foldhash::HashMap;
 
 use shoal_proto::{Cred, Handle, ObjectKind};
 
@@ -89,22 +91,28 @@ impl NameCache {
         if self.ttl.is_zero() {
             return;
         }
+        let entries = entries.into_iter();
         let mut map = self.map.lock().unwrap();
+        if map.count + entries.size_hint().0 > MAX_ENTRIES {
+            *map = Names::default();
+        }
         let ttl_end = crate::cache::expiry(Instant::now(), self.ttl);
         let until = lease.map_or(ttl_end, |l| l.max(ttl_end));
+        let Names { dirs, count } = &mut *map;
+        let names = dirs.entry(dir).or_default();
         for (name, named) in entries {
-            if map.count >= MAX_ENTRIES {
-                *map = Names::default();
-            }
-            let names = map.dirs.entry(dir).or_default();
-            let mut added = false;
-            let e = names.entry(name.to_string()).or_insert_with(|| {
-                added = true;
-                Entry {
-                    named,
-                    seen_by: Vec::new(),
+            // A name listed again (the common case) costs no allocation.
+            let e = match names.get_mut(name) {
+                Some(e) => e,
+                None => {
+                    *count += 1;
+                    let fresh = Entry {
+                        named,
+                        seen_by: Vec::with_capacity(1),
+                    };
+                    names.entry(name.to_string()).or_insert(fresh)
                 }
-            });
+            };
             if e.named != named {
                 e.named = named;
                 e.seen_by.clear();
@@ -114,7 +122,6 @@ impl NameCache {
                 e.seen_by.remove(0);
             }
             e.seen_by.push((who, until));
-            map.count += usize::from(added);
         }
     }
 

@@ -4,22 +4,27 @@
 //! entry, and a listing nobody stats (`ls -R`, `find` without tests on
 //! attributes) costs no attributes at all.
 //!
-//! A listing records each entry's name, handle and type ([`listed`]), in
-//! batches of [`BATCH`] entries per directory. The first stat of an entry
+//! A listing records each entry's attributes if libshoal holds them already
+//! (leased: this process made or saw the entry lately), else its name,
+//! handle and type ([`listed_many`]), in batches of [`BATCH`] entries per
+//! directory. The first stat of an entry
 //! asks for the attributes of its whole batch at once (one ListAttr per
-//! server holding some of them); they are kept ([`put`]) and answer the
+//! server holding some of them); they are kept ([`put_many`]) and answer the
 //! batch's other stats. Once a program has stat'ed a listed entry (`ls -l`
 //! does, `ls -R` does not), its listings bring attributes from then on, a
-//! batch at a time ([`wants_attrs`]). Any change this process makes through the library
+//! batch at a time ([`wants_attrs`]). What a listing brings goes in under
+//! one lock per batch, so that the cost per entry is a hash insert and the
+//! cost per stat a hash lookup and a coarse clock read. Any change this
+//! process makes through the library
 //! empties the cache (changes are rare while a listing is being stat'ed, and
 //! a whole-cache clear cannot miss one), and so does a server's lease recall
 //! (another client's change to something this process was told of): such a
 //! change shows as soon as it returns, as through libshoal's own caches.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+
+use foldhash::HashMap;
 
 /// Entries kept at most (a listing bigger than this only keeps its tail).
 const MAX_ENTRIES: usize = 1 << 16;
@@ -39,7 +44,8 @@ enum Known {
 
 struct Entry {
     known: Known,
-    at: Instant,
+    /// When it was learnt, in [`now_ms`]'s milliseconds.
+    at: u64,
 }
 
 #[derive(Default)]
@@ -78,11 +84,26 @@ pub fn set_ttl(ms: u64) {
     TTL_MS.store(ms, Ordering::Relaxed);
 }
 
-fn ttl() -> Duration {
-    Duration::from_millis(TTL_MS.load(Ordering::Relaxed))
+/// The monotonic clock in milliseconds, read coarsely: a stat answered from
+/// the cache reads the clock once, and the coarse clock is a few times
+/// cheaper than the precise one. Its tick (a jiffy, 1-10 ms) is what an
+/// entry may outlive the TTL by; recalls, not the TTL, are what keep the
+/// cache true against other clients' changes.
+fn now_ms() -> u64 {
+    // SAFETY: a plain C struct; all zeroes is valid, and the kernel fills it.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid clock id and a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
+    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
 }
 
-fn with_cache<T>(f: impl FnOnce(&mut Cache) -> T) -> Option<T> {
+fn fresh(e: &Entry, now: u64) -> bool {
+    now.saturating_sub(e.at) <= TTL_MS.load(Ordering::Relaxed)
+}
+
+/// Runs `f` on the cache (made if need be) at time `now`, under one lock:
+/// a listing's batch goes in as one.
+fn with_cache<T>(f: impl FnOnce(&mut Cache, u64) -> T) -> Option<T> {
     if TTL_MS.load(Ordering::Relaxed) == 0 {
         return None;
     }
@@ -92,59 +113,53 @@ fn with_cache<T>(f: impl FnOnce(&mut Cache) -> T) -> Option<T> {
         *cache = Cache::default();
     }
     FILLED.store(true, Ordering::Relaxed);
-    Some(f(cache))
+    Some(f(cache, now_ms()))
 }
 
-/// Remembers the attributes of Shoal path `path` (no symlink followed).
-pub fn put(path: Vec<u8>, st: &libc::stat) {
-    with_cache(|c| {
-        let at = Instant::now();
-        c.entries.insert(
-            path,
-            Entry {
-                known: Known::Attrs(*st),
-                at,
-            },
-        );
+/// Remembers the attributes of Shoal paths (no symlink followed), as one
+/// batch.
+pub fn put_many(found: impl IntoIterator<Item = (Vec<u8>, libc::stat)>) {
+    with_cache(|c, at| {
+        let found = found.into_iter();
+        c.entries.reserve(found.size_hint().0);
+        for (path, st) in found {
+            let known = Known::Attrs(st);
+            c.entries.insert(path, Entry { known, at });
+        }
     });
 }
 
-/// Remembers that a listing of directory `dir` ("/"-ended) found `name`,
-/// object `handle`, a symlink or not.
-pub fn listed(dir: &[u8], name: &[u8], handle: u64, symlink: bool) {
-    with_cache(|c| {
-        let batch = match c.filling.get_mut(dir) {
-            Some(f) if f.entries < BATCH => {
-                f.entries += 1;
-                f.batch
-            }
-            Some(f) => {
+/// Remembers that a listing of directory `dir` ("/"-ended) found these
+/// entries: (name, object handle, whether a symlink).
+pub fn listed_many<'n>(dir: &[u8], found: impl IntoIterator<Item = (&'n [u8], u64, bool)>) {
+    with_cache(|c, at| {
+        let found = found.into_iter();
+        c.entries.reserve(found.size_hint().0);
+        // A directory with no listing yet starts a batch at its first entry.
+        let mut filling = c.filling.remove(dir).unwrap_or(Filling {
+            batch: 0,
+            entries: BATCH,
+        });
+        for (name, handle, symlink) in found {
+            if filling.entries == BATCH {
                 c.next_batch += 1;
-                f.batch = c.next_batch;
-                f.entries = 1;
-                f.batch
-            }
-            None => {
-                c.next_batch += 1;
-                let f = Filling {
+                filling = Filling {
                     batch: c.next_batch,
-                    entries: 1,
+                    entries: 0,
                 };
-                c.filling.insert(dir.to_vec(), f);
-                c.next_batch
             }
-        };
-        let mut path = Vec::with_capacity(dir.len() + name.len());
-        path.extend_from_slice(dir);
-        path.extend_from_slice(name);
-        c.batches.entry(batch).or_default().push(path.clone());
-        let known = Known::Listed {
-            handle,
-            symlink,
-            batch,
-        };
-        let at = Instant::now();
-        c.entries.insert(path, Entry { known, at });
+            filling.entries += 1;
+            let batch = filling.batch;
+            let path = [dir, name].concat();
+            c.batches.entry(batch).or_default().push(path.clone());
+            let known = Known::Listed {
+                handle,
+                symlink,
+                batch,
+            };
+            c.entries.insert(path, Entry { known, at });
+        }
+        c.filling.insert(dir.to_vec(), filling);
     });
 }
 
@@ -161,7 +176,7 @@ pub fn get(path: &[u8], follow: bool) -> Found {
     let Some(e) = c.entries.get(path) else {
         return Found::Nothing;
     };
-    if e.at.elapsed() > ttl() {
+    if !fresh(e, now_ms()) {
         c.entries.remove(path);
         return Found::Nothing;
     }
@@ -206,16 +221,21 @@ pub fn exists(path: &[u8]) -> bool {
                 Known::Attrs(st) => st.st_mode & libc::S_IFMT == libc::S_IFLNK,
                 Known::Listed { symlink, .. } => symlink,
             };
-            !symlink && e.at.elapsed() <= ttl()
+            !symlink && fresh(e, now_ms())
         })
 }
 
 /// Forgets everything (this process changed something, or a server
-/// recalled a lease: another client changed something).
+/// recalled a lease: another client changed something). The tables keep
+/// their room: the next listing refills them without growing them again.
 pub fn clear() {
     if FILLED.swap(false, Ordering::Relaxed) {
         let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-        *c = None;
+        if let Some(c) = c.as_mut() {
+            c.entries.clear();
+            c.batches.clear();
+            c.filling.clear();
+        }
     }
 }
 
@@ -234,8 +254,10 @@ mod tests {
     // One test: the cache is process-wide.
     #[test]
     fn answers_within_the_ttl_fetches_a_listed_batch_once_and_forgets_on_a_change() {
-        put(b"/d/f".to_vec(), &stat_of(libc::S_IFREG | 0o644, 42));
-        put(b"/d/l".to_vec(), &stat_of(libc::S_IFLNK | 0o777, 1));
+        put_many([
+            (b"/d/f".to_vec(), stat_of(libc::S_IFREG | 0o644, 42)),
+            (b"/d/l".to_vec(), stat_of(libc::S_IFLNK | 0o777, 1)),
+        ]);
         assert!(matches!(get(b"/d/f", true), Found::Attrs(st) if st.st_size == 42));
         assert!(matches!(get(b"/d/l", false), Found::Attrs(_)));
         assert!(
@@ -245,8 +267,15 @@ mod tests {
         assert!(matches!(get(b"/d/g", false), Found::Nothing));
 
         assert!(!wants_attrs());
-        for i in 0..BATCH as u64 + 2 {
-            listed(b"/e/", format!("n{i}").as_bytes(), 100 + i, i == 1);
+        let names: Vec<String> = (0..BATCH + 2).map(|i| format!("n{i}")).collect();
+        // In two listings' batches of libshoal's, as a stream's readdirs give them.
+        let (first, rest) = names.split_at(300);
+        for part in [first, rest] {
+            let found = part.iter().map(|n| {
+                let i: u64 = n[1..].parse().unwrap();
+                (n.as_bytes(), 100 + i, i == 1)
+            });
+            listed_many(b"/e/", found);
         }
         assert!(exists(b"/e/n0"));
         assert!(!exists(b"/e/n1"), "a symlink's target might not exist");
@@ -259,7 +288,7 @@ mod tests {
         };
         assert_eq!(batch.len(), BATCH, "the first batch, whole");
         assert!(batch.contains(&(b"/e/n7".to_vec(), 107)));
-        put(b"/e/n0".to_vec(), &stat_of(libc::S_IFREG | 0o600, 7));
+        put_many([(b"/e/n0".to_vec(), stat_of(libc::S_IFREG | 0o600, 7))]);
         assert!(matches!(get(b"/e/n0", false), Found::Attrs(st) if st.st_size == 7));
         let Found::Listed(rest) = get(b"/e/n513", false) else {
             panic!("listed")
@@ -271,7 +300,7 @@ mod tests {
         assert!(matches!(get(b"/d/f", false), Found::Nothing));
         assert!(!exists(b"/e/n3"));
         set_ttl(0);
-        put(b"/d/f".to_vec(), &stat_of(libc::S_IFREG, 1));
+        put_many([(b"/d/f".to_vec(), stat_of(libc::S_IFREG, 1))]);
         assert!(matches!(get(b"/d/f", false), Found::Nothing));
         set_ttl(100);
     }

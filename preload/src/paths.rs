@@ -69,12 +69,13 @@ pub fn under<'p>(p: &'p [u8], prefix: &[u8]) -> Option<&'p [u8]> {
 /// itself; a trailing slash of the caller's path is kept (libshoal then
 /// insists on a directory).
 pub fn shoal_path(rest: &[u8], trailing_slash: bool) -> Vec<u8> {
-    let mut s = if rest.is_empty() {
-        b"/".to_vec()
-    } else {
-        rest.to_vec()
-    };
-    if trailing_slash && s.len() > 1 {
+    let rest: &[u8] = if rest.is_empty() { b"/" } else { rest };
+    let slash = trailing_slash && rest.len() > 1;
+    // Exactly the room of the C string it becomes (a CString shrinks to
+    // fit): one allocation per path, not two.
+    let mut s = Vec::with_capacity(rest.len() + usize::from(slash) + 1);
+    s.extend_from_slice(rest);
+    if slash {
         s.push(b'/');
     }
     s

@@ -110,6 +110,7 @@ next_fns! {
     fn chdir(path: *const c_char) -> c_int = -1;
     fn fchdir(fd: c_int) -> c_int = -1;
     fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char = std::ptr::null_mut();
+    fn umask(mask: mode_t) -> mode_t = 0o022;
     fn dup(fd: c_int) -> c_int = -1;
     fn dup2(fd: c_int, to: c_int) -> c_int = -1;
     fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int = -1;

@@ -83,13 +83,11 @@ fn fill(fd: c_int, dir: &[u8]) {
             return;
         }
         let n = n as usize;
-        for (e, st) in ents[..n].iter().zip(&sts[..n]) {
+        cache::put_many(ents[..n].iter().zip(&sts[..n]).filter_map(|(e, st)| {
             // SAFETY: libshoal NUL-terminates the name.
             let name = unsafe { CStr::from_ptr(e.d_name.as_ptr()) }.to_bytes();
-            if name != b"." && name != b".." {
-                cache::put([dir, name].concat(), st);
-            }
-        }
+            (name != b"." && name != b"..").then(|| ([dir, name].concat(), *st))
+        }));
         seen += n;
     }
 }

@@ -160,6 +160,8 @@ pub fn init() {
             }
         }
     }
+    // Creates apply the umask libshoal tracks through umask() below.
+    shoal::start_tracking_umask();
     let _ = PREFIXES.set(prefixes);
     READY.store(true, Ordering::Release);
 }
@@ -291,7 +293,7 @@ pub unsafe fn classify_at(dirfd: c_int, path: *const c_char) -> Where {
             Ok(true) => {
                 let shoal = paths::shoal_path(rest, trailing);
                 return Where::Shoal(Target {
-                    local: abs.to_vec(),
+                    local: abs.into_owned(),
                     shoal: CString::new(shoal).unwrap_or_default(),
                     mounted: pre.mounted,
                 });

@@ -346,8 +346,10 @@ pub struct SmallfileArgs {
     #[arg(long)]
     pub native: bool,
     /// Each phase opens and closes every file it touches (what `cp` and
-    /// `cat` do) instead of keeping them open from create to close.
-    #[arg(long, conflicts_with = "native")]
+    /// `cat` do) instead of keeping them open from create to close; with
+    /// --native, which opens nothing, each file's writes are flushed where
+    /// the POSIX form closes it.
+    #[arg(long)]
     pub reopen: bool,
     /// Run the worker processes with this library as LD_PRELOAD (e.g.
     /// target/release/libshoal_preload.so, with --dir under a Shoal mount).

@@ -128,10 +128,10 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
         (false, Some(_)) => "POSIX through LD_PRELOAD",
         (false, None) => "POSIX",
     };
-    let interface = if opts.reopen && !opts.native {
-        format!("{interface}, open+close per phase")
-    } else {
-        interface.to_string()
+    let interface = match (opts.reopen, opts.native) {
+        (true, false) => format!("{interface}, open+close per phase"),
+        (true, true) => format!("{interface}, a flush per file where POSIX closes"),
+        (false, _) => interface.to_string(),
     };
     context.insert("interface".into(), json!(interface));
     let title = format!(

@@ -4,7 +4,6 @@
 //! ListAttr per server per batch), which go into the cache that answers the
 //! stat of each entry that `ls -l`, `find` and `du` make next.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -25,21 +24,60 @@ struct ShoalDir {
     /// Entries returned since the start (telldir).
     pos: c_long,
     ent: libc::dirent64,
+    /// The batch being returned: `batch.ents[next..have]` are still to
+    /// come. A stream is used by one thread at a time (as POSIX asks of a
+    /// DIR), so a readdir takes its entry from here with no lock.
+    batch: Batch,
+    next: usize,
+    have: usize,
+}
+
+/// Room for one libshoal call's entries and attributes, zeroed once and
+/// reused for every batch.
+#[derive(Default)]
+struct Batch {
+    ents: Vec<shoal::shoal_dirent>,
+    sts: Vec<libc::stat>,
+}
+
+impl Batch {
+    /// Room for `entries` entries and their attributes.
+    fn room(&mut self, entries: usize) {
+        // SAFETY: zeroed C structs are valid; libshoal fills them.
+        let zero: (shoal::shoal_dirent, libc::stat) = unsafe { std::mem::zeroed() };
+        if self.ents.len() < entries {
+            self.ents.resize(entries, zero.0);
+            self.sts.resize(entries, zero.1);
+        }
+    }
 }
 
 /// The streams of the library's, by address; DIRS_OPEN lets a kernel
 /// stream skip the lock.
-static DIRS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+static DIRS: Mutex<Option<foldhash::HashSet<usize>>> = Mutex::new(None);
 static DIRS_OPEN: AtomicUsize = AtomicUsize::new(0);
+/// The stream of the library's last found in DIRS (0: none), so that a
+/// listing's readdirs after the first take no lock. closedir clears it
+/// after taking the stream out of DIRS and before freeing it, so an address
+/// the allocator hands out again is never found here.
+static LAST_FOUND: AtomicUsize = AtomicUsize::new(0);
 
 fn ours(d: *mut DIR) -> bool {
     if DIRS_OPEN.load(Ordering::Acquire) == 0 || d.is_null() {
         return false;
     }
-    DIRS.lock()
+    if LAST_FOUND.load(Ordering::Acquire) == d as usize {
+        return true;
+    }
+    let found = DIRS
+        .lock()
         .unwrap_or_else(|e| e.into_inner())
         .as_ref()
-        .is_some_and(|s| s.contains(&(d as usize)))
+        .is_some_and(|s| s.contains(&(d as usize)));
+    if found {
+        LAST_FOUND.store(d as usize, Ordering::Release);
+    }
+    found
 }
 
 /// The Shoal path of a directory descriptor, ending in '/'.
@@ -63,10 +101,13 @@ fn stream(kfd: c_int) -> *mut DIR {
         pos: 0,
         // SAFETY: a plain C struct; all zeroes is valid.
         ent: unsafe { std::mem::zeroed() },
+        batch: Batch::default(),
+        next: 0,
+        have: 0,
     })) as *mut DIR;
     DIRS.lock()
         .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashSet::new)
+        .get_or_insert_with(Default::default)
         .insert(d as usize);
     DIRS_OPEN.fetch_add(1, Ordering::AcqRel);
     d
@@ -121,52 +162,81 @@ pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
     }
 }
 
-/// Entries asked of libshoal per call.
-const BATCH_ENTRIES: usize = 64;
+/// Entries asked of libshoal per call: at first, and by a stream that has
+/// had a full batch (libshoal's readdir batch: one call per batch it
+/// fetches). Most directories are small: their streams never make room
+/// for the big batch.
+const FIRST_BATCH: usize = 64;
+const STREAM_BATCH: usize = cache::BATCH;
 
-/// The next entry of Shoal directory descriptor `kfd` (libshoal's `sfd`),
-/// Ok(None) at the end. Entries come from libshoal a batch per call and go
-/// into the cache under `base` + name: as listed (their attributes fetched
-/// if a stat asks), or with their attributes once this program has stat'ed
-/// a listed entry.
-fn next_entry(kfd: c_int, sfd: c_int, base: &[u8]) -> Result<Option<shoal::shoal_dirent>, ()> {
-    if let Some(e) = state::with_info(kfd, |i| i.pending.pop_front()).flatten() {
-        return Ok(Some(e));
+/// Fills `batch` (with room made for at least `want`) with the next entries
+/// of Shoal directory descriptor `kfd` (libshoal's `sfd`) and returns how
+/// many (0 at the end): first those a getdents64 fetched and had no room
+/// for, else a libshoal call's. What libshoal gives goes into the cache
+/// under `base` + name: with its attributes if this process holds them
+/// already (no message) or once this program has stat'ed a listed entry (a
+/// readdirplus per batch), else as listed (their attributes fetched if a
+/// stat asks).
+fn fetch(kfd: c_int, sfd: c_int, base: &[u8], batch: &mut Batch, want: usize) -> Result<usize, ()> {
+    batch.room(want);
+    let left = state::with_info(kfd, |i| {
+        let n = i.pending.len().min(batch.ents.len());
+        for (slot, e) in batch.ents.iter_mut().zip(i.pending.drain(..n)) {
+            *slot = e;
+        }
+        n
+    });
+    if let Some(n @ 1..) = left {
+        return Ok(n);
     }
-    // SAFETY: zeroed C structs are valid; libshoal fills them.
-    let zero: (shoal::shoal_dirent, libc::stat) = unsafe { std::mem::zeroed() };
-    let mut ents = vec![zero.0; BATCH_ENTRIES];
-    let plus = cache::wants_attrs();
-    let mut sts = if plus {
-        vec![zero.1; BATCH_ENTRIES]
-    } else {
-        Vec::new()
-    };
-    let sts_ptr = if plus {
-        sts.as_mut_ptr()
-    } else {
-        std::ptr::null_mut()
-    };
-    // SAFETY: room for BATCH_ENTRIES entries (and stats).
+    let max = batch.ents.len();
+    let (ents, sts) = (batch.ents.as_mut_ptr(), batch.sts.as_mut_ptr());
+    // SAFETY: room for `max` entries and stats.
     let n = serve(Op::Readdir, || unsafe {
-        shoal::shoal_readdir_many(sfd, ents.as_mut_ptr(), sts_ptr, BATCH_ENTRIES) as c_int
+        match cache::wants_attrs() {
+            true => shoal::shoal_readdir_many(sfd, ents, sts, max) as c_int,
+            false => shoal::shoal_readdir_held(sfd, ents, sts, max) as c_int,
+        }
     });
     if n < 0 {
         return Err(());
     }
-    ents.truncate(n as usize);
-    for (i, e) in ents.iter().enumerate() {
-        // SAFETY: libshoal NUL-terminates the name.
-        let name = unsafe { std::ffi::CStr::from_ptr(e.d_name.as_ptr()) }.to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        match plus {
-            true => cache::put([base, name].concat(), &sts[i]),
-            false => cache::listed(base, name, e.d_ino, e.d_type == libc::DT_LNK),
-        }
+    let n = n as usize;
+    let named = batch.ents[..n]
+        .iter()
+        .zip(&batch.sts)
+        .filter_map(|(e, st)| {
+            // SAFETY: libshoal NUL-terminates the name.
+            let name = unsafe { std::ffi::CStr::from_ptr(e.d_name.as_ptr()) }.to_bytes();
+            (name != b"." && name != b"..").then_some((name, e, st))
+        });
+    // An entry without attributes (st_ino 0) is one this process does not
+    // hold them for, in a listing that did not ask for them.
+    cache::put_many(
+        named
+            .clone()
+            .filter(|(_, _, st)| st.st_ino != 0)
+            .map(|(name, _, st)| ([base, name].concat(), *st)),
+    );
+    if batch.sts[..n].iter().any(|st| st.st_ino == 0) {
+        let unheld = named.filter(|(_, _, st)| st.st_ino == 0);
+        cache::listed_many(
+            base,
+            unheld.map(|(name, e, _)| (name, e.d_ino, e.d_type == libc::DT_LNK)),
+        );
     }
-    let mut ents = ents.into_iter();
+    Ok(n)
+}
+
+/// The next entry of `kfd` for getdents64, Ok(None) at the end: from what
+/// an earlier call fetched, else a new batch (see [`fetch`]).
+fn next_entry(kfd: c_int, sfd: c_int, base: &[u8]) -> Result<Option<shoal::shoal_dirent>, ()> {
+    if let Some(e) = state::with_info(kfd, |i| i.pending.pop_front()).flatten() {
+        return Ok(Some(e));
+    }
+    let mut batch = Batch::default();
+    let n = fetch(kfd, sfd, base, &mut batch, FIRST_BATCH)?;
+    let mut ents = batch.ents.into_iter().take(n);
     let first = ents.next();
     state::with_info(kfd, |i| i.pending.extend(ents));
     Ok(first)
@@ -204,14 +274,22 @@ unsafe fn readdir_any(d: *mut DIR) -> *mut libc::dirent64 {
             return std::ptr::null_mut();
         }
     };
-    match next_entry(sd.kfd, sfd, &sd.base) {
-        Ok(Some(e)) => {
-            sd.pos += 1;
-            fill(&mut sd.ent, &e, sd.pos);
-            &mut sd.ent
+    if sd.next == sd.have {
+        // After a full batch, the directory is likely big.
+        let full = sd.have > 0 && sd.have == sd.batch.ents.len();
+        let want = if full { STREAM_BATCH } else { FIRST_BATCH };
+        match fetch(sd.kfd, sfd, &sd.base, &mut sd.batch, want) {
+            Ok(n) => (sd.next, sd.have) = (0, n),
+            Err(()) => return std::ptr::null_mut(),
         }
-        _ => std::ptr::null_mut(),
+        if sd.have == 0 {
+            return std::ptr::null_mut();
+        }
     }
+    sd.pos += 1;
+    fill(&mut sd.ent, &sd.batch.ents[sd.next], sd.pos);
+    sd.next += 1;
+    &mut sd.ent
 }
 
 #[no_mangle]
@@ -236,6 +314,7 @@ pub unsafe extern "C" fn closedir(d: *mut DIR) -> c_int {
         .unwrap_or_else(|e| e.into_inner())
         .as_mut()
         .map(|s| s.remove(&(d as usize)));
+    let _ = LAST_FOUND.compare_exchange(d as usize, 0, Ordering::AcqRel, Ordering::Acquire);
     DIRS_OPEN.fetch_sub(1, Ordering::AcqRel);
     // SAFETY: made by Box::into_raw in stream(), removed from DIRS above so
     // freed once.
@@ -269,7 +348,7 @@ pub unsafe extern "C" fn rewinddir(d: *mut DIR) {
     if let Fd::Shoal(s) = state::fd(sd.kfd) {
         shoal::shoal_rewinddir(s);
         forget_listed(sd.kfd);
-        sd.pos = 0;
+        (sd.pos, sd.next, sd.have) = (0, 0, 0);
     }
 }
 

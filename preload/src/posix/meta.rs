@@ -95,16 +95,15 @@ fn fetch_listed(batch: Vec<(Vec<u8>, u64)>, path: &[u8]) -> Option<libc::stat> {
     if r != 0 {
         return None;
     }
-    let mut found = None;
-    for ((p, _), st) in batch.into_iter().zip(sts) {
-        if st.st_ino == 0 {
-            continue; // gone since the listing
-        }
-        if p == path {
-            found = Some(st);
-        }
-        cache::put(p, &st);
-    }
+    // Entries gone since the listing come back with st_ino 0.
+    let fetched: Vec<(Vec<u8>, libc::stat)> = batch
+        .into_iter()
+        .zip(sts)
+        .filter(|(_, st)| st.st_ino != 0)
+        .map(|((p, _), st)| (p, st))
+        .collect();
+    let found = fetched.iter().find(|(p, _)| p == path).map(|(_, st)| *st);
+    cache::put_many(fetched);
     found
 }
 

@@ -1,5 +1,5 @@
 //! The calls about descriptors and the process rather than files: the
-//! current directory (chdir/fchdir/getcwd), dup/dup2/dup3/fcntl,
+//! current directory (chdir/fchdir/getcwd), the umask, dup/dup2/dup3/fcntl,
 //! close_range/closefrom, and exec.
 //!
 //! exec: the kernel descriptors standing for Shoal ones are close-on-exec,
@@ -9,12 +9,24 @@
 //! at the same offset, so the new program reads it from the kernel; without
 //! a mount it is closed (EBADF in the new program, never wrong data).
 
-use libc::{c_char, c_int, c_uint, c_ulong, size_t};
+use libc::{c_char, c_int, c_uint, c_ulong, mode_t, size_t};
 
 use super::files::busy;
 use crate::real;
 use crate::state::{self, fail, serve, Fd, FdInfo, Where};
 use crate::stats::Op;
+
+// ---------------------------------------------------------------- umask
+
+/// umask(2), and libshoal told the new mask: its creates apply it without
+/// reading /proc each time.
+#[no_mangle]
+pub extern "C" fn umask(mask: mode_t) -> mode_t {
+    // SAFETY: umask cannot fail.
+    let old = unsafe { real::umask(mask) };
+    shoal::track_umask(mask);
+    old
+}
 
 // ---------------------------------------------------------------- cwd
 
