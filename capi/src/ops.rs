@@ -849,13 +849,11 @@ pub fn readdir_many(
             // ListAttr round, not a getattr per entry.
             let handles: Vec<Handle> = st.buffered.iter().map(|(e, _)| e.handle).collect();
             let attrs = s.run(c.listattr(&handles)).map_err(about(&file.path))?;
-            let entries = std::mem::take(&mut st.buffered);
+            for ((_, a), got) in st.buffered.iter_mut().zip(attrs) {
+                *a = got;
+            }
             // Entries whose object went since the listing are left out.
-            st.buffered = entries
-                .into_iter()
-                .zip(attrs)
-                .filter_map(|((e, _), a)| a.map(|a| (e, Some(a))))
-                .collect();
+            st.buffered.retain(|(_, a)| a.is_some());
             continue;
         }
         let n = (max - out.len()).min(st.buffered.len());

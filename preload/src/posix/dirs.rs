@@ -19,8 +19,10 @@ use crate::stats::Op;
 struct ShoalDir {
     /// The kernel descriptor standing for the directory (what dirfd gives).
     kfd: c_int,
-    /// Its Shoal path, "/" ended, to name the entries for the cache.
+    /// Its Shoal path and its local path, "/" ended, to name the entries
+    /// for the cache.
     base: Vec<u8>,
+    local: Vec<u8>,
     /// Entries returned since the start (telldir).
     pos: c_long,
     ent: libc::dirent64,
@@ -80,24 +82,32 @@ fn ours(d: *mut DIR) -> bool {
     found
 }
 
-/// The Shoal path of a directory descriptor, ending in '/'.
-fn base_of(kfd: c_int) -> Option<Vec<u8>> {
-    let mut p = state::shoal_of(&state::fd_local(kfd)?)?.into_bytes();
+/// `p` ending in '/'.
+fn slash_ended(mut p: Vec<u8>) -> Vec<u8> {
     if !p.ends_with(b"/") {
         p.push(b'/');
     }
-    Some(p)
+    p
+}
+
+/// The Shoal path of a directory descriptor, ending in '/'.
+fn base_of(kfd: c_int) -> Option<Vec<u8>> {
+    Some(slash_ended(
+        state::shoal_of(&state::fd_local(kfd)?)?.into_bytes(),
+    ))
 }
 
 /// A stream over Shoal directory descriptor `kfd` (owned from now on).
 fn stream(kfd: c_int) -> *mut DIR {
-    let Some(base) = base_of(kfd) else {
+    let local = state::fd_local(kfd);
+    let Some((base, local)) = local.and_then(|l| Some((base_of(kfd)?, slash_ended(l)))) else {
         state::set_errno(libc::EBADF);
         return std::ptr::null_mut();
     };
     let d = Box::into_raw(Box::new(ShoalDir {
         kfd,
         base,
+        local,
         pos: 0,
         // SAFETY: a plain C struct; all zeroes is valid.
         ent: unsafe { std::mem::zeroed() },
@@ -176,8 +186,16 @@ const STREAM_BATCH: usize = cache::BATCH;
 /// under `base` + name: with its attributes if this process holds them
 /// already (no message) or once this program has stat'ed a listed entry (a
 /// readdirplus per batch), else as listed (their attributes fetched if a
-/// stat asks).
-fn fetch(kfd: c_int, sfd: c_int, base: &[u8], batch: &mut Batch, want: usize) -> Result<usize, ()> {
+/// stat asks). A stream's entries with attributes (`local`: its directory's
+/// local path) go in as the cache's run, in the listing's order.
+fn fetch(
+    kfd: c_int,
+    sfd: c_int,
+    base: &[u8],
+    local: Option<&[u8]>,
+    batch: &mut Batch,
+    want: usize,
+) -> Result<usize, ()> {
     batch.room(want);
     let left = state::with_info(kfd, |i| {
         let n = i.pending.len().min(batch.ents.len());
@@ -212,12 +230,14 @@ fn fetch(kfd: c_int, sfd: c_int, base: &[u8], batch: &mut Batch, want: usize) ->
         });
     // An entry without attributes (st_ino 0) is one this process does not
     // hold them for, in a listing that did not ask for them.
-    cache::put_many(
-        named
-            .clone()
-            .filter(|(_, _, st)| st.st_ino != 0)
-            .map(|(name, _, st)| ([base, name].concat(), *st)),
-    );
+    let with_attrs = named.clone().filter(|(_, _, st)| st.st_ino != 0);
+    match local {
+        // A stream's readdirs: the stats that follow come in this order.
+        Some(local) => {
+            cache::listed_in_order(local, base, with_attrs.map(|(name, _, st)| (name, st)))
+        }
+        None => cache::put_many(with_attrs.map(|(name, _, st)| ([base, name].concat(), *st))),
+    }
     if batch.sts[..n].iter().any(|st| st.st_ino == 0) {
         let unheld = named.filter(|(_, _, st)| st.st_ino == 0);
         cache::listed_many(
@@ -235,7 +255,7 @@ fn next_entry(kfd: c_int, sfd: c_int, base: &[u8]) -> Result<Option<shoal::shoal
         return Ok(Some(e));
     }
     let mut batch = Batch::default();
-    let n = fetch(kfd, sfd, base, &mut batch, FIRST_BATCH)?;
+    let n = fetch(kfd, sfd, base, None, &mut batch, FIRST_BATCH)?;
     let mut ents = batch.ents.into_iter().take(n);
     let first = ents.next();
     state::with_info(kfd, |i| i.pending.extend(ents));
@@ -278,7 +298,7 @@ unsafe fn readdir_any(d: *mut DIR) -> *mut libc::dirent64 {
         // After a full batch, the directory is likely big.
         let full = sd.have > 0 && sd.have == sd.batch.ents.len();
         let want = if full { STREAM_BATCH } else { FIRST_BATCH };
-        match fetch(sd.kfd, sfd, &sd.base, &mut sd.batch, want) {
+        match fetch(sd.kfd, sfd, &sd.base, Some(&sd.local), &mut sd.batch, want) {
             Ok(n) => (sd.next, sd.have) = (0, n),
             Err(()) => return std::ptr::null_mut(),
         }

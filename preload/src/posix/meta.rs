@@ -38,6 +38,27 @@ unsafe fn empty_path(path: *const c_char, flags: c_int) -> bool {
 
 // ---------------------------------------------------------------- stat
 
+/// A stat of the next entry of the last listing, named by its absolute
+/// local path (`ls -l`, `du`, a program statting what readdir gave it):
+/// answered from the listing's run (cache/run.rs) before the path is even
+/// classified. None: the caller goes the usual way (which is also where a
+/// path the run does not know in this form ends up).
+unsafe fn stat_next_listed(path: *const c_char, flags: c_int) -> Option<libc::stat> {
+    if path.is_null() || !state::ready() || state::in_lib() {
+        return None;
+    }
+    // SAFETY: the caller's NUL-terminated path.
+    let p = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
+    // An absolute path: the directory descriptor does not matter.
+    if p.first() != Some(&b'/') {
+        return None;
+    }
+    let t0 = stats::start();
+    let st = cache::next_listed(p, flags & libc::AT_SYMLINK_NOFOLLOW == 0)?;
+    stats::record(Op::StatCached, t0);
+    Some(st)
+}
+
 /// stat/lstat of a Shoal path: from the readdirplus cache if a listing just
 /// brought its attributes, else from libshoal.
 fn stat_target(t: &Target, follow: bool, st: *mut libc::stat) -> c_int {
@@ -127,6 +148,14 @@ unsafe fn fstatat_any(
     if unsafe { empty_path(path, flags) } {
         return fstat_any(dirfd, st);
     }
+    if !st.is_null() {
+        // SAFETY: fstatat's contract.
+        if let Some(found) = unsafe { stat_next_listed(path, flags) } {
+            // SAFETY: checked not NULL; the caller's struct.
+            unsafe { *st = found };
+            return 0;
+        }
+    }
     // SAFETY: fstatat's contract.
     unsafe {
         at(
@@ -207,6 +236,12 @@ pub unsafe extern "C" fn statx(
     if stx.is_null() {
         // SAFETY: statx's contract; the kernel reports EFAULT.
         return unsafe { real::statx(dirfd, path, flags, mask, stx) };
+    }
+    // SAFETY: statx's contract (an empty path is not absolute: not this).
+    if let Some(found) = unsafe { stat_next_listed(path, flags) } {
+        // SAFETY: checked not NULL; the caller's struct.
+        unsafe { *stx = statx_of(&found) };
+        return 0;
     }
     // SAFETY: a plain C struct; all zeroes is valid.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };

@@ -21,10 +21,13 @@
 //! (another client's change to something this process was told of): such a
 //! change shows as soon as it returns, as through libshoal's own caches.
 
+mod run;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use foldhash::HashMap;
+use run::{Lookup, Run};
 
 /// Entries kept at most (a listing bigger than this only keeps its tail).
 const MAX_ENTRIES: usize = 1 << 16;
@@ -56,6 +59,9 @@ struct Cache {
     /// Per directory listed (its "/"-ended path).
     filling: HashMap<Vec<u8>, Filling>,
     next_batch: u64,
+    /// The last listing's entries with attributes, in order: what the
+    /// stats that follow a listing are answered from first.
+    run: Run,
 }
 
 /// A directory's listing: the batch its next entry joins, and how many it
@@ -97,8 +103,8 @@ fn now_ms() -> u64 {
     t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
 }
 
-fn fresh(e: &Entry, now: u64) -> bool {
-    now.saturating_sub(e.at) <= TTL_MS.load(Ordering::Relaxed)
+fn fresh(at: u64, now: u64) -> bool {
+    now.saturating_sub(at) <= TTL_MS.load(Ordering::Relaxed)
 }
 
 /// Runs `f` on the cache (made if need be) at time `now`, under one lock:
@@ -119,14 +125,69 @@ fn with_cache<T>(f: impl FnOnce(&mut Cache, u64) -> T) -> Option<T> {
 /// Remembers the attributes of Shoal paths (no symlink followed), as one
 /// batch.
 pub fn put_many(found: impl IntoIterator<Item = (Vec<u8>, libc::stat)>) {
+    with_cache(|c, at| put_attrs(&mut c.entries, found, at));
+}
+
+fn put_attrs(
+    entries: &mut HashMap<Vec<u8>, Entry>,
+    found: impl IntoIterator<Item = (Vec<u8>, libc::stat)>,
+    at: u64,
+) {
+    let found = found.into_iter();
+    entries.reserve(found.size_hint().0);
+    for (path, st) in found {
+        let known = Known::Attrs(st);
+        entries.insert(path, Entry { known, at });
+    }
+}
+
+/// Remembers what a listing of directory `local` (Shoal path `shoal`, both
+/// "/"-ended) found with attributes, in the listing's order (see
+/// `run.rs`): (name, attributes). What the last listing left unanswered
+/// goes into the map.
+pub fn listed_in_order<'n>(
+    local: &[u8],
+    shoal: &[u8],
+    found: impl IntoIterator<Item = (&'n [u8], &'n libc::stat)>,
+) {
     with_cache(|c, at| {
-        let found = found.into_iter();
-        c.entries.reserve(found.size_hint().0);
-        for (path, st) in found {
-            let known = Known::Attrs(st);
-            c.entries.insert(path, Entry { known, at });
+        c.end_run();
+        c.run.start(local, shoal, at);
+        for (name, st) in found {
+            c.run.push(name, st);
         }
     });
+}
+
+/// The attributes of local path `path` (absolute, as the program gave it)
+/// if it is the next entry of the last listing, or one of the few after
+/// it; with `follow`, a symlink's own are no answer. None otherwise (ask
+/// [`get`] with its Shoal path).
+pub fn next_listed(path: &[u8], follow: bool) -> Option<libc::stat> {
+    if !FILLED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let c = c.as_mut()?;
+    if c.run.is_empty() {
+        return None;
+    }
+    if !fresh(c.run.at, now_ms()) {
+        c.run.forget();
+        return None;
+    }
+    let mut passed = Vec::new();
+    match c.run.lookup(path, follow, &mut passed) {
+        Lookup::Found(st) => {
+            put_attrs(&mut c.entries, passed, c.run.at);
+            Some(st)
+        }
+        Lookup::Elsewhere => None,
+        Lookup::OutOfOrder => {
+            c.end_run();
+            None
+        }
+    }
 }
 
 /// Remembers that a listing of directory `dir` ("/"-ended) found these
@@ -163,6 +224,15 @@ pub fn listed_many<'n>(dir: &[u8], found: impl IntoIterator<Item = (&'n [u8], u6
     });
 }
 
+impl Cache {
+    /// Puts what the run did not answer into the map, which answers any
+    /// order.
+    fn end_run(&mut self) {
+        let at = self.run.at;
+        put_attrs(&mut self.entries, self.run.take_rest(), at);
+    }
+}
+
 /// What is known of `path` less than the TTL ago. With `follow`, a symlink's
 /// own attributes are no answer.
 pub fn get(path: &[u8], follow: bool) -> Found {
@@ -173,10 +243,13 @@ pub fn get(path: &[u8], follow: bool) -> Found {
     let Some(c) = c.as_mut() else {
         return Found::Nothing;
     };
+    if c.run.holds(path) {
+        c.end_run();
+    }
     let Some(e) = c.entries.get(path) else {
         return Found::Nothing;
     };
-    if !fresh(e, now_ms()) {
+    if !fresh(e.at, now_ms()) {
         c.entries.remove(path);
         return Found::Nothing;
     }
@@ -213,16 +286,20 @@ pub fn exists(path: &[u8]) -> bool {
     if !FILLED.load(Ordering::Relaxed) {
         return false;
     }
-    let c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    c.as_ref()
-        .and_then(|c| c.entries.get(path))
-        .is_some_and(|e| {
-            let symlink = match e.known {
-                Known::Attrs(st) => st.st_mode & libc::S_IFMT == libc::S_IFLNK,
-                Known::Listed { symlink, .. } => symlink,
-            };
-            !symlink && fresh(e, now_ms())
-        })
+    let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(c) = c.as_mut() else {
+        return false;
+    };
+    if c.run.holds(path) {
+        c.end_run();
+    }
+    c.entries.get(path).is_some_and(|e| {
+        let symlink = match e.known {
+            Known::Attrs(st) => st.st_mode & libc::S_IFMT == libc::S_IFLNK,
+            Known::Listed { symlink, .. } => symlink,
+        };
+        !symlink && fresh(e.at, now_ms())
+    })
 }
 
 /// Forgets everything (this process changed something, or a server
@@ -235,21 +312,24 @@ pub fn clear() {
             c.entries.clear();
             c.batches.clear();
             c.filling.clear();
+            c.run.forget();
         }
     }
+}
+
+/// A `struct stat` of this mode and size, for tests.
+#[cfg(test)]
+fn stat_of(mode: u32, size: i64) -> libc::stat {
+    // SAFETY: a plain C struct; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    st.st_mode = mode;
+    st.st_size = size;
+    st
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn stat_of(mode: u32, size: i64) -> libc::stat {
-        // SAFETY: a plain C struct; all zeroes is a valid value.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        st.st_mode = mode;
-        st.st_size = size;
-        st
-    }
 
     // One test: the cache is process-wide.
     #[test]

@@ -1,0 +1,202 @@
+//! The batch of entries, with their attributes, that a listing brought
+//! last, kept in the listing's order. The stats that follow a listing
+//! (`ls -l`, `du`, `find -ls`, a program walking what `readdir` gives) ask
+//! for its entries in that order, so each is answered by comparing its name
+//! with the next entry's: no path built, hashed or allocated per entry,
+//! where the cache's map costs all three.
+//!
+//! An entry answered leaves the run (a second stat of it asks libshoal,
+//! whose own caches still hold it); entries passed over, and whatever is
+//! left when the run ends, go into the map, so a stat out of order is
+//! answered as before.
+
+/// How far past the next entry a stat may land and still be answered
+/// from the run (a program that stats only some of what it lists: `find
+/// -name X -ls`).
+const LOOKAHEAD: usize = 8;
+
+#[derive(Default)]
+pub struct Run {
+    /// The directory's local path (what the program names entries by) and
+    /// its Shoal path, both "/"-ended.
+    local: Vec<u8>,
+    shoal: Vec<u8>,
+    /// The names, one after another; name i ends at `ends[i]`.
+    names: Vec<u8>,
+    ends: Vec<usize>,
+    sts: Vec<libc::stat>,
+    /// The first entry not answered yet.
+    next: usize,
+    /// When the listing brought it (the cache's clock).
+    pub at: u64,
+}
+
+/// What a stat of a local path finds in the run.
+pub enum Lookup {
+    /// Its attributes; the entries passed over on the way are given back
+    /// for the map.
+    Found(libc::stat),
+    /// Not in this directory (or not an entry of it): the run stays.
+    Elsewhere,
+    /// In this directory, but not next (or a symlink to follow): the run
+    /// is to go into the map.
+    OutOfOrder,
+}
+
+impl Run {
+    /// Starts again with the listing of directory `local` (Shoal path
+    /// `shoal`), both "/"-ended, at time `at`: the caller has taken what
+    /// was left.
+    pub fn start(&mut self, local: &[u8], shoal: &[u8], at: u64) {
+        debug_assert!(self.is_empty(), "the last run's entries are kept first");
+        for (mine, theirs) in [(&mut self.local, local), (&mut self.shoal, shoal)] {
+            mine.clear();
+            mine.extend_from_slice(theirs);
+        }
+        self.names.clear();
+        self.ends.clear();
+        self.sts.clear();
+        self.next = 0;
+        self.at = at;
+    }
+
+    pub fn push(&mut self, name: &[u8], st: &libc::stat) {
+        self.names.extend_from_slice(name);
+        self.ends.push(self.names.len());
+        self.sts.push(*st);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.next == self.ends.len()
+    }
+
+    fn name(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.names[start..self.ends[i]]
+    }
+
+    /// Looks local path `path` up among the next entries; with `follow`, a
+    /// symlink's own attributes are no answer. A Found entry leaves the run
+    /// with those before it.
+    pub fn lookup(
+        &mut self,
+        path: &[u8],
+        follow: bool,
+        passed: &mut Vec<(Vec<u8>, libc::stat)>,
+    ) -> Lookup {
+        let Some(name) = path.strip_prefix(self.local.as_slice()) else {
+            return Lookup::Elsewhere;
+        };
+        if self.is_empty() || name.is_empty() || name.contains(&b'/') {
+            return Lookup::Elsewhere;
+        }
+        let last = (self.next + LOOKAHEAD).min(self.ends.len());
+        let Some(i) = (self.next..last).find(|&i| self.name(i) == name) else {
+            return Lookup::OutOfOrder;
+        };
+        let st = self.sts[i];
+        if follow && st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return Lookup::OutOfOrder;
+        }
+        passed.extend((self.next..i).map(|j| self.entry(j)));
+        self.next = i + 1;
+        Lookup::Found(st)
+    }
+
+    /// Whether Shoal path `path` names an entry of the run's directory.
+    pub fn holds(&self, path: &[u8]) -> bool {
+        !self.is_empty()
+            && path
+                .strip_prefix(self.shoal.as_slice())
+                .is_some_and(|name| !name.is_empty() && !name.contains(&b'/'))
+    }
+
+    /// Entry `i` as the map keeps it: its Shoal path and attributes.
+    fn entry(&self, i: usize) -> (Vec<u8>, libc::stat) {
+        ([self.shoal.as_slice(), self.name(i)].concat(), self.sts[i])
+    }
+
+    /// Ends the run, its entries dropped (they are stale, or outdated by a
+    /// change).
+    pub fn forget(&mut self) {
+        self.next = self.ends.len();
+    }
+
+    /// Ends the run: the entries not answered, for the map.
+    pub fn take_rest(&mut self) -> impl Iterator<Item = (Vec<u8>, libc::stat)> + '_ {
+        let rest = self.next..self.ends.len();
+        self.next = self.ends.len();
+        rest.map(|i| self.entry(i))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::stat_of;
+    use super::*;
+
+    fn paths_and_sizes(entries: &[(Vec<u8>, libc::stat)]) -> Vec<(String, i64)> {
+        let named = entries.iter();
+        named
+            .map(|(p, st)| (String::from_utf8_lossy(p).into_owned(), st.st_size))
+            .collect()
+    }
+
+    #[test]
+    fn answers_in_order_passes_over_a_few_and_hands_the_rest_back() {
+        let mut run = Run::default();
+        run.start(b"/mnt/d/", b"/d/", 0);
+        for i in 0..20 {
+            let mode = if i == 4 { libc::S_IFLNK } else { libc::S_IFREG };
+            run.push(format!("f{i}").as_bytes(), &stat_of(mode, i));
+        }
+        let mut passed = Vec::new();
+        let size = |l: Lookup| match l {
+            Lookup::Found(st) => Some(st.st_size),
+            _ => None,
+        };
+        assert_eq!(size(run.lookup(b"/mnt/d/f0", true, &mut passed)), Some(0));
+        assert_eq!(size(run.lookup(b"/mnt/d/f2", true, &mut passed)), Some(2));
+        assert_eq!(
+            paths_and_sizes(&passed),
+            [("/d/f1".into(), 1)],
+            "passed over"
+        );
+        assert!(matches!(
+            run.lookup(b"/mnt/e/f3", true, &mut passed),
+            Lookup::Elsewhere
+        ));
+        assert!(matches!(
+            run.lookup(b"/mnt/d/f3/x", true, &mut passed),
+            Lookup::Elsewhere
+        ));
+        assert!(run.holds(b"/d/f3") && !run.holds(b"/d/f3/x") && !run.holds(b"/e/f3"));
+        assert_eq!(size(run.lookup(b"/mnt/d/f3", false, &mut passed)), Some(3));
+        assert!(
+            matches!(
+                run.lookup(b"/mnt/d/f4", true, &mut passed),
+                Lookup::OutOfOrder
+            ),
+            "a symlink to follow"
+        );
+        assert!(matches!(
+            run.lookup(b"/mnt/d/f1", true, &mut passed),
+            Lookup::OutOfOrder
+        ));
+        assert!(
+            matches!(
+                run.lookup(b"/mnt/d/f19", true, &mut passed),
+                Lookup::OutOfOrder
+            ),
+            "beyond the look-ahead"
+        );
+        let rest: Vec<_> = run.take_rest().collect();
+        assert_eq!(rest.len(), 16, "f4 to f19");
+        assert_eq!(paths_and_sizes(&rest)[0], ("/d/f4".into(), 4));
+        assert!(run.is_empty() && !run.holds(b"/d/f5"));
+        assert!(matches!(
+            run.lookup(b"/mnt/d/f5", true, &mut passed),
+            Lookup::Elsewhere
+        ));
+    }
+}
