@@ -27,9 +27,11 @@
 //!
 //! Other clients see the bytes once they are sent: at the latest
 //! `gather_delay_ms` after they were written if the front end has a thread
-//! that calls [`Client::flush_due`] (the mount), else at the writer's next
-//! write or read after that, and at close or fsync always (close-to-open
-//! consistency).
+//! that calls [`Client::flush_due`] (the mount), else once the send that the
+//! writer's next write starts in the background has gone (the writer does
+//! not wait for it; on a runtime its callers drive, as the preload
+//! library's, the send goes while a later call waits), or at its next read,
+//! and at close or fsync always (close-to-open consistency).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -168,8 +170,7 @@ impl Client {
                 Put::Kept => {}
                 Put::KeptFull if g.buffer.claim_background_send(h) => {
                     // Sent while the writer goes on filling the buffer again.
-                    let c = self.clone();
-                    tokio::spawn(async move { c.send_kept(h).await });
+                    self.send_kept_in_background(h);
                 }
                 Put::KeptFull => self.send_kept(h).await,
                 Put::KeptOverTotal => {
@@ -183,8 +184,10 @@ impl Client {
             g.gathered_writes.fetch_add(1, Ordering::Relaxed);
             g.gathered_bytes.fetch_add(n, Ordering::Relaxed);
             // A client without a thread of its own sends what waited long
-            // enough when it writes again.
-            self.flush_due().await;
+            // enough when it writes again, in the background: a writer
+            // going through many files must not wait, at each write, for
+            // the round trips of the files it wrote a while ago.
+            self.send_due_in_background();
         } else {
             self.send_kept(h).await;
             self.before_direct_write(h, offset, &data).await?;
@@ -305,6 +308,19 @@ impl Client {
         futures::future::join_all(due.into_iter().map(|h| self.send_kept(h))).await;
     }
 
+    /// Starts sending, in the background, what was kept longer than
+    /// `gather_delay_ms`, of every file whose send is not under way yet:
+    /// [`Client::flush_due`] for a caller that must not wait.
+    fn send_due_in_background(&self) {
+        let delay = Duration::from_millis(self.config().settings.gather_delay_ms as u64);
+        let buffer = &self.inner.gathering.buffer;
+        for h in buffer.due(delay) {
+            if buffer.claim_background_send(h) {
+                self.send_kept_in_background(h);
+            }
+        }
+    }
+
     /// Sends everything kept, of every file, and reports the first failure
     /// (of this send or an earlier one not reported yet): for a front end
     /// going away (unmount, process exit).
@@ -385,6 +401,16 @@ impl Client {
     pub(crate) async fn send_kept(&self, h: Handle) {
         // A send's failure is kept for fsync and close: nothing to return.
         let _ = self.settle(h, Settle::Send).await;
+    }
+
+    /// Sends what is kept of file `h` in a task of the caller's runtime. On
+    /// a runtime its callers drive (libshoal's preload flavor) the task
+    /// runs while a later call waits, or the recall listener drives it; a
+    /// failure waits for the file's fsync or close, whose flush waits for
+    /// the send (it takes the file's gate).
+    fn send_kept_in_background(&self, h: Handle) {
+        let c = self.clone();
+        tokio::spawn(async move { c.send_kept(h).await });
     }
 
     /// Sends what is kept of file `h` as the caller who wrote it, after
