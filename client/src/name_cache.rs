@@ -117,6 +117,12 @@ impl NameCache {
                 e.named = named;
                 e.seen_by.clear();
             }
+            // The caller told last is told again (a name listed again by
+            // the same process): its claim is renewed where it stands.
+            if let Some(last) = e.seen_by.last_mut().filter(|(c, _)| *c == who) {
+                last.1 = until;
+                continue;
+            }
             e.seen_by.retain(|(c, _)| *c != who);
             if e.seen_by.len() >= MAX_CALLERS {
                 e.seen_by.remove(0);

@@ -128,6 +128,8 @@ struct State {
     /// No file's oldest kept byte is older than this: [`WriteBack::due`]
     /// answers without a scan until `delay` after it.
     oldest: Option<Instant>,
+    /// When [`WriteBack::due`] last scanned the files.
+    scanned: Option<Instant>,
 }
 
 /// File `h`'s buffer if `gate` is still its gate: a send or commit taken
@@ -481,8 +483,9 @@ impl WriteBack {
         self.state().files.get(&h).map(|f| f.end).filter(|e| *e > 0)
     }
 
-    /// Files whose oldest kept byte was put more than `delay` ago. Cheap
-    /// when none can be (every write asks).
+    /// Files whose oldest kept byte was put more than `delay` ago (and
+    /// not yet when this was asked less than a quarter of `delay` ago).
+    /// Cheap when none can be (every write asks).
     pub fn due(&self, delay: Duration) -> Vec<Handle> {
         if !self.any.load(Ordering::Relaxed) {
             return Vec::new();
@@ -491,6 +494,14 @@ impl WriteBack {
         if st.oldest.is_none_or(|o| o.elapsed() < delay) {
             return Vec::new();
         }
+        // One scan per quarter of the delay at most: a writer going through
+        // many files makes one more of them due at nearly every write, and
+        // a scan of them all each time cost it more than its writes. A file
+        // goes at most a quarter of the delay late.
+        if st.scanned.is_some_and(|s| s.elapsed() < delay / 4) {
+            return Vec::new();
+        }
+        st.scanned = Some(Instant::now());
         let kept = st.files.iter().filter(|(_, f)| !f.extents.is_empty());
         let (due, waiting): (Vec<_>, Vec<_>) = kept.partition(|(_, f)| f.since.elapsed() >= delay);
         let oldest = waiting.iter().map(|(_, f)| f.since).min();
