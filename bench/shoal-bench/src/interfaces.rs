@@ -366,8 +366,9 @@ fn markdown(
         } => format!(
             "the aggregate bandwidth test of [Vilayannur 2004]: {procs} processes write \
              disjoint blocks (block i of process k at (i*{procs}+k)*B) of one shared file, \
-             {size_mib} MiB each, close, reopen, read back and verify; MiB/s over all \
-             processes (higher is better)"
+             {size_mib} MiB each, close, reopen, read back and verify (each process drops \
+             its blocks' cached pages before the reads, untimed: posix_fadvise DONTNEED); \
+             MiB/s over all processes (higher is better)"
         ),
         Workload::Bonnie { size_mib, files_k } => format!(
             "Bonnie++ -f ({size_mib} MiB file, {files_k}x1024 files; no per-character tests: \
@@ -744,6 +745,12 @@ pub fn bandwidth_worker(
         }
         fsops::close(f, file)
     })?;
+    // Untimed, before the barrier, as smallfile does: so that the reads
+    // reach the file system rather than the pages the writes left in the
+    // kernel's cache (the mount keeps them across close and open while it
+    // holds the file's lease: 9-12 GB/s, memory's speed). Length 0: to the
+    // end of the file.
+    fsops::drop_cached_range(file, 0, 0);
     barrier.phase(BW_PHASES[1], || {
         let f = fs::File::open(file).map_err(|e| at(file, e))?;
         for i in 0..blocks {
