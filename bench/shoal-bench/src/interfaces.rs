@@ -81,14 +81,26 @@ pub enum Workload {
     },
 }
 
+/// The tree `shoal bench interfaces tree` untars unless told another.
+pub const DEFAULT_TREE: &str = "/usr/include";
+
 impl Workload {
-    fn name(&self) -> &'static str {
+    /// What the results are named by (`interfaces-NAME.*`): a tree other
+    /// than the default adds the first word of its file name
+    /// (`linux-source-6.1.tar.xz`: `tree-linux`), so that its results do
+    /// not replace the default tree's.
+    fn name(&self) -> String {
         match self {
-            Workload::Smallfile { reopen: false, .. } => "smallfile",
-            Workload::Smallfile { reopen: true, .. } => "smallfile-reopen",
-            Workload::Tree { .. } => "tree",
-            Workload::Bandwidth { .. } => "bandwidth",
-            Workload::Bonnie { .. } => "bonnie",
+            Workload::Smallfile { reopen: false, .. } => "smallfile".into(),
+            Workload::Smallfile { reopen: true, .. } => "smallfile-reopen".into(),
+            Workload::Tree { source } if source != Path::new(DEFAULT_TREE) => {
+                let file = source.file_name().unwrap_or_default().to_string_lossy();
+                let word = file.split(['-', '.', '_']).next().unwrap_or_default();
+                format!("tree-{word}")
+            }
+            Workload::Tree { .. } => "tree".into(),
+            Workload::Bandwidth { .. } => "bandwidth".into(),
+            Workload::Bonnie { .. } => "bonnie".into(),
         }
     }
 
@@ -834,4 +846,17 @@ fn run_bonnie(
             (name.to_string(), unit, v)
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tree_other_than_the_default_names_its_results_apart() {
+        let tree = |p: &str| Workload::Tree { source: p.into() }.name();
+        assert_eq!(tree(DEFAULT_TREE), "tree");
+        assert_eq!(tree("/usr/src/linux-source-6.1.tar.xz"), "tree-linux");
+        assert_eq!(tree("/home/me/project"), "tree-project");
+    }
 }

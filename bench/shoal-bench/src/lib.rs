@@ -119,7 +119,7 @@ pub enum InterfacesWorkload {
     Tree {
         /// A directory to tar (untimed) or a tarball (.tar, .tar.xz, .tar.gz):
         /// e.g. /usr/src/linux-source-6.1.tar.xz.
-        #[arg(long, default_value = "/usr/include")]
+        #[arg(long, default_value = interfaces::DEFAULT_TREE)]
         source: PathBuf,
     },
     /// P processes write disjoint blocks of one shared file, close, reopen,
