@@ -312,6 +312,8 @@ async fn listing_with_attributes_asks_each_datafile_once() {
             .await
             .unwrap();
     }
+    // The kept writes go now, not as background sends in the count below.
+    client.flush_all().await.unwrap();
     // Baseline: the entries, then one getattr per file (a metafile's file
     // costs one getattr and one get_sizes per server holding its datafiles).
     let (listed, messages) = cluster

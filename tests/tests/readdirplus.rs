@@ -59,6 +59,8 @@ async fn populate(client: &Client, dir: &str, n: usize) -> u64 {
     while let Some(r) = made.next().await {
         r.unwrap();
     }
+    // The kept writes go now, not as background sends in what a test counts.
+    client.flush_all().await.unwrap();
     d
 }
 
