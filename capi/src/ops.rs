@@ -865,6 +865,17 @@ pub fn readdir_many(
             *a = held;
         }
     }
+    // What a walk of the tree opens next: read ahead once the process walks.
+    let subdirs: Vec<Handle> = out
+        .iter()
+        .filter(|(e, _)| e.kind == FileKind::Directory && e.name != "." && e.name != "..")
+        .map(|(e, _)| e.handle)
+        .collect();
+    if !subdirs.is_empty() {
+        // In the runtime: a read-ahead is a task of it.
+        let batch = c.config().settings.readdir_batch.max(1);
+        s.run_quietly(async { c.listed_subdirectories(&subdirs, batch, plus) });
+    }
     Ok(out)
 }
 

@@ -25,6 +25,7 @@ mod io;
 mod kept_changes;
 mod known_dirs;
 mod leases;
+mod listings_ahead;
 pub mod mounts;
 mod name_cache;
 mod namespace;
@@ -47,6 +48,7 @@ use shoal_proto::{ops, Handle, Operation};
 
 pub use conn::Recalled;
 pub use leases::RecallHook;
+pub use listings_ahead::ReadAhead;
 pub use open_files::OpenFiles;
 pub use shoal_proto::error::{Errno, ShoalError};
 pub use types::*;
@@ -84,6 +86,7 @@ struct Inner {
     uncommitted_writes: uncommitted_writes::UncommittedWrites,
     /// Small writes kept to send later (the gathering path).
     gathering: write_path::Gathering,
+    listings_ahead: listings_ahead::ListingsAhead,
     /// The objects servers leased to this client (`leases`).
     leases: leases::Ledger,
 }
@@ -105,6 +108,7 @@ impl Client {
                 next_server: AtomicU32::new(first),
                 uncommitted_writes: Default::default(),
                 gathering: Default::default(),
+                listings_ahead: Default::default(),
                 leases: Default::default(),
                 pool: Pool::new(config, leases::on_recall(me.clone())),
             }),

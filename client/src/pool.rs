@@ -76,6 +76,26 @@ pub struct Pool {
     /// How long a lease lasts from the sending of the request it answers
     /// (`lease_ms`; the server counts from its reply, later).
     lease: Duration,
+    /// Bumped when a metadata change is sent and again when it is answered
+    /// (or fails): a batch read ahead while it stood still saw every change
+    /// this client made (`listings_ahead`).
+    changes: AtomicU64,
+}
+
+/// A metadata change in flight: bumps the count at its start and end.
+struct Changing<'a>(&'a AtomicU64);
+
+impl<'a> Changing<'a> {
+    fn start(count: &'a AtomicU64) -> Changing<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
+        Changing(count)
+    }
+}
+
+impl Drop for Changing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 /// A cached request's place among those awaited from its server; it leaves
@@ -113,8 +133,15 @@ impl Pool {
             me: me.clone(),
             on_recall,
             lease: Duration::from_millis(config.settings.lease_ms as u64),
+            changes: AtomicU64::new(0),
             config,
         })
+    }
+
+    /// How many times metadata changes were sent or answered (see
+    /// `changes`).
+    pub fn metadata_changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// What request `id` of `op` to `server` says of this client: its id,
@@ -319,6 +346,9 @@ impl Pool {
     ) -> Result<(O::Reply, Bytes, Option<Instant>)> {
         let sent_at = Instant::now();
         let op = O::OP;
+        let _changing = op
+            .modifies_metadata()
+            .then(|| Changing::start(&self.changes));
         let body = Bytes::from(request.encode_to_vec());
         let conn = self.connection(server).await?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);

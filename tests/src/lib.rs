@@ -332,6 +332,17 @@ impl Cluster {
         out
     }
 
+    /// Two clients, each connected to every server, once the servers'
+    /// precreate pools are full (see [`wait_for_pools`](Self::wait_for_pools)).
+    pub async fn two_clients(&self) -> (Client, Client) {
+        let a = self.client();
+        let b = self.client();
+        a.ping_all().await.unwrap();
+        b.ping_all().await.unwrap();
+        self.wait_for_pools(&a).await;
+        (a, b)
+    }
+
     /// Waits until every server has asked each other server for one batch of
     /// precreated datafiles (the pools fill at start), so that no refill runs
     /// while a test counts messages.

@@ -14,15 +14,6 @@ fn cluster() -> Cluster {
     Cluster::builder().servers(2).start()
 }
 
-async fn ready(cluster: &Cluster) -> (Client, Client) {
-    let a = cluster.client();
-    let b = cluster.client();
-    a.ping_all().await.unwrap();
-    b.ping_all().await.unwrap();
-    cluster.wait_for_pools(&a).await;
-    (a, b)
-}
-
 /// Directory `d` and in it file `f`, holding "hello", made by `a`.
 async fn made_by(a: &Client) -> (u64, u64) {
     let d = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
@@ -43,7 +34,7 @@ async fn recalls(cluster: &Cluster, client: &Client) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leased_stat_costs_no_message_past_the_ttl() {
     let cluster = cluster();
-    let (a, b) = ready(&cluster).await;
+    let (a, b) = cluster.two_clients().await;
     let (d, f) = made_by(&a).await;
 
     assert_eq!(b.lookup_attr(d, "f").await.unwrap().size, 5);
@@ -64,7 +55,7 @@ async fn a_leased_stat_costs_no_message_past_the_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_clients_changes_are_seen_as_soon_as_they_return() {
     let cluster = cluster();
-    let (a, b) = ready(&cluster).await;
+    let (a, b) = cluster.two_clients().await;
     let (d, f) = made_by(&a).await;
 
     // chmod: B's cached attributes go before A's setattr returns.
@@ -106,7 +97,7 @@ async fn another_clients_changes_are_seen_as_soon_as_they_return() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_keeps_its_leases_over_its_own_changes_and_loses_them_with_its_connection() {
     let cluster = cluster();
-    let (a, b) = ready(&cluster).await;
+    let (a, b) = cluster.two_clients().await;
     let d = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
     a.readdir_all(d).await.unwrap();
     let before = recalls(&cluster, &a).await;
@@ -233,7 +224,7 @@ fn through_the_mount_leased_files_cost_no_message_to_stat_or_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_file_is_leased_to_the_client_that_made_it() {
     let cluster = cluster();
-    let (a, _) = ready(&cluster).await;
+    let (a, _) = cluster.two_clients().await;
     let d = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
     let f = a.create(d, "f", 0o644).await.unwrap().handle;
     assert!(a.lease_until(f).is_some(), "the create leased the file");
@@ -381,7 +372,7 @@ fn a_change_answered_in_memory_waits_for_its_recall_too() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_to_a_striped_files_datafile_recalls_its_attributes() {
     let cluster = Cluster::builder().servers(2).set("strip_size=4096").start();
-    let (a, b) = ready(&cluster).await;
+    let (a, b) = cluster.two_clients().await;
     let f = a.create(ROOT, "f", 0o644).await.unwrap().handle;
     a.write(f, 0, Bytes::from(vec![1u8; 3 * 4096]))
         .await
@@ -415,7 +406,7 @@ async fn an_idle_preloaded_process_answers_recalls() {
         .servers(2)
         .set("cache_ttl_ms=60000")
         .start();
-    let (a, _) = ready(&cluster).await;
+    let (a, _) = cluster.two_clients().await;
     let f = a.create(ROOT, "f", 0o644).await.unwrap().handle;
     let lib = shoal_tests::shoal_bin().with_file_name("libshoal_preload.so");
     assert!(lib.exists(), "{} not built", lib.display());

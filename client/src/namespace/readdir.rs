@@ -38,7 +38,28 @@ impl Client {
         Ok((entries, done, attr))
     }
 
+    /// A batch of `dir`'s entries after `start_after` (with the directory's
+    /// record if `with_dir`), and until when the reply leases them: a first
+    /// batch read ahead if there is a good one (`listings_ahead`), else
+    /// asked for.
     async fn readdir_request(
+        &self,
+        dir: Handle,
+        start_after: &str,
+        max: u32,
+        with_dir: bool,
+    ) -> Result<(Vec<DirEntry>, bool, Option<ObjectRecord>, Option<Instant>)> {
+        if start_after.is_empty() {
+            if let Some(f) = self.listing_ahead(dir, max).await {
+                return Ok((f.0.clone(), f.1, f.2.clone(), Some(f.3)));
+            }
+        }
+        self.readdir_request_sent(dir, start_after, max, with_dir)
+            .await
+    }
+
+    /// [`readdir_request`](Self::readdir_request), always asked for.
+    pub(crate) async fn readdir_request_sent(
         &self,
         dir: Handle,
         start_after: &str,
