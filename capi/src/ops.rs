@@ -806,6 +806,7 @@ pub fn readdir_many(
         .ok_or_else(|| err(libc::ENOTDIR, format!("{fd}: not a directory")))?;
     let s = session()?;
     let c = &s.client;
+    let batch = c.config().settings.readdir_batch.max(1);
     let mut st = dir.lock().unwrap_or_else(|e| e.into_inner());
     let mut out = Vec::with_capacity(max.min(st.buffered.len() + 2));
     while out.len() < max && st.dots < 2 {
@@ -833,7 +834,6 @@ pub fn readdir_many(
             if st.done {
                 break;
             }
-            let batch = c.config().settings.readdir_batch.max(1);
             let (entries, done) = s
                 .run(c.readdir(file.handle, &st.after, batch))
                 .map_err(about(&file.path))?;
@@ -873,7 +873,6 @@ pub fn readdir_many(
         .collect();
     if !subdirs.is_empty() {
         // In the runtime: a read-ahead is a task of it.
-        let batch = c.config().settings.readdir_batch.max(1);
         s.run_quietly(async { c.listed_subdirectories(&subdirs, batch, plus) });
     }
     Ok(out)

@@ -39,9 +39,16 @@ const MAX_AHEAD: usize = 256;
 /// Directories shown by listings remembered, at most, to see a walk start.
 const MAX_SHOWN: usize = 4096;
 
-/// A first batch fetched ahead: its entries, whether they are all, the
-/// directory's record, and the lease that came with it.
-pub(crate) type Fetched = Arc<(Vec<DirEntry>, bool, Option<ObjectRecord>, Instant)>;
+/// A first batch fetched ahead.
+pub(crate) struct FirstBatch {
+    pub entries: Vec<DirEntry>,
+    /// Whether they are all of the directory's.
+    pub done: bool,
+    /// The directory's own record.
+    pub dir: Option<ObjectRecord>,
+    /// Until when the reply leased them.
+    pub leased: Instant,
+}
 
 struct Slot {
     /// Who asked: the server checked that caller's permission to list.
@@ -51,7 +58,7 @@ struct Slot {
     max: u32,
     /// Order of fetching, for eviction.
     seq: u64,
-    batch: Shared<BoxFuture<'static, Option<Fetched>>>,
+    batch: Shared<BoxFuture<'static, Option<Arc<FirstBatch>>>>,
 }
 
 #[derive(Default)]
@@ -132,17 +139,22 @@ impl Client {
             }
             let c = self.clone();
             let batch = async move {
-                let (entries, done, rec, lease) =
+                let (entries, done, dir, lease) =
                     c.readdir_request_sent(dir, "", max, true).await.ok()?;
-                let counts = &c.inner.listings_ahead.counts;
                 if with_attrs {
                     // Cached as any readdirplus's; a failure is met again
                     // by the listing's own.
                     let handles: Vec<Handle> = entries.iter().map(|e| e.handle).collect();
                     let _ = c.listattr(&handles).await;
                 }
+                let counts = &c.inner.listings_ahead.counts;
                 counts.fetched.fetch_add(1, Ordering::Relaxed);
-                Some(Arc::new((entries, done, rec, lease?)))
+                Some(Arc::new(FirstBatch {
+                    entries,
+                    done,
+                    dir,
+                    leased: lease?,
+                }))
             }
             .boxed()
             .shared();
@@ -164,7 +176,7 @@ impl Client {
     /// The first batch of `dir`'s listing (`max` entries) if one was fetched
     /// ahead and is still good (see the module doc). Opening a directory a
     /// listing showed is what starts read-ahead.
-    pub(crate) async fn listing_ahead(&self, dir: Handle, max: u32) -> Option<Fetched> {
+    pub(crate) async fn listing_ahead(&self, dir: Handle, max: u32) -> Option<Arc<FirstBatch>> {
         let ahead = &self.inner.listings_ahead;
         if !ahead.walking.load(Ordering::Relaxed) {
             let shown = ahead.shown.lock().unwrap_or_else(|e| e.into_inner());
@@ -181,12 +193,11 @@ impl Client {
             .remove(&dir)?;
         let fetched = slot.batch.await;
         let good = fetched.filter(|f| {
-            let leased = f.3;
             slot.max == max
                 && slot.cred == self.cred
                 && slot.changes == self.pool().metadata_changes()
-                && leased > Instant::now()
-                && self.inner.leases.until(dir) == Some(leased)
+                && f.leased > Instant::now()
+                && self.inner.leases.until(dir) == Some(f.leased)
         });
         let count = match good {
             Some(_) => &ahead.counts.used,

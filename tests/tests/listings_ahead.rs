@@ -27,8 +27,12 @@ async fn list(c: &Client, dir: Handle) -> (Vec<String>, u32) {
     (entries.into_iter().map(|e| e.name).collect(), attr.mode)
 }
 
-/// Waits until `c` has brought `n` batches ahead in all.
-async fn fetched(c: &Client, n: u64) -> ReadAhead {
+/// Starts `c`'s walk as `ls -R` does: lists `top`, then opens `d0`, which
+/// that listing showed, so that `d0`'s listing reads its `n` subdirectories
+/// ahead; waits until they are brought.
+async fn walk_into(c: &Client, top: Handle, d0: Handle, n: u64) -> ReadAhead {
+    list(c, top).await;
+    list(c, d0).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let now = c.read_ahead_listings();
@@ -99,9 +103,7 @@ async fn a_batch_read_ahead_is_not_used_once_its_directory_changed() {
     let (top, ds, subs) = tree(&w, 4).await;
 
     // The walk starts at d0, whose listing reads s0..s3 ahead.
-    list(&r, top).await;
-    list(&r, ds[0]).await;
-    let before = fetched(&r, 4).await;
+    let before = walk_into(&r, top, ds[0], 4).await;
     assert_eq!(before.used + before.dropped, 0);
 
     // Another client's changes: a file in s1, and s2's mode. Each recalls
@@ -135,9 +137,7 @@ async fn a_walk_that_changes_what_it_walks_reads_nothing_ahead() {
     let (w, r) = cluster.two_clients().await;
     let (top, ds, subs) = tree(&w, 2).await;
 
-    list(&r, top).await;
-    list(&r, ds[0]).await;
-    fetched(&r, 2).await;
+    walk_into(&r, top, ds[0], 2).await;
     // As rm -r does: a change, then a listing that shows subdirectories.
     r.unlink(subs[0], "f").await.unwrap();
     let (names, _) = list(&r, ds[1]).await;

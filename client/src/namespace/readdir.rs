@@ -51,7 +51,7 @@ impl Client {
     ) -> Result<(Vec<DirEntry>, bool, Option<ObjectRecord>, Option<Instant>)> {
         if start_after.is_empty() {
             if let Some(f) = self.listing_ahead(dir, max).await {
-                return Ok((f.0.clone(), f.1, f.2.clone(), Some(f.3)));
+                return Ok((f.entries.clone(), f.done, f.dir.clone(), Some(f.leased)));
             }
         }
         self.readdir_request_sent(dir, start_after, max, with_dir)
