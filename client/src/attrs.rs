@@ -82,6 +82,7 @@ impl Client {
         };
         self.inner.attrs.put_leased(rec.handle, attr.clone(), lease);
         self.inner.leases.note(rec.handle, lease);
+        self.inner.undo_if_recalled([(rec.handle, lease)]);
         Ok(attr)
     }
 
@@ -167,6 +168,7 @@ impl Client {
             let lease = self.inner.leases.until(rec.handle);
             let attr = Attr::from_record(&rec, FileKind::Directory);
             self.inner.attrs.put_leased(rec.handle, attr, lease);
+            self.inner.undo_if_recalled([(rec.handle, lease)]);
         }
     }
 

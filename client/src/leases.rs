@@ -17,10 +17,22 @@
 //! invalidates the kernel's caches), and only then does the connection
 //! answer the server. When a connection ends, the server has forgotten
 //! every lease it gave: everything cached goes.
+//!
+//! A recall can also arrive after a reply that grants a lease and before
+//! the caller has cached what came with it (a striped file's attributes
+//! wait for its other servers' sizes; a multi-threaded runtime's reader
+//! handles the recall meanwhile): the recall then finds nothing to drop and
+//! is answered, and the caller would cache a state the server has since
+//! changed, trusted until the lease ends. So the ledger remembers when each
+//! object was last recalled, and every caller that caches under a lease
+//! asks afterwards ([`Inner::undo_if_recalled`]) whether one came after its
+//! request went out; if so it drops what it cached. Cached first, asked
+//! second: a recall either comes before the question and is seen, or after
+//! the caching and drops it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -32,6 +44,9 @@ use crate::Inner;
 /// Objects remembered as leased at most; past it the ledger starts again
 /// (front ends then treat those objects as not leased: safe).
 const MAX_LEDGER: usize = 1 << 20;
+
+/// Recall times kept before the ledger drops those older than a lease.
+const MAX_RECALLED: usize = 4096;
 
 /// A front end's part of a recall (see [`crate::Client::on_recall`]).
 pub type RecallHook = Arc<dyn Fn(&Recalled) -> BoxFuture<'static, ()> + Send + Sync>;
@@ -48,6 +63,34 @@ struct Held {
     until: HashMap<Handle, Instant>,
     /// The end of the latest lease noted: until then a server may recall.
     latest: Option<Instant>,
+    /// When each object was last recalled. An entry older than a lease can
+    /// go: every grant whose request went out before it has ended.
+    recalled: HashMap<Handle, Instant>,
+    /// When a connection last ended, recalling all its server had leased.
+    all_recalled: Option<Instant>,
+}
+
+impl Held {
+    /// Notes a recall of `handles` (every object if `None`) now.
+    fn note_recall(&mut self, handles: Option<&[Handle]>, lease: Duration) {
+        let now = Instant::now();
+        let Some(handles) = handles else {
+            self.all_recalled = Some(now);
+            self.recalled.clear();
+            return;
+        };
+        if self.recalled.len() + handles.len() > MAX_RECALLED {
+            self.recalled
+                .retain(|_, at| now.duration_since(*at) <= lease);
+        }
+        self.recalled.extend(handles.iter().map(|h| (*h, now)));
+    }
+
+    /// Whether `h` was recalled at or after `sent`.
+    fn recalled_since(&self, h: Handle, sent: Instant) -> bool {
+        self.all_recalled.is_some_and(|at| at >= sent)
+            || self.recalled.get(&h).is_some_and(|at| *at >= sent)
+    }
 }
 
 impl Ledger {
@@ -133,22 +176,94 @@ pub(crate) fn on_recall(inner: Weak<Inner>) -> OnRecall {
 
 impl Inner {
     fn drop_recalled(&self, what: &Recalled) {
+        let lease = self.pool.lease();
         match what {
             Recalled::Objects(handles) => {
                 let mut held = self.leases.held.lock().unwrap();
-                for h in handles {
-                    held.until.remove(h);
-                    self.attrs.remove(h);
-                    self.names.remove_dir(*h);
-                    self.known_dirs.forget(*h);
-                    self.dists.forget_stuffed(*h);
-                }
+                held.note_recall(Some(handles), lease);
+                self.drop_leased(&mut held, handles);
             }
             Recalled::Everything => {
-                self.leases.held.lock().unwrap().until.clear();
+                let mut held = self.leases.held.lock().unwrap();
+                held.note_recall(None, lease);
+                held.until.clear();
                 self.attrs.clear();
                 self.names.clear();
             }
         }
+    }
+
+    /// Drops what is cached of `handles` as a recall of them does.
+    fn drop_leased(&self, held: &mut Held, handles: &[Handle]) {
+        for h in handles {
+            held.until.remove(h);
+            self.attrs.remove(h);
+            self.names.remove_dir(*h);
+            self.known_dirs.forget(*h);
+            self.dists.forget_stuffed(*h);
+        }
+    }
+
+    /// To be called after caching, under leases ending at `until` (each
+    /// `sent + lease_ms`), what a reply said of each handle: drops what is
+    /// cached of those recalled since their request went out (see the
+    /// module doc). A handle cached without a lease has nothing to undo.
+    pub(crate) fn undo_if_recalled(
+        &self,
+        leased: impl IntoIterator<Item = (Handle, Option<Instant>)>,
+    ) {
+        let lease = self.pool.lease();
+        let mut held = self.leases.held.lock().unwrap();
+        if held.recalled.is_empty() && held.all_recalled.is_none() {
+            return;
+        }
+        let recalled: Vec<Handle> = leased
+            .into_iter()
+            .filter_map(|(h, until)| Some((h, until?.checked_sub(lease)?)))
+            .filter(|(h, sent)| held.recalled_since(*h, *sent))
+            .map(|(h, _)| h)
+            .collect();
+        self.drop_leased(&mut held, &recalled);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn a_grant_counts_as_recalled_only_if_its_request_went_out_before_the_recall() {
+        let mut held = Held::default();
+        let before = Instant::now();
+        held.note_recall(Some(&[1]), LEASE);
+        let after = Instant::now() + Duration::from_millis(1);
+        assert!(held.recalled_since(1, before));
+        assert!(!held.recalled_since(1, after), "sent after the recall");
+        assert!(!held.recalled_since(2, before), "another object");
+        held.note_recall(None, LEASE);
+        assert!(
+            held.recalled_since(2, before),
+            "a connection's end recalls all"
+        );
+        assert!(!held.recalled_since(2, after + Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn recall_times_are_kept_a_lease_long_and_bounded() {
+        let mut held = Held::default();
+        let sent = Instant::now();
+        let many: Vec<Handle> = (0..MAX_RECALLED as u64).collect();
+        held.note_recall(Some(&many), LEASE);
+        // Past the bound, entries younger than a lease stay.
+        held.note_recall(Some(&[u64::MAX]), LEASE);
+        assert!(held.recalled_since(0, sent));
+        assert!(held.recalled_since(u64::MAX, sent));
+        // Older ones go.
+        held.note_recall(Some(&many), Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(2));
+        held.note_recall(Some(&[7]), Duration::ZERO);
+        assert_eq!(held.recalled.len(), 1);
     }
 }

@@ -322,6 +322,11 @@ impl Pool {
         Ok((reply, payload))
     }
 
+    /// How long a lease lasts from the sending of the request it answers.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
     /// [`call`](Self::call), and until when the reply's lease on what it
     /// names lasts, if it grants one (`leases`).
     pub async fn call_leasing<O: Operation>(

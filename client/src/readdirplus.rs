@@ -253,6 +253,8 @@ impl Client {
         self.inner
             .leases
             .note_many(attrs.keys().map(|h| (*h, leased(h))));
+        self.inner
+            .undo_if_recalled(attrs.keys().map(|h| (*h, leased(h))));
         for h in &recheck {
             self.forget(*h);
         }

@@ -58,10 +58,11 @@ pub fn list(dir: &[u8]) {
         _ => &dir[..dir.len() - 1],
     };
     if let Ok(path) = CString::new(path) {
+        let asked = cache::asking();
         // SAFETY: a NUL-terminated path.
         let fd = unsafe { shoal::shoal_opendir(path.as_ptr()) };
         if fd >= 0 {
-            fill(fd, dir);
+            fill(asked, fd, dir);
             shoal::shoal_closedir(fd);
         }
     }
@@ -69,7 +70,7 @@ pub fn list(dir: &[u8]) {
 }
 
 /// Reads listing `fd` of `dir` into the cache.
-fn fill(fd: c_int, dir: &[u8]) {
+fn fill(asked: cache::Asked, fd: c_int, dir: &[u8]) {
     // SAFETY: zeroed C structs are valid; libshoal fills them.
     let zero: (shoal::shoal_dirent, libc::stat) = unsafe { std::mem::zeroed() };
     let mut ents = vec![zero.0; BATCH];
@@ -83,11 +84,14 @@ fn fill(fd: c_int, dir: &[u8]) {
             return;
         }
         let n = n as usize;
-        cache::put_many(ents[..n].iter().zip(&sts[..n]).filter_map(|(e, st)| {
-            // SAFETY: libshoal NUL-terminates the name.
-            let name = unsafe { CStr::from_ptr(e.d_name.as_ptr()) }.to_bytes();
-            (name != b"." && name != b"..").then(|| ([dir, name].concat(), *st))
-        }));
+        cache::put_many(
+            asked,
+            ents[..n].iter().zip(&sts[..n]).filter_map(|(e, st)| {
+                // SAFETY: libshoal NUL-terminates the name.
+                let name = unsafe { CStr::from_ptr(e.d_name.as_ptr()) }.to_bytes();
+                (name != b"." && name != b"..").then(|| ([dir, name].concat(), *st))
+            }),
+        );
         seen += n;
     }
 }

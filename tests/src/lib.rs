@@ -282,6 +282,15 @@ impl Cluster {
         self.signal(id, libc::SIGKILL);
     }
 
+    /// Stops server `id` with SIGSTOP (it holds its connections and answers
+    /// nothing) or, with `false`, lets it run again (SIGCONT).
+    pub fn pause(&self, id: u32, paused: bool) {
+        let child = self.servers.get(&id).expect("a server this kit started");
+        let sig = if paused { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: a PID of a child this kit started and has not reaped.
+        unsafe { libc::kill(child.id() as i32, sig) };
+    }
+
     /// Whether server `id` was started by this kit and its process has not
     /// exited (a crash shows here as false).
     pub fn is_running(&mut self, id: u32) -> bool {

@@ -394,6 +394,67 @@ async fn a_write_to_a_striped_files_datafile_recalls_its_attributes() {
     assert_eq!(b.getattr(f).await.unwrap().size, 4 * 4096);
 }
 
+/// A recall can reach the client after the reply that granted the lease
+/// and before the client has cached what came with it: here the file's
+/// record has come from its metafile's server while its size waits for a
+/// stopped server, and another client's chmod recalls the record meanwhile.
+/// What the first getattr then caches must not be trusted afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recall_between_a_grant_and_its_caching_is_not_lost() {
+    let cluster = Cluster::builder().servers(2).set("strip_size=4096").start();
+    let (a, b) = cluster.two_clients().await;
+    let f = a.create(ROOT, "f", 0o644).await.unwrap().handle;
+    a.write(f, 0, Bytes::from(vec![1u8; 2 * 4096]))
+        .await
+        .unwrap();
+    a.fsync(f).await.unwrap();
+    let holder = shoal_proto::handle::server_of(f);
+    let other = 1 - holder;
+    let layout = a.layout(f).await.unwrap();
+    assert!(
+        layout.datafiles.iter().any(|(_, server)| *server == other),
+        "a datafile on the other server"
+    );
+
+    cluster.pause(other, true);
+    let getattr = tokio::spawn({
+        let b = b.clone();
+        async move { b.getattr(f).await }
+    });
+    // B has the record (leased) and waits for the stopped server's size.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // A's chmod recalls B's lease and is applied; its own getattr then
+    // waits for the stopped server too. Counted on the running server
+    // alone: the stopped one answers nothing.
+    let recalled = || async { a.server_stats(holder).await.unwrap().lease_recalls };
+    let before = recalled().await;
+    let chmod = tokio::spawn({
+        let a = a.clone();
+        let set = SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        };
+        async move { a.setattr(f, &set).await }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while recalled().await == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B's lease was not recalled while its getattr waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    cluster.pause(other, false);
+    chmod.await.unwrap().unwrap();
+    getattr.await.unwrap().unwrap();
+
+    assert_eq!(
+        b.getattr(f).await.unwrap().mode & 0o777,
+        0o600,
+        "B kept the record of before the chmod"
+    );
+}
+
 /// The preload library drives its sockets only while it calls; between
 /// calls its recall listener reads them, so a process that holds leases and
 /// sits idle still answers a recall within the bound. The recall empties

@@ -143,6 +143,7 @@ impl Client {
             })?
             .ok_or_else(|| ShoalError::protocol("create_file reply without a file"))?;
         self.inner.attrs.put_leased(h, attr.clone(), made.lease);
+        self.inner.undo_if_recalled([(h, made.lease)]);
         Ok(attr)
     }
 
@@ -343,11 +344,13 @@ impl Client {
             self.refresh_dir(reply.dir);
             let lease = self.inner.leases.until(dir);
             self.inner.names.put(dir, name, self.cred, (h, kind), lease);
+            self.inner.undo_if_recalled([(dir, lease)]);
             Entry::Added
         } else {
             Entry::ToAdd(Undo::Object)
         };
         self.inner.leases.note(h, lease);
+        self.inner.undo_if_recalled([(h, lease)]);
         Ok(Made {
             handle: h,
             kind,

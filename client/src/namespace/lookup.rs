@@ -40,6 +40,7 @@ impl Client {
         let (reply, lease) = self.lookup_request(dir, name, false).await?;
         let found = (reply.handle, entry_kind(reply.kind)?);
         self.inner.names.put(dir, name, self.cred, found, lease);
+        self.inner.undo_if_recalled([(dir, lease)]);
         Ok(found)
     }
 
@@ -56,6 +57,7 @@ impl Client {
         let (reply, lease) = self.lookup_request(dir, name, want_attrs).await?;
         let (h, kind) = (reply.handle, entry_kind(reply.kind)?);
         self.inner.names.put(dir, name, self.cred, (h, kind), lease);
+        self.inner.undo_if_recalled([(dir, lease)]);
         self.remember_cap(reply.cap.filter(|c| c.file == h));
         match reply.object.filter(|o| o.handle == h) {
             // The lease covers the object the reply carries.

@@ -104,6 +104,7 @@ impl Client {
         self.inner
             .names
             .put(dir, name, self.cred, (handle, kind), lease);
+        self.inner.undo_if_recalled([(dir, lease)]);
         Ok(())
     }
 }

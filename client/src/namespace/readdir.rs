@@ -35,6 +35,7 @@ impl Client {
             .transpose()?
             .ok_or_else(|| ShoalError::io(format!("no record of directory {dir:#x}")))?;
         self.inner.attrs.put_leased(dir, attr.clone(), lease);
+        self.inner.undo_if_recalled([(dir, lease)]);
         Ok((entries, done, attr))
     }
 
@@ -97,6 +98,7 @@ impl Client {
                 .names
                 .put_many(dir, self.cred, names.zip(named), lease);
         }
+        self.inner.undo_if_recalled([(dir, lease)]);
         Ok((entries, reply.done, reply.dir, lease))
     }
 

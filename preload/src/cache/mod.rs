@@ -20,6 +20,10 @@
 //! a whole-cache clear cannot miss one), and so does a server's lease recall
 //! (another client's change to something this process was told of): such a
 //! change shows as soon as it returns, as through libshoal's own caches.
+//! A recall can come while a listing's answer is on its way into the cache
+//! (the recall listener's thread clears it meanwhile): so each fill says
+//! when it asked libshoal ([`asking`]), and one that asked before the last
+//! clear brings nothing in.
 
 mod run;
 
@@ -84,6 +88,8 @@ static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
 /// Whether CACHE may hold something: lets a write skip the lock.
 static FILLED: AtomicBool = AtomicBool::new(false);
 static TTL_MS: AtomicU64 = AtomicU64::new(100);
+/// How many times the cache was emptied (see [`Asked`]).
+static CLEARS: AtomicU64 = AtomicU64::new(0);
 static WANTS_ATTRS: AtomicBool = AtomicBool::new(false);
 
 pub fn set_ttl(ms: u64) {
@@ -107,13 +113,29 @@ fn fresh(at: u64, now: u64) -> bool {
     now.saturating_sub(at) <= TTL_MS.load(Ordering::Relaxed)
 }
 
+/// When a fill asked libshoal for what it brings: taken before the call.
+/// The cache takes it only if it was not emptied since (a recall may have
+/// been for what the answer says).
+#[derive(Clone, Copy)]
+pub struct Asked(u64);
+
+/// Taken before asking libshoal for what goes into the cache.
+pub fn asking() -> Asked {
+    Asked(CLEARS.load(Ordering::SeqCst))
+}
+
 /// Runs `f` on the cache (made if need be) at time `now`, under one lock:
-/// a listing's batch goes in as one.
-fn with_cache<T>(f: impl FnOnce(&mut Cache, u64) -> T) -> Option<T> {
+/// a listing's batch goes in as one. Nothing, if the cache was emptied
+/// after the fill `asked`: [`clear`] counts before it takes the lock, so
+/// either this sees the count or the clear comes after the fill.
+fn with_cache<T>(asked: Asked, f: impl FnOnce(&mut Cache, u64) -> T) -> Option<T> {
     if TTL_MS.load(Ordering::Relaxed) == 0 {
         return None;
     }
     let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if CLEARS.load(Ordering::SeqCst) != asked.0 {
+        return None;
+    }
     let cache = c.get_or_insert_with(Cache::default);
     if cache.entries.len() >= MAX_ENTRIES {
         *cache = Cache::default();
@@ -124,8 +146,8 @@ fn with_cache<T>(f: impl FnOnce(&mut Cache, u64) -> T) -> Option<T> {
 
 /// Remembers the attributes of Shoal paths (no symlink followed), as one
 /// batch.
-pub fn put_many(found: impl IntoIterator<Item = (Vec<u8>, libc::stat)>) {
-    with_cache(|c, at| put_attrs(&mut c.entries, found, at));
+pub fn put_many(asked: Asked, found: impl IntoIterator<Item = (Vec<u8>, libc::stat)>) {
+    with_cache(asked, |c, at| put_attrs(&mut c.entries, found, at));
 }
 
 fn put_attrs(
@@ -146,11 +168,12 @@ fn put_attrs(
 /// `run.rs`): (name, attributes). What the last listing left unanswered
 /// goes into the map.
 pub fn listed_in_order<'n>(
+    asked: Asked,
     local: &[u8],
     shoal: &[u8],
     found: impl IntoIterator<Item = (&'n [u8], &'n libc::stat)>,
 ) {
-    with_cache(|c, at| {
+    with_cache(asked, |c, at| {
         c.end_run();
         c.run.start(local, shoal, at);
         for (name, st) in found {
@@ -192,8 +215,12 @@ pub fn next_listed(path: &[u8], follow: bool) -> Option<libc::stat> {
 
 /// Remembers that a listing of directory `dir` ("/"-ended) found these
 /// entries: (name, object handle, whether a symlink).
-pub fn listed_many<'n>(dir: &[u8], found: impl IntoIterator<Item = (&'n [u8], u64, bool)>) {
-    with_cache(|c, at| {
+pub fn listed_many<'n>(
+    asked: Asked,
+    dir: &[u8],
+    found: impl IntoIterator<Item = (&'n [u8], u64, bool)>,
+) {
+    with_cache(asked, |c, at| {
         let found = found.into_iter();
         c.entries.reserve(found.size_hint().0);
         // A directory with no listing yet starts a batch at its first entry.
@@ -306,6 +333,7 @@ pub fn exists(path: &[u8]) -> bool {
 /// recalled a lease: another client changed something). The tables keep
 /// their room: the next listing refills them without growing them again.
 pub fn clear() {
+    CLEARS.fetch_add(1, Ordering::SeqCst);
     if FILLED.swap(false, Ordering::Relaxed) {
         let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = c.as_mut() {
@@ -334,10 +362,13 @@ mod tests {
     // One test: the cache is process-wide.
     #[test]
     fn answers_within_the_ttl_fetches_a_listed_batch_once_and_forgets_on_a_change() {
-        put_many([
-            (b"/d/f".to_vec(), stat_of(libc::S_IFREG | 0o644, 42)),
-            (b"/d/l".to_vec(), stat_of(libc::S_IFLNK | 0o777, 1)),
-        ]);
+        put_many(
+            asking(),
+            [
+                (b"/d/f".to_vec(), stat_of(libc::S_IFREG | 0o644, 42)),
+                (b"/d/l".to_vec(), stat_of(libc::S_IFLNK | 0o777, 1)),
+            ],
+        );
         assert!(matches!(get(b"/d/f", true), Found::Attrs(st) if st.st_size == 42));
         assert!(matches!(get(b"/d/l", false), Found::Attrs(_)));
         assert!(
@@ -355,7 +386,7 @@ mod tests {
                 let i: u64 = n[1..].parse().unwrap();
                 (n.as_bytes(), 100 + i, i == 1)
             });
-            listed_many(b"/e/", found);
+            listed_many(asking(), b"/e/", found);
         }
         assert!(exists(b"/e/n0"));
         assert!(!exists(b"/e/n1"), "a symlink's target might not exist");
@@ -368,7 +399,10 @@ mod tests {
         };
         assert_eq!(batch.len(), BATCH, "the first batch, whole");
         assert!(batch.contains(&(b"/e/n7".to_vec(), 107)));
-        put_many([(b"/e/n0".to_vec(), stat_of(libc::S_IFREG | 0o600, 7))]);
+        put_many(
+            asking(),
+            [(b"/e/n0".to_vec(), stat_of(libc::S_IFREG | 0o600, 7))],
+        );
         assert!(matches!(get(b"/e/n0", false), Found::Attrs(st) if st.st_size == 7));
         let Found::Listed(rest) = get(b"/e/n513", false) else {
             panic!("listed")
@@ -376,11 +410,19 @@ mod tests {
         assert_eq!(rest.len(), 2, "the second batch");
         assert!(wants_attrs(), "a stat of a listed entry");
 
+        // A fill that asked before a clear (a recall came while its answer
+        // was on the way) brings nothing in.
+        let asked = asking();
         clear();
         assert!(matches!(get(b"/d/f", false), Found::Nothing));
         assert!(!exists(b"/e/n3"));
+        put_many(asked, [(b"/d/f".to_vec(), stat_of(libc::S_IFREG, 2))]);
+        assert!(matches!(get(b"/d/f", false), Found::Nothing));
+        put_many(asking(), [(b"/d/f".to_vec(), stat_of(libc::S_IFREG, 3))]);
+        assert!(matches!(get(b"/d/f", false), Found::Attrs(st) if st.st_size == 3));
+        clear();
         set_ttl(0);
-        put_many([(b"/d/f".to_vec(), stat_of(libc::S_IFREG, 1))]);
+        put_many(asking(), [(b"/d/f".to_vec(), stat_of(libc::S_IFREG, 1))]);
         assert!(matches!(get(b"/d/f", false), Found::Nothing));
         set_ttl(100);
     }

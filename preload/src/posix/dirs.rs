@@ -209,6 +209,7 @@ fn fetch(
     }
     let max = batch.ents.len();
     let (ents, sts) = (batch.ents.as_mut_ptr(), batch.sts.as_mut_ptr());
+    let asked = cache::asking();
     // SAFETY: room for `max` entries and stats.
     let n = serve(Op::Readdir, || unsafe {
         match cache::wants_attrs() {
@@ -233,14 +234,21 @@ fn fetch(
     let with_attrs = named.clone().filter(|(_, _, st)| st.st_ino != 0);
     match local {
         // A stream's readdirs: the stats that follow come in this order.
-        Some(local) => {
-            cache::listed_in_order(local, base, with_attrs.map(|(name, _, st)| (name, st)))
-        }
-        None => cache::put_many(with_attrs.map(|(name, _, st)| ([base, name].concat(), *st))),
+        Some(local) => cache::listed_in_order(
+            asked,
+            local,
+            base,
+            with_attrs.map(|(name, _, st)| (name, st)),
+        ),
+        None => cache::put_many(
+            asked,
+            with_attrs.map(|(name, _, st)| ([base, name].concat(), *st)),
+        ),
     }
     if batch.sts[..n].iter().any(|st| st.st_ino == 0) {
         let unheld = named.filter(|(_, _, st)| st.st_ino == 0);
         cache::listed_many(
+            asked,
             base,
             unheld.map(|(name, e, _)| (name, e.d_ino, e.d_type == libc::DT_LNK)),
         );

@@ -109,6 +109,7 @@ fn fetch_listed(batch: Vec<(Vec<u8>, u64)>, path: &[u8]) -> Option<libc::stat> {
     let handles: Vec<u64> = batch.iter().map(|(_, h)| *h).collect();
     // SAFETY: zeroed stats are valid; libshoal fills them.
     let mut sts: Vec<libc::stat> = vec![unsafe { std::mem::zeroed() }; handles.len()];
+    let asked = cache::asking();
     // SAFETY: `handles.len()` handles and as many stats.
     let r = serve(Op::Stat, || unsafe {
         shoal::shoal_stat_handles(handles.as_ptr(), handles.len(), sts.as_mut_ptr())
@@ -124,7 +125,7 @@ fn fetch_listed(batch: Vec<(Vec<u8>, u64)>, path: &[u8]) -> Option<libc::stat> {
         .map(|((p, _), st)| (p, st))
         .collect();
     let found = fetched.iter().find(|(p, _)| p == path).map(|(_, st)| *st);
-    cache::put_many(fetched);
+    cache::put_many(asked, fetched);
     found
 }
 
