@@ -9,9 +9,10 @@
 //!   FUSE mount on this machine (nothing durable, no network).
 //!
 //! One local cluster (`shoal up --mount --detach`) and one bindfs are set up
-//! for the whole run; targets alternate within each round and the median of
-//! the rounds is reported. Every child runs under `timeout`. Writes
-//! `interfaces-<workload>.{csv,md}` and a PNG chart (bench/plot.py).
+//! for the whole run; targets alternate within each round, the first one
+//! rotating from round to round, and the median of the rounds is reported.
+//! Every child runs under `timeout`. Writes `interfaces-<workload>.{csv,md}`
+//! and a PNG chart (bench/plot.py).
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -265,7 +266,12 @@ pub fn interfaces(opts: &InterfacesOptions) -> Result<()> {
         _ => None,
     };
     for round in 0..opts.rounds {
-        for (i, &t) in targets.iter().enumerate() {
+        // Which target goes first rotates from round to round: a target's
+        // leftovers on the shared cluster (its deletes still settling, the
+        // store's compaction) land on the next one, and a fixed order would
+        // always hand them to the same target.
+        for i in (0..targets.len()).map(|k| (k + round) % targets.len()) {
+            let t = targets[i];
             eprintln!(
                 "bench interfaces {}: round {} of {}: {}",
                 opts.workload.name(),
@@ -393,7 +399,7 @@ fn markdown(
         "{what}. {}-server local cluster{} and its FUSE mount; `preload`: the same POSIX \
          programs with LD_PRELOAD=libshoal_preload.so; `native`: the Rust client; \
          `passthrough`: bindfs --multithreaded over tmpfs (the ceiling of a FUSE mount). \
-         Median of {} round{}, targets alternating within a round. {} build.\n",
+         Median of {} round{}, targets alternating within a round, the first rotating. {} build.\n",
         opts.servers,
         if opts.settings.is_empty() {
             " (defaults: metadata durable)".to_string()
