@@ -50,6 +50,7 @@ extern "C" fn start() {
             libc::pthread_atfork(None, None, Some(stats::reset));
         }
     }
+    cache::install_fork_handlers();
     state::init();
 }
 

@@ -513,3 +513,55 @@ async fn an_idle_preloaded_process_answers_recalls() {
     );
     assert_eq!(timeouts, 0, "and answered within the bound");
 }
+
+/// A forked child gets a client of its own, which no server recalls its
+/// parent's leases from: so it starts with nothing of the library's own
+/// cache of listed paths (kept a minute here), and sees a change another
+/// client made after the fork.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_child_does_not_keep_its_parents_cached_paths() {
+    use std::io::{BufRead, BufReader, Write};
+    let cluster = Cluster::builder()
+        .servers(2)
+        .set("cache_ttl_ms=60000")
+        .start();
+    let (a, _) = cluster.two_clients().await;
+    let f = a.create(ROOT, "f", 0o644).await.unwrap().handle;
+    let lib = shoal_tests::shoal_bin().with_file_name("libshoal_preload.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    let prefix = format!("/shoal-fork-test-{}", std::process::id());
+    let script = "import os, sys\n\
+                  mode = lambda: oct(os.stat(sys.argv[1] + '/f').st_mode & 0o777)\n\
+                  os.listdir(sys.argv[1])\n\
+                  print(mode(), flush=True)\n\
+                  pid = os.fork()\n\
+                  if pid == 0:\n\
+                  \x20   sys.stdin.readline()\n\
+                  \x20   print(mode(), flush=True)\n\
+                  \x20   os._exit(0)\n\
+                  os.waitpid(pid, 0)\n";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script, &prefix])
+        .env("LD_PRELOAD", &lib)
+        .env("SHOAL_CONFIG", cluster.config_path())
+        .env("SHOAL_PREFIX", &prefix)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stdin = child.stdin.take().unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "0o644");
+    let chmod = SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    a.setattr(f, &chmod).await.unwrap();
+    writeln!(stdin, "go").unwrap();
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "0o600",
+        "the child answered from its parent's cache"
+    );
+    assert!(child.wait().unwrap().success());
+}

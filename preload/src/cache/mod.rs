@@ -27,8 +27,9 @@
 
 mod run;
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use foldhash::HashMap;
 use run::{Lookup, Run};
@@ -327,6 +328,51 @@ pub fn exists(path: &[u8]) -> bool {
         };
         !symlink && fresh(e.at, now_ms())
     })
+}
+
+thread_local! {
+    /// The cache's lock, held by the forking thread from prepare to
+    /// parent or child (see [`install_fork_handlers`]).
+    static FORKING: RefCell<Option<MutexGuard<'static, Option<Cache>>>> =
+        const { RefCell::new(None) };
+}
+
+extern "C" fn before_fork() {
+    let c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    FORKING.with(|f| *f.borrow_mut() = Some(c));
+}
+
+extern "C" fn after_fork_in_parent() {
+    FORKING.with(|f| f.borrow_mut().take());
+}
+
+extern "C" fn after_fork_in_child() {
+    if let Some(mut c) = FORKING.with(|f| f.borrow_mut().take()) {
+        *c = None;
+    }
+    CLEARS.fetch_add(1, Ordering::SeqCst);
+    FILLED.store(false, Ordering::Relaxed);
+}
+
+/// Fork: the library's recall thread empties the cache from under
+/// whatever the program runs, so a fork could copy the lock held by a
+/// thread the child does not have; the forking thread holds it across the
+/// fork instead. And a child starts with nothing cached: it gets a client
+/// of its own, which no server will recall the parent's leases from.
+/// Installed when the library loads, before libshoal's handlers, so that
+/// this prepare handler runs after theirs (the reverse order): the
+/// recall thread may hold libshoal's locks when it empties the cache.
+pub fn install_fork_handlers() {
+    // SAFETY: plain functions that live as long as the process. If
+    // registration fails, a child may keep what its parent cached for the
+    // TTL, as before.
+    unsafe {
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_in_parent),
+            Some(after_fork_in_child),
+        )
+    };
 }
 
 /// Forgets everything (this process changed something, or a server
