@@ -808,6 +808,14 @@ pub fn readdir_many(
     let c = &s.client;
     let batch = c.config().settings.readdir_batch.max(1);
     let mut st = dir.lock().unwrap_or_else(|e| e.into_inner());
+    if plus {
+        // Attributes an earlier call fetched are asked for again (from
+        // libshoal's cache, which a recall since has emptied of what
+        // changed): the caller caches what this call returns as of now.
+        for (_, a) in st.buffered.iter_mut() {
+            *a = None;
+        }
+    }
     let mut out = Vec::with_capacity(max.min(st.buffered.len() + 2));
     while out.len() < max && st.dots < 2 {
         let dot = st.dots == 0;

@@ -158,17 +158,17 @@ impl Client {
         Ok(Some((attr, dist)))
     }
 
-    /// Caches a directory's record as a reply that changed its entries
-    /// returned it (its new mtime, its hints), so nobody has to ask for it
-    /// again.
-    pub(crate) fn refresh_dir(&self, rec: Option<ObjectRecord>) {
+    /// Caches a directory's record as the reply to a change of its entries
+    /// sent at `asked` returned it (its new mtime, its hints), so nobody
+    /// has to ask for it again.
+    pub(crate) fn refresh_dir(&self, rec: Option<ObjectRecord>, asked: Instant) {
         if let Some(rec) = rec.filter(|r| r.kind() == ObjectKind::Directory) {
             self.remember_hints(&rec);
             // A change keeps its client's own lease on the directory.
             let lease = self.inner.leases.until(rec.handle);
             let attr = Attr::from_record(&rec, FileKind::Directory);
             self.inner.attrs.put_leased(rec.handle, attr, lease);
-            self.inner.undo_if_recalled([(rec.handle, lease)]);
+            self.inner.undo_if_recalled_after(rec.handle, asked);
         }
     }
 

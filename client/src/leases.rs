@@ -31,7 +31,8 @@
 //! the caching and drops it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -45,8 +46,18 @@ use crate::Inner;
 /// (front ends then treat those objects as not leased: safe).
 const MAX_LEDGER: usize = 1 << 20;
 
-/// Recall times kept before the ledger drops those older than a lease.
+/// Recall times kept at most: past it the ledger drops those older than a
+/// lease, and if that is not enough, counts every object as recalled now
+/// (safe: a few caches dropped that did not need to be).
 const MAX_RECALLED: usize = 4096;
+
+/// Where [`Ledger::last_recall`] counts from.
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// `t` in nanoseconds after [`EPOCH`] (0 if before it).
+fn since_epoch(t: Instant) -> u64 {
+    t.saturating_duration_since(*EPOCH).as_nanos() as u64
+}
 
 /// A front end's part of a recall (see [`crate::Client::on_recall`]).
 pub type RecallHook = Arc<dyn Fn(&Recalled) -> BoxFuture<'static, ()> + Send + Sync>;
@@ -55,6 +66,10 @@ pub type RecallHook = Arc<dyn Fn(&Recalled) -> BoxFuture<'static, ()> + Send + S
 pub struct Ledger {
     held: Mutex<Held>,
     hook: OnceLock<RecallHook>,
+    /// When the latest recall was noted ([`since_epoch`] + 1; 0: never),
+    /// stored before its objects are dropped: a caller whose requests all
+    /// went out after it has nothing to undo and takes no lock.
+    last_recall: AtomicU64,
 }
 
 #[derive(Default)]
@@ -71,9 +86,14 @@ struct Held {
 }
 
 impl Held {
-    /// Notes a recall of `handles` (every object if `None`) now.
-    fn note_recall(&mut self, handles: Option<&[Handle]>, lease: Duration) {
-        let now = Instant::now();
+    /// Notes a recall of `handles` (every object if `None`) at `now`.
+    fn note_recall(&mut self, handles: Option<&[Handle]>, now: Instant, lease: Duration) {
+        if self
+            .all_recalled
+            .is_some_and(|at| now.duration_since(at) > lease)
+        {
+            self.all_recalled = None;
+        }
         let Some(handles) = handles else {
             self.all_recalled = Some(now);
             self.recalled.clear();
@@ -83,11 +103,20 @@ impl Held {
             self.recalled
                 .retain(|_, at| now.duration_since(*at) <= lease);
         }
+        if self.recalled.len() + handles.len() > MAX_RECALLED {
+            self.all_recalled = Some(now);
+            self.recalled.clear();
+            return;
+        }
         self.recalled.extend(handles.iter().map(|h| (*h, now)));
     }
 
-    /// Whether `h` was recalled at or after `sent`.
-    fn recalled_since(&self, h: Handle, sent: Instant) -> bool {
+    /// Whether `h` was recalled at or after `sent` (None: not known, so
+    /// counted as recalled if anything ever was).
+    fn recalled_since(&self, h: Handle, sent: Option<Instant>) -> bool {
+        let Some(sent) = sent else {
+            return self.all_recalled.is_some() || !self.recalled.is_empty();
+        };
         self.all_recalled.is_some_and(|at| at >= sent)
             || self.recalled.get(&h).is_some_and(|at| *at >= sent)
     }
@@ -177,15 +206,18 @@ pub(crate) fn on_recall(inner: Weak<Inner>) -> OnRecall {
 impl Inner {
     fn drop_recalled(&self, what: &Recalled) {
         let lease = self.pool.lease();
+        let now = Instant::now();
+        let mut held = self.leases.held.lock().unwrap();
+        self.leases
+            .last_recall
+            .store(since_epoch(now) + 1, Ordering::SeqCst);
         match what {
             Recalled::Objects(handles) => {
-                let mut held = self.leases.held.lock().unwrap();
-                held.note_recall(Some(handles), lease);
+                held.note_recall(Some(handles), now, lease);
                 self.drop_leased(&mut held, handles);
             }
             Recalled::Everything => {
-                let mut held = self.leases.held.lock().unwrap();
-                held.note_recall(None, lease);
+                held.note_recall(None, now, lease);
                 held.until.clear();
                 self.attrs.clear();
                 self.names.clear();
@@ -205,25 +237,65 @@ impl Inner {
     }
 
     /// To be called after caching, under leases ending at `until` (each
-    /// `sent + lease_ms`), what a reply said of each handle: drops what is
-    /// cached of those recalled since their request went out (see the
-    /// module doc). A handle cached without a lease has nothing to undo.
+    /// `sent + lease_ms`: a reply's own), what a reply said of each handle:
+    /// drops what is cached of those recalled since their request went out
+    /// (see the module doc). A handle cached without a lease has nothing
+    /// to undo.
     pub(crate) fn undo_if_recalled(
         &self,
         leased: impl IntoIterator<Item = (Handle, Option<Instant>)>,
     ) {
         let lease = self.pool.lease();
-        let mut held = self.leases.held.lock().unwrap();
-        if held.recalled.is_empty() && held.all_recalled.is_none() {
+        self.undo_if_recalled_since(leased.into_iter().filter_map(|(h, until)| {
+            let until = until?;
+            Some((h, until.checked_sub(lease)))
+        }));
+    }
+
+    /// [`undo_if_recalled`](Self::undo_if_recalled) of what a reply to a
+    /// request sent at `sent` said of `h`, cached under a lease the ledger
+    /// held on it (a change's reply: the change itself grants none). The
+    /// ledger's lease may come from a request later than the change, so
+    /// the change's own sending counts if earlier.
+    pub(crate) fn undo_if_recalled_after(&self, h: Handle, sent: Instant) {
+        let Some(until) = self.leases.until(h) else {
+            return;
+        };
+        let from_ledger = until.checked_sub(self.pool.lease());
+        self.undo_if_recalled_since([(h, from_ledger.map(|l| l.min(sent)))]);
+    }
+
+    /// Drops, and tells the front end about, what is cached of each handle
+    /// recalled at or after its request was sent (None: not known).
+    fn undo_if_recalled_since(&self, sent: impl IntoIterator<Item = (Handle, Option<Instant>)>) {
+        let last = self.leases.last_recall.load(Ordering::SeqCst);
+        if last == 0 {
             return;
         }
-        let recalled: Vec<Handle> = leased
+        // Only requests sent before the latest recall can have crossed one.
+        let mut suspects = sent
             .into_iter()
-            .filter_map(|(h, until)| Some((h, until?.checked_sub(lease)?)))
+            .filter(|(_, sent)| sent.is_none_or(|s| since_epoch(s) < last))
+            .peekable();
+        if suspects.peek().is_none() {
+            return;
+        }
+        let mut held = self.leases.held.lock().unwrap();
+        let recalled: Vec<Handle> = suspects
             .filter(|(h, sent)| held.recalled_since(*h, *sent))
             .map(|(h, _)| h)
             .collect();
+        if recalled.is_empty() {
+            return;
+        }
         self.drop_leased(&mut held, &recalled);
+        drop(held);
+        // The recall's hook ran before this caching: the front end may have
+        // passed on what was cached meanwhile (the mount, its kernel
+        // timeouts), so it hears of these objects again.
+        if let Some(hook) = self.leases.hook.get() {
+            tokio::spawn(hook(&Recalled::Objects(recalled)));
+        }
     }
 }
 
@@ -237,33 +309,44 @@ mod tests {
     fn a_grant_counts_as_recalled_only_if_its_request_went_out_before_the_recall() {
         let mut held = Held::default();
         let before = Instant::now();
-        held.note_recall(Some(&[1]), LEASE);
-        let after = Instant::now() + Duration::from_millis(1);
-        assert!(held.recalled_since(1, before));
-        assert!(!held.recalled_since(1, after), "sent after the recall");
-        assert!(!held.recalled_since(2, before), "another object");
-        held.note_recall(None, LEASE);
+        let recall = before + Duration::from_millis(1);
+        let after = recall + Duration::from_millis(1);
+        held.note_recall(Some(&[1]), recall, LEASE);
+        assert!(held.recalled_since(1, Some(before)));
         assert!(
-            held.recalled_since(2, before),
+            !held.recalled_since(1, Some(after)),
+            "sent after the recall"
+        );
+        assert!(!held.recalled_since(2, Some(before)), "another object");
+        assert!(held.recalled_since(2, None), "sent when, not known");
+        held.note_recall(None, after, LEASE);
+        assert!(
+            held.recalled_since(2, Some(before)),
             "a connection's end recalls all"
         );
-        assert!(!held.recalled_since(2, after + Duration::from_millis(1)));
+        assert!(!held.recalled_since(2, Some(after + Duration::from_millis(1))));
     }
 
     #[test]
     fn recall_times_are_kept_a_lease_long_and_bounded() {
         let mut held = Held::default();
         let sent = Instant::now();
+        let now = sent + Duration::from_secs(1);
         let many: Vec<Handle> = (0..MAX_RECALLED as u64).collect();
-        held.note_recall(Some(&many), LEASE);
-        // Past the bound, entries younger than a lease stay.
-        held.note_recall(Some(&[u64::MAX]), LEASE);
-        assert!(held.recalled_since(0, sent));
-        assert!(held.recalled_since(u64::MAX, sent));
-        // Older ones go.
-        held.note_recall(Some(&many), Duration::ZERO);
-        std::thread::sleep(Duration::from_millis(2));
-        held.note_recall(Some(&[7]), Duration::ZERO);
-        assert_eq!(held.recalled.len(), 1);
+        held.note_recall(Some(&many), now, LEASE);
+        assert_eq!(held.recalled.len(), MAX_RECALLED);
+        // Past the bound with every entry younger than a lease: every
+        // object counts as recalled now, and the map starts again.
+        held.note_recall(Some(&[u64::MAX]), now, LEASE);
+        assert!(held.recalled.is_empty());
+        assert!(held.recalled_since(7, Some(sent)));
+        // Older than a lease, entries go instead, and so does the mark.
+        let later = now + LEASE + Duration::from_secs(1);
+        held.note_recall(Some(&many[..10]), now, LEASE);
+        held.note_recall(Some(&many[10..]), later, LEASE);
+        assert!(held.all_recalled.is_none(), "older than a lease");
+        held.note_recall(Some(&[u64::MAX]), later, LEASE);
+        assert_eq!(held.recalled.len(), MAX_RECALLED - 10 + 1);
+        assert!(!held.recalled_since(3, Some(sent)), "dropped as old");
     }
 }

@@ -416,13 +416,25 @@ async fn a_recall_between_a_grant_and_its_caching_is_not_lost() {
         "a datafile on the other server"
     );
 
+    let getattrs = || async {
+        let stats = a.server_stats(holder).await.unwrap();
+        let op = stats.ops.into_iter().find(|o| o.op == "getattr");
+        op.map_or(0, |o| o.requests)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let served = getattrs().await;
     cluster.pause(other, true);
     let getattr = tokio::spawn({
         let b = b.clone();
         async move { b.getattr(f).await }
     });
-    // B has the record (leased) and waits for the stopped server's size.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // B has the record (leased: its server answered) and then waits for
+    // the stopped server's size.
+    while getattrs().await == served {
+        assert!(std::time::Instant::now() < deadline, "B's getattr not seen");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     // A's chmod recalls B's lease and is applied; its own getattr then
     // waits for the stopped server too. Counted on the running server
     // alone: the stopped one answers nothing.
@@ -436,7 +448,6 @@ async fn a_recall_between_a_grant_and_its_caching_is_not_lost() {
         };
         async move { a.setattr(f, &set).await }
     });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while recalled().await == before {
         assert!(
             std::time::Instant::now() < deadline,
@@ -444,6 +455,8 @@ async fn a_recall_between_a_grant_and_its_caching_is_not_lost() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    // B answers the recall on its own (its reader runs on another thread).
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     cluster.pause(other, false);
     chmod.await.unwrap().unwrap();
     getattr.await.unwrap().unwrap();

@@ -326,6 +326,7 @@ impl Client {
             .pool()
             .call_leasing::<ops::CreateFile>(server, self.cred, &request);
         // With colocate the entry is made in the same request.
+        let asked = Instant::now();
         let (reply, lease) = self
             .change_entries(
                 dir,
@@ -341,10 +342,10 @@ impl Client {
             .ok_or_else(|| ShoalError::protocol("create_file reply without an object"))?;
         let (h, kind) = (rec.handle, rec.kind());
         let entry = if colocate {
-            self.refresh_dir(reply.dir);
+            self.refresh_dir(reply.dir, asked);
             let lease = self.inner.leases.until(dir);
             self.inner.names.put(dir, name, self.cred, (h, kind), lease);
-            self.inner.undo_if_recalled([(dir, lease)]);
+            self.inner.undo_if_recalled_after(dir, asked);
             Entry::Added
         } else {
             Entry::ToAdd(Undo::Object)

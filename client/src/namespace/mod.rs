@@ -17,6 +17,7 @@ mod remove;
 mod rename;
 
 use std::future::Future;
+use std::time::Instant;
 
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
@@ -90,6 +91,7 @@ impl Client {
         let send = self
             .pool()
             .call::<ops::CrDirEnt>(server_of(dir), self.cred, &request);
+        let asked = Instant::now();
         let reply = self
             .change_entries(
                 dir,
@@ -99,12 +101,12 @@ impl Client {
                 EntryChange::Added(name),
             )
             .await?;
-        self.refresh_dir(reply.dir);
+        self.refresh_dir(reply.dir, asked);
         let lease = self.inner.leases.until(dir);
         self.inner
             .names
             .put(dir, name, self.cred, (handle, kind), lease);
-        self.inner.undo_if_recalled([(dir, lease)]);
+        self.inner.undo_if_recalled_after(dir, asked);
         Ok(())
     }
 }

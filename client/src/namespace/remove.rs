@@ -2,6 +2,8 @@
 //! while open (reclaim), and the objects of a create whose entry was
 //! refused. The entry goes first, then the objects it named.
 
+use std::time::Instant;
+
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
@@ -151,6 +153,7 @@ impl Client {
         let send = self
             .pool()
             .call::<ops::RmDirEnt>(server_of(dir), self.cred, &req);
+        let asked = Instant::now();
         let reply = self
             .change_entries(
                 dir,
@@ -163,7 +166,7 @@ impl Client {
         if !req.check_only {
             self.inner.names.remove(dir, &name);
         }
-        self.refresh_dir(reply.dir.clone());
+        self.refresh_dir(reply.dir.clone(), asked);
         let kind = kind_of(reply.kind)?;
         Ok((reply, kind))
     }

@@ -127,13 +127,15 @@ pub fn asking() -> Asked {
 
 /// Runs `f` on the cache (made if need be) at time `now`, under one lock:
 /// a listing's batch goes in as one. Nothing, if the cache was emptied
-/// after the fill `asked`: [`clear`] counts before it takes the lock, so
-/// either this sees the count or the clear comes after the fill.
+/// after the fill `asked`. [`clear`] counts, then looks at FILLED; this
+/// sets FILLED, then looks at the count: either it sees the count, or the
+/// clear sees FILLED and takes the lock after this fill.
 fn with_cache<T>(asked: Asked, f: impl FnOnce(&mut Cache, u64) -> T) -> Option<T> {
     if TTL_MS.load(Ordering::Relaxed) == 0 {
         return None;
     }
     let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    FILLED.store(true, Ordering::SeqCst);
     if CLEARS.load(Ordering::SeqCst) != asked.0 {
         return None;
     }
@@ -141,7 +143,6 @@ fn with_cache<T>(asked: Asked, f: impl FnOnce(&mut Cache, u64) -> T) -> Option<T
     if cache.entries.len() >= MAX_ENTRIES {
         *cache = Cache::default();
     }
-    FILLED.store(true, Ordering::Relaxed);
     Some(f(cache, now_ms()))
 }
 
@@ -337,21 +338,25 @@ thread_local! {
         const { RefCell::new(None) };
 }
 
+// `try_with`: a fork from a thread-local destructor finds the slot gone,
+// and then the lock is not held (better than aborting in a handler).
 extern "C" fn before_fork() {
     let c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    FORKING.with(|f| *f.borrow_mut() = Some(c));
+    let _ = FORKING.try_with(|f| *f.borrow_mut() = Some(c));
 }
 
 extern "C" fn after_fork_in_parent() {
-    FORKING.with(|f| f.borrow_mut().take());
+    let _ = FORKING.try_with(|f| f.borrow_mut().take());
 }
 
 extern "C" fn after_fork_in_child() {
-    if let Some(mut c) = FORKING.with(|f| f.borrow_mut().take()) {
-        *c = None;
+    if let Ok(Some(mut c)) = FORKING.try_with(|f| f.borrow_mut().take()) {
+        // Forgotten, not freed: freeing would write to every page of it,
+        // copying them all from the parent at each fork.
+        std::mem::forget(c.take());
     }
     CLEARS.fetch_add(1, Ordering::SeqCst);
-    FILLED.store(false, Ordering::Relaxed);
+    FILLED.store(false, Ordering::SeqCst);
 }
 
 /// Fork: the library's recall thread empties the cache from under
@@ -380,7 +385,7 @@ pub fn install_fork_handlers() {
 /// their room: the next listing refills them without growing them again.
 pub fn clear() {
     CLEARS.fetch_add(1, Ordering::SeqCst);
-    if FILLED.swap(false, Ordering::Relaxed) {
+    if FILLED.swap(false, Ordering::SeqCst) {
         let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = c.as_mut() {
             c.entries.clear();
