@@ -468,23 +468,78 @@ async fn a_recall_between_a_grant_and_its_caching_is_not_lost() {
     );
 }
 
+/// python3 running a script under the preload library, on a cluster whose
+/// caches keep a minute (the library's cache of listed paths too), with
+/// file `f` (mode 0644) made by client `a`: the script gets the cluster's
+/// root as argv[1]; its stdin and stdout are the test's.
+struct PythonUnderPreload {
+    cluster: Cluster,
+    a: Client,
+    f: u64,
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    stdin: std::process::ChildStdin,
+}
+
+impl PythonUnderPreload {
+    async fn start(script: &str) -> PythonUnderPreload {
+        use std::io::BufRead;
+        let cluster = Cluster::builder()
+            .servers(2)
+            .set("cache_ttl_ms=60000")
+            .start();
+        let (a, _) = cluster.two_clients().await;
+        let f = a.create(ROOT, "f", 0o644).await.unwrap().handle;
+        let lib = shoal_tests::shoal_bin().with_file_name("libshoal_preload.so");
+        assert!(lib.exists(), "{} not built", lib.display());
+        let prefix = format!("/shoal-leases-test-{}", std::process::id());
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script, &prefix])
+            .env("LD_PRELOAD", &lib)
+            .env("SHOAL_CONFIG", cluster.config_path())
+            .env("SHOAL_PREFIX", &prefix)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let stdin = child.stdin.take().unwrap();
+        PythonUnderPreload {
+            cluster,
+            a,
+            f,
+            child,
+            lines,
+            stdin,
+        }
+    }
+
+    fn next_line(&mut self) -> String {
+        self.lines.next().unwrap().unwrap()
+    }
+
+    fn say(&mut self, line: &str) {
+        use std::io::Write;
+        writeln!(self.stdin, "{line}").unwrap();
+    }
+
+    /// Client `a` makes `f` 0600.
+    async fn chmod_f(&self) {
+        let chmod = SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        };
+        self.a.setattr(self.f, &chmod).await.unwrap();
+    }
+}
+
 /// The preload library drives its sockets only while it calls; between
 /// calls its recall listener reads them, so a process that holds leases and
 /// sits idle still answers a recall within the bound. The recall empties
-/// the library's own cache of listed paths too (kept a minute here), so the
-/// process sees the change at its next stat.
+/// the library's own cache of listed paths too, so the process sees the
+/// change at its next stat.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_preloaded_process_answers_recalls() {
-    use std::io::{BufRead, BufReader, Write};
-    let cluster = Cluster::builder()
-        .servers(2)
-        .set("cache_ttl_ms=60000")
-        .start();
-    let (a, _) = cluster.two_clients().await;
-    let f = a.create(ROOT, "f", 0o644).await.unwrap().handle;
-    let lib = shoal_tests::shoal_bin().with_file_name("libshoal_preload.so");
-    assert!(lib.exists(), "{} not built", lib.display());
-    let prefix = format!("/shoal-leases-test-{}", std::process::id());
     // A listing, then a stat of its entry (as ls -l): the library keeps
     // the entry's attributes in its own cache.
     let script = "import os, sys\n\
@@ -492,36 +547,22 @@ async fn an_idle_preloaded_process_answers_recalls() {
                   for _ in range(2):\n\
                   \x20   print(oct(os.stat(sys.argv[1] + '/f').st_mode & 0o777), flush=True)\n\
                   \x20   sys.stdin.readline()\n";
-    let mut child = std::process::Command::new("python3")
-        .args(["-c", script, &prefix])
-        .env("LD_PRELOAD", &lib)
-        .env("SHOAL_CONFIG", cluster.config_path())
-        .env("SHOAL_PREFIX", &prefix)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut stdin = child.stdin.take().unwrap();
-    assert_eq!(lines.next().unwrap().unwrap(), "0o644");
+    let mut p = PythonUnderPreload::start(script).await;
+    assert_eq!(p.next_line(), "0o644");
     // Idle a while, holding the listing's and the stat's leases.
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    let before = recalls(&cluster, &a).await;
-    let chmod = SetAttr {
-        mode: Some(0o600),
-        ..Default::default()
-    };
-    a.setattr(f, &chmod).await.unwrap();
+    let before = recalls(&p.cluster, &p.a).await;
+    p.chmod_f().await;
     let mut timeouts = 0;
-    for s in cluster.server_ids() {
-        timeouts += a.server_stats(s).await.unwrap().lease_recall_timeouts;
+    for s in p.cluster.server_ids() {
+        timeouts += p.a.server_stats(s).await.unwrap().lease_recall_timeouts;
     }
-    writeln!(stdin, "go").unwrap();
-    assert_eq!(lines.next().unwrap().unwrap(), "0o600");
-    writeln!(stdin, "done").unwrap();
-    assert!(child.wait().unwrap().success());
+    p.say("go");
+    assert_eq!(p.next_line(), "0o600");
+    p.say("done");
+    assert!(p.child.wait().unwrap().success());
     assert!(
-        recalls(&cluster, &a).await > before,
+        recalls(&p.cluster, &p.a).await > before,
         "the process was recalled"
     );
     assert_eq!(timeouts, 0, "and answered within the bound");
@@ -529,20 +570,10 @@ async fn an_idle_preloaded_process_answers_recalls() {
 
 /// A forked child gets a client of its own, which no server recalls its
 /// parent's leases from: so it starts with nothing of the library's own
-/// cache of listed paths (kept a minute here), and sees a change another
-/// client made after the fork.
+/// cache of listed paths, and sees a change another client made after the
+/// fork.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forked_child_does_not_keep_its_parents_cached_paths() {
-    use std::io::{BufRead, BufReader, Write};
-    let cluster = Cluster::builder()
-        .servers(2)
-        .set("cache_ttl_ms=60000")
-        .start();
-    let (a, _) = cluster.two_clients().await;
-    let f = a.create(ROOT, "f", 0o644).await.unwrap().handle;
-    let lib = shoal_tests::shoal_bin().with_file_name("libshoal_preload.so");
-    assert!(lib.exists(), "{} not built", lib.display());
-    let prefix = format!("/shoal-fork-test-{}", std::process::id());
     let script = "import os, sys\n\
                   mode = lambda: oct(os.stat(sys.argv[1] + '/f').st_mode & 0o777)\n\
                   os.listdir(sys.argv[1])\n\
@@ -553,28 +584,14 @@ async fn a_forked_child_does_not_keep_its_parents_cached_paths() {
                   \x20   print(mode(), flush=True)\n\
                   \x20   os._exit(0)\n\
                   os.waitpid(pid, 0)\n";
-    let mut child = std::process::Command::new("python3")
-        .args(["-c", script, &prefix])
-        .env("LD_PRELOAD", &lib)
-        .env("SHOAL_CONFIG", cluster.config_path())
-        .env("SHOAL_PREFIX", &prefix)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut stdin = child.stdin.take().unwrap();
-    assert_eq!(lines.next().unwrap().unwrap(), "0o644");
-    let chmod = SetAttr {
-        mode: Some(0o600),
-        ..Default::default()
-    };
-    a.setattr(f, &chmod).await.unwrap();
-    writeln!(stdin, "go").unwrap();
+    let mut p = PythonUnderPreload::start(script).await;
+    assert_eq!(p.next_line(), "0o644");
+    p.chmod_f().await;
+    p.say("go");
     assert_eq!(
-        lines.next().unwrap().unwrap(),
+        p.next_line(),
         "0o600",
         "the child answered from its parent's cache"
     );
-    assert!(child.wait().unwrap().success());
+    assert!(p.child.wait().unwrap().success());
 }
