@@ -25,6 +25,8 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod cache;
+#[cfg(not(test))]
+mod fork;
 mod modes;
 mod paths;
 #[cfg(not(test))]
@@ -50,7 +52,8 @@ extern "C" fn start() {
             libc::pthread_atfork(None, None, Some(stats::reset));
         }
     }
-    cache::install_fork_handlers();
+    #[cfg(not(test))]
+    fork::install_handlers();
     state::init();
 }
 

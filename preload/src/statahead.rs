@@ -28,6 +28,11 @@ const BATCH: usize = 64;
 /// The directory of the latest miss and how many came in a row there.
 static RUN: Mutex<Option<(Vec<u8>, u32)>> = Mutex::new(None);
 
+/// The run's lock, held across a fork (see `fork.rs`).
+pub fn hold_for_fork() -> Box<dyn std::any::Any> {
+    Box::new(RUN.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
 /// Counts a stat of `path` that the caches could not answer, and returns
 /// its directory (with its trailing "/") when the run of misses there just
 /// reached [`TRIGGER`]: time to list it.

@@ -440,6 +440,16 @@ pub struct FdInfo {
 type InfoMap = std::collections::HashMap<c_int, FdInfo>;
 static INFO: Mutex<Option<InfoMap>> = Mutex::new(None);
 
+/// The descriptor table's and the current directories' locks, held across
+/// a fork (see `fork.rs`).
+pub fn hold_for_fork() -> Vec<Box<dyn std::any::Any>> {
+    vec![
+        Box::new(INFO.lock().unwrap_or_else(|e| e.into_inner())),
+        Box::new(CWD.write().unwrap_or_else(|e| e.into_inner())),
+        Box::new(KERNEL_CWD.write().unwrap_or_else(|e| e.into_inner())),
+    ]
+}
+
 pub fn with_info<T>(kfd: c_int, f: impl FnOnce(&mut FdInfo) -> T) -> Option<T> {
     let mut m = INFO.lock().unwrap_or_else(|e| e.into_inner());
     m.as_mut()?.get_mut(&kfd).map(f)

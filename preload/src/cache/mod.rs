@@ -27,7 +27,6 @@
 
 mod run;
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -331,53 +330,23 @@ pub fn exists(path: &[u8]) -> bool {
     })
 }
 
-thread_local! {
-    /// The cache's lock, held by the forking thread from prepare to
-    /// parent or child (see [`install_fork_handlers`]).
-    static FORKING: RefCell<Option<MutexGuard<'static, Option<Cache>>>> =
-        const { RefCell::new(None) };
+/// The cache's lock, held across a fork (see `fork.rs`).
+pub struct ForkHold(MutexGuard<'static, Option<Cache>>);
+
+pub fn hold_for_fork() -> ForkHold {
+    ForkHold(CACHE.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
-// `try_with`: a fork from a thread-local destructor finds the slot gone,
-// and then the lock is not held (better than aborting in a handler).
-extern "C" fn before_fork() {
-    let c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    let _ = FORKING.try_with(|f| *f.borrow_mut() = Some(c));
-}
-
-extern "C" fn after_fork_in_parent() {
-    let _ = FORKING.try_with(|f| f.borrow_mut().take());
-}
-
-extern "C" fn after_fork_in_child() {
-    if let Ok(Some(mut c)) = FORKING.try_with(|f| f.borrow_mut().take()) {
-        // Forgotten, not freed: freeing would write to every page of it,
-        // copying them all from the parent at each fork.
-        std::mem::forget(c.take());
+impl ForkHold {
+    /// In the child: it starts with nothing cached, since its client is
+    /// new and no server will recall its parent's leases from it. The
+    /// parent's copy is forgotten, not freed: freeing would write to every
+    /// page of it, copying them all from the parent at each fork.
+    pub fn empty_in_child(mut self) {
+        std::mem::forget(self.0.take());
+        CLEARS.fetch_add(1, Ordering::SeqCst);
+        FILLED.store(false, Ordering::SeqCst);
     }
-    CLEARS.fetch_add(1, Ordering::SeqCst);
-    FILLED.store(false, Ordering::SeqCst);
-}
-
-/// Fork: the library's recall thread empties the cache from under
-/// whatever the program runs, so a fork could copy the lock held by a
-/// thread the child does not have; the forking thread holds it across the
-/// fork instead. And a child starts with nothing cached: it gets a client
-/// of its own, which no server will recall the parent's leases from.
-/// Installed when the library loads, before libshoal's handlers, so that
-/// this prepare handler runs after theirs (the reverse order): the
-/// recall thread may hold libshoal's locks when it empties the cache.
-pub fn install_fork_handlers() {
-    // SAFETY: plain functions that live as long as the process. If
-    // registration fails, a child may keep what its parent cached for the
-    // TTL, as before.
-    unsafe {
-        libc::pthread_atfork(
-            Some(before_fork),
-            Some(after_fork_in_parent),
-            Some(after_fork_in_child),
-        )
-    };
 }
 
 /// Forgets everything (this process changed something, or a server

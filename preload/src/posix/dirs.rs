@@ -58,6 +58,11 @@ impl Batch {
 /// stream skip the lock.
 static DIRS: Mutex<Option<foldhash::HashSet<usize>>> = Mutex::new(None);
 static DIRS_OPEN: AtomicUsize = AtomicUsize::new(0);
+
+/// The directory streams' lock, held across a fork (see `fork.rs`).
+pub fn hold_for_fork() -> Box<dyn std::any::Any> {
+    Box::new(DIRS.lock().unwrap_or_else(|e| e.into_inner()))
+}
 /// The stream of the library's last found in DIRS (0: none), so that a
 /// listing's readdirs after the first take no lock. closedir clears it
 /// after taking the stream out of DIRS and before freeing it, so an address

@@ -35,3 +35,8 @@ mod meta;
 mod process;
 mod stdio;
 mod temp;
+
+/// The stdio and directory streams' locks, held across a fork (`fork.rs`).
+pub fn hold_for_fork() -> [Box<dyn std::any::Any>; 2] {
+    [stdio::hold_for_fork(), dirs::hold_for_fork()]
+}

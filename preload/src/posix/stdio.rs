@@ -58,6 +58,11 @@ unsafe extern "C" fn cookie_close(c: *mut c_void) -> c_int {
 static STREAMS: Mutex<Option<HashMap<usize, c_int>>> = Mutex::new(None);
 static STREAMS_OPEN: AtomicUsize = AtomicUsize::new(0);
 
+/// The streams' lock, held across a fork (see `fork.rs`).
+pub fn hold_for_fork() -> Box<dyn std::any::Any> {
+    Box::new(STREAMS.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
 fn stream_fd(f: *mut FILE) -> Option<c_int> {
     if STREAMS_OPEN.load(Ordering::Acquire) == 0 {
         return None;

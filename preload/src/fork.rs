@@ -1,0 +1,73 @@
+//! Fork: a child has only the thread that forked, so a lock another thread
+//! held at that moment would stay held in the child for ever, and its first
+//! call that needs it would hang. The forking thread therefore takes every
+//! lock of the library's own before the fork and lets go of them after it,
+//! in the parent and in the child (libshoal does the same for its own, in
+//! `capi/src/session.rs`). The recall thread takes the listing cache's lock
+//! even in a program with one thread; a program's other threads take the
+//! others in their calls.
+//!
+//! Each lock here is a leaf: its holder takes no other lock and calls into
+//! nothing that waits, so taking them all in any order cannot deadlock with
+//! a thread that holds one. The handlers are installed when the library
+//! loads, before libshoal's, so this prepare handler runs after libshoal's
+//! (the reverse order), as a recall, which holds libshoal's locks while it
+//! empties the cache, takes them. Left out: the lock held while connecting,
+//! which waits for libshoal's (a fork in the middle of the process's first
+//! call to Shoal may still leave it held).
+//!
+//! The child also starts with an empty listing cache: its client is new,
+//! and no server will recall its parent's leases from it.
+
+use std::any::Any;
+use std::cell::RefCell;
+
+use crate::cache;
+
+struct Held {
+    cache: cache::ForkHold,
+    others: Vec<Box<dyn Any>>,
+}
+
+thread_local! {
+    /// The locks the forking thread holds from prepare to parent or child.
+    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+}
+
+// `try_with`: a fork from a thread-local destructor finds the slot gone;
+// the locks are then let go at once rather than the process aborted in a
+// handler.
+extern "C" fn before_fork() {
+    let mut others = crate::state::hold_for_fork();
+    others.extend(crate::posix::hold_for_fork());
+    others.push(crate::statahead::hold_for_fork());
+    let held = Held {
+        cache: cache::hold_for_fork(),
+        others,
+    };
+    let _ = HELD.try_with(|h| *h.borrow_mut() = Some(held));
+}
+
+extern "C" fn after_fork_in_parent() {
+    let _ = HELD.try_with(|h| h.borrow_mut().take());
+}
+
+extern "C" fn after_fork_in_child() {
+    if let Ok(Some(held)) = HELD.try_with(|h| h.borrow_mut().take()) {
+        held.cache.empty_in_child();
+        drop(held.others);
+    }
+}
+
+/// Installs the handlers (once, when the library loads). If registration
+/// fails, a fork is as safe as it was without them.
+pub fn install_handlers() {
+    // SAFETY: plain functions that live as long as the process.
+    unsafe {
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_in_parent),
+            Some(after_fork_in_child),
+        )
+    };
+}
