@@ -292,9 +292,9 @@ impl Inner {
         drop(held);
         // The recall's hook ran before this caching: the front end may have
         // passed on what was cached meanwhile (the mount, its kernel
-        // timeouts), so it hears of these objects again.
-        // Every caller runs on a runtime (the client's API is async); none
-        // found is a bug to log, not a panic in a caller's thread.
+        // timeouts), so it hears of these objects again. Every caller runs
+        // on a runtime (the client's API is async); none found is a bug to
+        // log, not a panic in a caller's thread.
         if let Some(hook) = self.leases.hook.get() {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => drop(rt.spawn(hook(&Recalled::Objects(recalled)))),

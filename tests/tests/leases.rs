@@ -366,18 +366,25 @@ fn a_change_answered_in_memory_waits_for_its_recall_too() {
     eventually("the mount still lists the old names", || listed() == ["g"]);
 }
 
+/// Two servers with 4 KiB strips, two clients, and file `f` at the root,
+/// made by `a` and holding `strips` strips of ones, fsynced.
+async fn striped_file(strips: usize) -> (Cluster, Client, Client, u64) {
+    let cluster = Cluster::builder().servers(2).set("strip_size=4096").start();
+    let (a, b) = cluster.two_clients().await;
+    let f = a.create(ROOT, "f", 0o644).await.unwrap().handle;
+    a.write(f, 0, Bytes::from(vec![1u8; strips * 4096]))
+        .await
+        .unwrap();
+    a.fsync(f).await.unwrap();
+    (cluster, a, b, f)
+}
+
 /// A striped file's size comes from its datafiles' servers, each leasing
 /// it as the file's: a write landing on another server's datafile recalls
 /// the reader's cached attributes too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_to_a_striped_files_datafile_recalls_its_attributes() {
-    let cluster = Cluster::builder().servers(2).set("strip_size=4096").start();
-    let (a, b) = cluster.two_clients().await;
-    let f = a.create(ROOT, "f", 0o644).await.unwrap().handle;
-    a.write(f, 0, Bytes::from(vec![1u8; 3 * 4096]))
-        .await
-        .unwrap();
-    a.fsync(f).await.unwrap();
+    let (cluster, a, b, f) = striped_file(3).await;
     assert!(a.layout(f).await.unwrap().datafiles.len() > 1, "striped");
 
     assert_eq!(b.getattr(f).await.unwrap().size, 3 * 4096);
@@ -401,13 +408,7 @@ async fn a_write_to_a_striped_files_datafile_recalls_its_attributes() {
 /// What the first getattr then caches must not be trusted afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recall_between_a_grant_and_its_caching_is_not_lost() {
-    let cluster = Cluster::builder().servers(2).set("strip_size=4096").start();
-    let (a, b) = cluster.two_clients().await;
-    let f = a.create(ROOT, "f", 0o644).await.unwrap().handle;
-    a.write(f, 0, Bytes::from(vec![1u8; 2 * 4096]))
-        .await
-        .unwrap();
-    a.fsync(f).await.unwrap();
+    let (cluster, a, b, f) = striped_file(2).await;
     let holder = shoal_proto::handle::server_of(f);
     let other = 1 - holder;
     let layout = a.layout(f).await.unwrap();
