@@ -127,7 +127,11 @@ async fn group_flush_loop(s: Arc<Service>) {
         return;
     }
     let bound = Duration::from_millis(s.config.settings.replay_flush_ms as u64);
-    let mut tick = tokio::time::interval(bound);
+    // The first flush one bound after the start, not at once: the loop
+    // task may first run after the listener has served a change (a loaded
+    // machine), and an immediate tick would then flush it at an instant no
+    // setting controls (what the crash tests arm).
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + bound, bound);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut durable = 0;
     loop {

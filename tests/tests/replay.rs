@@ -20,7 +20,10 @@ use shoal_tests::{dir_on, entry_names, settled_fsck, Cluster};
 /// flush racing that sync would fire the crash point on it instead). 3 s
 /// was not long enough under a loaded CI run: the restart, the client's
 /// reconnection and that first create took longer, the server died at the
-/// first create, and the client waited a minute for it.
+/// first create, and the client waited a minute for it. (That also
+/// happened with 8 s, 1 run in 4 here, while the server's first flush
+/// came at its start, whenever its loop first ran: now it comes one
+/// period after.)
 const FLUSHES_APART: &str = "replay_flush_ms=8000";
 
 /// Two servers with replayed commits, server 1 armed to die at its first
