@@ -208,6 +208,7 @@ pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()
     let names: Vec<PathBuf> = (0..files).map(|i| dir.join(format!("f{i}"))).collect();
     let mut want = pattern::base(size, id);
     let mut got = vec![0u8; size];
+    check_run_dir(run_dir)?;
     let mut b = Barrier::new();
 
     b.phase(PHASES[0].0, || {
@@ -256,6 +257,7 @@ pub fn reopen_worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Re
     let names: Vec<PathBuf> = (0..files).map(|i| dir.join(format!("f{i}"))).collect();
     let mut want = pattern::base(size, id);
     let mut got = vec![0u8; size];
+    check_run_dir(run_dir)?;
     let mut b = Barrier::new();
     let open = |name: &PathBuf, write: bool| {
         OpenOptions::new()
@@ -337,6 +339,22 @@ fn create_all(names: &[PathBuf]) -> Result<Vec<File>> {
         fds.push(f);
     }
     Ok(fds)
+}
+
+/// Untimed, before the first barrier: the run directory must be a directory.
+/// Through the preload library this is also the process's first call into
+/// Shoal: it reads the cluster file and connects to the servers that path
+/// needs (the native worker pings every server before its barrier), which
+/// the mkdir phase would otherwise time.
+fn check_run_dir(run_dir: &Path) -> Result<()> {
+    let meta = fs::metadata(run_dir).map_err(|e| at(run_dir, e))?;
+    if !meta.is_dir() {
+        return Err(ShoalError::invalid(format!(
+            "{}: not a directory",
+            run_dir.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Lists `dir` and stats every entry (as `ls -l` does), checking that there
