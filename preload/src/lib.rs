@@ -18,6 +18,7 @@
 //! - `SHOAL_STATS=FILE`: at exit, the table of [Vilayannur 2004]'s Table 2
 //!   form (per operation type: count, mean and p99 wait) is appended to FILE
 //!   (`%p` in it becomes the pid).
+//! - Memory: the library's own heap (`heap.rs`), not the program's malloc.
 
 #![allow(clippy::missing_safety_doc)]
 // The unit tests build without the interposed functions (posix/), which
@@ -27,6 +28,7 @@
 mod cache;
 #[cfg(not(test))]
 mod fork;
+mod heap;
 mod modes;
 mod paths;
 #[cfg(not(test))]
