@@ -139,6 +139,14 @@ pub unsafe fn connect_for_preload(cluster_file: *const c_char, forget: fn()) -> 
     })
 }
 
+/// Installs libshoal's fork handlers now instead of at the first connect
+/// (once; a later call does nothing), for `libshoal_preload.so`, which
+/// registers handlers of its own on either side of them (Rust only).
+#[doc(hidden)]
+pub fn install_fork_handlers() {
+    session::install_fork_handlers()
+}
+
 /// libshoal takes the process's umask from [`track_umask`] calls from now
 /// on (from /proc/self/status once, until the first), rather than reading
 /// /proc at each create: for `libshoal_preload.so`, which sees every

@@ -323,7 +323,7 @@ extern "C" fn after_fork() {
     HELD.with(|h| h.borrow_mut().take());
 }
 
-fn install_fork_handlers() {
+pub(crate) fn install_fork_handlers() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // SAFETY: the handlers are plain functions that live forever. If

@@ -7,14 +7,21 @@
 //! even in a program with one thread; a program's other threads take the
 //! others in their calls.
 //!
-//! Each lock here is a leaf: its holder takes no other lock and calls into
-//! nothing that waits, so taking them all in any order cannot deadlock with
-//! a thread that holds one. The handlers are installed when the library
-//! loads, before libshoal's, so this prepare handler runs after libshoal's
-//! (the reverse order), as a recall, which holds libshoal's locks while it
-//! empties the cache, takes them. Left out: the lock held while connecting,
-//! which waits for libshoal's (a fork in the middle of the process's first
-//! call to Shoal may still leave it held).
+//! Prepare handlers run in the reverse order of their registration, so the
+//! order of the three registrations below is the order locks are taken in
+//! reverse. When the library loads it registers, in this order:
+//! 1. its own locks' handler. Each of those locks is a leaf: its holder takes
+//!    no other lock and calls into nothing that waits, so taking them all in
+//!    any order cannot deadlock with a thread that holds one. It runs last,
+//!    after libshoal's, as a recall does, which holds libshoal's locks while
+//!    it empties the cache;
+//! 2. libshoal's (`shoal::install_fork_handlers`, early instead of at the
+//!    first connect);
+//! 3. the handler of the lock held while connecting. Its holder waits for
+//!    libshoal's locks, so it is taken first. Without it, a fork while
+//!    another thread made the process's first call to Shoal left the lock
+//!    held in the child, whose first call then hung (35 of 300 children in
+//!    `preload/tests/run`'s check).
 //!
 //! The child also starts with an empty listing cache: its client is new,
 //! and no server will recall its parent's leases from it.
@@ -32,6 +39,8 @@ struct Held {
 thread_local! {
     /// The locks the forking thread holds from prepare to parent or child.
     static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+    /// The connecting lock, likewise (handler 3 above).
+    static CONNECTING: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
 }
 
 // `try_with`: a fork from a thread-local destructor finds the slot gone;
@@ -59,8 +68,18 @@ extern "C" fn after_fork_in_child() {
     }
 }
 
-/// Installs the handlers (once, when the library loads). If registration
-/// fails, a fork is as safe as it was without them.
+extern "C" fn before_fork_connecting() {
+    let held = crate::state::hold_connecting_for_fork();
+    let _ = CONNECTING.try_with(|h| *h.borrow_mut() = Some(held));
+}
+
+extern "C" fn after_fork_connecting() {
+    let _ = CONNECTING.try_with(|h| h.borrow_mut().take());
+}
+
+/// Installs the handlers, libshoal's between the library's two (once, when
+/// the library loads). If registration fails, a fork is as safe as it was
+/// without them.
 pub fn install_handlers() {
     // SAFETY: plain functions that live as long as the process.
     unsafe {
@@ -68,6 +87,15 @@ pub fn install_handlers() {
             Some(before_fork),
             Some(after_fork_in_parent),
             Some(after_fork_in_child),
+        )
+    };
+    shoal::install_fork_handlers();
+    // SAFETY: as above.
+    unsafe {
+        libc::pthread_atfork(
+            Some(before_fork_connecting),
+            Some(after_fork_connecting),
+            Some(after_fork_connecting),
         )
     };
 }

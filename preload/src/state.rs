@@ -170,6 +170,11 @@ pub fn prefixes() -> &'static [Prefix] {
     PREFIXES.get().map(Vec::as_slice).unwrap_or(&[])
 }
 
+/// The lock held while connecting, held across a fork (see `fork.rs`).
+pub fn hold_connecting_for_fork() -> Box<dyn std::any::Any> {
+    Box::new(CONNECTING.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
 /// Connects libshoal to `p`'s cluster if nothing is connected yet. Ok(false):
 /// the process is connected to another cluster (one per process), so `p`
 /// is left to the kernel.
