@@ -306,11 +306,14 @@ struct Held {
     _state: RwLockWriteGuard<'static, Option<Connected>>,
 }
 
+// `try_with`: a fork from a thread-local destructor finds the slot gone;
+// the locks are then let go at once rather than the process aborted in a
+// handler (with libshoal_preload.so these handlers run in every process).
 extern "C" fn before_fork() {
     let state = write_state();
     let files = files::lock_table();
     let attrs = held_attrs::lock();
-    HELD.with(|h| {
+    let _ = HELD.try_with(|h| {
         *h.borrow_mut() = Some(Held {
             _attrs: attrs,
             _files: files,
@@ -320,7 +323,7 @@ extern "C" fn before_fork() {
 }
 
 extern "C" fn after_fork() {
-    HELD.with(|h| h.borrow_mut().take());
+    let _ = HELD.try_with(|h| h.borrow_mut().take());
 }
 
 pub(crate) fn install_fork_handlers() {
