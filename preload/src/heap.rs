@@ -7,10 +7,11 @@
 //! its small allocations paid for the state the heap was left in: after a
 //! loop of 8 KiB writes and reads over 8,000 open files, a listing that
 //! decodes one name per entry spent 32% of its time in `_int_malloc` (perf,
-//! one process), against 2% for the same listing before the loop. With a heap of its own,
-//! 12 alternating rounds of 4-process smallfile per form (2026-11-25,
-//! `bench/results/preload-heap-ab.md`) listed 1.04x-1.20x faster and every
-//! phase but the open+close form's read and unlink (0.98x, 0.96x) was faster.
+//! one process), against 2% for the same listing before the loop. With a
+//! heap of its own, 12 alternating rounds of 4-process smallfile per form
+//! (2026-11-25, `bench/results/preload-heap-ab.md`) listed 1.04x-1.20x
+//! faster, and every phase but the open+close form's read and unlink
+//! (0.98x, 0.96x) was faster.
 //!
 //! Built from mimalloc's v2 line (v3 made each process start 0.3 ms later;
 //! v2 costs 0.1 ms), and without transparent huge pages (`no_thp`): with

@@ -63,6 +63,7 @@ static DIRS_OPEN: AtomicUsize = AtomicUsize::new(0);
 pub fn hold_for_fork() -> Box<dyn std::any::Any> {
     Box::new(DIRS.lock().unwrap_or_else(|e| e.into_inner()))
 }
+
 /// The stream of the library's last found in DIRS (0: none), so that a
 /// listing's readdirs after the first take no lock. closedir clears it
 /// after taking the stream out of DIRS and before freeing it, so an address
