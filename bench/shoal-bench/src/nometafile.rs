@@ -96,7 +96,8 @@ pub struct Case {
     pub hint: bool,
 }
 
-/// One run of a case: per operation (`OPS`), the slowest client's seconds
+/// One run of a case: per operation (`OPS`), the seconds from the first client's
+/// start to the last one's end
 /// and the messages the servers received.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Run {
@@ -235,10 +236,10 @@ fn one_run(
     let mut run = Run::default();
     for phase in PHASES {
         let before = rt.block_on(settled_requests(client))?;
-        let times = workers.phase(phase)?.worker_seconds;
+        let timed = workers.phase(phase)?;
         let after = rt.block_on(requests(client))?;
         if let Some(i) = OPS.iter().position(|op| *op == phase) {
-            run.seconds[i] = times.iter().copied().fold(0.0, f64::max);
+            run.seconds[i] = timed.seconds();
             run.messages[i] = after - before;
         }
     }

@@ -5,8 +5,9 @@
 //!    paper's record) and read them all back, verified, in each of the
 //!    three patterns of `pfa_worker`: a file per rank per step (N-N), one
 //!    shared file under record locks (naive N-1), one PFA container. Per
-//!    pattern: write and read bandwidth (all ranks' bytes over the slowest
-//!    rank's time), files created, bytes the file system allocated.
+//!    pattern: write and read bandwidth (all ranks' bytes over the time
+//!    from the first rank's start to the last one's end), files created,
+//!    bytes the file system allocated.
 //! 2. The checkpoint workload: one rank stores a 737,534-byte image for
 //!    CKPT_STEPS steps, about 30% of its pages changed each step, with full
 //!    stores and with incremental logging; the bytes each wrote against the
@@ -274,7 +275,7 @@ fn markdown(
         md,
         "[Kato 2011]'s experiments: {} ranks (processes) each write {} records of {} bytes, \
          one per step, then read them all back and verify them; bandwidth is all ranks' bytes \
-         over the slowest rank's time (MiB/s, median of {} round{}, patterns rotating which goes \
+         over the time from the first rank's start to the last one's end (MiB/s, median of {} round{}, patterns rotating which goes \
          first). A write phase ends when its data is durable: N-N fsyncs each file, N-1 its \
          shared file, PFA its container. Release build.\n",
         opts.procs,

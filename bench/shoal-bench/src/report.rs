@@ -44,8 +44,9 @@ pub struct Phase {
     pub name: String,
     /// Work done by all processes together in one run (operations or MiB).
     pub amount: u64,
-    /// Per run, each worker's own time for the phase, in seconds.
-    pub worker_seconds: Vec<Vec<f64>>,
+    /// Per run, each worker's start and end, in seconds after the first
+    /// worker started (`workers.rs`).
+    pub worker_spans: Vec<Vec<(f64, f64)>>,
     /// Per run, the CPU time the whole machine spent during the phase, in
     /// seconds (empty where it was not measured).
     pub cpu_seconds: Vec<f64>,
@@ -56,17 +57,22 @@ impl Phase {
         Phase {
             name: name.to_string(),
             amount,
-            worker_seconds: Vec::new(),
+            worker_spans: Vec::new(),
             cpu_seconds: Vec::new(),
         }
     }
 
-    /// Per run, the phase time: the slowest worker's (the method of [Carns 2009]).
+    /// Per run, the phase time: from the first worker's start to the last
+    /// one's end (the method of [Carns 2009], `workers.rs`).
     pub fn seconds(&self) -> Vec<f64> {
-        self.worker_seconds
-            .iter()
-            .map(|w| w.iter().copied().fold(0.0, f64::max))
-            .collect()
+        let spans = self.worker_spans.iter();
+        spans.map(|w| crate::workers::phase_seconds(w)).collect()
+    }
+
+    /// Per run, each worker's own time for the phase.
+    pub fn worker_seconds(&self) -> Vec<Vec<f64>> {
+        let own = |w: &Vec<(f64, f64)>| w.iter().map(|s| s.1 - s.0).collect();
+        self.worker_spans.iter().map(own).collect()
     }
 
     /// Per run, the aggregate rate: total amount / phase time. None for a
@@ -208,7 +214,7 @@ impl Report {
         let runs = self
             .phases
             .iter()
-            .map(|p| p.worker_seconds.len())
+            .map(|p| p.worker_spans.len())
             .max()
             .unwrap_or(0);
         let mut out = format!(
@@ -259,7 +265,8 @@ impl Report {
                     format!("median_{}", self.unit.rate_key()): p.median_rate(),
                     "seconds": p.seconds(),
                     self.unit.rate_key(): p.rates(),
-                    "worker_seconds": p.worker_seconds,
+                    "worker_seconds": p.worker_seconds(),
+                    "worker_spans": p.worker_spans,
                     "cpu_seconds": p.cpu_seconds,
                     "median_cpu_us_per_unit": p.median_cpu_us_per_unit(),
                 })
@@ -465,8 +472,14 @@ mod tests {
         Phase {
             name: "create".into(),
             amount: 800,
-            // Three runs of two workers: phase time is each run's maximum.
-            worker_seconds: vec![vec![0.5, 2.0], vec![1.0, 0.25], vec![4.0, 4.0]],
+            // Three runs of two workers: phase time is from the first start
+            // to the last end (2, 1 and 4 s), though in the second run no
+            // worker took more than 0.75 s of its own.
+            worker_spans: vec![
+                vec![(0.0, 0.5), (0.0, 2.0)],
+                vec![(0.0, 0.75), (0.75, 1.0)],
+                vec![(0.0, 4.0), (0.0, 4.0)],
+            ],
             cpu_seconds: vec![0.8, 0.4, 1.6],
         }
     }
@@ -488,7 +501,7 @@ mod tests {
     }
 
     #[test]
-    fn phase_time_is_slowest_worker_and_rate_is_total_over_it() {
+    fn phase_time_runs_from_first_start_to_last_end_and_rate_is_total_over_it() {
         let p = phase();
         assert_eq!(p.seconds(), vec![2.0, 1.0, 4.0]);
         assert_eq!(p.rates(), vec![400.0, 800.0, 200.0]);
@@ -513,7 +526,7 @@ mod tests {
     #[test]
     fn table_has_header_rows_and_notes() {
         let mut r = report();
-        r.phases[0].worker_seconds = vec![vec![0.001, 0.002]; 3];
+        r.phases[0].worker_spans = vec![vec![(0.0, 0.001), (0.0, 0.002)]; 3];
         let t = r.table();
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "smallfile on /x");
@@ -530,7 +543,7 @@ mod tests {
         r.phases[0] = Phase {
             name: "close".into(),
             amount: 0,
-            worker_seconds: vec![vec![1e-8, 2e-8]; 3],
+            worker_spans: vec![vec![(0.0, 1e-8), (0.0, 2e-8)]; 3],
             cpu_seconds: Vec::new(),
         };
         assert_eq!(r.phases[0].rates(), Vec::<f64>::new());
@@ -568,6 +581,11 @@ mod tests {
         assert_eq!(v["notes"][0], "a caveat");
         assert_eq!(v["phases"][1]["median_ops_per_s"], 400.0);
         assert_eq!(v["phases"][1]["worker_seconds"][0][1], 2.0);
+        assert_eq!(v["phases"][1]["worker_seconds"][1][1], 0.25, "its own time");
+        assert_eq!(
+            v["phases"][1]["seconds"][1], 1.0,
+            "the first start to the last end"
+        );
         // No runs: medians are null, not a crash.
         assert!(v["phases"][0]["median_seconds"].is_null());
     }

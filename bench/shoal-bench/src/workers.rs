@@ -1,6 +1,13 @@
 //! Worker processes and the barrier before each phase, after the
-//! microbenchmark method of [Carns 2009] (its Algorithm 1): every worker waits at a barrier,
-//! times its own phase, and the phase time is the maximum over workers.
+//! microbenchmark method of [Carns 2009] (its Algorithm 1): every worker
+//! waits at a barrier and times its own phase. The phase time is from the
+//! first worker's start to the last one's end. Under MPI, whose barrier
+//! releases every rank at once, that is the study's maximum of the workers'
+//! own times. Here the go lines reach the workers one after another, and on
+//! a machine with fewer cores than workers one can finish a phase of a few
+//! milliseconds before the last has started: the maximum of own times would
+//! count that as parallel work. The workers' clock is the machine's
+//! monotonic one, which every process reads alike.
 //!
 //! Workers are copies of this executable started with a hidden `--worker K`
 //! flag. Processes, not threads, so each has its own file table and its own
@@ -10,7 +17,7 @@
 //! ```text
 //! worker -> parent   ready <phase>             waiting at the barrier
 //! parent -> worker   go                        sent once every worker is ready
-//! worker -> parent   done <seconds>            its own time for the phase
+//! worker -> parent   done <start> <end>        its phase's start and end (monotonic ns)
 //! worker -> parent   error <errno> <message>   instead of either; it then exits
 //! ```
 //!
@@ -20,7 +27,6 @@
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, StdinLock, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::Instant;
 
 use shoal_proto::error::{Errno, Result, ShoalError};
 
@@ -60,7 +66,7 @@ pub fn run_phases_with(
     })?;
     for phase in phases.iter_mut() {
         let timed = workers.phase(&phase.name)?;
-        phase.worker_seconds.push(timed.worker_seconds);
+        phase.worker_spans.push(timed.worker_spans);
         phase.cpu_seconds.extend(timed.cpu_seconds);
     }
     workers.finish()
@@ -68,11 +74,23 @@ pub fn run_phases_with(
 
 /// What one phase took.
 pub struct Timed {
-    /// Each worker's own time, in seconds.
-    pub worker_seconds: Vec<f64>,
+    /// Each worker's start and end, in seconds after the first start.
+    pub worker_spans: Vec<(f64, f64)>,
     /// The machine's busy CPU time from the release of the workers to the
     /// last one's report (every process's, `machine_cpu`), if known.
     pub cpu_seconds: Option<f64>,
+}
+
+impl Timed {
+    pub fn seconds(&self) -> f64 {
+        phase_seconds(&self.worker_spans)
+    }
+}
+
+/// The phase time of workers' (start, end) spans, each after the first
+/// start: the last end.
+pub fn phase_seconds(spans: &[(f64, f64)]) -> f64 {
+    spans.iter().map(|s| s.1).fold(0.0, f64::max)
 }
 
 /// The parent's side: the running workers of one run.
@@ -132,8 +150,8 @@ impl Workers {
     }
 
     /// Runs one phase: waits until every worker is at the barrier for
-    /// `phase`, releases them all, and returns each worker's own time and
-    /// the CPU the machine spent meanwhile.
+    /// `phase`, releases them all, and returns when each worker started and
+    /// ended and the CPU the machine spent meanwhile.
     pub fn phase(&mut self, phase: &str) -> Result<Timed> {
         for w in &mut self.children {
             let line = w.read_line(phase)?;
@@ -142,7 +160,7 @@ impl Workers {
             }
         }
         // Release them back to back: the go lines cost microseconds, and each
-        // worker starts its own clock when it reads its go.
+        // worker notes its start when it reads its go.
         let cpu_before = crate::machine_cpu::busy();
         for w in &mut self.children {
             let sent = match w.stdin.as_mut() {
@@ -153,12 +171,12 @@ impl Workers {
                 ShoalError::from(e).context(format!("worker {}: releasing it for {phase}", w.id))
             })?;
         }
-        let mut times = Vec::with_capacity(self.children.len());
+        let mut spans = Vec::with_capacity(self.children.len());
         for w in &mut self.children {
             let line = w.read_line(phase)?;
-            match line.strip_prefix("done ").map(str::parse::<f64>) {
-                Some(Ok(secs)) if secs.is_finite() && secs >= 0.0 => times.push(secs),
-                _ => return Err(w.unexpected(phase, &line)),
+            match line.strip_prefix("done ").and_then(parse_span) {
+                Some(span) => spans.push(span),
+                None => return Err(w.unexpected(phase, &line)),
             }
         }
         let cpu_after = crate::machine_cpu::busy();
@@ -166,7 +184,7 @@ impl Workers {
             .zip(cpu_after)
             .map(|(b, a)| a.saturating_sub(b).as_secs_f64());
         Ok(Timed {
-            worker_seconds: times,
+            worker_spans: relative_to_first_start(&spans),
             cpu_seconds,
         })
     }
@@ -233,6 +251,31 @@ impl Worker {
     }
 }
 
+/// Decodes `<start> <end>` as sent by [`Barrier::phase`].
+fn parse_span(rest: &str) -> Option<(u64, u64)> {
+    let (start, end) = rest.split_once(' ')?;
+    let (start, end) = (start.parse::<u64>().ok()?, end.parse::<u64>().ok()?);
+    (start <= end).then_some((start, end))
+}
+
+/// Monotonic (start, end) pairs in nanoseconds as seconds after the
+/// earliest start.
+fn relative_to_first_start(spans: &[(u64, u64)]) -> Vec<(f64, f64)> {
+    let first = spans.iter().map(|s| s.0).min().unwrap_or(0);
+    let secs = |t: u64| (t - first) as f64 / 1e9;
+    spans.iter().map(|&(a, b)| (secs(a), secs(b))).collect()
+}
+
+/// The machine's monotonic clock in nanoseconds: one clock for every
+/// process, so workers' starts and ends compare.
+fn monotonic_ns() -> u64 {
+    // SAFETY: a plain C struct; all zeroes is valid, and the kernel fills it.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid clock id and a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// Decodes `<errno> <message>` as sent by [`report_error`].
 fn parse_error(rest: &str) -> ShoalError {
     let (code, message) = rest.split_once(' ').unwrap_or((rest, ""));
@@ -273,10 +316,9 @@ impl Barrier {
                 line.trim_end()
             )));
         }
-        let start = Instant::now();
+        let start = monotonic_ns();
         let out = work()?;
-        let secs = start.elapsed().as_secs_f64();
-        send(&format!("done {secs:.9}"))?;
+        send(&format!("done {start} {}", monotonic_ns()))?;
         Ok(out)
     }
 }
@@ -297,6 +339,19 @@ pub fn report_error(e: &ShoalError) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_count_from_the_first_start() {
+        assert_eq!(parse_span("100 250"), Some((100, 250)));
+        assert_eq!(parse_span("250 100"), None, "ends before it starts");
+        assert_eq!(parse_span("1.5"), None, "the old form");
+        let spans = relative_to_first_start(&[
+            (2_000_000_000, 3_000_000_000),
+            (1_500_000_000, 1_750_000_000),
+        ]);
+        assert_eq!(spans, [(0.5, 1.5), (0.0, 0.25)]);
+        assert_eq!(phase_seconds(&spans), 1.5);
+    }
 
     #[test]
     fn error_lines_keep_errno_and_message() {
