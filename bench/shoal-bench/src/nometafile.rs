@@ -96,9 +96,9 @@ pub struct Case {
     pub hint: bool,
 }
 
-/// One run of a case: per operation (`OPS`), the seconds from the first client's
-/// start to the last one's end
-/// and the messages the servers received.
+/// One run of a case: per operation (`OPS`), the seconds from the first
+/// client's start to the last one's end, and the messages the servers
+/// received.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Run {
     pub seconds: [f64; 3],

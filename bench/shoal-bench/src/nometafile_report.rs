@@ -133,8 +133,9 @@ pub fn markdown(results: &Results, opts: &NometafileOptions) -> String {
          one operation at a time, through the native client with its caches off. With the \
          hint, `no_metafile=1` is set on the clients' parent directory, and the directories \
          they make inherit it. {}-server local cluster, metadata durable; server storage: \
-         {}. Times run from the first client's start to the last one's end, median of {} rounds; with and without the hint \
-         alternate within each round, on a fresh cluster per round, storage and protocol. \
+         {}. Times run from the first client's start to the last one's end, median of {} \
+         rounds; with and without the hint alternate within each round, on a fresh cluster \
+         per round, storage and protocol. \
          Messages: requests the servers received per file.\n",
         commit(),
         if cfg!(debug_assertions) {

@@ -275,8 +275,8 @@ fn markdown(
         md,
         "[Kato 2011]'s experiments: {} ranks (processes) each write {} records of {} bytes, \
          one per step, then read them all back and verify them; bandwidth is all ranks' bytes \
-         over the time from the first rank's start to the last one's end (MiB/s, median of {} round{}, patterns rotating which goes \
-         first). A write phase ends when its data is durable: N-N fsyncs each file, N-1 its \
+         over the time from the first rank's start to the last one's end (MiB/s, median of {} \
+         round{}, patterns rotating which goes first). A write phase ends when its data is durable: N-N fsyncs each file, N-1 its \
          shared file, PFA its container. Release build.\n",
         opts.procs,
         opts.steps,

@@ -145,7 +145,9 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
         if opts.runs == 1 { "" } else { "s" }
     );
     let mut notes = vec![
-        "phase time = first process's start to last one's end; rate = all processes' operations / that time".into(),
+        "phase time = first process's start to last one's end; rate = all processes' \
+         operations / that time"
+            .into(),
         "before the read phase each file's cached pages are dropped (posix_fadvise \
          DONTNEED, untimed); tmpfs keeps them, so its reads are from memory"
             .into(),
