@@ -552,6 +552,19 @@ pub unsafe extern "C" fn shoal_opendir(path: *const c_char) -> c_int {
     })
 }
 
+/// The `d_type` of an object of this kind.
+fn d_type(kind: FileKind) -> u8 {
+    match kind {
+        FileKind::Directory => libc::DT_DIR,
+        FileKind::File => libc::DT_REG,
+        FileKind::Symlink => libc::DT_LNK,
+        FileKind::Fifo => libc::DT_FIFO,
+        FileKind::Socket => libc::DT_SOCK,
+        FileKind::CharDevice => libc::DT_CHR,
+        FileKind::BlockDevice => libc::DT_BLK,
+    }
+}
+
 /// Fills `ent` (and `st`, if given, with `blksize`) from a listed entry.
 fn fill_entry(
     ent: &mut shoal_dirent,
@@ -561,15 +574,7 @@ fn fill_entry(
     blksize: u64,
 ) {
     ent.d_ino = e.handle;
-    ent.d_type = match e.kind {
-        FileKind::Directory => libc::DT_DIR,
-        FileKind::File => libc::DT_REG,
-        FileKind::Symlink => libc::DT_LNK,
-        FileKind::Fifo => libc::DT_FIFO,
-        FileKind::Socket => libc::DT_SOCK,
-        FileKind::CharDevice => libc::DT_CHR,
-        FileKind::BlockDevice => libc::DT_BLK,
-    };
+    ent.d_type = d_type(e.kind);
     let bytes = e.name.as_bytes();
     let n = bytes.len().min(SHOAL_NAME_MAX);
     for (d, s) in ent.d_name.iter_mut().zip(&bytes[..n]) {
@@ -601,15 +606,17 @@ unsafe fn next_entries(
         if sts.is_null() != (attrs == ListAttrs::None) {
             return Err(err(libc::EFAULT, "stat buffer is NULL"));
         }
-        let listed = ops::readdir_many(fd, attrs, max)?;
         let blksize = ops::blksize();
-        for (i, (e, attr)) in listed.iter().enumerate() {
+        let mut i = 0;
+        let listed = ops::readdir_each(fd, attrs, max, |e, attr| {
+            assert!(i < max, "a listing gives at most the entries asked for");
             // SAFETY: the caller passes room for `max` entries (and stats),
             // and i < max.
             let (ent, st) = unsafe { (&mut *ents.add(i), sts.as_mut().map(|_| &mut *sts.add(i))) };
-            fill_entry(ent, e, st, attr.as_ref(), blksize);
-        }
-        Ok(listed.len() as ssize_t)
+            fill_entry(ent, e, st, attr, blksize);
+            i += 1;
+        })?;
+        Ok(listed as ssize_t)
     })
 }
 /// readdir(3): fills `ent` with the next entry ("." and ".." first) and
@@ -653,6 +660,62 @@ pub unsafe extern "C" fn shoal_readdir_many(
         false => ListAttrs::All,
     };
     next_entries("shoal_readdir_many", dirfd, ents, sts, max, attrs)
+}
+
+/// One entry as [`readdir_each`] hands it on.
+#[doc(hidden)]
+pub struct ListedEntry<'a> {
+    pub name: &'a [u8],
+    /// `d_ino` and `d_type`, as a shoal_dirent has them.
+    pub ino: u64,
+    pub kind: u8,
+    /// Its attributes as shoal_readdirplus gives them; None where a
+    /// listing of held attributes has none.
+    pub attrs: Option<&'a libc::stat>,
+}
+
+/// shoal_readdir_many with attributes (shoal_readdir_held with `held`),
+/// each entry handed to `each` instead of copied into arrays: for
+/// `libshoal_preload.so`, which keeps a listing more compactly than arrays
+/// of shoal_dirent (Rust only). `each` must not call into libshoal.
+#[doc(hidden)]
+pub fn readdir_each(
+    dirfd: c_int,
+    held: bool,
+    max: usize,
+    mut each: impl FnMut(ListedEntry),
+) -> ssize_t {
+    let name = if held {
+        "shoal_readdir_held"
+    } else {
+        "shoal_readdir_many"
+    };
+    call(name, -1, || {
+        let attrs = if held {
+            ListAttrs::Held
+        } else {
+            ListAttrs::All
+        };
+        let blksize = ops::blksize();
+        // SAFETY: struct stat is plain data; all zeros is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let n = ops::readdir_each(dirfd, attrs, max, |e, a| {
+            let attrs = match a {
+                Some(a) => {
+                    ops::fill_stat(&mut st, a, blksize);
+                    Some(&st)
+                }
+                None => None,
+            };
+            each(ListedEntry {
+                name: e.name.as_bytes(),
+                ino: e.handle,
+                kind: d_type(e.kind),
+                attrs,
+            })
+        })?;
+        Ok(n as ssize_t)
+    })
 }
 
 /// As shoal_readdir_many with attributes, but only those this process

@@ -29,6 +29,7 @@ mod cache;
 #[cfg(not(test))]
 mod fork;
 mod heap;
+mod listed;
 mod modes;
 mod paths;
 #[cfg(not(test))]

@@ -439,7 +439,7 @@ pub struct FdInfo {
     pub mounted: bool,
     /// Listed entries not returned yet (a directory is listed a batch per
     /// libshoal call); emptied when the listing starts over.
-    pub pending: std::collections::VecDeque<shoal::shoal_dirent>,
+    pub pending: crate::listed::Batch,
 }
 
 type InfoMap = std::collections::HashMap<c_int, FdInfo>;
@@ -553,7 +553,7 @@ pub fn adopt(sfd: c_int, local: Vec<u8>, flags: c_int, mounted: bool) -> c_int {
         flags: flags & !libc::O_CLOEXEC,
         cloexec: flags & libc::O_CLOEXEC != 0,
         mounted,
-        pending: std::collections::VecDeque::new(),
+        pending: Default::default(),
     };
     if kfd >= 0 {
         match register(kfd, info) {

@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use foldhash::HashMap;
+pub use run::Listing;
 use run::{Lookup, Run};
 
 /// Entries kept at most (a listing bigger than this only keeps its tail).
@@ -166,20 +167,12 @@ fn put_attrs(
 
 /// Remembers what a listing of directory `local` (Shoal path `shoal`, both
 /// "/"-ended) found with attributes, in the listing's order (see
-/// `run.rs`): (name, attributes). What the last listing left unanswered
-/// goes into the map.
-pub fn listed_in_order<'n>(
-    asked: Asked,
-    local: &[u8],
-    shoal: &[u8],
-    found: impl IntoIterator<Item = (&'n [u8], &'n libc::stat)>,
-) {
+/// `run.rs`), taking `listing` and leaving it empty. What the last listing
+/// left unanswered goes into the map.
+pub fn listed_in_order(asked: Asked, local: &[u8], shoal: &[u8], listing: &mut Listing) {
     with_cache(asked, |c, at| {
         c.end_run();
-        c.run.start(local, shoal, at);
-        for (name, st) in found {
-            c.run.push(name, st);
-        }
+        c.run.start(local, shoal, at, listing);
     });
 }
 

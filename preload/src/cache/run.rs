@@ -15,16 +15,59 @@
 /// -name X -ls`).
 const LOOKAHEAD: usize = 8;
 
+/// Entries with their attributes, in a listing's order: what a run is
+/// made of. A stream fills one and hands it over whole ([`Run::start`]),
+/// taking the run's last one back to fill next: the two are reused from
+/// one batch to the next, no entry copied on the way.
+#[derive(Default)]
+pub struct Listing {
+    /// The names, one after another; name i ends at `ends[i]`.
+    names: Vec<u8>,
+    ends: Vec<usize>,
+    sts: Vec<libc::stat>,
+}
+
+impl Listing {
+    pub fn clear(&mut self) {
+        self.names.clear();
+        self.ends.clear();
+        self.sts.clear();
+    }
+
+    /// Room for `n` more entries.
+    pub fn reserve(&mut self, n: usize) {
+        self.ends.reserve(n);
+        self.sts.reserve(n);
+    }
+
+    pub fn push(&mut self, name: &[u8], st: &libc::stat) {
+        self.names.extend_from_slice(name);
+        self.ends.push(self.names.len());
+        self.sts.push(*st);
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn name(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.names[start..self.ends[i]]
+    }
+
+    /// (name, attributes) of each entry.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &libc::stat)> {
+        (0..self.len()).map(|i| (self.name(i), &self.sts[i]))
+    }
+}
+
 #[derive(Default)]
 pub struct Run {
     /// The directory's local path (what the program names entries by) and
     /// its Shoal path, both "/"-ended.
     local: Vec<u8>,
     shoal: Vec<u8>,
-    /// The names, one after another; name i ends at `ends[i]`.
-    names: Vec<u8>,
-    ends: Vec<usize>,
-    sts: Vec<libc::stat>,
+    listing: Listing,
     /// The first entry not answered yet.
     next: usize,
     /// When the listing brought it (the cache's clock).
@@ -44,35 +87,24 @@ pub enum Lookup {
 }
 
 impl Run {
-    /// Starts again with the listing of directory `local` (Shoal path
-    /// `shoal`), both "/"-ended, at time `at`: the caller has taken what
-    /// was left.
-    pub fn start(&mut self, local: &[u8], shoal: &[u8], at: u64) {
+    /// Starts again with `listing`, of directory `local` (Shoal path
+    /// `shoal`), both "/"-ended, brought at time `at`; `listing` is left
+    /// with the last run's room, emptied. The caller has taken what was
+    /// left of the last run.
+    pub fn start(&mut self, local: &[u8], shoal: &[u8], at: u64, listing: &mut Listing) {
         debug_assert!(self.is_empty(), "the last run's entries are kept first");
         for (mine, theirs) in [(&mut self.local, local), (&mut self.shoal, shoal)] {
             mine.clear();
             mine.extend_from_slice(theirs);
         }
-        self.names.clear();
-        self.ends.clear();
-        self.sts.clear();
+        std::mem::swap(&mut self.listing, listing);
+        listing.clear();
         self.next = 0;
         self.at = at;
     }
 
-    pub fn push(&mut self, name: &[u8], st: &libc::stat) {
-        self.names.extend_from_slice(name);
-        self.ends.push(self.names.len());
-        self.sts.push(*st);
-    }
-
     pub fn is_empty(&self) -> bool {
-        self.next == self.ends.len()
-    }
-
-    fn name(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.names[start..self.ends[i]]
+        self.next == self.listing.len()
     }
 
     /// Looks local path `path` up among the next entries; with `follow`, a
@@ -90,11 +122,11 @@ impl Run {
         if self.is_empty() || name.is_empty() || name.contains(&b'/') {
             return Lookup::Elsewhere;
         }
-        let last = (self.next + LOOKAHEAD).min(self.ends.len());
-        let Some(i) = (self.next..last).find(|&i| self.name(i) == name) else {
+        let last = (self.next + LOOKAHEAD).min(self.listing.len());
+        let Some(i) = (self.next..last).find(|&i| self.listing.name(i) == name) else {
             return Lookup::OutOfOrder;
         };
-        let st = self.sts[i];
+        let st = self.listing.sts[i];
         if follow && st.st_mode & libc::S_IFMT == libc::S_IFLNK {
             return Lookup::OutOfOrder;
         }
@@ -113,19 +145,20 @@ impl Run {
 
     /// Entry `i` as the map keeps it: its Shoal path and attributes.
     fn entry(&self, i: usize) -> (Vec<u8>, libc::stat) {
-        ([self.shoal.as_slice(), self.name(i)].concat(), self.sts[i])
+        let l = &self.listing;
+        ([self.shoal.as_slice(), l.name(i)].concat(), l.sts[i])
     }
 
     /// Ends the run, its entries dropped (they are stale, or outdated by a
     /// change).
     pub fn forget(&mut self) {
-        self.next = self.ends.len();
+        self.next = self.listing.len();
     }
 
     /// Ends the run: the entries not answered, for the map.
     pub fn take_rest(&mut self) -> impl Iterator<Item = (Vec<u8>, libc::stat)> + '_ {
-        let rest = self.next..self.ends.len();
-        self.next = self.ends.len();
+        let rest = self.next..self.listing.len();
+        self.next = self.listing.len();
         rest.map(|i| self.entry(i))
     }
 }
@@ -144,12 +177,14 @@ mod tests {
 
     #[test]
     fn answers_in_order_passes_over_a_few_and_hands_the_rest_back() {
-        let mut run = Run::default();
-        run.start(b"/mnt/d/", b"/d/", 0);
+        let mut listing = Listing::default();
         for i in 0..20 {
             let mode = if i == 4 { libc::S_IFLNK } else { libc::S_IFREG };
-            run.push(format!("f{i}").as_bytes(), &stat_of(mode, i));
+            listing.push(format!("f{i}").as_bytes(), &stat_of(mode, i));
         }
+        let mut run = Run::default();
+        run.start(b"/mnt/d/", b"/d/", 0, &mut listing);
+        assert_eq!(listing.len(), 0, "the last run's room, emptied");
         let mut passed = Vec::new();
         let size = |l: Lookup| match l {
             Lookup::Found(st) => Some(st.st_size),

@@ -11,6 +11,7 @@ use libc::{c_char, c_int, c_long, c_void, size_t, ssize_t, DIR};
 
 use super::files::{busy, close_ours, open_target};
 use crate::cache;
+use crate::listed::Batch;
 use crate::real;
 use crate::state::{self, fail, serve, Fd, Where};
 use crate::stats::Op;
@@ -26,32 +27,11 @@ struct ShoalDir {
     /// Entries returned since the start (telldir).
     pos: c_long,
     ent: libc::dirent64,
-    /// The batch being returned: `batch.ents[next..have]` are still to
-    /// come. A stream is used by one thread at a time (as POSIX asks of a
-    /// DIR), so a readdir takes its entry from here with no lock.
+    /// The batch being returned, and how many entries its libshoal call
+    /// asked for. A stream is used by one thread at a time (as POSIX asks
+    /// of a DIR), so a readdir takes its entry from here with no lock.
     batch: Batch,
-    next: usize,
-    have: usize,
-}
-
-/// Room for one libshoal call's entries and attributes, zeroed once and
-/// reused for every batch.
-#[derive(Default)]
-struct Batch {
-    ents: Vec<shoal::shoal_dirent>,
-    sts: Vec<libc::stat>,
-}
-
-impl Batch {
-    /// Room for `entries` entries and their attributes.
-    fn room(&mut self, entries: usize) {
-        // SAFETY: zeroed C structs are valid; libshoal fills them.
-        let zero: (shoal::shoal_dirent, libc::stat) = unsafe { std::mem::zeroed() };
-        if self.ents.len() < entries {
-            self.ents.resize(entries, zero.0);
-            self.sts.resize(entries, zero.1);
-        }
-    }
+    asked: usize,
 }
 
 /// The streams of the library's, by address; DIRS_OPEN lets a kernel
@@ -118,8 +98,7 @@ fn stream(kfd: c_int) -> *mut DIR {
         // SAFETY: a plain C struct; all zeroes is valid.
         ent: unsafe { std::mem::zeroed() },
         batch: Batch::default(),
-        next: 0,
-        have: 0,
+        asked: 0,
     })) as *mut DIR;
     DIRS.lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -185,15 +164,15 @@ pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
 const FIRST_BATCH: usize = 64;
 const STREAM_BATCH: usize = cache::BATCH;
 
-/// Fills `batch` (with room made for at least `want`) with the next entries
-/// of Shoal directory descriptor `kfd` (libshoal's `sfd`) and returns how
-/// many (0 at the end): first those a getdents64 fetched and had no room
-/// for, else a libshoal call's. What libshoal gives goes into the cache
-/// under `base` + name: with its attributes if this process holds them
-/// already (no message) or once this program has stat'ed a listed entry (a
-/// readdirplus per batch), else as listed (their attributes fetched if a
-/// stat asks). A stream's entries with attributes (`local`: its directory's
-/// local path) go in as the cache's run, in the listing's order.
+/// Fills `batch` with up to `want` next entries of Shoal directory
+/// descriptor `kfd` (libshoal's `sfd`) and returns how many (0 at the end):
+/// first those a getdents64 fetched and had no room for, else a libshoal
+/// call's. What libshoal gives goes into the cache under `base` + name:
+/// with its attributes if this process holds them already (no message) or
+/// once this program has stat'ed a listed entry (a readdirplus per batch),
+/// else as listed (their attributes fetched if a stat asks). A stream's
+/// entries with attributes (`local`: its directory's local path) go in as
+/// the cache's run, in the listing's order.
 fn fetch(
     kfd: c_int,
     sfd: c_int,
@@ -202,78 +181,40 @@ fn fetch(
     batch: &mut Batch,
     want: usize,
 ) -> Result<usize, ()> {
-    batch.room(want);
     let left = state::with_info(kfd, |i| {
-        let n = i.pending.len().min(batch.ents.len());
-        for (slot, e) in batch.ents.iter_mut().zip(i.pending.drain(..n)) {
-            *slot = e;
+        if i.pending.left() > 0 {
+            std::mem::swap(&mut i.pending, batch);
         }
-        n
+        batch.left()
     });
     if let Some(n @ 1..) = left {
         return Ok(n);
     }
-    let max = batch.ents.len();
-    let (ents, sts) = (batch.ents.as_mut_ptr(), batch.sts.as_mut_ptr());
+    batch.clear();
+    batch.reserve(want);
     let asked = cache::asking();
-    // SAFETY: room for `max` entries and stats.
-    let n = serve(Op::Readdir, || unsafe {
-        match cache::wants_attrs() {
-            true => shoal::shoal_readdir_many(sfd, ents, sts, max) as c_int,
-            false => shoal::shoal_readdir_held(sfd, ents, sts, max) as c_int,
-        }
+    let held = !cache::wants_attrs();
+    let n = serve(Op::Readdir, || {
+        shoal::readdir_each(sfd, held, want, |e| batch.push(e)) as c_int
     });
     if n < 0 {
         return Err(());
     }
-    let n = n as usize;
-    let named = batch.ents[..n]
-        .iter()
-        .zip(&batch.sts)
-        .filter_map(|(e, st)| {
-            // SAFETY: libshoal NUL-terminates the name.
-            let name = unsafe { std::ffi::CStr::from_ptr(e.d_name.as_ptr()) }.to_bytes();
-            (name != b"." && name != b"..").then_some((name, e, st))
-        });
-    // An entry without attributes (st_ino 0) is one this process does not
-    // hold them for, in a listing that did not ask for them.
-    let with_attrs = named.clone().filter(|(_, _, st)| st.st_ino != 0);
     match local {
         // A stream's readdirs: the stats that follow come in this order.
-        Some(local) => cache::listed_in_order(
-            asked,
-            local,
-            base,
-            with_attrs.map(|(name, _, st)| (name, st)),
-        ),
+        Some(local) => cache::listed_in_order(asked, local, base, &mut batch.attrs),
         None => cache::put_many(
             asked,
-            with_attrs.map(|(name, _, st)| ([base, name].concat(), *st)),
+            batch
+                .attrs
+                .iter()
+                .map(|(name, st)| ([base, name].concat(), *st)),
         ),
     }
-    if batch.sts[..n].iter().any(|st| st.st_ino == 0) {
-        let unheld = named.filter(|(_, _, st)| st.st_ino == 0);
-        cache::listed_many(
-            asked,
-            base,
-            unheld.map(|(name, e, _)| (name, e.d_ino, e.d_type == libc::DT_LNK)),
-        );
+    if !batch.all_held() {
+        cache::listed_many(asked, base, batch.unheld());
     }
-    Ok(n)
-}
-
-/// The next entry of `kfd` for getdents64, Ok(None) at the end: from what
-/// an earlier call fetched, else a new batch (see [`fetch`]).
-fn next_entry(kfd: c_int, sfd: c_int, base: &[u8]) -> Result<Option<shoal::shoal_dirent>, ()> {
-    if let Some(e) = state::with_info(kfd, |i| i.pending.pop_front()).flatten() {
-        return Ok(Some(e));
-    }
-    let mut batch = Batch::default();
-    let n = fetch(kfd, sfd, base, None, &mut batch, FIRST_BATCH)?;
-    let mut ents = batch.ents.into_iter().take(n);
-    let first = ents.next();
-    state::with_info(kfd, |i| i.pending.extend(ents));
-    Ok(first)
+    Ok(batch.len())
 }
 
 /// The listing of `kfd` starts over: what was fetched and not returned goes.
@@ -281,12 +222,17 @@ pub fn forget_listed(kfd: c_int) {
     state::with_info(kfd, |i| i.pending.clear());
 }
 
-fn fill(ent: &mut libc::dirent64, e: &shoal::shoal_dirent, off: i64) {
-    ent.d_ino = e.d_ino;
+/// Makes `ent` the entry `e` (d_ino, d_type, name), at offset `off`.
+fn fill(ent: &mut libc::dirent64, (ino, kind, name): (u64, u8, &[u8]), off: i64) {
+    ent.d_ino = ino;
     ent.d_off = off;
     ent.d_reclen = std::mem::size_of::<libc::dirent64>() as u16;
-    ent.d_type = e.d_type;
-    ent.d_name = e.d_name;
+    ent.d_type = kind;
+    let n = name.len().min(ent.d_name.len() - 1);
+    for (d, s) in ent.d_name.iter_mut().zip(&name[..n]) {
+        *d = *s as libc::c_char;
+    }
+    ent.d_name[n] = 0;
 }
 
 unsafe fn readdir_any(d: *mut DIR) -> *mut libc::dirent64 {
@@ -308,21 +254,21 @@ unsafe fn readdir_any(d: *mut DIR) -> *mut libc::dirent64 {
             return std::ptr::null_mut();
         }
     };
-    if sd.next == sd.have {
+    if sd.batch.left() == 0 {
         // After a full batch, the directory is likely big.
-        let full = sd.have > 0 && sd.have == sd.batch.ents.len();
-        let want = if full { STREAM_BATCH } else { FIRST_BATCH };
-        match fetch(sd.kfd, sfd, &sd.base, Some(&sd.local), &mut sd.batch, want) {
-            Ok(n) => (sd.next, sd.have) = (0, n),
-            Err(()) => return std::ptr::null_mut(),
-        }
-        if sd.have == 0 {
+        let full = sd.asked > 0 && sd.batch.len() == sd.asked;
+        sd.asked = if full { STREAM_BATCH } else { FIRST_BATCH };
+        let (kfd, want) = (sd.kfd, sd.asked);
+        if let Err(()) = fetch(kfd, sfd, &sd.base, Some(&sd.local), &mut sd.batch, want) {
             return std::ptr::null_mut();
         }
     }
+    let Some(e) = sd.batch.peek() else {
+        return std::ptr::null_mut();
+    };
     sd.pos += 1;
-    fill(&mut sd.ent, &sd.batch.ents[sd.next], sd.pos);
-    sd.next += 1;
+    fill(&mut sd.ent, e, sd.pos);
+    sd.batch.take();
     &mut sd.ent
 }
 
@@ -382,7 +328,8 @@ pub unsafe extern "C" fn rewinddir(d: *mut DIR) {
     if let Fd::Shoal(s) = state::fd(sd.kfd) {
         shoal::shoal_rewinddir(s);
         forget_listed(sd.kfd);
-        (sd.pos, sd.next, sd.have) = (0, 0, 0);
+        sd.batch.clear();
+        (sd.pos, sd.asked) = (0, 0);
     }
 }
 
@@ -431,34 +378,47 @@ pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> s
     let Some(base) = base_of(fd) else {
         return fail(libc::EBADF);
     };
+    // The batch being returned, out of the descriptor's table meanwhile
+    // (a program does not list one descriptor from two threads at once).
+    let mut batch = state::with_info(fd, |i| std::mem::take(&mut i.pending)).unwrap_or_default();
     let mut used = 0usize;
+    let mut failed = false;
     loop {
-        let e = match next_entry(fd, sfd, &base) {
-            Ok(Some(x)) => x,
-            Ok(None) => break,
-            Err(()) => return if used > 0 { used as ssize_t } else { -1 },
+        if batch.left() == 0 {
+            match fetch(fd, sfd, &base, None, &mut batch, FIRST_BATCH) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(()) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        let Some((ino, kind, name)) = batch.peek() else {
+            break;
         };
-        // SAFETY: libshoal NUL-terminates the name.
-        let name = unsafe { std::ffi::CStr::from_ptr(e.d_name.as_ptr()) }.to_bytes();
         let len = reclen(name.len());
         if used + len > n {
-            if used == 0 {
-                return fail(libc::EINVAL);
-            }
-            state::with_info(fd, |i| i.pending.push_front(e));
             break;
         }
         // SAFETY: `len` bytes at `used` are inside the caller's buffer.
         unsafe {
             let rec = (buf as *mut u8).add(used);
             std::ptr::write_bytes(rec, 0, len);
-            std::ptr::write_unaligned(rec as *mut u64, e.d_ino);
+            std::ptr::write_unaligned(rec as *mut u64, ino);
             std::ptr::write_unaligned(rec.add(8) as *mut i64, (used + len) as i64);
             std::ptr::write_unaligned(rec.add(16) as *mut u16, len as u16);
-            *rec.add(18) = e.d_type;
+            *rec.add(18) = kind;
             std::ptr::copy_nonoverlapping(name.as_ptr(), rec.add(19), name.len());
         }
+        batch.take();
         used += len;
     }
-    used as ssize_t
+    let no_room = used == 0 && !failed && batch.left() > 0;
+    state::with_info(fd, |i| i.pending = batch);
+    match (used, failed) {
+        (0, true) => -1,
+        _ if no_room => fail(libc::EINVAL),
+        _ => used as ssize_t,
+    }
 }

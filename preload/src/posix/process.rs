@@ -178,7 +178,7 @@ fn duplicate(kfd: c_int, s: c_int, k2: c_int, cloexec: bool) -> c_int {
             flags,
             cloexec,
             mounted,
-            pending: std::collections::VecDeque::new(),
+            pending: Default::default(),
         };
         match state::register(k2, info) {
             Ok(()) => k2,
