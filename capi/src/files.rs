@@ -53,7 +53,12 @@ pub struct OpenFile {
 pub struct DirStream {
     /// `.` and `..` returned so far (0, 1 or 2).
     pub dots: u8,
-    pub buffered: VecDeque<(DirEntry, Option<Attr>)>,
+    pub buffered: VecDeque<DirEntry>,
+    /// The attributes of the buffered entries, index-aligned, once a
+    /// readdirplus fetched them; empty until then. Apart, so that a listing
+    /// that brings no attributes keeps (and a first listing faults in) no
+    /// room for them.
+    pub attrs: VecDeque<Option<Attr>>,
     pub after: String,
     pub done: bool,
 }

@@ -283,7 +283,8 @@ async fn open_listing(c: &Client, path: &str, follow: bool) -> Result<Option<(At
         dots: 0,
         after: entries.last().map(|e| e.name.clone()).unwrap_or_default(),
         done: done || entries.is_empty(),
-        buffered: entries.into_iter().map(|e| (e, None)).collect(),
+        buffered: entries.into(),
+        attrs: Default::default(),
     };
     Ok(Some((attr, listed)))
 }
@@ -821,9 +822,7 @@ pub fn readdir_each(
         // Attributes an earlier call fetched are asked for again (from
         // libshoal's cache, which a recall since has emptied of what
         // changed): the caller caches what this call returns as of now.
-        for (_, a) in st.buffered.iter_mut() {
-            *a = None;
-        }
+        st.attrs.clear();
     }
     let mut given = 0;
     let mut chunk = Vec::with_capacity(CHUNK.min(max));
@@ -877,26 +876,31 @@ pub fn readdir_each(
             if let Some(last) = entries.last() {
                 st.after = last.name.clone();
             }
-            st.buffered.extend(entries.into_iter().map(|e| (e, None)));
+            st.buffered.extend(entries);
             continue;
         }
-        if plus && st.buffered.front().is_some_and(|(_, a)| a.is_none()) {
+        if plus && st.attrs.is_empty() {
             // Attributes for every buffered entry at once: the batch's
             // ListAttr round, not a getattr per entry.
-            let handles: Vec<Handle> = st.buffered.iter().map(|(e, _)| e.handle).collect();
+            let handles: Vec<Handle> = st.buffered.iter().map(|e| e.handle).collect();
             let attrs = s.run(c.listattr(&handles)).map_err(about(&file.path))?;
-            for ((_, a), got) in st.buffered.iter_mut().zip(attrs) {
-                *a = got;
-            }
             // Entries whose object went since the listing are left out.
-            st.buffered.retain(|(_, a)| a.is_some());
+            let listed = std::mem::take(&mut st.buffered).into_iter().zip(attrs);
+            (st.buffered, st.attrs) = listed.filter(|(_, a)| a.is_some()).unzip();
             continue;
         }
+        assert!(
+            st.attrs.is_empty() || st.attrs.len() == st.buffered.len(),
+            "attributes are fetched for every buffered entry at once"
+        );
         if chunk.len() == CHUNK {
             hand_on(&mut chunk);
         }
         let n = wanted.min(CHUNK - chunk.len()).min(st.buffered.len());
-        chunk.extend(st.buffered.drain(..n));
+        let st = &mut *st;
+        let mut attrs = st.attrs.drain(..n.min(st.attrs.len()));
+        let entries = st.buffered.drain(..n);
+        chunk.extend(entries.map(|e| (e, attrs.next().flatten())));
         wanted -= n;
     }
     hand_on(&mut chunk);

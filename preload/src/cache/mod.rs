@@ -176,6 +176,17 @@ pub fn listed_in_order(asked: Asked, local: &[u8], shoal: &[u8], listing: &mut L
     });
 }
 
+/// Gives `listing` the last run's room if every entry of the run has been
+/// answered: a stream about to fill its next batch then reuses the one
+/// buffer, rather than two in turn (whose pages a process's first listing
+/// would each fault in).
+pub fn reuse_run(listing: &mut Listing) {
+    let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = c.as_mut().filter(|c| c.run.is_empty()) {
+        c.run.give_room(listing);
+    }
+}
+
 /// The attributes of local path `path` (absolute, as the program gave it)
 /// if it is the next entry of the last listing, or one of the few after
 /// it; with `follow`, a symlink's own are no answer. None otherwise (ask

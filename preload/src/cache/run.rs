@@ -107,6 +107,15 @@ impl Run {
         self.next == self.listing.len()
     }
 
+    /// Swaps the room of the run, whose every entry has been answered, for
+    /// `listing`'s.
+    pub fn give_room(&mut self, listing: &mut Listing) {
+        assert!(self.is_empty(), "a run gives its room once it is used up");
+        std::mem::swap(&mut self.listing, listing);
+        self.listing.clear();
+        self.next = 0;
+    }
+
     /// Looks local path `path` up among the next entries; with `follow`, a
     /// symlink's own attributes are no answer. A Found entry leaves the run
     /// with those before it.

@@ -190,6 +190,9 @@ fn fetch(
     if let Some(n @ 1..) = left {
         return Ok(n);
     }
+    if local.is_some() {
+        cache::reuse_run(&mut batch.attrs);
+    }
     batch.clear();
     batch.reserve(want);
     let asked = cache::asking();
