@@ -73,6 +73,11 @@ impl Client {
             max,
             with_dir,
         };
+        // A change of this client's sent or answered while the listing is
+        // on its way may be newer than it, and its own changes are not
+        // recalled from it: its names are then not cached (a read-ahead's
+        // reply comes while the program goes on, unlinking or renaming).
+        let changes = self.pool().metadata_changes();
         let (reply, lease) = self
             .pool()
             .call_leasing::<ops::Readdir>(server_of(dir), self.cred, &request)
@@ -92,7 +97,7 @@ impl Client {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        if reply.searchable {
+        if reply.searchable && self.pool().metadata_changes() == changes {
             let names = entries.iter().map(|e| e.name.as_str());
             self.inner
                 .names
