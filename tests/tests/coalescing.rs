@@ -162,10 +162,14 @@ async fn a_sequential_client_syncs_once_per_modifying_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_coalescing_every_modifying_request_syncs() {
+    // Precreate off: a pool refill still in flight when the counts are read
+    // has been counted as a modifying request and not yet as a sync (seen
+    // once in CI: 606 syncs for 607 requests).
     let cluster = Cluster::builder()
         .servers(4)
         .set("sync=full")
         .set("coalescing=false")
+        .set("precreate=false")
         .start();
     let (_, c) = concurrent_creates(&cluster).await;
     assert!(c.modifying >= (CLIENTS * FILES) as u64, "{c:?}");
