@@ -108,11 +108,13 @@ impl Run {
     }
 
     /// Swaps the room of the run, whose every entry has been answered, for
-    /// `listing`'s.
+    /// `listing`'s; both are left empty (what `listing` held is not the
+    /// run's: a fill the cache did not take).
     pub fn give_room(&mut self, listing: &mut Listing) {
         assert!(self.is_empty(), "a run gives its room once it is used up");
         std::mem::swap(&mut self.listing, listing);
         self.listing.clear();
+        listing.clear();
         self.next = 0;
     }
 
@@ -242,5 +244,24 @@ mod tests {
             run.lookup(b"/mnt/d/f5", true, &mut passed),
             Lookup::Elsewhere
         ));
+    }
+
+    #[test]
+    fn a_used_up_run_gives_its_room_back_empty() {
+        let mut listing = Listing::default();
+        listing.reserve(512);
+        listing.push(b"f0", &stat_of(libc::S_IFREG, 0));
+        let mut run = Run::default();
+        run.start(b"/mnt/d/", b"/d/", 0, &mut listing);
+        let mut passed = Vec::new();
+        assert!(matches!(
+            run.lookup(b"/mnt/d/f0", true, &mut passed),
+            Lookup::Found(_)
+        ));
+        let mut next = Listing::default();
+        run.give_room(&mut next);
+        assert!(next.sts.capacity() >= 512, "the run's room, reused");
+        assert_eq!(next.len(), 0, "emptied");
+        assert!(run.is_empty() && !run.holds(b"/d/f0"));
     }
 }
