@@ -251,6 +251,8 @@ impl Client {
     /// file, so that its next data request has the rights the new mode
     /// gives.
     pub async fn setattr(&self, h: Handle, set: &SetAttr) -> Result<Attr> {
+        // No write in flight may land after a time set here.
+        self.inner.write_behind.settle(h).await;
         self.settle(h, crate::write_path::Settle::Push).await?;
         if let Some(size) = set.size {
             self.truncate(h, size).await?;

@@ -10,9 +10,10 @@
 //! writes less their bytes' share, and, before any, from the round trip of
 //! a ping. While sends of kept writes are as cheap per byte as direct
 //! writes (`g <= d`, an idle client here: they are the same large writes)
-//! the threshold is the whole buffer; when they get dearer (the servers or
-//! the client busy) it comes down, as [Hildebrand 2006]'s busy threshold
-//! lies below its idle one.
+//! the threshold is the most the caller finds worth keeping (the whole
+//! buffer, or with write-behind the writes under `MIN_BEHIND`); when they
+//! get dearer (the servers or the client busy) it comes down, as
+//! [Hildebrand 2006]'s busy threshold lies below its idle one.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -84,8 +85,8 @@ impl AutoThreshold {
         e.gathered_byte_ns = follow(e.gathered_byte_ns, took.as_nanos() as f64 / bytes as f64);
     }
 
-    /// The threshold now, between [`FLOOR`] and `buffer` (a file's
-    /// write-back buffer: nothing larger can be kept).
+    /// The threshold now, between [`FLOOR`] and `buffer` (the most worth
+    /// keeping: at most a file's write-back buffer).
     pub fn threshold(&self, buffer: usize) -> usize {
         let e = *self.est();
         let (Some(fixed), Some(g)) = (e.fixed_ns, e.gathered_byte_ns) else {

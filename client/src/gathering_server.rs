@@ -83,6 +83,7 @@ impl Client {
         // Direct writes sent before are made durable first: their copy
         // must go (a resend could land older bytes over gathered ones), and
         // without it a restart of their server would lose them.
+        self.inner.write_behind.settle(h).await;
         if self.inner.uncommitted_writes.holds_copy(h) {
             self.commit_direct_changes(h).await?;
         }

@@ -332,6 +332,7 @@ impl Client {
                 ),
             ));
         }
+        self.inner.write_behind.settle(h).await;
         self.settle(h, Settle::Push).await?;
         self.with_capability(h, WRITE, |cap| self.truncate_with(h, size, cap))
             .await?;

@@ -35,6 +35,7 @@ mod readdirplus;
 mod types;
 mod uncommitted_writes;
 mod write_back;
+mod write_behind;
 mod write_path;
 
 use std::sync::atomic::AtomicU32;
@@ -53,6 +54,7 @@ pub use open_files::OpenFiles;
 pub use shoal_proto::error::{Errno, ShoalError};
 pub use types::*;
 pub use uncommitted_writes::MAX_KEPT_BYTES;
+pub use write_behind::{AUTO_KEEPS_UNDER, MIN_BEHIND};
 pub use write_path::{WritePaths, THRESHOLD_XATTR};
 
 use cache::TtlCache;
@@ -86,6 +88,8 @@ struct Inner {
     uncommitted_writes: uncommitted_writes::UncommittedWrites,
     /// Small writes kept to send later (the gathering path).
     gathering: write_path::Gathering,
+    /// Large direct writes on their way, not yet answered.
+    write_behind: write_behind::WriteBehind,
     listings_ahead: listings_ahead::ListingsAhead,
     /// The objects servers leased to this client (`leases`).
     leases: leases::Ledger,
@@ -108,6 +112,7 @@ impl Client {
                 next_server: AtomicU32::new(first),
                 uncommitted_writes: Default::default(),
                 gathering: Default::default(),
+                write_behind: Default::default(),
                 listings_ahead: Default::default(),
                 leases: Default::default(),
                 pool: Pool::new(config, leases::on_recall(me.clone())),

@@ -322,6 +322,18 @@ impl WriteBack {
         }
     }
 
+    /// Whether `h` keeps bytes of `offset..end` not sent yet, or has a send
+    /// under way (whose bytes may be of that range).
+    pub fn unsent_in(&self, h: Handle, offset: u64, end: u64) -> bool {
+        if !self.any.load(Ordering::Relaxed) {
+            return false;
+        }
+        let st = self.state();
+        st.files
+            .get(&h)
+            .is_some_and(|f| f.sending > 0 || f.extents.overlaps(offset, end))
+    }
+
     /// Whether `h` has bytes at its gathering server that readers of the
     /// strips' servers do not see yet in `offset..end`.
     pub fn unpushed_in(&self, h: Handle, offset: u64, end: u64) -> bool {

@@ -203,6 +203,12 @@ pub struct Settings {
     /// after that, and everything at exit.
     /// Default 20.
     pub gather_delay_ms: u32,
+    /// Write-behind on the direct path: a write of at least 32 KiB returns
+    /// once it is on its way, while the file has fewer than this many bytes
+    /// of such writes in flight (a write waits for room); a failed one is
+    /// reported at the file's next fsync or close. 0: every direct write
+    /// waits for its reply. Default 8 MiB.
+    pub write_behind: u32,
     /// Scattered kept writes (a buffer of several extents) go to the
     /// file's gathering server, its metafile's, which merges every
     /// client's into strip-aligned large writes; off, each extent goes
@@ -271,6 +277,7 @@ impl Default for Settings {
             write_threshold: WriteThreshold::Bytes(32 << 10),
             gather_buffer: 1 << 20,
             gather_delay_ms: 20,
+            write_behind: 8 << 20,
             gather_on_server: true,
             precreate: true,
             precreate_batch: 512,
@@ -414,6 +421,10 @@ impl Settings {
         check(
             (1..=60_000).contains(&self.gather_delay_ms),
             "gather_delay_ms must be 1..=60000",
+        )?;
+        check(
+            self.write_behind <= 64 << 20,
+            "write_behind must be at most 64 MiB",
         )
     }
 }
