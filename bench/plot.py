@@ -9,6 +9,7 @@
     bench/plot.py ab bench/results/NAME.csv bench/results/NAME.png   (bench/run-ab)
     bench/plot.py pfa bench/results/pfa.csv bench/results/pfa.png
     bench/plot.py writesize bench/results/writesize.csv bench/results/writesize.png
+    bench/plot.py streaming bench/results/streaming-peers.csv bench/results/streaming-peers.png
 
 The interfaces charts (`shoal bench interfaces ...`): per metric, one bar per
 target (preload library, FUSE mount, native client, bindfs passthrough), one
@@ -215,6 +216,31 @@ def ab(csv_path, png_path):
     interfaces(csv_path, png_path, f"Shoal through the mount: {' and '.join(sides)}, same run")
 
 
+def streaming(csv_path, png_path):
+    """`bench/run-streaming`: per phase, each target's median MiB/s, and
+    every round's as dots."""
+    import statistics
+    rows = list(csv.DictReader(open(csv_path)))
+    targets = list(dict.fromkeys(r["target"] for r in rows))
+    cols = [("one_writer_mib_s", "1 writer"), ("four_writers_mib_s", "4 writers"),
+            ("four_readers_mib_s", "4 readers")]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / len(targets)
+    for i, t in enumerate(targets):
+        xs = [j + (i - (len(targets) - 1) / 2) * width for j in range(len(cols))]
+        per = [[float(r[c]) for r in rows if r["target"] == t] for c, _ in cols]
+        ax.bar(xs, [statistics.median(v) for v in per], width, label=t)
+        for x, v in zip(xs, per):
+            ax.plot([x] * len(v), v, "k.", markersize=3)
+    ax.set_xticks(range(len(cols)))
+    ax.set_xticklabels([n for _, n in cols])
+    ax.set_ylabel("MiB/s (fsync included)")
+    ax.set_title("Streaming through FUSE, same run (bars: medians, dots: rounds)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+
+
 CHARTS = {
     "ab": ab,
     "leases": leases,
@@ -223,6 +249,7 @@ CHARTS = {
     "interfaces": interfaces,
     "peers": peers,
     "pfa": pfa,
+    "streaming": streaming,
     "writesize": writesize,
 }
 
