@@ -9,12 +9,14 @@ use shoal_tests::Cluster;
 /// Messages a write and a read of `len` bytes at offset 0 cost (one piece: the
 /// strip is 1 MiB), on a cluster with `eager` switched as given.
 async fn costs(eager: bool, len: usize) -> (u64, u64) {
-    // The direct path: the gathering path would keep a small write.
+    // The direct path: the gathering path would keep a small write; and
+    // each write waited for, so its messages are counted within the call.
     let cluster = Cluster::builder()
         .servers(2)
         .baseline()
         .set(&format!("eager={eager}"))
         .set("write_threshold=0")
+        .set("write_behind=0")
         .start();
     let client = cluster.uncached_client();
     let h = client.create(ROOT, "f", 0o644).await.unwrap().handle;
