@@ -153,9 +153,15 @@ async fn a_full_data_directory_is_enospc_for_the_writer_and_loses_nothing() {
     let started = Instant::now();
     // Declared before the cluster so it is unmounted after the servers stop.
     let tmpfs = Tmpfs::mount(TMPFS_MIB);
+    // Each write waited for, so that a write that returned stored its
+    // bytes. With write-behind (the default) a 1 MiB write returns while on
+    // its way: ENOSPC then reaches the writer at a later write and at fsync
+    // and close, as NFS reports its unstable writes' errors
+    // (`write_behind.rs`).
     let mut cluster = Cluster::builder()
         .servers(2)
         .set("num_dfiles=1")
+        .set("write_behind=0")
         .data_dir(1, tmpfs.path().join("server-1"))
         .start();
     let client = cluster.client();
