@@ -349,6 +349,7 @@ async fn auto_keeps_what_this_idle_client_finds_cheaper_to_keep() {
     let cluster = Cluster::builder()
         .servers(2)
         .set("write_threshold=auto")
+        .set("write_behind=8388608")
         .start();
     let client = cluster.client();
     let h = client.create(ROOT, "f", 0o644).await.unwrap().handle;
