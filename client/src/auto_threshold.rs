@@ -11,8 +11,8 @@
 //! a ping. While sends of kept writes are as cheap per byte as direct
 //! writes (`g <= d`, an idle client here: they are the same large writes)
 //! the threshold is the most the caller finds worth keeping (the whole
-//! buffer, or with write-behind the writes under `MIN_BEHIND`); when they
-//! get dearer (the servers or the client busy) it comes down, as
+//! buffer, or with write-behind the writes under `AUTO_KEEPS_UNDER`);
+//! when they get dearer (the servers or the client busy) it comes down, as
 //! [Hildebrand 2006]'s busy threshold lies below its idle one.
 
 use std::sync::Mutex;

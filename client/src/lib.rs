@@ -54,7 +54,7 @@ pub use open_files::OpenFiles;
 pub use shoal_proto::error::{Errno, ShoalError};
 pub use types::*;
 pub use uncommitted_writes::MAX_KEPT_BYTES;
-pub use write_behind::{AUTO_KEEPS_UNDER, MIN_BEHIND};
+pub use write_behind::AUTO_KEEPS_UNDER;
 pub use write_path::{WritePaths, THRESHOLD_XATTR};
 
 use cache::TtlCache;

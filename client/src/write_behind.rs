@@ -59,9 +59,9 @@ pub struct Ticket {
 
 #[derive(Default)]
 struct File {
-    /// (id, start, end) of each write in flight.
+    /// (id, start, end) of each write in flight: a few (at most
+    /// `write_behind` / [`MIN_BEHIND`]), so they are scanned, not indexed.
     writes: Vec<(u64, u64, u64)>,
-    bytes: usize,
     /// A write that failed, to report at the next fsync or close.
     error: Option<ShoalError>,
 }
@@ -69,6 +69,10 @@ struct File {
 impl File {
     fn overlaps(&self, start: u64, end: u64) -> bool {
         self.writes.iter().any(|&(_, s, e)| s < end && start < e)
+    }
+
+    fn bytes(&self) -> usize {
+        self.writes.iter().map(|&(_, s, e)| (e - s) as usize).sum()
     }
 }
 
@@ -82,7 +86,7 @@ struct State {
 impl State {
     fn check(&self) {
         if cfg!(debug_assertions) {
-            let sum: usize = self.files.values().map(|f| f.bytes).sum();
+            let sum: usize = self.files.values().map(File::bytes).sum();
             assert_eq!(sum, self.bytes, "bytes in flight");
         }
     }
@@ -144,7 +148,7 @@ impl WriteBehind {
             if f.is_some_and(|f| f.error.is_some()) {
                 return Some(None);
             }
-            let mine = f.map_or(0, |f| f.bytes);
+            let mine = f.map_or(0, File::bytes);
             if mine > 0 && (mine + len > per_file || st.bytes + len > MAX_TOTAL) {
                 return None;
             }
@@ -152,7 +156,6 @@ impl WriteBehind {
             let id = st.next_id;
             let f = st.files.entry(h).or_default();
             f.writes.push((id, start, end));
-            f.bytes += len;
             st.bytes += len;
             st.check();
             self.note_busy(st);
@@ -175,7 +178,6 @@ impl WriteBehind {
             .position(|w| w.0 == ticket.id)
             .expect("a ticket is finished once");
         let (_, start, end) = f.writes.swap_remove(at);
-        f.bytes -= (end - start) as usize;
         *bytes -= (end - start) as usize;
         if let Err(e) = result {
             f.error.get_or_insert(e);
@@ -191,16 +193,7 @@ impl WriteBehind {
 
     /// Waits until no write of `h` is in flight.
     pub async fn settle(&self, h: Handle) {
-        if self.idle() {
-            return;
-        }
-        self.wait_for(|st| {
-            st.files
-                .get(&h)
-                .is_none_or(|f| f.writes.is_empty())
-                .then_some(())
-        })
-        .await
+        self.settle_range(h, 0, u64::MAX).await
     }
 
     /// Waits until no write of `h` that overlaps `[start, end)` is in flight.

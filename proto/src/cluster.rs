@@ -630,6 +630,18 @@ mod tests {
     }
 
     #[test]
+    fn write_behind_past_its_bound_is_refused_by_name() {
+        let mut s = Settings::default();
+        s.set("write_behind=8388608").unwrap();
+        assert_eq!(s.write_behind, 8 << 20);
+        let e = s
+            .set(&format!("write_behind={}", (64 << 20) + 1))
+            .unwrap_err();
+        assert!(e.message.contains("write_behind"), "{e}");
+        assert_eq!(s.write_behind, 8 << 20, "a refused value changes nothing");
+    }
+
+    #[test]
     fn ids_must_be_dense() {
         let c: std::result::Result<ClusterConfig, _> =
             toml::from_str("[[server]]\nid = 1\naddr = \"127.0.0.1:7000\"\ndata = \"/tmp/s0\"\n");

@@ -376,6 +376,42 @@ async fn auto_keeps_what_this_idle_client_finds_cheaper_to_keep() {
         .all(|(i, c)| c.iter().all(|b| *b == i as u8)));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_sends_random_large_writes_behind_the_writer_instead_of_keeping_them() {
+    let cluster = Cluster::builder()
+        .servers(2)
+        .set("write_threshold=auto")
+        .set("write_behind=8388608")
+        .start();
+    let client = cluster.client();
+    let h = client.create(ROOT, "random", 0o644).await.unwrap().handle;
+    // 64 KiB records under AUTO_KEEPS_UNDER, from the end of the file down:
+    // none continues what came before, so keeping one would join nothing.
+    let record = 64 << 10;
+    for i in (0..16u64).rev() {
+        client
+            .write(h, i * 2 * record as u64, Bytes::from(vec![i as u8; record]))
+            .await
+            .unwrap();
+    }
+    client.fsync(h).await.unwrap();
+    let paths = client.write_paths();
+    assert_eq!(
+        (paths.direct_writes, paths.gathered_writes),
+        (16, 0),
+        "random 64 KiB writes with write-behind on"
+    );
+    let got = cluster
+        .uncached_client()
+        .read(h, 0, 32 * record)
+        .await
+        .unwrap();
+    for (i, r) in got.chunks(record).enumerate() {
+        let want = if i % 2 == 0 { (i / 2) as u8 } else { 0 };
+        assert!(r.iter().all(|b| *b == want), "record {i}");
+    }
+}
+
 /// A directory's `write_threshold` hint goes into the layout of each file made
 /// there (and its subdirectories' files), on every create path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

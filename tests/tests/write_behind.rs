@@ -99,7 +99,7 @@ async fn a_truncate_and_a_time_set_come_after_the_writes_in_flight() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_that_fails_in_flight_is_reported_at_fsync_once() {
+async fn a_write_that_fails_in_flight_is_reported_at_fsync() {
     // Calls to a killed server fail at once instead of waiting for it.
     let mut cluster = Cluster::builder()
         .servers(2)
