@@ -46,6 +46,11 @@ impl Client {
         if let Some(a) = self.cached_attr(h) {
             return Ok(a);
         }
+        // Sizes are asked once this client's writes of `h` in flight have
+        // landed (as an NFS client writes back before its GETATTR): one
+        // landing between the servers' answer and the count of what is in
+        // flight would be in neither, and the size short.
+        self.inner.write_behind.settle(h).await;
         let (reply, lease) = self
             .pool()
             .call_leasing::<ops::GetAttr>(server_of(h), self.cred, &GetAttrRequest { handle: h })

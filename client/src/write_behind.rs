@@ -10,8 +10,10 @@
 //! - a write overlapping one in flight waits for it: the servers never see
 //!   two writes of one range race;
 //! - reads, truncates, attribute changes, fsync and close of a file wait
-//!   for all its writes in flight;
-//! - attributes count the bytes in flight in the size.
+//!   for all its writes in flight, and so does a getattr that asks the
+//!   servers (a write landing between their answer and the count of what
+//!   is in flight would be in neither);
+//! - cached attributes count the bytes in flight in the size.
 //!
 //! Memory is bounded per file (`write_behind`) and in all (`MAX_TOTAL`):
 //! a write waits for room. The data in flight is the caller's own buffer
