@@ -29,6 +29,7 @@ use shoal_proto::ObjectKind;
 
 use crate::disk;
 use crate::keys;
+use crate::local_file::LocalFile;
 use crate::meta_store::{MetaStore, Txn};
 
 /// Largest offset + length a datafile accepts (a datafile never outgrows the
@@ -49,7 +50,7 @@ pub fn reserve_for(total: u64) -> u64 {
 pub struct DataStore {
     files_dir: PathBuf,
     inline_max: u64,
-    open: Mutex<HashMap<Handle, Arc<File>>>,
+    open: Mutex<HashMap<Handle, Arc<LocalFile>>>,
     /// Bytes of data writes under way (admitted by `room_for`, not done).
     writing: AtomicU64,
 }
@@ -115,7 +116,7 @@ impl DataStore {
         self.shard_dir(h).join(format!("{h:016x}"))
     }
 
-    fn file(&self, h: Handle, create: bool) -> Result<Arc<File>> {
+    fn file(&self, h: Handle, create: bool) -> Result<Arc<LocalFile>> {
         if let Some(f) = self.open.lock().unwrap().get(&h) {
             return Ok(f.clone());
         }
@@ -130,7 +131,7 @@ impl DataStore {
             .truncate(false)
             .open(&path)
             .map_err(|e| ShoalError::from(e).context(format!("datafile {}", path.display())))?;
-        let f = Arc::new(f);
+        let f = Arc::new(LocalFile::new(f));
         let mut open = self.open.lock().unwrap();
         if open.len() >= OPEN_FILES_MAX {
             open.clear();
@@ -242,7 +243,12 @@ impl DataStore {
 
     /// Moves an inline datafile's bytes to a local file. The file is made durable
     /// before the record says so, so bytes that were durable inline stay durable.
-    fn promote(&self, meta: &MetaStore, rec: &mut ObjectRecord, bytes: &[u8]) -> Result<Arc<File>> {
+    fn promote(
+        &self,
+        meta: &MetaStore,
+        rec: &mut ObjectRecord,
+        bytes: &[u8],
+    ) -> Result<Arc<LocalFile>> {
         let file = self.file(rec.handle, true)?;
         file.set_len(0)?;
         file.write_all_at(bytes, 0)?;

@@ -3,7 +3,7 @@
 //! `listener` (connections, frames) -> `handlers` (the operation table and
 //! one module per family of operations, `Service::handle`) -> `service`
 //! (the server's state, and the shell of a change) -> `meta_store` /
-//! `data_store` (typed storage) -> `kv` (the embedded engine), with `commit`
+//! `data_store` (typed storage; `local_file` a large datafile's file) -> `kv` (the embedded engine), with `commit`
 //! deciding when changes are durable, `pools` and `peers` asking the other
 //! servers for datafiles and records, `gathering` merging clients' small
 //! writes into large ones, `auth` holding who may do what (POSIX
@@ -21,6 +21,7 @@ pub mod keys;
 pub mod kv;
 pub mod leases;
 pub mod listener;
+pub mod local_file;
 pub mod meta_store;
 pub mod peers;
 pub mod pools;
