@@ -3,12 +3,13 @@
 //! `listener` (connections, frames) -> `handlers` (the operation table and
 //! one module per family of operations, `Service::handle`) -> `service`
 //! (the server's state, and the shell of a change) -> `meta_store` /
-//! `data_store` (typed storage; `local_file` a large datafile's file) -> `kv` (the embedded engine), with `commit`
-//! deciding when changes are durable, `pools` and `peers` asking the other
-//! servers for datafiles and records, `gathering` merging clients' small
-//! writes into large ones, `auth` holding who may do what (POSIX
-//! rules, capabilities) and `stats` counting everything. Imports point
-//! inwards only: `scripts/import-graph` shows them, and that none go round.
+//! `data_store` (typed storage; `local_file` is a large datafile's file)
+//! -> `kv` (the embedded engine), with `commit` deciding when changes are
+//! durable, `pools` and `peers` asking the other servers for datafiles and
+//! records, `gathering` merging clients' small writes into large ones,
+//! `auth` holding who may do what (POSIX rules, capabilities) and `stats`
+//! counting everything. Imports point inwards only: `scripts/import-graph`
+//! shows them, and that none go round.
 
 pub mod auth;
 pub mod client_table;
