@@ -169,7 +169,7 @@ impl Client {
         let auto = threshold == WriteThreshold::AUTO;
         if data.len() < self.bytes_of(threshold)
             && !(auto && self.joins_nothing_kept(h, offset, data.len()))
-            && self.may_keep(h, end).await?
+            && self.may_keep(h).await?
         {
             // Kept bytes go after any older write of their range in flight.
             self.inner.write_behind.settle_range(h, offset, end).await;
@@ -225,8 +225,14 @@ impl Client {
     /// known now (a write refused at its send would be refused to nobody),
     /// so files whose server alone can check the caller (see
     /// `checked_only_by_its_server`) take the direct path.
-    async fn may_keep(&self, h: Handle, end: u64) -> Result<bool> {
-        self.dist_upto(h, end).await?;
+    async fn may_keep(&self, h: Handle) -> Result<bool> {
+        // A layout seen at any time says so; the current one is the send's
+        // to find (it unstuffs a file grown past its first strip). Asking
+        // here for a stale stuffed one would fail a write that is only
+        // kept, while the file's server is down.
+        if self.inner.dists.seen(&h).is_none() {
+            self.distribution(h).await?;
+        }
         if self.checked_only_by_its_server(h) {
             return Ok(false);
         }

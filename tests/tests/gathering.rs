@@ -311,7 +311,7 @@ async fn a_server_killed_during_a_stream_of_small_writes_means_eio_or_all_data()
             client
                 .write(h, (i * RECORD) as u64, Bytes::copy_from_slice(record))
                 .await
-                .unwrap();
+                .unwrap_or_else(|e| panic!("round {round}, record {i}: {e}"));
         }
         if kill_at == RECORDS {
             client.fsync(h).await.unwrap();
