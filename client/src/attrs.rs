@@ -46,11 +46,6 @@ impl Client {
         if let Some(a) = self.cached_attr(h) {
             return Ok(a);
         }
-        // Sizes are asked once this client's writes of `h` in flight have
-        // landed (as an NFS client writes back before its GETATTR): one
-        // landing between the servers' answer and the count of what is in
-        // flight would be in neither, and the size short.
-        self.inner.write_behind.settle(h).await;
         let (reply, lease) = self
             .pool()
             .call_leasing::<ops::GetAttr>(server_of(h), self.cred, &GetAttrRequest { handle: h })
@@ -242,7 +237,11 @@ impl Client {
         }
     }
 
+    /// Where file `h`'s bytes live: its strip size and datafiles.
     pub async fn layout(&self, h: Handle) -> Result<Layout> {
+        // A write of this client's in flight may be the one that unstuffs
+        // the file: the layout is the one after it.
+        self.inner.write_behind.settle(h).await;
         let dist = self.distribution(h).await?;
         Ok(Layout {
             strip_size: dist.strip_size,

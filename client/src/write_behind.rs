@@ -10,10 +10,14 @@
 //! - a write overlapping one in flight waits for it: the servers never see
 //!   two writes of one range race;
 //! - reads, truncates, attribute changes, fsync and close of a file wait
-//!   for all its writes in flight, and so does a getattr that asks the
-//!   servers (a write landing between their answer and the count of what
-//!   is in flight would be in neither);
-//! - cached attributes count the bytes in flight in the size.
+//!   for all its writes in flight;
+//! - sizes count every write put behind since the file's last fsync or
+//!   close, landed or not (`File::reached`): one landing while a server
+//!   answers a stat or a listing is counted all the same.
+//!
+//! Others see a write once its writer's close or fsync returned
+//! (close-to-open, as NFS promises and as the gathering path's kept writes
+//! already are), not when the write call returned.
 //!
 //! Memory is bounded per file (`write_behind`) and in all (`MAX_TOTAL`):
 //! a write waits for room. The data in flight is the caller's own buffer
@@ -66,6 +70,12 @@ struct File {
     writes: Vec<(u64, u64, u64)>,
     /// A write that failed, to report at the next fsync or close.
     error: Option<ShoalError>,
+    /// The end of the furthest write put behind since the file's last
+    /// flush (cut to a later truncate's size): the file is at least this
+    /// long for this client. Kept after the writes land, until the flush,
+    /// so that a size a server gave just before one landed is never taken
+    /// for the file's.
+    reached: u64,
 }
 
 impl File {
@@ -158,6 +168,7 @@ impl WriteBehind {
             let id = st.next_id;
             let f = st.files.entry(h).or_default();
             f.writes.push((id, start, end));
+            f.reached = f.reached.max(end);
             st.bytes += len;
             st.check();
             self.note_busy(st);
@@ -184,11 +195,7 @@ impl WriteBehind {
         if let Err(e) = result {
             f.error.get_or_insert(e);
         }
-        if f.writes.is_empty() && f.error.is_none() {
-            files.remove(&ticket.h);
-        }
         st.check();
-        self.note_busy(&st);
         drop(st);
         self.finished.notify_waiters();
     }
@@ -209,38 +216,55 @@ impl WriteBehind {
         .await
     }
 
-    /// Waits until no write of `h` is in flight, then takes the failure of
-    /// one not reported yet: what fsync and close report.
+    /// Waits until no write of `h` is in flight, then forgets the file and
+    /// returns the failure of a write not reported yet: what fsync and
+    /// close report.
     pub async fn flush(&self, h: Handle) -> Result<()> {
         self.settle(h).await;
         if self.idle() {
             return Ok(());
         }
         let mut st = self.state();
-        let failed = st.files.get_mut(&h).and_then(|f| f.error.take());
-        if failed.is_some() {
+        let Some(f) = st.files.get_mut(&h) else {
+            return Ok(());
+        };
+        let failed = f.error.take();
+        // A write begun since the settle keeps the file's entry.
+        if f.writes.is_empty() {
             st.files.remove(&h);
             self.note_busy(&st);
         }
         failed.map_or(Ok(()), Err)
     }
 
-    /// The end of the furthest write of `h` in flight: the file is at
-    /// least this long for this client's readers.
+    /// How long `h` is at least for this client, by the writes it put
+    /// behind since the file's last flush ([`File::reached`]).
     pub fn end_of(&self, h: Handle) -> Option<u64> {
         if self.idle() {
             return None;
         }
-        let st = self.state();
-        st.files.get(&h)?.writes.iter().map(|w| w.2).max()
+        self.state().files.get(&h).map(|f| f.reached)
     }
 
-    /// Files with writes in flight or a failure to report.
+    /// `h` was truncated to `size`: the writes before no longer make it
+    /// longer than that.
+    pub fn truncated(&self, h: Handle, size: u64) {
+        if self.idle() {
+            return;
+        }
+        if let Some(f) = self.state().files.get_mut(&h) {
+            f.reached = f.reached.min(size);
+        }
+    }
+
+    /// Files with writes in flight, a failure to report, or writes landed
+    /// since their last flush.
     pub fn files(&self) -> Vec<Handle> {
         self.state().files.keys().copied().collect()
     }
 
-    /// Whether any file has writes in flight or a failure to report.
+    /// Whether any file has writes in flight, a failure to report, or
+    /// writes landed since their last flush.
     pub fn any(&self) -> bool {
         !self.idle()
     }
@@ -347,8 +371,29 @@ mod tests {
         let c = third.await.unwrap().unwrap();
         wb.finish(b, Ok(()));
         wb.finish(c, Ok(()));
-        assert!(!wb.any(), "a file with nothing in flight leaves no entry");
+        assert_eq!(
+            wb.end_of(1),
+            Some(3 * MIB),
+            "landed writes count until the flush"
+        );
         assert!(wb.flush(1).await.is_ok());
+        assert!(!wb.any(), "a flushed file leaves no entry");
+        assert_eq!(wb.end_of(1), None);
+    }
+
+    #[tokio::test]
+    async fn a_truncate_cuts_what_the_writes_reached() {
+        let wb = WriteBehind::default();
+        let a = wb.begin(4, 0, 2 * MIB, 8 * MIB as usize).await.unwrap();
+        wb.finish(a, Ok(()));
+        wb.truncated(4, MIB);
+        assert_eq!(wb.end_of(4), Some(MIB));
+        wb.truncated(4, 3 * MIB);
+        assert_eq!(
+            wb.end_of(4),
+            Some(MIB),
+            "a longer size is the servers' to say"
+        );
     }
 
     #[tokio::test]
@@ -369,7 +414,7 @@ mod tests {
         for t in [other, later, over] {
             wb.finish(t, Ok(()));
         }
-        assert!(!wb.any());
+        assert_eq!(wb.files().len(), 2, "until their flush");
     }
 
     #[tokio::test]

@@ -588,10 +588,12 @@ impl Client {
     /// makes it longer, and its copy at the gathering server ends there.
     pub(crate) fn kept_truncated(&self, h: Handle, size: u64) {
         self.inner.gathering.buffer.truncated(h, size);
+        self.inner.write_behind.truncated(h, size);
     }
 
     /// How long `h` is at least for this client's readers, counting the
-    /// bytes it keeps or is sending, and its writes in flight.
+    /// bytes it keeps or is sending, and its writes put behind since the
+    /// file's last flush.
     pub(crate) fn kept_end(&self, h: Handle) -> Option<u64> {
         let kept = self.inner.gathering.buffer.end_of(h);
         let behind = self.inner.write_behind.end_of(h);

@@ -205,6 +205,8 @@ async fn growing_past_a_strip_keeps_one_datafile() {
             .write(h, 1000, Bytes::from(data.clone()))
             .await
             .unwrap();
+        // Others see it after the writer's close (close-to-open).
+        client.flush(h).await.unwrap();
         let mut model = vec![0u8; 1000];
         model.extend_from_slice(&data);
         let fresh = cluster.uncached_client();

@@ -231,6 +231,8 @@ async fn a_client_that_saw_the_stuffed_layout_reads_right_after_the_unstuff() {
         .write(h, 500, Bytes::from(big.clone()))
         .await
         .unwrap();
+    // Others see it after the writer's close (close-to-open).
+    writer.flush(h).await.unwrap();
     let mut model = small.clone();
     model_write(&mut model, 500, &big);
 
