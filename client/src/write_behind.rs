@@ -76,6 +76,9 @@ struct File {
     /// so that a size a server gave just before one landed is never taken
     /// for the file's.
     reached: u64,
+    /// No flush will come (the file is gone, or its last handle closed):
+    /// the entry goes once its writes land, unless one failed.
+    unwatched: bool,
 }
 
 impl File {
@@ -195,6 +198,10 @@ impl WriteBehind {
         if let Err(e) = result {
             f.error.get_or_insert(e);
         }
+        if f.unwatched && f.writes.is_empty() && f.error.is_none() {
+            files.remove(&ticket.h);
+            self.note_busy(&st);
+        }
         st.check();
         drop(st);
         self.finished.notify_waiters();
@@ -271,10 +278,27 @@ impl WriteBehind {
 
     /// The file `h` is gone: a failure of its writes is no one's to report.
     pub fn discard(&self, h: Handle) {
+        self.unwatch(h, true);
+    }
+
+    /// The last handle of `h` closed after its flush, and writes may still
+    /// have come (a mapping written back late): the entry goes once they
+    /// land, unless one failed, which the file's next fsync reports.
+    pub fn closed(&self, h: Handle) {
+        self.unwatch(h, false);
+    }
+
+    fn unwatch(&self, h: Handle, gone: bool) {
+        if self.idle() {
+            return;
+        }
         let mut st = self.state();
         if let Some(f) = st.files.get_mut(&h) {
-            f.error = None;
-            if f.writes.is_empty() {
+            if gone {
+                f.error = None;
+            }
+            f.unwatched = true;
+            if f.writes.is_empty() && f.error.is_none() {
                 st.files.remove(&h);
             }
         }
@@ -450,6 +474,23 @@ mod tests {
         assert!(!settled.is_finished());
         wb.finish(a, Ok(()));
         settled.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_closed_file_leaves_once_its_late_writes_land() {
+        let wb = WriteBehind::default();
+        let a = wb.begin(5, 0, MIB, 8 * MIB as usize).await.unwrap();
+        wb.closed(5);
+        assert_eq!(wb.end_of(5), Some(MIB), "in flight still");
+        wb.finish(a, Ok(()));
+        assert!(!wb.any(), "landed: nothing left to count");
+        let b = wb.begin(6, 0, MIB, 8 * MIB as usize).await.unwrap();
+        wb.closed(6);
+        wb.finish(b, Err(io_error()));
+        assert!(
+            wb.flush(6).await.is_err(),
+            "a failure waits for the next fsync"
+        );
     }
 
     #[tokio::test]

@@ -242,7 +242,7 @@ impl Client {
 
     /// With `auto`: whether a write of `len` bytes at `offset` of `h` would
     /// go behind the writer if sent direct and does not continue the bytes
-    /// this client keeps or has in flight of the file (a random write).
+    /// this client keeps or put behind of the file (a random write).
     /// Kept, it would join nothing: its send would cost the same messages
     /// later, and a copy. Measured (`shoal bench writesize`, random 32 KiB
     /// writes): direct behind the writer 1.2x the gathering path.
@@ -575,6 +575,13 @@ impl Client {
             writer.write_direct(h, offset, &Bytes::from(data)).await
         });
         futures::future::try_join_all(sends).await.map(drop)
+    }
+
+    /// The last handle of `h` closed, after its flush: the sizes of writes
+    /// put behind since (a mapping written back late) stop counting once
+    /// they land (`WriteBehind::closed`).
+    pub fn closed(&self, h: Handle) {
+        self.inner.write_behind.closed(h);
     }
 
     /// The file `h` is gone: what is kept of it goes too.

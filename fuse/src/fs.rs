@@ -681,7 +681,15 @@ impl Filesystem for ShoalFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if !self.shared.open.lock().unwrap().closed(ino.0) {
+        let reclaim = {
+            let mut open = self.shared.open.lock().unwrap();
+            let reclaim = open.closed(ino.0);
+            if !open.is_open(ino.0) {
+                self.shared.client.closed(ino.0);
+            }
+            reclaim
+        };
+        if !reclaim {
             reply.ok();
             return self.answered("release", Instant::now());
         }

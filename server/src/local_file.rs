@@ -42,11 +42,11 @@ impl LocalFile {
     pub fn write_all_at(&self, data: &[u8], offset: u64) -> std::io::Result<()> {
         self.file.write_all_at(data, offset)?;
         let len = data.len() as u64;
-        let unstarted = self.unstarted.fetch_add(len, Ordering::Relaxed) + len;
-        if unstarted >= WRITE_OUT_AFTER {
-            // Only the writer that crossed the bound starts it; the others
-            // count on from zero.
-            self.unstarted.fetch_sub(unstarted, Ordering::Relaxed);
+        if self.unstarted.fetch_add(len, Ordering::Relaxed) + len >= WRITE_OUT_AFTER
+            // Of writers past the bound at once, the one that takes the
+            // count starts write-out; the others find it taken.
+            && self.unstarted.swap(0, Ordering::Relaxed) >= WRITE_OUT_AFTER
+        {
             self.start_write_out();
         }
         Ok(())
