@@ -1,5 +1,16 @@
-//! A datafile's local file, which starts writing its dirty pages to disk
-//! while a stream of writes is still arriving.
+//! A datafile's local file: large aligned writes go to disk directly
+//! (O_DIRECT), and the others start their write-out while a stream of
+//! writes is still arriving.
+//!
+//! Direct writes: a buffered write copies its bytes into fresh page-cache
+//! pages, and on this machine's VM a copy into pages the guest has not
+//! touched lately costs far more than the disk: four local `dd bs=1M
+//! conv=fsync` writers ran at 650-680 MiB/s in one round and 1,780 the
+//! next, 81% of the slow rounds' CPU in that copy, while with `oflag=direct`
+//! they ran at 1,930-2,470 every round. A direct write copies the bytes
+//! once into a buffer this thread reuses (O_DIRECT wants aligned memory,
+//! and a frame's payload is not) and the disk reads them from there: no
+//! page cache to fill, nothing left for the fsync but the device's flush.
 //!
 //! Without this, a large file's bytes sit in the page cache until the
 //! writer's fsync (the kernel starts write-out only once dirty pages pass
@@ -11,20 +22,45 @@
 //! `bytes_per_sync` and Ceph's BlueStore). Small files never reach the
 //! bound, so their writes cost nothing more.
 
-use std::fs::File;
+use std::cell::RefCell;
+use std::fs::{File, OpenOptions};
 use std::ops::Deref;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use aligned_vec::{AVec, ConstAlign};
 
 /// Bytes written to one local file after which its write-out is started.
 /// Large enough that the disk gets long runs, small enough that a 1 GiB
 /// stream is mostly on disk by its fsync.
 pub const WRITE_OUT_AFTER: u64 = 8 << 20;
 
+/// Writes of at least this many bytes, at an offset and of a length that
+/// are multiples of [`DIRECT_ALIGN`], go direct. Smaller ones are cheaper
+/// through the page cache (a direct write waits for the device).
+pub const DIRECT_MIN: usize = 256 << 10;
+
+/// The alignment of offset, length and memory a direct write keeps to: the
+/// page size, which every Linux block device and file system accepts.
+pub const DIRECT_ALIGN: usize = 4096;
+
+thread_local! {
+    /// The aligned copy of a direct write's bytes, reused by each of the
+    /// server's blocking threads.
+    static STAGING: RefCell<AVec<u8, ConstAlign<DIRECT_ALIGN>>> =
+        RefCell::new(AVec::new(DIRECT_ALIGN));
+}
+
 pub struct LocalFile {
     file: File,
-    /// Bytes written since write-out was last started.
+    /// The same file opened with O_DIRECT, once a write wanted it; None if
+    /// the file system refused (then every write goes through the cache).
+    direct: OnceLock<Option<File>>,
+    /// Bytes written through the page cache since write-out was last
+    /// started.
     unstarted: AtomicU64,
 }
 
@@ -32,14 +68,19 @@ impl LocalFile {
     pub fn new(file: File) -> LocalFile {
         LocalFile {
             file,
+            direct: OnceLock::new(),
             unstarted: AtomicU64::new(0),
         }
     }
 
-    /// Writes all of `data` at `offset`, then starts the write-out of the
-    /// file's dirty pages if [`WRITE_OUT_AFTER`] bytes were written since
-    /// the last start.
+    /// Writes all of `data` at `offset`: direct if it is large and aligned
+    /// and the file system allows it, else through the page cache, then
+    /// starting the write-out of the file's dirty pages if
+    /// [`WRITE_OUT_AFTER`] bytes were written so since the last start.
     pub fn write_all_at(&self, data: &[u8], offset: u64) -> std::io::Result<()> {
+        if self.wrote_direct(data, offset)? {
+            return Ok(());
+        }
         self.file.write_all_at(data, offset)?;
         let len = data.len() as u64;
         if self.unstarted.fetch_add(len, Ordering::Relaxed) + len >= WRITE_OUT_AFTER
@@ -50,6 +91,30 @@ impl LocalFile {
             self.start_write_out();
         }
         Ok(())
+    }
+
+    /// Writes `data` at `offset` with O_DIRECT if it qualifies; false if
+    /// it did not (or the file system refused it), for the caller to write
+    /// it through the cache.
+    fn wrote_direct(&self, data: &[u8], offset: u64) -> std::io::Result<bool> {
+        let aligned = |n: usize| n.is_multiple_of(DIRECT_ALIGN);
+        if data.len() < DIRECT_MIN || !aligned(data.len()) || !aligned(offset as usize) {
+            return Ok(false);
+        }
+        let Some(direct) = self.direct.get_or_init(|| open_direct(&self.file)) else {
+            return Ok(false);
+        };
+        STAGING.with_borrow_mut(|staging| {
+            staging.clear();
+            staging.extend_from_slice(data);
+            match direct.write_all_at(staging, offset) {
+                Ok(()) => Ok(true),
+                // A file system that takes O_DIRECT opens but not this
+                // write (an alignment of its own): the cache takes it.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(false),
+                Err(e) => Err(e),
+            }
+        })
     }
 
     /// Asks the kernel to start writing every dirty page of the file,
@@ -67,6 +132,24 @@ impl LocalFile {
     }
 }
 
+/// `file` opened again, for writing, with O_DIRECT (through its
+/// descriptor, so it is the same file whatever its name became); None if
+/// the file system does not do direct I/O.
+fn open_direct(file: &File) -> Option<File> {
+    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    match OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(Path::new(&path))
+    {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::debug!("no direct writes to a datafile: {e}");
+            None
+        }
+    }
+}
+
 impl Deref for LocalFile {
     type Target = File;
 
@@ -80,19 +163,47 @@ mod tests {
     use super::*;
     use std::io::Read;
 
-    #[test]
-    fn writes_land_and_count_down_past_the_bound() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        let f = LocalFile::new(
-            std::fs::OpenOptions::new()
+    fn open_rw(path: &Path) -> LocalFile {
+        LocalFile::new(
+            OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create(true)
                 .truncate(false)
-                .open(&path)
+                .open(path)
                 .unwrap(),
+        )
+    }
+
+    #[test]
+    fn direct_and_cached_writes_of_one_range_read_back_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = open_rw(&dir.path().join("f"));
+        let len = 4 * DIRECT_MIN;
+        let mut model = vec![0u8; len + 100];
+        let mut put = |f: &LocalFile, at: usize, data: Vec<u8>| {
+            f.write_all_at(&data, at as u64).unwrap();
+            model[at..at + data.len()].copy_from_slice(&data);
+        };
+        let bytes = |seed: u8, n: usize| (0..n).map(|i| (i as u8) ^ seed).collect::<Vec<u8>>();
+        put(&f, 10, bytes(1, len)); // unaligned: cached
+        put(&f, 0, bytes(2, len)); // aligned and large: direct
+        put(&f, DIRECT_ALIGN, bytes(3, DIRECT_MIN)); // direct over cached bytes
+        put(&f, len, bytes(4, 100)); // a cached tail past a direct write
+        assert!(
+            f.direct.get().is_some(),
+            "a large aligned write asked for the direct descriptor"
         );
+        let mut back = vec![0u8; len + 100];
+        f.read_exact_at(&mut back, 0).unwrap();
+        assert!(back == model, "every write in order");
+    }
+
+    #[test]
+    fn writes_land_and_count_down_past_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let f = open_rw(&path);
         let chunk = vec![7u8; (WRITE_OUT_AFTER / 2) as usize + 1];
         f.write_all_at(&chunk, 0).unwrap();
         assert_eq!(f.unstarted.load(Ordering::Relaxed), chunk.len() as u64);
