@@ -223,8 +223,9 @@ def streaming(csv_path, png_path):
     rows = list(csv.DictReader(open(csv_path)))
     targets = list(dict.fromkeys(r["target"] for r in rows))
     cols = [("one_writer_mib_s", "1 writer"), ("four_writers_mib_s", "4 writers"),
-            ("four_readers_mib_s", "4 readers")]
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+            ("four_readers_mib_s", "4 readers"), ("four_readers_again_mib_s", "4 readers again")]
+    cols = [(c, n) for c, n in cols if c in rows[0]]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     width = 0.8 / len(targets)
     for i, t in enumerate(targets):
         xs = [j + (i - (len(targets) - 1) / 2) * width for j in range(len(cols))]
