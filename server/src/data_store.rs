@@ -15,7 +15,6 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -177,17 +176,7 @@ impl DataStore {
             }
             return Ok(Bytes::from(out));
         }
-        let file = self.file(rec.handle, false)?;
-        let mut out = vec![0u8; len];
-        let mut done = 0;
-        while done < len {
-            let n = file.read_at(&mut out[done..], offset + done as u64)?;
-            if n == 0 {
-                break;
-            }
-            done += n;
-        }
-        out.truncate(done);
+        let out = self.file(rec.handle, false)?.read_upto(offset, len)?;
         Ok(Bytes::from(out))
     }
 

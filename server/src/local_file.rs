@@ -93,6 +93,41 @@ impl LocalFile {
         Ok(())
     }
 
+    /// Up to `len` bytes from `offset`, fewer only at the end of the file,
+    /// read into fresh memory without zeroing it first (a MiB of memset
+    /// per read was 2.5% of a streaming read's CPU).
+    pub fn read_upto(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        let mut out = Vec::<u8>::with_capacity(len);
+        while out.len() < len {
+            let done = out.len();
+            let at = libc::off_t::try_from(offset + done as u64)
+                .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+            // SAFETY: the kernel writes at most `len - done` bytes into the
+            // spare capacity, which holds that many; only the bytes it says
+            // it wrote become part of `out`.
+            let n = unsafe {
+                libc::pread(
+                    self.file.as_raw_fd(),
+                    out.as_mut_ptr().add(done).cast(),
+                    len - done,
+                    at,
+                )
+            };
+            match n {
+                0 => break,
+                // SAFETY: the kernel initialised these `n` bytes.
+                n if n > 0 => unsafe { out.set_len(done + n as usize) },
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Writes `data` at `offset` with O_DIRECT if it qualifies; false if
     /// it did not (or the file system refused it), for the caller to write
     /// it through the cache.
@@ -197,6 +232,16 @@ mod tests {
         let mut back = vec![0u8; len + 100];
         f.read_exact_at(&mut back, 0).unwrap();
         assert!(back == model, "every write in order");
+    }
+
+    #[test]
+    fn a_read_stops_at_the_end_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = open_rw(&dir.path().join("f"));
+        f.write_all_at(b"0123456789", 0).unwrap();
+        assert_eq!(f.read_upto(5, 100).unwrap(), b"56789");
+        assert_eq!(f.read_upto(2, 3).unwrap(), b"234");
+        assert!(f.read_upto(20, 10).unwrap().is_empty());
     }
 
     #[test]
