@@ -12,8 +12,8 @@
 //! and a frame's payload is not) and the disk reads them from there: no
 //! page cache to fill, nothing left for the fsync but the device's flush.
 //!
-//! Without this, a large file's bytes sit in the page cache until the
-//! writer's fsync (the kernel starts write-out only once dirty pages pass
+//! Write-out: without it, bytes written through the page cache sit there
+//! until the writer's fsync (the kernel starts write-out only once dirty pages pass
 //! `dirty_background_ratio`, gigabytes on a large machine), so a streaming
 //! write first fills memory at the speed of the CPU and then waits at the
 //! fsync for the disk: the two run one after the other. Starting write-out
@@ -39,8 +39,10 @@ use aligned_vec::{AVec, ConstAlign};
 pub const WRITE_OUT_AFTER: u64 = 8 << 20;
 
 /// Writes of at least this many bytes, at an offset and of a length that
-/// are multiples of [`DIRECT_ALIGN`], go direct. Smaller ones are cheaper
-/// through the page cache (a direct write waits for the device).
+/// are multiples of [`DIRECT_ALIGN`], go direct. Smaller ones stay in the
+/// page cache: a direct write waits for the device, a cost a stream of
+/// small writes would pay at each (a judgement, not measured: streams
+/// through the mount come in 1 MiB strips).
 pub const DIRECT_MIN: usize = 256 << 10;
 
 /// The alignment of offset, length and memory a direct write keeps to: the
