@@ -471,3 +471,30 @@ async fn flush_all_reports_a_send_that_failed_earlier() {
     assert_eq!(e.errno, shoal_client::Errno::EIO, "{e}");
     assert!(client.flush_all().await.is_ok(), "reported once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_write_is_kept_while_the_files_server_is_down_even_past_a_stale_layout() {
+    let mut cluster = Cluster::builder()
+        .servers(2)
+        .set(SOFT)
+        .set("strip_size=65536")
+        .set("gather_delay_ms=60000")
+        .start();
+    let client = cluster.client();
+    let h = client.create(ROOT, "f", 0o644).await.unwrap().handle;
+    client
+        .write(h, 0, Bytes::from_static(b"head"))
+        .await
+        .unwrap();
+    // The stuffed layout the create brought ages past the attribute TTL.
+    let ttl = cluster.config().settings.cache_ttl_ms;
+    tokio::time::sleep(std::time::Duration::from_millis(ttl + 50)).await;
+    cluster.kill(shoal_proto::handle::server_of(h));
+    // Past the first strip, kept: the send is what needs the server.
+    client
+        .write(h, 70_000, Bytes::from_static(b"tail"))
+        .await
+        .expect("a kept write asks no server");
+    let e = client.fsync(h).await.unwrap_err();
+    assert_eq!(e.errno, shoal_client::Errno::EIO, "{e}");
+}
