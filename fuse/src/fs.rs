@@ -36,6 +36,7 @@ use shoal_proto::Handle;
 
 use crate::errors::{fail, name_str, ErrorReply};
 use crate::inline_task;
+use crate::read_streams::ReadStreams;
 use crate::readdir;
 use crate::shared::Shared;
 use crate::stats::{self, MountStats};
@@ -360,6 +361,16 @@ impl Filesystem for ShoalFs {
                 tracing::debug!("the kernel does not offer {missing:?}");
             }
         }
+        // A file opened past the page cache (`read_streams`) may still be
+        // mapped shared; without this grant such a map fails, so nothing
+        // streams then.
+        if config
+            .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+            .is_err()
+        {
+            tracing::debug!("the kernel cannot map direct-I/O files: reads use the page cache");
+            self.shared.streams.unmappable();
+        }
         if let Err(max) = config.set_max_write(MAX_WRITE) {
             let _ = config.set_max_write(max);
         }
@@ -419,8 +430,8 @@ impl Filesystem for ShoalFs {
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
         };
-        self.serve(req, "setattr", reply, |c, _| async move {
-            c.setattr(ino.0, &set).await
+        self.serve(req, "setattr", reply, |c, s| async move {
+            s.changing(ino.0, c.setattr(ino.0, &set)).await
         });
     }
 
@@ -589,11 +600,23 @@ impl Filesystem for ShoalFs {
         // so FOPEN_NOFLUSH spares it the FLUSH round trip: an open+read+close
         // is then three requests to this process, not four. (POSIX locks
         // are the kernel's own here, not released through FLUSH.)
+        //
+        // A large file opened read-only is read past the page cache, with
+        // the mount's own read-ahead (`read_streams`), if its size is known
+        // (the kernel looked it up just before, so it usually is).
+        let s = &self.shared;
+        let streams = || {
+            let size = s.client.cached_attr(ino.0).map(|a| a.size);
+            size.is_some_and(|size| s.streams.streams(ino.0, size))
+        };
         let (fh, mut opened) = match flags.0 & libc::O_ACCMODE {
+            libc::O_RDONLY if streams() => (
+                FileHandle(s.streams.open(ino.0)),
+                FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NOFLUSH,
+            ),
             libc::O_RDONLY => (FileHandle(0), FopenFlags::FOPEN_NOFLUSH),
             _ => (WRITER, FopenFlags::empty()),
         };
-        let s = &self.shared;
         if s.leases.keep_pages(&s.client, ino.0) {
             opened |= FopenFlags::FOPEN_KEEP_CACHE;
         }
@@ -605,13 +628,18 @@ impl Filesystem for ShoalFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if ReadStreams::is_stream(fh.0) {
+            return self.serve(req, "read", reply, |c, s| async move {
+                s.streams.read(&c, fh.0, ino.0, offset, size as usize).await
+            });
+        }
         self.serve(req, "read", reply, |c, _| async move {
             c.read(ino.0, offset, size as usize).await
         });
@@ -639,10 +667,11 @@ impl Filesystem for ShoalFs {
         // writes the slices to the socket as they are.
         let data = Bytes::copy_from_slice(data);
         let c = self.caller(req);
+        let s = self.shared.clone();
         self.run(
             "write",
             reply,
-            async move { c.write(ino.0, offset, data).await },
+            async move { s.changing(ino.0, c.write(ino.0, offset, data)).await },
             |reply, n| reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
         );
     }
@@ -675,12 +704,15 @@ impl Filesystem for ShoalFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if ReadStreams::is_stream(fh.0) {
+            self.shared.streams.close(fh.0);
+        }
         let reclaim = {
             let mut open = self.shared.open.lock().unwrap();
             let reclaim = open.closed(ino.0);

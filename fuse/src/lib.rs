@@ -26,6 +26,7 @@ mod fs;
 mod groups;
 mod inline_task;
 mod kernel_leases;
+mod read_streams;
 mod readahead;
 mod readdir;
 mod shared;

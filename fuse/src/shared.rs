@@ -3,6 +3,7 @@
 //! tables (open directories, directories' parents, open files, callers'
 //! groups).
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use crate::attr::{blksize_for, file_attr};
 use crate::dirs::{OpenDirs, Parents};
 use crate::groups::CallerGroups;
 use crate::kernel_leases::KernelLeases;
+use crate::read_streams::ReadStreams;
 
 pub struct Shared {
     pub client: Client,
@@ -31,6 +33,8 @@ pub struct Shared {
     pub groups: CallerGroups,
     /// What the kernel caches under the client's leases.
     pub leases: Arc<KernelLeases>,
+    /// Large files opened read-only, read past the page cache.
+    pub streams: ReadStreams,
 }
 
 impl Shared {
@@ -38,6 +42,7 @@ impl Shared {
         let settings = &client.config().settings;
         let blksize = blksize_for(settings.strip_size);
         let scratch = settings.sync == SyncMode::None;
+        let streams = ReadStreams::new(settings.strip_size, u64::from(settings.read_ahead));
         Shared {
             client,
             ttl,
@@ -48,7 +53,17 @@ impl Shared {
             open: Mutex::default(),
             groups: CallerGroups::default(),
             leases: KernelLeases::start(),
+            streams,
         }
+    }
+
+    /// Runs `change` of file `ino`, dropping what streamed reads fetched of
+    /// it before and after (a fetch may have crossed the change).
+    pub async fn changing<T>(&self, ino: u64, change: impl Future<Output = T>) -> T {
+        self.streams.changed(ino);
+        let out = change.await;
+        self.streams.changed(ino);
+        out
     }
 
     pub fn attr(&self, a: &Attr) -> FileAttr {

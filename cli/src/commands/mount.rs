@@ -29,19 +29,20 @@ pub struct MountArgs {
     pub log: Option<PathBuf>,
     /// A client-side setting for this mount only, KEY=VALUE (repeatable):
     /// write_threshold, gather_buffer, gather_delay_ms, gather_on_server,
-    /// write_behind, cache_ttl_ms, readdir_batch, max_inflight or
+    /// write_behind, read_ahead, cache_ttl_ms, readdir_batch, max_inflight or
     /// restart_wait_ms.
     #[arg(short = 'o', value_name = "KEY=VALUE")]
     pub option: Vec<String>,
 }
 
 /// Settings a mount may choose for itself: the ones only its client uses.
-const MOUNT_SETTINGS: [&str; 9] = [
+const MOUNT_SETTINGS: [&str; 10] = [
     "write_threshold",
     "gather_buffer",
     "gather_delay_ms",
     "gather_on_server",
     "write_behind",
+    "read_ahead",
     "cache_ttl_ms",
     "readdir_batch",
     "max_inflight",
