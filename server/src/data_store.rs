@@ -177,7 +177,7 @@ impl DataStore {
             return Ok(Bytes::from(out));
         }
         let out = self.file(rec.handle, false)?.read_upto(offset, len)?;
-        Ok(Bytes::from(out))
+        Ok(crate::read_buffers::share(out))
     }
 
     /// Writes `data` at `offset`; returns the bytes written.
