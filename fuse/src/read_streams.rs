@@ -14,13 +14,13 @@
 //! arrives at the reader's own size (4 KiB for some programs), and one
 //! server round trip each would be slow. So once a handle reads
 //! sequentially, it keeps whole strips ("pieces") fetched ahead of the
-//! reader, as many as `read_ahead` bytes, growing with the run as the
+//! reader, as many as `stream_reads` bytes, growing with the run as the
 //! kernel's window does. Each piece is one read of the client from one
 //! server, so no piece is copied to join it; a read that lies inside one
 //! piece is answered with a slice of it. A first read, or a read that jumps,
 //! is passed on as it is.
 //!
-//! Only files of at least `read_ahead` bytes stream: a smaller one gains
+//! Only files of at least `stream_reads` bytes stream: a smaller one gains
 //! nothing, and keeps the page cache, which serves its re-reads under a
 //! lease with no request at all.
 //!
@@ -137,7 +137,7 @@ pub struct ReadStreams {
 }
 
 impl ReadStreams {
-    pub fn new(strip: u64, read_ahead: u64) -> ReadStreams {
+    pub fn new(strip: u64, stream_reads: u64) -> ReadStreams {
         assert!(strip > 0, "a strip has a size");
         ReadStreams {
             table: Mutex::new(Table {
@@ -145,7 +145,7 @@ impl ReadStreams {
                 ..Table::default()
             }),
             piece: strip,
-            ahead: read_ahead,
+            ahead: stream_reads,
             unmappable: AtomicBool::new(false),
         }
     }

@@ -9,9 +9,14 @@
 
 use std::path::Path;
 
-/// The readahead window asked for, in KiB: one default strip, which is also
-/// the largest FUSE request (max_pages) the kernel allows by default.
-pub const READ_AHEAD_KB: u32 = 1024;
+/// The readahead window asked for, in KiB: four default strips, sent as
+/// requests of at most one strip (max_pages), so several are in flight to
+/// different servers. Measured against one strip (1024) on one mount,
+/// alternating, 3 rounds, 512 MiB files after dropping the page cache: one
+/// `dd bs=1M` reader 1,692-1,856 MiB/s against 1,449-1,575; four readers no
+/// different (`bench/results/mount-readahead-window.md`). 8 and 16 MiB did
+/// no better than 4.
+pub const READ_AHEAD_KB: u32 = 4096;
 
 /// Sets the readahead of the FUSE mount at `mountpoint`.
 pub fn raise(mountpoint: &Path, kb: u32) {

@@ -42,7 +42,7 @@ impl Shared {
         let settings = &client.config().settings;
         let blksize = blksize_for(settings.strip_size);
         let scratch = settings.sync == SyncMode::None;
-        let streams = ReadStreams::new(settings.strip_size, u64::from(settings.read_ahead));
+        let streams = ReadStreams::new(settings.strip_size, u64::from(settings.stream_reads));
         Shared {
             client,
             ttl,

@@ -211,13 +211,14 @@ pub struct Settings {
     /// Other clients see a write once its writer's close or fsync returned
     /// (close-to-open), as with the gathering path's kept writes.
     pub write_behind: u32,
-    /// Read-ahead of the mount for a file opened read-only that is at least
-    /// this big: such a file is read past the kernel's page cache, and the
-    /// mount keeps up to this many bytes of it fetched ahead of a
-    /// sequential reader (`fuse/src/read_streams.rs`). 0: every file is
-    /// read through the page cache, with the kernel's readahead. Default
-    /// 8 MiB (`bench/results/read-streams-ab.md`).
-    pub read_ahead: u32,
+    /// Streamed reads through the mount: a file at least this big opened
+    /// read-only is read past the kernel's page cache, and the mount keeps
+    /// up to this many bytes of it fetched ahead of a sequential reader
+    /// (`fuse/src/read_streams.rs`). Faster for reads of 128 KiB and more,
+    /// far slower for reads of a few KiB (`bench/results/read-streams-ab.md`),
+    /// so off by default: 0, every file is read through the page cache with
+    /// the kernel's readahead.
+    pub stream_reads: u32,
     /// Scattered kept writes (a buffer of several extents) go to the
     /// file's gathering server, its metafile's, which merges every
     /// client's into strip-aligned large writes; off, each extent goes
@@ -287,7 +288,7 @@ impl Default for Settings {
             gather_buffer: 1 << 20,
             gather_delay_ms: 20,
             write_behind: 8 << 20,
-            read_ahead: 8 << 20,
+            stream_reads: 0,
             gather_on_server: true,
             precreate: true,
             precreate_batch: 512,
@@ -437,8 +438,8 @@ impl Settings {
             "write_behind must be at most 64 MiB",
         )?;
         check(
-            self.read_ahead <= 64 << 20,
-            "read_ahead must be at most 64 MiB",
+            self.stream_reads <= 64 << 20,
+            "stream_reads must be at most 64 MiB",
         )
     }
 }

@@ -16,7 +16,10 @@ use shoal_tests::{pattern, shoal_bin, Cluster};
 
 const MIB: usize = 1 << 20;
 
-/// Larger than the default `read_ahead` (8 MiB), so it streams.
+/// Streamed reads on, for files of 8 MiB and more.
+const STREAM: &str = "stream_reads=8388608";
+
+/// Larger than `STREAM`'s 8 MiB, so it streams.
 const BIG: usize = 24 * MIB;
 
 fn big_file(path: &Path, seed: u64) -> Vec<u8> {
@@ -59,7 +62,7 @@ fn reads_answered(mnt: &Path) -> u64 {
 
 #[test]
 fn every_byte_comes_back_at_any_read_size_and_offset() {
-    let mut cluster = Cluster::builder().servers(4).start();
+    let mut cluster = Cluster::builder().servers(4).set(STREAM).start();
     let mnt = cluster.mount();
     let path = mnt.join("big");
     let data = big_file(&path, 1);
@@ -85,7 +88,7 @@ fn every_byte_comes_back_at_any_read_size_and_offset() {
 
 #[test]
 fn a_change_through_the_mount_is_read_at_once_even_where_it_was_read_ahead() {
-    let mut cluster = Cluster::builder().servers(4).start();
+    let mut cluster = Cluster::builder().servers(4).set(STREAM).start();
     let mnt = cluster.mount();
     let path = mnt.join("changing");
     let mut data = big_file(&path, 2);
@@ -117,7 +120,7 @@ fn a_change_through_the_mount_is_read_at_once_even_where_it_was_read_ahead() {
 
 #[test]
 fn a_streamed_reader_reads_what_was_appended_after_it_reached_the_end() {
-    let mut cluster = Cluster::builder().servers(4).start();
+    let mut cluster = Cluster::builder().servers(4).set(STREAM).start();
     let mnt = cluster.mount();
     let path = mnt.join("growing");
     let data = big_file(&path, 4);
@@ -138,7 +141,7 @@ fn a_streamed_reader_reads_what_was_appended_after_it_reached_the_end() {
 
 #[test]
 fn a_streamed_file_maps_shared() {
-    let mut cluster = Cluster::builder().servers(2).start();
+    let mut cluster = Cluster::builder().servers(2).set(STREAM).start();
     let mnt = cluster.mount();
     let path = mnt.join("mapped");
     let data = big_file(&path, 6);
@@ -170,7 +173,7 @@ fn a_streamed_file_maps_shared() {
 
 #[test]
 fn a_file_read_in_small_pieces_opens_through_the_page_cache_next_time() {
-    let mut cluster = Cluster::builder().servers(2).start();
+    let mut cluster = Cluster::builder().servers(2).set(STREAM).start();
     let mnt = cluster.mount();
     let path = mnt.join("small-reads");
     let data = big_file(&path, 7);
@@ -197,8 +200,8 @@ fn a_file_read_in_small_pieces_opens_through_the_page_cache_next_time() {
 }
 
 #[test]
-fn read_ahead_zero_reads_through_the_page_cache() {
-    let mut cluster = Cluster::builder().servers(2).set("read_ahead=0").start();
+fn by_default_files_are_read_through_the_page_cache() {
+    let mut cluster = Cluster::builder().servers(2).start();
     let mnt = cluster.mount();
     let path = mnt.join("cached");
     let data = big_file(&path, 8);

@@ -29,7 +29,7 @@ pub struct MountArgs {
     pub log: Option<PathBuf>,
     /// A client-side setting for this mount only, KEY=VALUE (repeatable):
     /// write_threshold, gather_buffer, gather_delay_ms, gather_on_server,
-    /// write_behind, read_ahead, cache_ttl_ms, readdir_batch, max_inflight or
+    /// write_behind, stream_reads, cache_ttl_ms, readdir_batch, max_inflight or
     /// restart_wait_ms.
     #[arg(short = 'o', value_name = "KEY=VALUE")]
     pub option: Vec<String>,
@@ -42,7 +42,7 @@ const MOUNT_SETTINGS: [&str; 10] = [
     "gather_delay_ms",
     "gather_on_server",
     "write_behind",
-    "read_ahead",
+    "stream_reads",
     "cache_ttl_ms",
     "readdir_batch",
     "max_inflight",
