@@ -6,9 +6,12 @@
 //! (`fuse_copy_folio`: 26% of the machine's CPU in a profile of 4 readers)
 //! and putting them on the LRU. Read past it, a reply is copied once, into
 //! the reader's own buffer. The FUSE passthrough we compare against
-//! (bindfs) reads the same way. Measured before building this, 4 readers of
-//! 512 MiB each, 3 rounds alternating: 2,236-2,283 MiB/s against
-//! 1,194-1,718 through the page cache.
+//! (bindfs) is not faster per byte. A prototype against the page cache
+//! with its old one-strip readahead window, 4 readers of 512 MiB each, 3
+//! rounds alternating: 2,236-2,283 MiB/s against 1,194-1,718. Against
+//! the four-strip window, and with files just written (memory colder),
+//! it is not ahead: `bench/results/read-streams-ab.md`. So it is off by
+//! default.
 //!
 //! Past the page cache the kernel's readahead is gone too: every read
 //! arrives at the reader's own size (4 KiB for some programs), and one
@@ -26,12 +29,10 @@
 //!
 //! The price is paid by programs that read a large file in small pieces:
 //! each read is then a request to this process (about 20 µs), where the
-//! page cache answered most of them in the kernel. Measured single reader,
-//! 256 MiB: 4 KiB reads 194 MB/s against 1.4 GB/s, 8 KiB 513 MB/s against
-//! 1.3 GB/s; from 32 KiB up streaming is ahead (1.5 against 1.2 GB/s, and
-//! 2.1 against 1.5 at 128 KiB and 1 MiB). A FUSE passthrough over tmpfs
-//! opened the same way does no better (155 MB/s at 4 KiB): it is the cost
-//! of a FUSE request. So a file whose streamed reads turn out small
+//! page cache answered most of them in the kernel: 4 KiB reads run at
+//! about 0.1x, 8 KiB at 0.15-0.3x. A FUSE passthrough over tmpfs opened
+//! the same way does no better (155 MB/s at 4 KiB): it is the cost of a
+//! FUSE request. So a file whose streamed reads turn out small
 //! ([`SMALL_READ`] on average over its first [`JUDGED_AFTER`]) is not
 //! streamed again by this mount: its next opens use the page cache.
 //!
