@@ -37,6 +37,24 @@ pub fn shoal_bin() -> PathBuf {
     bin
 }
 
+/// `shoal stats --mount MNT [extra]`, asserted to succeed: its stdout.
+pub fn mount_stats(mnt: &Path, extra: &[&str]) -> String {
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg(shoal_bin())
+        .args(["stats", "--mount"])
+        .arg(mnt)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "shoal stats --mount failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 pub struct Builder {
     servers: u32,
     sets: Vec<String>,

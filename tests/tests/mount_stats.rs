@@ -3,28 +3,9 @@
 //! 2004]). Known work through the mount must show up as exact counts.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::Command;
 
-use shoal_tests::{shoal_bin, Cluster};
-
-/// `shoal stats --mount MNT [extra]`, asserted to succeed; its stdout.
-fn stats(mnt: &Path, extra: &[&str]) -> String {
-    let out = Command::new("timeout")
-        .arg("60")
-        .arg(shoal_bin())
-        .args(["stats", "--mount"])
-        .arg(mnt)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "shoal stats --mount failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use shoal_tests::{mount_stats as stats, shoal_bin, Cluster};
 
 /// The table's rows: op -> (count, mean_us, p99_us).
 fn rows(table: &str) -> BTreeMap<String, (u64, f64, f64)> {

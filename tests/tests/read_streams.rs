@@ -10,9 +10,8 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::Command;
 
-use shoal_tests::{pattern, shoal_bin, Cluster};
+use shoal_tests::{mount_stats, pattern, Cluster};
 
 const MIB: usize = 1 << 20;
 
@@ -43,20 +42,7 @@ fn read_in(f: &mut File, size: usize) -> Vec<u8> {
 
 /// Read requests the mount at `mnt` has answered since it started.
 fn reads_answered(mnt: &Path) -> u64 {
-    let out = Command::new("timeout")
-        .arg("60")
-        .arg(shoal_bin())
-        .args(["stats", "--mount"])
-        .arg(mnt)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&mount_stats(mnt, &["--json"])).unwrap();
     json["ops"]["read"]["count"].as_u64().unwrap_or(0)
 }
 
