@@ -177,7 +177,7 @@ impl DataStore {
             return Ok(Bytes::from(out));
         }
         let out = self.file(rec.handle, false)?.read_upto(offset, len)?;
-        Ok(crate::read_buffers::share(out))
+        Ok(Bytes::from(out))
     }
 
     /// Writes `data` at `offset`; returns the bytes written.

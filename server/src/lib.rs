@@ -26,7 +26,6 @@ pub mod local_file;
 pub mod meta_store;
 pub mod peers;
 pub mod pools;
-pub mod read_buffers;
 pub mod recovery;
 pub mod replay;
 pub mod reply_cache;
