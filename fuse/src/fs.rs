@@ -606,8 +606,8 @@ impl Filesystem for ShoalFs {
         // (the kernel looked it up just before, so it usually is).
         let s = &self.shared;
         let streams = || {
-            let size = s.client.cached_attr(ino.0).map(|a| a.size);
-            size.is_some_and(|size| s.streams.streams(ino.0, size))
+            s.streams
+                .streams(ino.0, || s.client.cached_attr(ino.0).map(|a| a.size))
         };
         let (fh, mut opened) = match flags.0 & libc::O_ACCMODE {
             libc::O_RDONLY if streams() => (

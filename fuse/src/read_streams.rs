@@ -106,11 +106,18 @@ struct Table {
     small_readers: HashSet<u64>,
 }
 
+impl Stream {
+    /// Forgets what was fetched ahead, and its count in `held`.
+    fn drop_pieces(&mut self, held: &mut u64, piece: u64) {
+        *held -= self.pieces.len() as u64 * piece;
+        self.pieces.clear();
+    }
+}
+
 impl Table {
     fn drop_pieces(&mut self, fh: u64, piece: u64) {
         if let Some(st) = self.streams.get_mut(&fh) {
-            self.held -= st.pieces.len() as u64 * piece;
-            st.pieces.clear();
+            st.drop_pieces(&mut self.held, piece);
         }
     }
 }
@@ -156,11 +163,16 @@ impl ReadStreams {
         self.unmappable.store(true, Ordering::Relaxed);
     }
 
-    /// Whether an open for reading of file `ino` of `size` bytes streams.
-    pub fn streams(&self, ino: u64, size: u64) -> bool {
-        self.ahead > 0
-            && size >= self.ahead
-            && !self.unmappable.load(Ordering::Relaxed)
+    /// Whether anything may stream on this mount.
+    fn on(&self) -> bool {
+        self.ahead > 0 && !self.unmappable.load(Ordering::Relaxed)
+    }
+
+    /// Whether an open for reading of file `ino` streams; `size` gives its
+    /// size if known, asked only when streaming is on.
+    pub fn streams(&self, ino: u64, size: impl FnOnce() -> Option<u64>) -> bool {
+        self.on()
+            && size().is_some_and(|size| size >= self.ahead)
             && !self.table.lock().unwrap().small_readers.contains(&ino)
     }
 
@@ -196,15 +208,15 @@ impl ReadStreams {
     /// `ino` is being changed, or was, through this mount: what was fetched
     /// of it may be old.
     pub fn changed(&self, ino: u64) {
-        let mut t = self.table.lock().unwrap();
-        let of_ino: Vec<u64> = t
-            .streams
-            .iter()
-            .filter(|(_, st)| st.ino == ino && !st.pieces.is_empty())
-            .map(|(fh, _)| *fh)
-            .collect();
-        for fh in of_ino {
-            t.drop_pieces(fh, self.piece);
+        if !self.on() {
+            // Nothing streams, so nothing was fetched: every write through
+            // the mount comes here.
+            return;
+        }
+        let mut guard = self.table.lock().unwrap();
+        let t = &mut *guard;
+        for st in t.streams.values_mut().filter(|st| st.ino == ino) {
+            st.drop_pieces(&mut t.held, self.piece);
         }
     }
 
@@ -264,8 +276,7 @@ impl ReadStreams {
         }
         if offset != st.next {
             // A jump: the run starts again here.
-            t.held -= st.pieces.len() as u64 * piece;
-            st.pieces.clear();
+            st.drop_pieces(&mut t.held, piece);
             st.run = 0;
         }
         st.next = end;

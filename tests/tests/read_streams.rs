@@ -3,13 +3,13 @@
 //! mount's own read-ahead. Readers must see exactly what they saw through
 //! the page cache: every byte, this mount's own changes at once, growth,
 //! and shared maps; and a file read in small pieces goes back to the page
-//! cache at its next open.
+//! cache at its next open. Also: the page cache's readahead window.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use shoal_tests::{mount_stats, pattern, Cluster};
 
@@ -21,10 +21,32 @@ const STREAM: &str = "stream_reads=8388608";
 /// Larger than `STREAM`'s 8 MiB, so it streams.
 const BIG: usize = 24 * MIB;
 
-fn big_file(path: &Path, seed: u64) -> Vec<u8> {
+/// A file of `BIG` bytes (a pattern from `seed`) written through a fresh
+/// mount of `servers` servers with `settings`. The cluster lives as long
+/// as `_cluster` does: a test binds it by name (a `..` would drop it).
+struct BigFile {
+    _cluster: Cluster,
+    mnt: PathBuf,
+    path: PathBuf,
+    data: Vec<u8>,
+}
+
+fn big_file(servers: u32, settings: Option<&str>, seed: u64) -> BigFile {
+    let mut builder = Cluster::builder().servers(servers);
+    if let Some(kv) = settings {
+        builder = builder.set(kv);
+    }
+    let mut cluster = builder.start();
+    let mnt = cluster.mount();
+    let path = mnt.join(format!("big{seed}"));
     let data = pattern(seed, BIG);
-    std::fs::write(path, &data).unwrap();
-    data
+    std::fs::write(&path, &data).unwrap();
+    BigFile {
+        _cluster: cluster,
+        mnt,
+        path,
+        data,
+    }
 }
 
 /// Reads `f` to its end in reads of `size` bytes.
@@ -48,10 +70,12 @@ fn reads_answered(mnt: &Path) -> u64 {
 
 #[test]
 fn every_byte_comes_back_at_any_read_size_and_offset() {
-    let mut cluster = Cluster::builder().servers(4).set(STREAM).start();
-    let mnt = cluster.mount();
-    let path = mnt.join("big");
-    let data = big_file(&path, 1);
+    let BigFile {
+        _cluster,
+        mnt: _,
+        path,
+        data,
+    } = big_file(4, Some(STREAM), 1);
     // Aligned and unaligned sizes, smaller and larger than a strip, and
     // reads that cross pieces.
     for size in [MIB, 3 * MIB + 5, 128 << 10, 1000] {
@@ -74,10 +98,12 @@ fn every_byte_comes_back_at_any_read_size_and_offset() {
 
 #[test]
 fn a_change_through_the_mount_is_read_at_once_even_where_it_was_read_ahead() {
-    let mut cluster = Cluster::builder().servers(4).set(STREAM).start();
-    let mnt = cluster.mount();
-    let path = mnt.join("changing");
-    let mut data = big_file(&path, 2);
+    let BigFile {
+        _cluster,
+        mnt: _,
+        path,
+        mut data,
+    } = big_file(4, Some(STREAM), 2);
     let mut reader = File::open(&path).unwrap();
     // A sequential run: pieces are fetched ahead, past 4 MiB.
     let mut head = vec![0u8; 2 * MIB];
@@ -106,10 +132,12 @@ fn a_change_through_the_mount_is_read_at_once_even_where_it_was_read_ahead() {
 
 #[test]
 fn a_streamed_reader_reads_what_was_appended_after_it_reached_the_end() {
-    let mut cluster = Cluster::builder().servers(4).set(STREAM).start();
-    let mnt = cluster.mount();
-    let path = mnt.join("growing");
-    let data = big_file(&path, 4);
+    let BigFile {
+        _cluster,
+        mnt: _,
+        path,
+        data,
+    } = big_file(4, Some(STREAM), 4);
     let mut reader = File::open(&path).unwrap();
     assert!(read_in(&mut reader, MIB) == data, "to the end");
 
@@ -127,10 +155,12 @@ fn a_streamed_reader_reads_what_was_appended_after_it_reached_the_end() {
 
 #[test]
 fn a_streamed_file_maps_shared() {
-    let mut cluster = Cluster::builder().servers(2).set(STREAM).start();
-    let mnt = cluster.mount();
-    let path = mnt.join("mapped");
-    let data = big_file(&path, 6);
+    let BigFile {
+        _cluster,
+        mnt: _,
+        path,
+        data,
+    } = big_file(2, Some(STREAM), 6);
     let f = File::open(&path).unwrap();
     // SAFETY: a fresh read-only shared map of the whole file, unmapped below;
     // nothing else maps it.
@@ -159,10 +189,12 @@ fn a_streamed_file_maps_shared() {
 
 #[test]
 fn a_file_read_in_small_pieces_opens_through_the_page_cache_next_time() {
-    let mut cluster = Cluster::builder().servers(2).set(STREAM).start();
-    let mnt = cluster.mount();
-    let path = mnt.join("small-reads");
-    let data = big_file(&path, 7);
+    let BigFile {
+        _cluster,
+        mnt,
+        path,
+        data,
+    } = big_file(2, Some(STREAM), 7);
     let small = |expect: &str| {
         let mut f = File::open(&path).unwrap();
         let before = reads_answered(&mnt);
@@ -187,10 +219,12 @@ fn a_file_read_in_small_pieces_opens_through_the_page_cache_next_time() {
 
 #[test]
 fn by_default_files_are_read_through_the_page_cache() {
-    let mut cluster = Cluster::builder().servers(2).start();
-    let mnt = cluster.mount();
-    let path = mnt.join("cached");
-    let data = big_file(&path, 8);
+    let BigFile {
+        _cluster,
+        mnt,
+        path,
+        data,
+    } = big_file(2, None, 8);
     let mut f = File::open(&path).unwrap();
     let before = reads_answered(&mnt);
     let mut buf = [0u8; 4096];
@@ -203,4 +237,26 @@ fn by_default_files_are_read_through_the_page_cache() {
         n < 8,
         "the kernel's readahead answers 4 KiB reads: {n} reads"
     );
+}
+
+#[test]
+fn the_page_cache_reads_ahead_four_strips() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: only root may set a mount's readahead window");
+        return;
+    }
+    let mut cluster = Cluster::builder().servers(2).start();
+    let mnt = cluster.mount();
+    let want = mnt.to_str().unwrap();
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let dev = info
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some(want))
+        .filter_map(|l| l.split(' ').nth(2))
+        .next_back()
+        .expect("the mount in mountinfo");
+    let kb = std::fs::read_to_string(format!("/sys/class/bdi/{dev}/read_ahead_kb")).unwrap();
+    let strip_kb = cluster.config().settings.strip_size / 1024;
+    assert_eq!(kb.trim().parse::<u64>().unwrap(), 4 * strip_kb);
 }
