@@ -299,6 +299,10 @@ impl Client {
         }
         if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() {
             self.inner.caps.remove(&(h, self.cred));
+            // Names under a directory are kept per caller, each checked
+            // against the old mode when it was looked up: a new mode or
+            // owner may take search away.
+            self.inner.names.remove_dir(h);
         }
         self.forget(h);
         self.getattr(h).await

@@ -12,9 +12,9 @@
 //! non-blocking.
 //!
 //! Handles are inode numbers. Each request acts with the caller's uid, gid
-//! and supplementary groups (`Client::with_cred`, `groups`): the kernel
-//! checks permissions itself from our attributes because the mount uses
-//! `default_permissions`, and the servers check them again.
+//! and supplementary groups (`Client::with_cred`, `groups`): the servers
+//! check what reaches them, and the mount checks what it answers itself
+//! (`access`; the mount does not use the kernel's `default_permissions`).
 
 use std::ffi::OsStr;
 use std::future::Future;
@@ -34,6 +34,7 @@ use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::time::to_ns;
 use shoal_proto::Handle;
 
+use crate::access::{self, R, W};
 use crate::errors::{fail, name_str, ErrorReply};
 use crate::inline_task;
 use crate::read_streams::ReadStreams;
@@ -64,12 +65,6 @@ impl Answer<()> for ReplyEmpty {
     }
 }
 
-impl Answer<Attr> for ReplyEntry {
-    fn answer(self, s: &Shared, a: Attr) {
-        self.entry(&s.ttl, &s.attr(&a), Generation(0));
-    }
-}
-
 impl Answer<Attr> for ReplyAttr {
     fn answer(self, s: &Shared, a: Attr) {
         let given = s.leases.give();
@@ -79,22 +74,41 @@ impl Answer<Attr> for ReplyAttr {
     }
 }
 
-/// What a lookup found: `name` in `parent` names the object of `attr`.
+/// What a lookup (or a create) found: `name` in `parent` names the object
+/// of `attr`.
 pub struct Found {
     parent: Handle,
     name: String,
     attr: Attr,
+    /// Every user may search `parent`, so the kernel may keep the entry
+    /// (`access::kernel_may_keep_entries`).
+    keep: bool,
 }
 
 impl Found {
+    /// `attr`, found as `name` in `parent`; the parent's attributes (the
+    /// client's cache has them as a rule: the kernel walked through it)
+    /// say whether the kernel may keep the entry.
+    async fn new(c: &Client, parent: Handle, name: String, attr: Attr) -> Result<Found> {
+        let keep = access::kernel_may_keep_entries(&c.getattr(parent).await?);
+        Ok(Found {
+            parent,
+            name,
+            attr,
+            keep,
+        })
+    }
+
     /// The kernel's timeouts for what was found: its attributes' (the
-    /// object's lease) and its entry's (the directory's).
+    /// object's lease) and its entry's (the directory's, or none at all).
     fn ttls(&self, s: &Shared) -> (Duration, Duration) {
-        (
-            s.leases.attr_ttl(&s.client, self.attr.handle, s.ttl),
+        let entry = if self.keep {
             s.leases
-                .entry_ttl(&s.client, self.parent, &self.name, s.ttl),
-        )
+                .entry_ttl(&s.client, self.parent, &self.name, s.ttl)
+        } else {
+            Duration::ZERO
+        };
+        (s.leases.attr_ttl(&s.client, self.attr.handle, s.ttl), entry)
     }
 }
 
@@ -186,12 +200,63 @@ impl ShoalFs {
         }
     }
 
+    /// The process that made `req`, as requests name it.
+    fn cred(&self, req: &Request) -> Cred {
+        let groups = self.shared.groups.of(req.pid());
+        Cred::new(req.uid(), req.gid()).with_groups(&groups)
+    }
+
     /// The client acting as the process that made `req`.
     fn caller(&self, req: &Request) -> Client {
-        let groups = self.shared.groups.of(req.pid());
-        self.shared
-            .client
-            .with_cred(Cred::new(req.uid(), req.gid()).with_groups(&groups))
+        self.shared.client.with_cred(self.cred(req))
+    }
+
+    /// The process that made `req` as the servers see it (root squashed
+    /// if the cluster says so), for the mount's own checks.
+    fn checked_cred(&self, req: &Request) -> Cred {
+        let cred = self.cred(req);
+        if self.shared.client.config().settings.root_squash {
+            cred.squashed()
+        } else {
+            cred
+        }
+    }
+
+    /// Answers an open of `ino` (a file with `flags`, or a directory) once
+    /// the caller has `want` on it: at once from the attributes the client
+    /// caches (the kernel looked the file up just before, so as a rule it
+    /// does), else after asking for them. `opened` makes the handle.
+    fn open_checked<O>(
+        &self,
+        req: &Request,
+        op: &'static str,
+        ino: u64,
+        want: u32,
+        reply: ReplyOpen,
+        opened: O,
+    ) where
+        O: FnOnce(&Shared) -> (FileHandle, FopenFlags) + Send + 'static,
+    {
+        let t0 = Instant::now();
+        let cred = self.checked_cred(req);
+        if let Some(a) = self.shared.client.cached_attr(ino) {
+            if let Err(e) = access::require(&cred, &a, want, op) {
+                return fail(op, reply, e);
+            }
+            let (fh, flags) = opened(&self.shared);
+            reply.opened(fh, flags);
+            return self.answered(op, t0);
+        }
+        self.serve_then(
+            req,
+            op,
+            reply,
+            move |c, _| async move { access::require(&cred, &c.getattr(ino).await?, want, op) },
+            move |reply, s, ()| {
+                let (fh, flags) = opened(s);
+                reply.opened(fh, flags);
+            },
+        );
     }
 
     /// The client that creates objects in `parent` for the caller of `req`,
@@ -199,9 +264,9 @@ impl ShoalFs {
     /// objects take the directory's group and new directories stay setgid,
     /// as on Linux file systems. The create then acts with the directory's
     /// group as its primary group, which the servers also use to check the
-    /// directory (the kernel has checked it with the caller's own groups; the
-    /// two differ only for a caller outside that group in a directory whose
-    /// group may do less than others, e.g. mode 2707).
+    /// directory: a caller outside that group is then checked against the
+    /// group's bits, not the others' (a corner left: it matters only in a
+    /// directory whose group may do less than others, e.g. mode 2707).
     async fn creator(c: Client, parent: u64) -> Result<(Client, u32)> {
         let p = c.getattr(parent).await?;
         if p.mode & libc::S_ISGID == 0 {
@@ -315,6 +380,45 @@ fn set_time(t: TimeOrNow) -> SetTime {
     }
 }
 
+/// The handle and flags of an open of file `ino` with `flags`, which the
+/// caller may make (checked), counted as open.
+///
+/// Stateless: reads and writes name the inode. O_TRUNC arrives as a
+/// setattr(size = 0) because FUSE_ATOMIC_O_TRUNC is not negotiated.
+/// FOPEN_KEEP_CACHE only while the file is leased: nobody else has changed
+/// it since its pages were read (a change would have recalled the lease,
+/// and the recall dropped them). Otherwise every open drops cached pages,
+/// so a file opened after another client closed it shows that client's
+/// data (close-to-open consistency, as NFS gives).
+///
+/// A reader's close has nothing to send (`flush` answers it at once), so
+/// FOPEN_NOFLUSH spares it the FLUSH round trip: an open+read+close is then
+/// three requests to this process, not four. (POSIX locks are the kernel's
+/// own here, not released through FLUSH.)
+///
+/// A large file opened read-only is read past the page cache, with the
+/// mount's own read-ahead (`read_streams`), if its size is known (the
+/// kernel looked it up just before, so it usually is).
+fn open_file(s: &Shared, ino: u64, flags: OpenFlags) -> (FileHandle, FopenFlags) {
+    s.open.lock().unwrap().opened(ino);
+    let streams = || {
+        s.streams
+            .streams(ino, || s.client.cached_attr(ino).map(|a| a.size))
+    };
+    let (fh, mut opened) = match flags.0 & libc::O_ACCMODE {
+        libc::O_RDONLY if streams() => (
+            FileHandle(s.streams.open(ino)),
+            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NOFLUSH,
+        ),
+        libc::O_RDONLY => (FileHandle(0), FopenFlags::FOPEN_NOFLUSH),
+        _ => (WRITER, FopenFlags::empty()),
+    };
+    if s.leases.keep_pages(&s.client, ino) {
+        opened |= FopenFlags::FOPEN_KEEP_CACHE;
+    }
+    (fh, opened)
+}
+
 impl Filesystem for ShoalFs {
     fn destroy(&mut self) {
         let c = self.shared.client.clone();
@@ -388,11 +492,7 @@ impl Filesystem for ShoalFs {
             if attr.kind == FileKind::Directory {
                 s.parents.set(attr.handle, parent.0);
             }
-            Ok(Found {
-                parent: parent.0,
-                name,
-                attr,
-            })
+            Found::new(&c, parent.0, name, attr).await
         });
     }
 
@@ -413,7 +513,7 @@ impl Filesystem for ShoalFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -430,8 +530,26 @@ impl Filesystem for ShoalFs {
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
         };
-        self.serve(req, "setattr", reply, |c, s| async move {
-            s.changing(ino.0, c.setattr(ino.0, &set)).await
+        // A truncate by path needs the write right; through a descriptor
+        // (fh), the open that made it was checked. (The servers check the
+        // rest of a setattr.)
+        let truncating = size.is_some() && fh.is_none();
+        let cred = self.checked_cred(req);
+        self.serve(req, "setattr", reply, move |c, s| async move {
+            if truncating {
+                access::require(&cred, &c.getattr(ino.0).await?, W, "truncate")?;
+            }
+            let a = s.changing(ino.0, c.setattr(ino.0, &set)).await?;
+            if set.mode.is_some()
+                && a.kind == FileKind::Directory
+                && !access::kernel_may_keep_entries(&a)
+            {
+                // Some users may no longer search it: the entries the
+                // kernel keeps under it go (those given the short TTL
+                // expire with it).
+                s.leases.take_entries_of(ino.0);
+            }
+            Ok(a)
         });
     }
 
@@ -462,13 +580,14 @@ impl Filesystem for ShoalFs {
         let name = name_or_reply!("mknod", name, reply);
         self.serve(req, "mknod", reply, |c, _| async move {
             let (c, _) = Self::creator(c, parent.0).await?;
-            match special {
+            let made = match special {
                 Some(k) => {
                     c.mknod(parent.0, &name, k, mode & 0o7777, rdev.into())
-                        .await
+                        .await?
                 }
-                None => c.create(parent.0, &name, mode & 0o7777).await,
-            }
+                None => c.create(parent.0, &name, mode & 0o7777).await?,
+            };
+            Found::new(&c, parent.0, name, made).await
         });
     }
 
@@ -489,7 +608,7 @@ impl Filesystem for ShoalFs {
                 .mkdir(parent.0, &name, (mode & 0o7777) | inherited)
                 .await?;
             s.parents.set(a.handle, parent.0);
-            Ok(a)
+            Found::new(&c, parent.0, name, a).await
         });
     }
 
@@ -531,7 +650,8 @@ impl Filesystem for ShoalFs {
         };
         self.serve(req, "symlink", reply, |c, _| async move {
             let (c, _) = Self::creator(c, parent.0).await?;
-            c.symlink(parent.0, &name, &target).await
+            let a = c.symlink(parent.0, &name, &target).await?;
+            Found::new(&c, parent.0, name, a).await
         });
     }
 
@@ -581,47 +701,16 @@ impl Filesystem for ShoalFs {
     ) {
         let name = name_or_reply!("link", newname, reply);
         self.serve(req, "link", reply, |c, _| async move {
-            c.link(ino.0, newparent.0, &name).await
+            let a = c.link(ino.0, newparent.0, &name).await?;
+            Found::new(&c, newparent.0, name, a).await
         });
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let t0 = Instant::now();
-        self.shared.open.lock().unwrap().opened(ino.0);
-        // Stateless: reads and writes name the inode. O_TRUNC arrives as a
-        // setattr(size = 0) because FUSE_ATOMIC_O_TRUNC is not negotiated.
-        // FOPEN_KEEP_CACHE only while the file is leased: nobody else has
-        // changed it since its pages were read (a change would have recalled
-        // the lease, and the recall dropped them). Otherwise every open drops
-        // cached pages, so a file opened after another client closed it
-        // shows that client's data (close-to-open consistency, as NFS gives).
-        //
-        // A reader's close has nothing to send (`flush` answers it at once),
-        // so FOPEN_NOFLUSH spares it the FLUSH round trip: an open+read+close
-        // is then three requests to this process, not four. (POSIX locks
-        // are the kernel's own here, not released through FLUSH.)
-        //
-        // A large file opened read-only is read past the page cache, with
-        // the mount's own read-ahead (`read_streams`), if its size is known
-        // (the kernel looked it up just before, so it usually is).
-        let s = &self.shared;
-        let streams = || {
-            s.streams
-                .streams(ino.0, || s.client.cached_attr(ino.0).map(|a| a.size))
-        };
-        let (fh, mut opened) = match flags.0 & libc::O_ACCMODE {
-            libc::O_RDONLY if streams() => (
-                FileHandle(s.streams.open(ino.0)),
-                FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NOFLUSH,
-            ),
-            libc::O_RDONLY => (FileHandle(0), FopenFlags::FOPEN_NOFLUSH),
-            _ => (WRITER, FopenFlags::empty()),
-        };
-        if s.leases.keep_pages(&s.client, ino.0) {
-            opened |= FopenFlags::FOPEN_KEEP_CACHE;
-        }
-        reply.opened(fh, opened);
-        self.answered("open", t0);
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let want = access::open_wants(flags.0);
+        self.open_checked(req, "open", ino.0, want, reply, move |s| {
+            open_file(s, ino.0, flags)
+        });
     }
 
     fn read(
@@ -746,16 +835,15 @@ impl Filesystem for ShoalFs {
         );
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let t0 = Instant::now();
-        let fh = self.shared.dirs.open(ino.0);
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // No FOPEN_CACHE_DIR even for a leased directory: a listing from
         // the kernel's cache brings no attributes, and after writes the
         // kernel wants fresh ones (blocks) for every stat, which the
         // READDIRPLUS of a listing not cached gives at once (measured:
         // stats after writing 4x faster without it).
-        reply.opened(FileHandle(fh), FopenFlags::empty());
-        self.answered("opendir", t0);
+        self.open_checked(req, "opendir", ino.0, R, reply, move |s| {
+            (FileHandle(s.dirs.open(ino.0)), FopenFlags::empty())
+        });
     }
 
     fn readdir(
@@ -918,11 +1006,17 @@ impl Filesystem for ShoalFs {
         self.answered("fallocate", Instant::now());
     }
 
-    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        // With default_permissions the kernel has checked already; this is
-        // only reached on kernels that still send ACCESS.
-        reply.ok();
-        self.answered("access", Instant::now());
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        // access(2), faccessat(2) and chdir: the rights asked for (none for
+        // F_OK: the lookup that led here found the object).
+        let want = (mask.bits() & 0o7) as u32;
+        let cred = self.checked_cred(req);
+        self.serve(req, "access", reply, move |c, _| async move {
+            if want == 0 {
+                return Ok(());
+            }
+            access::require(&cred, &c.getattr(ino.0).await?, want, "access")
+        });
     }
 
     fn create(
@@ -951,11 +1045,7 @@ impl Filesystem for ShoalFs {
                         format!("{name:?} was made meanwhile: look it up again"),
                     ))
                 }
-                made => made.map(|attr| Found {
-                    parent: parent.0,
-                    name,
-                    attr,
-                }),
+                made => Found::new(&c, parent.0, name, made?).await,
             }
         });
     }

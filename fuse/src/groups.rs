@@ -1,7 +1,7 @@
 //! The supplementary groups of the process behind a FUSE request. The
-//! kernel sends only its uid, gid and pid, and checks permissions itself
-//! with the full credentials (`default_permissions`); the servers check
-//! again, and must not refuse what a supplementary group allows. So the
+//! kernel sends only its uid, gid and pid; the mount (`access`) and the
+//! servers check permissions, and must not refuse what a supplementary
+//! group allows. So the
 //! groups are read from `/proc/<pid>/status` and kept per pid for a moment
 //! (a process's groups rarely change; a pid is rarely reused that fast).
 //! When they cannot be read (the process is gone, or the request comes from

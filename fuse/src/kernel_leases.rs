@@ -210,6 +210,13 @@ impl KernelLeases {
         self.take_back(given, &objects, dir, &names);
     }
 
+    /// Takes back from the kernel the entries of `dir` given a lease's
+    /// timeout, and `dir`'s attributes: what a chmod that takes search
+    /// away from some users leaves behind (`crate::access`).
+    pub fn take_entries_of(&self, dir: Handle) {
+        let _ = self.jobs.lock().unwrap().send(Job::Take(vec![dir], None));
+    }
+
     /// Takes `objects` and the entries `names` of `dir` back from the
     /// kernel if a recall began since `given`.
     fn take_back(&self, given: Given, objects: &[Handle], dir: Handle, names: &[&str]) {

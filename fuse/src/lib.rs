@@ -19,6 +19,7 @@
 //! labels and file capabilities (`system.*`, `security.selinux`,
 //! `security.capability` xattrs) get EOPNOTSUPP.
 
+mod access;
 mod attr;
 mod dirs;
 mod errors;
@@ -137,9 +138,8 @@ fn session_config(opts: &MountOptions) -> Config {
         // root: it only forwards kernel options, and the kernel's own
         // `subtype=` option is what makes the type read "fuse.shoal".
         MountOption::CUSTOM("subtype=shoal".into()),
-        // The kernel checks permissions from our attributes: no ACCESS
-        // round trips, and the same rules as a local file system.
-        MountOption::DefaultPermissions,
+        // No `default_permissions`: the mount checks permissions itself
+        // (`access`), which spares a GETATTR per create and unlink.
     ];
     config.acl = if opts.allow_other {
         SessionACL::All
@@ -167,7 +167,10 @@ mod tests {
         assert!(c
             .mount_options
             .contains(&MountOption::Subtype("shoal".into())));
-        assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
+        assert!(
+            !c.mount_options.contains(&MountOption::DefaultPermissions),
+            "the mount checks permissions itself"
+        );
         assert_eq!(c.acl, SessionACL::All);
         assert_eq!(c.n_threads, Some(LOOP_THREADS));
     }

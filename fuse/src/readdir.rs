@@ -6,12 +6,14 @@
 //! last cookie and then gets the error.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use fuser::{FileAttr, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 use shoal_client::{Client, FileKind};
 use shoal_proto::error::Result;
 use shoal_proto::Handle;
 
+use crate::access;
 use crate::attr::file_type;
 use crate::dirs::{Listing, FIRST_ENTRY};
 use crate::errors::fail;
@@ -123,6 +125,9 @@ async fn fill_plus(
             *at += 1;
         }
     }
+    // Entries of a directory not every user may search are given for no
+    // time (`crate::access`).
+    let keep = access::kernel_may_keep_entries(&r.client.getattr(r.dir).await?);
     let max_step = (r.client.config().settings.readdir_batch as usize)
         .clamp(READDIRPLUS_FIRST_STEP, READDIRPLUS_MAX_STEP);
     let mut n = READDIRPLUS_FIRST_STEP;
@@ -145,10 +150,12 @@ async fn fill_plus(
             .filter(|(_, a)| a.is_some())
             .map(|(e, _)| (e.handle, e.name.as_str()))
             .collect();
-        let mut ttls = s
-            .leases
-            .listing_ttls(&s.client, r.dir, &named, s.ttl)
-            .into_iter();
+        let ttls = if keep {
+            s.leases.listing_ttls(&s.client, r.dir, &named, s.ttl)
+        } else {
+            vec![Duration::ZERO; named.len()]
+        };
+        let mut ttls = ttls.into_iter();
         for (e, a) in found {
             if let Some(a) = a {
                 if e.kind == FileKind::Directory {

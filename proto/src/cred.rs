@@ -96,6 +96,27 @@ impl Cred {
         self.uid == 0
     }
 
+    /// Whether an object of `mode` (permission bits), owned by `uid`:`gid`,
+    /// gives this caller every right in `want` (4 read, 2 write, 1 execute
+    /// or search, as in each class of a mode). The owner's bits if the
+    /// caller owns it, else the group's if it is in its group, else the
+    /// others'. Root may read and write anything and search any directory,
+    /// and execute a file with at least one x bit. The one rule the servers
+    /// and the mount both apply.
+    pub fn may(&self, mode: u32, uid: u32, gid: u32, is_dir: bool, want: u32) -> bool {
+        if self.is_root() {
+            return want & 1 == 0 || is_dir || mode & 0o111 != 0;
+        }
+        let class = if self.uid == uid {
+            mode >> 6
+        } else if self.in_group(gid) {
+            mode >> 3
+        } else {
+            mode
+        } & 0o7;
+        class & want == want
+    }
+
     /// Root squash: uid 0 becomes [`NOBODY`], and so does group 0, primary
     /// or supplementary (as Linux's knfsd does).
     pub fn squashed(self) -> Cred {
@@ -119,6 +140,25 @@ mod tests {
         assert_eq!(c.groups().len(), MAX_GROUPS);
         assert_eq!(c.groups()[0], 2, "the primary gid is not repeated");
         assert!(c.in_group(33) && !c.in_group(34), "the first 32 others");
+    }
+
+    #[test]
+    fn a_mode_gives_the_owner_the_group_or_the_others_their_bits() {
+        let alice = Cred::new(1001, 1001);
+        let bob_in_team = Cred::new(1002, 1002).with_groups(&[2000]);
+        let carol = Cred::new(1003, 1003);
+        // rw- r-- ---, alice:team
+        let may = |c: &Cred, want| c.may(0o640, 1001, 2000, false, want);
+        assert!(may(&alice, 6) && !may(&alice, 1));
+        assert!(may(&bob_in_team, 4) && !may(&bob_in_team, 2));
+        assert!(!may(&carol, 4));
+        // The owner's class decides even where the others' gives more.
+        assert!(!alice.may(0o077, 1001, 1001, false, 4));
+        // Root: anything but executing a file without an x bit.
+        assert!(Cred::ROOT.may(0, 1001, 1001, false, 6));
+        assert!(Cred::ROOT.may(0, 1001, 1001, true, 1));
+        assert!(!Cred::ROOT.may(0o666, 1001, 1001, false, 1));
+        assert!(Cred::ROOT.may(0o100, 1001, 1001, false, 1));
     }
 
     #[test]

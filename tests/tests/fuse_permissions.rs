@@ -206,3 +206,69 @@ fn with_root_squash_root_on_the_mount_is_nobody() {
     // Alice is not affected.
     assert_eq!(ok(ALICE, &[], &mnt, "cat alice/private"), "mine\n");
 }
+
+/// The mount checks what the kernel no longer checks for it (the mount has
+/// no `default_permissions`): opens by the mode, the owner's too; execve by
+/// the caller's x bit; access(2) and cd; listings; truncate by path; and
+/// walks through directories not every user may search, even over entries
+/// another user's walk left in the kernel's cache, and after a chmod takes
+/// search away.
+#[test]
+fn the_mount_checks_opens_walks_and_access_itself() {
+    let cluster = Cluster::builder().servers(2).start();
+    let shared = SharedMount::new(&cluster);
+    let mnt = shared.path();
+    dir_of(&mnt, "shared", 0o777, 0, 0);
+    dir_of(&mnt, "alice", 0o700, ALICE, ALICE);
+    dir_of(&mnt, "unlisted", 0o711, ALICE, ALICE);
+    ok(
+        ALICE,
+        &[],
+        &mnt,
+        "echo mine > alice/note && cat alice/note >/dev/null && \
+         echo pub > unlisted/pub && chmod 644 unlisted/pub && \
+         echo ro > shared/ro && chmod 444 shared/ro && \
+         printf '#!/bin/sh\\necho ran\\n' > shared/mine.sh && chmod 700 shared/mine.sh && \
+         printf '#!/bin/sh\\necho ran\\n' > shared/readable.sh && chmod 704 shared/readable.sh",
+    );
+
+    // Bob walks where alice's walk left entries.
+    refused(BOB, &[], &mnt, "cat alice/note", DENIED);
+    refused(BOB, &[], &mnt, "stat alice/note", DENIED);
+    refused(BOB, &[], &mnt, "env --chdir=alice true", DENIED);
+    refused(BOB, &[], &mnt, "ls alice", DENIED);
+    // Searchable but not readable: a known name opens, the listing does not.
+    assert_eq!(ok(BOB, &[], &mnt, "cat unlisted/pub"), "pub\n");
+    refused(BOB, &[], &mnt, "ls unlisted", DENIED);
+    // The owner of a read-only file may read it, not write or truncate it.
+    assert_eq!(ok(ALICE, &[], &mnt, "cat shared/ro"), "ro\n");
+    refused(ALICE, &[], &mnt, "echo more >> shared/ro", DENIED);
+    refused(ALICE, &[], &mnt, "truncate -s 0 shared/ro", DENIED);
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("shared/ro")).unwrap(),
+        "ro\n"
+    );
+    // access(2) answers as the opens do.
+    let access = "/usr/bin/python3 -c \"import os, sys; \
+                  print(*[int(os.access(p, m)) for p in sys.argv[1:] \
+                  for m in (os.R_OK, os.W_OK, os.X_OK)])\" \
+                  shared/ro shared/mine.sh shared/readable.sh";
+    assert_eq!(ok(ALICE, &[], &mnt, access), "1 0 0 1 1 1 1 1 1\n");
+    assert_eq!(ok(BOB, &[], &mnt, access), "1 0 0 0 0 0 1 0 0\n");
+    // execve needs the caller's x bit, not just any.
+    assert_eq!(ok(ALICE, &[], &mnt, "shared/mine.sh"), "ran\n");
+    refused(BOB, &[], &mnt, "shared/mine.sh", DENIED);
+    refused(BOB, &[], &mnt, "shared/readable.sh", DENIED);
+    // Root reads anything.
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("alice/note")).unwrap(),
+        "mine\n"
+    );
+
+    // A chmod that takes search away holds for what bob's walk left.
+    dir_of(&mnt, "later", 0o755, ALICE, ALICE);
+    ok(ALICE, &[], &mnt, "echo soon > later/f");
+    assert_eq!(ok(BOB, &[], &mnt, "cat later/f"), "soon\n");
+    ok(ALICE, &[], &mnt, "chmod 700 later");
+    refused(BOB, &[], &mnt, "cat later/f", DENIED);
+}

@@ -807,8 +807,8 @@ fn df_shows_aggregate_capacity_and_fuse_shoal_type() {
         "{line}"
     );
     assert!(
-        f[3].split(',').any(|o| o == "default_permissions"),
-        "{line}"
+        !f[3].split(',').any(|o| o == "default_permissions"),
+        "the mount checks permissions itself: {line}"
     );
     // `stat -f` (statfs) agrees with df on the size.
     let sf = ok(

@@ -2,10 +2,8 @@
 //! names (`Request::cred`, root-squashed already). Pure functions of a
 //! caller and an object record, so every rule is unit-tested here.
 //!
-//! - Access classes: the owner's bits if the caller owns the object, else
-//!   the group's if it is in the object's group (primary or supplementary),
-//!   else the others'. Root may read and write anything, search any
-//!   directory, and execute a file with at least one x bit.
+//! - Access classes: [`Cred::may`] (the owner's, the group's or the others'
+//!   bits; root's exceptions), the rule the mount applies too.
 //! - Sticky directories (mode 01000): an entry may be removed or replaced
 //!   only by the owner of the object it names, the directory's owner, or
 //!   root (EPERM otherwise, as Linux).
@@ -38,17 +36,7 @@ fn is_dir(rec: &ObjectRecord) -> bool {
 /// Whether `cred` may access `rec` for every bit of `want` (R, W, X).
 pub fn allows(cred: &Cred, rec: &ObjectRecord, want: u32) -> bool {
     let a = attrs(rec);
-    if cred.is_root() {
-        return want & X == 0 || is_dir(rec) || a.mode & 0o111 != 0;
-    }
-    let class = if cred.uid == a.uid {
-        a.mode >> 6
-    } else if cred.in_group(a.gid) {
-        a.mode >> 3
-    } else {
-        a.mode
-    } & 0o7;
-    class & want == want
+    cred.may(a.mode, a.uid, a.gid, is_dir(rec), want)
 }
 
 fn kind_name(rec: &ObjectRecord) -> &'static str {
@@ -125,7 +113,7 @@ pub fn check_sticky(cred: &Cred, dir: &ObjectRecord, victim_owner: u32, doing: &
 
 /// What a capability for `rec` (a file) grants `cred`: read and write as
 /// its mode says. Root, and the file's owner whatever the mode (as NFS
-/// servers let the owner), may do both: the kernel checks the mode at
+/// servers let the owner), may do both: the mount checks the mode at
 /// open, and a file created read-only is written through the descriptor
 /// that created it; an owner could chmod anyway.
 pub fn data_rights(cred: &Cred, rec: &ObjectRecord) -> u32 {
