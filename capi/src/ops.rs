@@ -178,20 +178,16 @@ fn process_umask() -> u32 {
         .unwrap_or(0o022)
 }
 
-/// Whether `cred` may `want` (R_OK | W_OK | X_OK bits) object `a`, as
-/// the kernel's permission check decides.
+/// Whether `cred` may `want` (R_OK | W_OK | X_OK bits) object `a`, by
+/// the servers' rule (`Cred::may`).
 pub fn permitted(a: &Attr, cred: Cred, want: u32) -> bool {
-    if cred.is_root() {
-        return want & 1 == 0 || a.kind == FileKind::Directory || a.mode & 0o111 != 0;
-    }
-    let bits = if cred.uid == a.uid {
-        a.mode >> 6
-    } else if cred.in_group(a.gid) {
-        a.mode >> 3
-    } else {
-        a.mode
-    } & 7;
-    bits & want == want
+    cred.may(
+        a.mode & 0o7777,
+        a.uid,
+        a.gid,
+        a.kind == FileKind::Directory,
+        want,
+    )
 }
 
 fn denied(path: &str) -> ShoalError {

@@ -7,9 +7,9 @@
 //! sends the request, or answers from the client's caches), the rest on the
 //! tokio runtime (`inline_task`), so no request ever waits behind an
 //! unrelated one. Handlers
-//! with nothing to ask a server (open, flush, release, access, opendir,
-//! releasedir, link, ioctl, fallocate) answer in place, which is just as
-//! non-blocking.
+//! with nothing to ask a server (flush, release, releasedir, ioctl,
+//! fallocate, and open and opendir when the client has the attributes to
+//! check them against) answer in place, which is just as non-blocking.
 //!
 //! Handles are inode numbers. Each request acts with the caller's uid, gid
 //! and supplementary groups (`Client::with_cred`, `groups`): the servers
@@ -34,7 +34,7 @@ use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::time::to_ns;
 use shoal_proto::Handle;
 
-use crate::access::{self, R, W};
+use crate::access::{self, R, W, X};
 use crate::errors::{fail, name_str, ErrorReply};
 use crate::inline_task;
 use crate::read_streams::ReadStreams;
@@ -89,14 +89,19 @@ impl Found {
     /// `attr`, found as `name` in `parent`; the parent's attributes (the
     /// client's cache has them as a rule: the kernel walked through it)
     /// say whether the kernel may keep the entry.
-    async fn new(c: &Client, parent: Handle, name: String, attr: Attr) -> Result<Found> {
-        let keep = access::kernel_may_keep_entries(&c.getattr(parent).await?);
-        Ok(Found {
+    /// Infallible: a create that is done must not be answered as failed; if
+    /// the parent cannot be read, the entry is just not kept.
+    async fn new(c: &Client, parent: Handle, name: String, attr: Attr) -> Found {
+        let keep = c
+            .getattr(parent)
+            .await
+            .is_ok_and(|p| access::kernel_may_keep_entries(&p));
+        Found {
             parent,
             name,
             attr,
             keep,
-        })
+        }
     }
 
     /// The kernel's timeouts for what was found: its attributes' (the
@@ -202,7 +207,7 @@ impl ShoalFs {
 
     /// The process that made `req`, as requests name it.
     fn cred(&self, req: &Request) -> Cred {
-        let groups = self.shared.groups.of(req.pid());
+        let groups = self.shared.groups.of(req.pid(), req.uid(), req.gid());
         Cred::new(req.uid(), req.gid()).with_groups(&groups)
     }
 
@@ -259,21 +264,39 @@ impl ShoalFs {
         );
     }
 
-    /// The client that creates objects in `parent` for the caller of `req`,
-    /// and the mode bits a new directory inherits: in a setgid directory new
-    /// objects take the directory's group and new directories stay setgid,
-    /// as on Linux file systems. The create then acts with the directory's
-    /// group as its primary group, which the servers also use to check the
-    /// directory: a caller outside that group is then checked against the
-    /// group's bits, not the others' (a corner left: it matters only in a
-    /// directory whose group may do less than others, e.g. mode 2707).
-    async fn creator(c: Client, parent: u64) -> Result<(Client, u32)> {
+    /// The client that creates objects in `parent` for the caller of `req`
+    /// (`checked`: as the mount checks it), and the mode bits a new
+    /// directory inherits: in a setgid directory new objects take the
+    /// directory's group and new directories stay setgid, as on Linux file
+    /// systems. The create then acts with the directory's group as its
+    /// primary group, which the servers also use to check the directory, so
+    /// the caller's own right to write there is checked here first: with
+    /// the directory's group, a caller outside it would get the group's
+    /// bits (mode 2775 would let anyone create).
+    async fn creator(c: Client, parent: u64, checked: Cred) -> Result<(Client, u32)> {
         let p = c.getattr(parent).await?;
         if p.mode & libc::S_ISGID == 0 {
             return Ok((c, 0));
         }
+        access::require(&checked, &p, W | X, "create in a setgid directory")?;
         let cred = c.cred().with_gid(p.gid);
         Ok((c.with_cred(cred), libc::S_ISGID))
+    }
+
+    /// The mount's check of an extended attribute `name` of `ino`
+    /// (`access::xattr_wants`): the client answers some `user.*` ones
+    /// itself, without a server to check them.
+    async fn check_xattr(
+        c: &Client,
+        checked: &Cred,
+        ino: u64,
+        name: &str,
+        change: bool,
+    ) -> Result<()> {
+        match access::xattr_wants(name, change) {
+            Some(want) => access::require(checked, &c.getattr(ino).await?, want, "xattr"),
+            None => Ok(()),
+        }
     }
 
     /// Runs `work` on the runtime and answers with `done` or with its error.
@@ -492,7 +515,7 @@ impl Filesystem for ShoalFs {
             if attr.kind == FileKind::Directory {
                 s.parents.set(attr.handle, parent.0);
             }
-            Found::new(&c, parent.0, name, attr).await
+            Ok(Found::new(&c, parent.0, name, attr).await)
         });
     }
 
@@ -530,10 +553,12 @@ impl Filesystem for ShoalFs {
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
         };
-        // A truncate by path needs the write right; through a descriptor
-        // (fh), the open that made it was checked. (The servers check the
-        // rest of a setattr.)
-        let truncating = size.is_some() && fh.is_none();
+        // A truncate needs the write right, unless it comes through a
+        // descriptor open for writing, whose open was checked: a truncate by
+        // path has no handle, nor has the one the kernel sends for O_TRUNC
+        // (fuse_setattr drops it for ATTR_OPEN, whatever the access mode).
+        // (The servers check the rest of a setattr.)
+        let truncating = size.is_some() && fh != Some(WRITER);
         let cred = self.checked_cred(req);
         self.serve(req, "setattr", reply, move |c, s| async move {
             if truncating {
@@ -578,8 +603,9 @@ impl Filesystem for ShoalFs {
             return fail("mknod", reply, e);
         }
         let name = name_or_reply!("mknod", name, reply);
+        let checked = self.checked_cred(req);
         self.serve(req, "mknod", reply, |c, _| async move {
-            let (c, _) = Self::creator(c, parent.0).await?;
+            let (c, _) = Self::creator(c, parent.0, checked).await?;
             let made = match special {
                 Some(k) => {
                     c.mknod(parent.0, &name, k, mode & 0o7777, rdev.into())
@@ -587,7 +613,7 @@ impl Filesystem for ShoalFs {
                 }
                 None => c.create(parent.0, &name, mode & 0o7777).await?,
             };
-            Found::new(&c, parent.0, name, made).await
+            Ok(Found::new(&c, parent.0, name, made).await)
         });
     }
 
@@ -602,13 +628,14 @@ impl Filesystem for ShoalFs {
     ) {
         // The kernel has already applied the umask (FUSE_DONT_MASK is not set).
         let name = name_or_reply!("mkdir", name, reply);
+        let checked = self.checked_cred(req);
         self.serve(req, "mkdir", reply, |c, s| async move {
-            let (c, inherited) = Self::creator(c, parent.0).await?;
+            let (c, inherited) = Self::creator(c, parent.0, checked).await?;
             let a = c
                 .mkdir(parent.0, &name, (mode & 0o7777) | inherited)
                 .await?;
             s.parents.set(a.handle, parent.0);
-            Found::new(&c, parent.0, name, a).await
+            Ok(Found::new(&c, parent.0, name, a).await)
         });
     }
 
@@ -648,10 +675,11 @@ impl Filesystem for ShoalFs {
             let e = ShoalError::invalid("symlink target is not UTF-8; Shoal stores UTF-8");
             return fail("symlink", reply, e);
         };
+        let checked = self.checked_cred(req);
         self.serve(req, "symlink", reply, |c, _| async move {
-            let (c, _) = Self::creator(c, parent.0).await?;
+            let (c, _) = Self::creator(c, parent.0, checked).await?;
             let a = c.symlink(parent.0, &name, &target).await?;
-            Found::new(&c, parent.0, name, a).await
+            Ok(Found::new(&c, parent.0, name, a).await)
         });
     }
 
@@ -700,9 +728,14 @@ impl Filesystem for ShoalFs {
         reply: ReplyEntry,
     ) {
         let name = name_or_reply!("link", newname, reply);
-        self.serve(req, "link", reply, |c, _| async move {
+        let checked = self.checked_cred(req);
+        let protected = self.shared.hardlinks_protected;
+        self.serve(req, "link", reply, move |c, _| async move {
+            if protected {
+                access::require_hardlink(&checked, &c.getattr(ino.0).await?)?;
+            }
             let a = c.link(ino.0, newparent.0, &name).await?;
-            Found::new(&c, newparent.0, name, a).await
+            Ok(Found::new(&c, newparent.0, name, a).await)
         });
     }
 
@@ -919,7 +952,19 @@ impl Filesystem for ShoalFs {
     ) {
         let name = or_reply!("setxattr", xattr_name(name), reply);
         if ino == INodeNo::ROOT && name == stats::XATTR {
-            // `shoal stats --mount DIR --reset`: not stored, not counted.
+            // `shoal stats --mount DIR --reset`: not stored, not counted;
+            // by root or the user the mount runs as.
+            let who = self.checked_cred(req);
+            if !who.is_root() && who.uid != self.shared.client.cred().uid {
+                let e = ShoalError::new(
+                    Errno::EPERM,
+                    format!(
+                        "{name}: only root or uid {} may reset the mount's statistics",
+                        self.shared.client.cred().uid
+                    ),
+                );
+                return fail("setxattr", reply, e);
+            }
             if value != b"reset" {
                 let e =
                     ShoalError::invalid(format!("{name}: the only value it takes is \"reset\""));
@@ -931,7 +976,9 @@ impl Filesystem for ShoalFs {
         let create_only = flags & libc::XATTR_CREATE != 0;
         let replace_only = flags & libc::XATTR_REPLACE != 0;
         let value = value.to_vec();
-        self.serve(req, "setxattr", reply, |c, _| async move {
+        let checked = self.checked_cred(req);
+        self.serve(req, "setxattr", reply, move |c, _| async move {
+            Self::check_xattr(&c, &checked, ino.0, &name, true).await?;
             c.setxattr(ino.0, &name, &value, create_only, replace_only)
                 .await
         });
@@ -946,11 +993,15 @@ impl Filesystem for ShoalFs {
             let text = self.stats.table() + &paths;
             return reply_value(reply, size, text.as_bytes());
         }
+        let checked = self.checked_cred(req);
         self.serve_then(
             req,
             "getxattr",
             reply,
-            |c, _| async move { c.getxattr(ino.0, &name).await },
+            move |c, _| async move {
+                Self::check_xattr(&c, &checked, ino.0, &name, false).await?;
+                c.getxattr(ino.0, &name).await
+            },
             move |reply, _, value| reply_value(reply, size, &value),
         );
     }
@@ -967,7 +1018,9 @@ impl Filesystem for ShoalFs {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = or_reply!("removexattr", xattr_name(name), reply);
-        self.serve(req, "removexattr", reply, |c, _| async move {
+        let checked = self.checked_cred(req);
+        self.serve(req, "removexattr", reply, move |c, _| async move {
+            Self::check_xattr(&c, &checked, ino.0, &name, true).await?;
             c.removexattr(ino.0, &name).await
         });
     }
@@ -1030,8 +1083,9 @@ impl Filesystem for ShoalFs {
         reply: ReplyCreate,
     ) {
         let name = name_or_reply!("create", name, reply);
+        let checked = self.checked_cred(req);
         self.serve(req, "create", reply, |c, _| async move {
-            let (c, _) = Self::creator(c, parent.0).await?;
+            let (c, _) = Self::creator(c, parent.0, checked).await?;
             match c.create(parent.0, &name, mode & 0o7777).await {
                 // The kernel's lookup just before found no such name (perhaps
                 // from what the client knew of the directory, `known_dirs`,
@@ -1045,7 +1099,7 @@ impl Filesystem for ShoalFs {
                         format!("{name:?} was made meanwhile: look it up again"),
                     ))
                 }
-                made => Found::new(&c, parent.0, name, made?).await,
+                made => Ok(Found::new(&c, parent.0, name, made?).await),
             }
         });
     }

@@ -2,8 +2,10 @@
 //! kernel sends only its uid, gid and pid; the mount (`access`) and the
 //! servers check permissions, and must not refuse what a supplementary
 //! group allows. So the
-//! groups are read from `/proc/<pid>/status` and kept per pid for a moment
-//! (a process's groups rarely change; a pid is rarely reused that fast).
+//! groups are read from `/proc/<pid>/status` and kept for a moment per
+//! process and identity: a process that changes user (su, sudo, setpriv
+//! drop their groups with it) is read again under its new uid or gid; one
+//! that only changes its groups keeps the old ones for up to [`KEEP`].
 //! When they cannot be read (the process is gone, or the request comes from
 //! the kernel itself) the request carries the primary gid only.
 
@@ -17,7 +19,8 @@ const KEEP: Duration = Duration::from_secs(1);
 const MAX_PROCESSES: usize = 4096;
 
 pub struct CallerGroups {
-    known: TtlCache<u32, Vec<u32>>,
+    /// Per (pid, uid, gid) of a request.
+    known: TtlCache<(u32, u32, u32), Vec<u32>>,
 }
 
 impl Default for CallerGroups {
@@ -29,18 +32,20 @@ impl Default for CallerGroups {
 }
 
 impl CallerGroups {
-    /// The supplementary groups of process `pid` (empty if unknown).
-    pub fn of(&self, pid: u32) -> Vec<u32> {
+    /// The supplementary groups of process `pid`, acting as `uid`:`gid`
+    /// (empty if unknown).
+    pub fn of(&self, pid: u32, uid: u32, gid: u32) -> Vec<u32> {
         if pid == 0 {
             return Vec::new();
         }
-        if let Some(groups) = self.known.get(&pid) {
+        let key = (pid, uid, gid);
+        if let Some(groups) = self.known.get(&key) {
             return groups;
         }
         let groups = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .map(|status| parse_status(&status))
             .unwrap_or_default();
-        self.known.put(pid, groups.clone());
+        self.known.put(key, groups.clone());
         groups
     }
 }
@@ -68,11 +73,11 @@ mod tests {
         assert_eq!(parse_status(status), vec![4, 24, 1000]);
         assert_eq!(parse_status("Groups:\t\n"), Vec::<u32>::new());
         let groups = CallerGroups::default();
-        assert_eq!(groups.of(0), Vec::<u32>::new());
-        assert_eq!(groups.of(u32::MAX), Vec::<u32>::new());
+        assert_eq!(groups.of(0, 0, 0), Vec::<u32>::new());
+        assert_eq!(groups.of(u32::MAX, 0, 0), Vec::<u32>::new());
         // This process: what getgroups(2) says.
         let me = shoal_client::current_cred();
-        let mine = groups.of(std::process::id());
+        let mine = groups.of(std::process::id(), me.uid, me.gid);
         assert_eq!(
             shoal_proto::Cred::new(me.uid, me.gid).with_groups(&mine),
             me

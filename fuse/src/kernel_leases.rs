@@ -213,7 +213,10 @@ impl KernelLeases {
     /// Takes back from the kernel the entries of `dir` given a lease's
     /// timeout, and `dir`'s attributes: what a chmod that takes search
     /// away from some users leaves behind (`crate::access`).
+    /// Counted as a recall, so that a reply being made meanwhile, which may
+    /// have seen the old mode, takes back what it gives.
     pub fn take_entries_of(&self, dir: Handle) {
+        self.recalls.fetch_add(1, Ordering::SeqCst);
         let _ = self.jobs.lock().unwrap().send(Job::Take(vec![dir], None));
     }
 

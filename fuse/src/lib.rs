@@ -14,8 +14,8 @@
 //!   their invalidation when a server recalls one.
 //!
 //! Limits a user may meet: names and symlink targets must be UTF-8 (others
-//! get EINVAL); hard links get EPERM; mknod makes regular files only (others
-//! EPERM); `rename` with RENAME_EXCHANGE gets EINVAL; POSIX ACLs, SELinux
+//! get EINVAL); device files are stored but not opened (nodev); `rename`
+//! with RENAME_EXCHANGE gets EINVAL; POSIX ACLs, SELinux
 //! labels and file capabilities (`system.*`, `security.selinux`,
 //! `security.capability` xattrs) get EOPNOTSUPP.
 
@@ -139,7 +139,11 @@ fn session_config(opts: &MountOptions) -> Config {
         // `subtype=` option is what makes the type read "fuse.shoal".
         MountOption::CUSTOM("subtype=shoal".into()),
         // No `default_permissions`: the mount checks permissions itself
-        // (`access`), which spares a GETATTR per create and unlink.
+        // (`access`), which spares a GETATTR per create and unlink. The
+        // kernel sends no OPEN for device files, so nothing could check
+        // their opens: they stay unusable (nodev), as do setuid bits.
+        MountOption::NoDev,
+        MountOption::NoSuid,
     ];
     config.acl = if opts.allow_other {
         SessionACL::All
@@ -171,6 +175,8 @@ mod tests {
             !c.mount_options.contains(&MountOption::DefaultPermissions),
             "the mount checks permissions itself"
         );
+        assert!(c.mount_options.contains(&MountOption::NoDev));
+        assert!(c.mount_options.contains(&MountOption::NoSuid));
         assert_eq!(c.acl, SessionACL::All);
         assert_eq!(c.n_threads, Some(LOOP_THREADS));
     }

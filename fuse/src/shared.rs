@@ -35,6 +35,8 @@ pub struct Shared {
     pub leases: Arc<KernelLeases>,
     /// Large files opened read-only, read past the page cache.
     pub streams: ReadStreams,
+    /// `fs.protected_hardlinks` was on when the mount started.
+    pub hardlinks_protected: bool,
 }
 
 impl Shared {
@@ -54,6 +56,7 @@ impl Shared {
             groups: CallerGroups::default(),
             leases: KernelLeases::start(),
             streams,
+            hardlinks_protected: crate::access::hardlinks_protected(),
         }
     }
 

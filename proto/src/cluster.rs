@@ -257,8 +257,8 @@ pub struct Settings {
     /// also adds the entry, and removing a stuffed file is one message.
     pub colocate: bool,
     /// Mounts of this cluster let every user of the machine use them (FUSE
-    /// `allow_other`; the kernel checks permissions from the attributes, and
-    /// the servers check them again), as a multi-user node needs. Off: only
+    /// `allow_other`; the mount checks permissions for each caller, and the
+    /// servers check them again), as a multi-user node needs. Off: only
     /// the user who mounted may use a mount (`shoal mount --allow-other`
     /// turns it on for one mount).
     pub allow_other: bool,

@@ -126,6 +126,18 @@ impl Cred {
     }
 }
 
+/// The names of the rights in `want` (4 read, 2 write, 1 execute, or
+/// search on a directory), for messages: "write and search".
+pub fn rights_name(want: u32, is_dir: bool) -> String {
+    let x = if is_dir { "search" } else { "execute" };
+    [(4, "read"), (2, "write"), (1, x)]
+        .into_iter()
+        .filter(|(bit, _)| want & bit != 0)
+        .map(|(_, name)| name)
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -209,10 +209,11 @@ fn with_root_squash_root_on_the_mount_is_nobody() {
 
 /// The mount checks what the kernel no longer checks for it (the mount has
 /// no `default_permissions`): opens by the mode, the owner's too; execve by
-/// the caller's x bit; access(2) and cd; listings; truncate by path; and
-/// walks through directories not every user may search, even over entries
-/// another user's walk left in the kernel's cache, and after a chmod takes
-/// search away.
+/// the caller's x bit; access(2) and cd; listings; truncate by path and by
+/// O_TRUNC; `user.*` xattrs; creates in a setgid directory; hard links under
+/// `protected_hardlinks`; and walks through directories not every user may
+/// search, even over entries another user's walk left in the kernel's
+/// cache, and after a chmod takes search away.
 #[test]
 fn the_mount_checks_opens_walks_and_access_itself() {
     let cluster = Cluster::builder().servers(2).start();
@@ -264,6 +265,40 @@ fn the_mount_checks_opens_walks_and_access_itself() {
         std::fs::read_to_string(mnt.join("alice/note")).unwrap(),
         "mine\n"
     );
+
+    // O_TRUNC on a read-only open is a truncate: refused without write.
+    let trunc = "/usr/bin/python3 -c \"import os; os.open('shared/ro', os.O_RDONLY | os.O_TRUNC)\"";
+    refused(ALICE, &[], &mnt, trunc, DENIED);
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("shared/ro")).unwrap(),
+        "ro\n"
+    );
+    // user.* attributes (the write threshold is the client's own): write.
+    let setx = "/usr/bin/python3 -c \"import os; \
+                os.setxattr('shared/ro', 'user.shoal.write_threshold', b'4096')\"";
+    refused(BOB, &[], &mnt, setx, DENIED);
+    refused(ALICE, &[], &mnt, setx, DENIED);
+    // A setgid directory of a group bob is not in, writable by that group:
+    // his creates go with the directory's group, but are his to make.
+    dir_of(&mnt, "team", 0o2775, 0, TEAM);
+    refused(BOB, &[], &mnt, "touch team/bob", DENIED);
+    refused(BOB, &[], &mnt, "mkdir team/d", DENIED);
+    refused(BOB, &[], &mnt, "ln -s x team/l", DENIED);
+    ok(BOB, &[TEAM], &mnt, "touch team/bob && mkdir team/d");
+    let made = std::fs::metadata(mnt.join("team/d")).unwrap();
+    assert_eq!((made.gid(), made.mode() & 0o2000), (TEAM, 0o2000));
+    // Under fs.protected_hardlinks (Debian's default), no link to a file
+    // bob may not read and write.
+    if std::fs::read_to_string("/proc/sys/fs/protected_hardlinks").is_ok_and(|v| v.trim() == "1") {
+        refused(
+            BOB,
+            &[],
+            &mnt,
+            "ln shared/ro shared/bobs",
+            "Operation not permitted",
+        );
+        ok(ALICE, &[], &mnt, "ln shared/ro shared/alices");
+    }
 
     // A chmod that takes search away holds for what bob's walk left.
     dir_of(&mnt, "later", 0o755, ALICE, ALICE);

@@ -12,6 +12,7 @@
 //! - Data: what a capability grants ([`data_rights`]).
 
 use shoal_proto::capability::{READ, WRITE};
+use shoal_proto::cred::rights_name;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::msg::{Attributes, ObjectRecord, SetAttrBits, SetAttrRequest};
 use shoal_proto::{Cred, ObjectKind};
@@ -47,17 +48,6 @@ fn kind_name(rec: &ObjectRecord) -> &'static str {
     }
 }
 
-/// The name of the rights in `want`, for messages ("write and search").
-fn want_name(rec: &ObjectRecord, want: u32) -> String {
-    let x = if is_dir(rec) { "search" } else { "execute" };
-    let names: Vec<&str> = [(R, "read"), (W, "write"), (X, x)]
-        .into_iter()
-        .filter(|(bit, _)| want & bit != 0)
-        .map(|(_, name)| name)
-        .collect();
-    names.join(" and ")
-}
-
 /// EACCES unless `cred` may access `rec` for `want`; `doing` says what the
 /// request was ("create \"a\"").
 pub fn require(cred: &Cred, rec: &ObjectRecord, want: u32, doing: &str) -> Result<()> {
@@ -70,7 +60,7 @@ pub fn require(cred: &Cred, rec: &ObjectRecord, want: u32, doing: &str) -> Resul
         format!(
             "{doing}: uid {} has no {} permission on {} {:#x} (mode {:04o}, owner {}:{})",
             cred.uid,
-            want_name(rec, want),
+            rights_name(want, is_dir(rec)),
             kind_name(rec),
             rec.handle,
             a.mode,
