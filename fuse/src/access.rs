@@ -31,7 +31,7 @@
 //! UNIX sockets, for which the kernel asks the mount nothing (devices are
 //! not opened at all: the mount is nodev).
 
-use shoal_client::{Attr, FileKind};
+use shoal_client::{Attr, Client, FileKind};
 use shoal_proto::cred::rights_name;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::Cred;
@@ -58,6 +58,21 @@ pub fn open_wants(flags: i32) -> u32 {
         libc::O_WRONLY => W,
         _ => R | W,
     }
+}
+
+/// `cred` as the servers see it, for the mount's checks: root squashed if
+/// the cluster of `c` squashes.
+pub fn as_servers_see(cred: Cred, c: &Client) -> Cred {
+    if c.config().settings.root_squash {
+        cred.squashed()
+    } else {
+        cred
+    }
+}
+
+/// The caller `c` acts for, as the servers see it.
+pub fn caller_of(c: &Client) -> Cred {
+    as_servers_see(c.cred(), c)
 }
 
 /// EACCES unless `cred` has every right in `want` on the object of `a`;

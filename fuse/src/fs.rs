@@ -219,12 +219,7 @@ impl ShoalFs {
     /// The process that made `req` as the servers see it (root squashed
     /// if the cluster says so), for the mount's own checks.
     fn checked_cred(&self, req: &Request) -> Cred {
-        let cred = self.cred(req);
-        if self.shared.client.config().settings.root_squash {
-            cred.squashed()
-        } else {
-            cred
-        }
+        access::as_servers_see(self.cred(req), &self.shared.client)
     }
 
     /// Answers an open of `ino` (a file with `flags`, or a directory) once
@@ -264,8 +259,8 @@ impl ShoalFs {
         );
     }
 
-    /// The client that creates objects in `parent` for the caller of `req`
-    /// (`checked`: as the mount checks it), and the mode bits a new
+    /// The client that creates objects in `parent` for the caller `c` acts
+    /// for, and the mode bits a new
     /// directory inherits: in a setgid directory new objects take the
     /// directory's group and new directories stay setgid, as on Linux file
     /// systems. The create then acts with the directory's group as its
@@ -273,12 +268,13 @@ impl ShoalFs {
     /// the caller's own right to write there is checked here first: with
     /// the directory's group, a caller outside it would get the group's
     /// bits (mode 2775 would let anyone create).
-    async fn creator(c: Client, parent: u64, checked: Cred) -> Result<(Client, u32)> {
+    async fn creator(c: Client, parent: u64) -> Result<(Client, u32)> {
         let p = c.getattr(parent).await?;
         if p.mode & libc::S_ISGID == 0 {
             return Ok((c, 0));
         }
-        access::require(&checked, &p, W | X, "create in a setgid directory")?;
+        let caller = access::caller_of(&c);
+        access::require(&caller, &p, W | X, "create in a setgid directory")?;
         let cred = c.cred().with_gid(p.gid);
         Ok((c.with_cred(cred), libc::S_ISGID))
     }
@@ -286,15 +282,12 @@ impl ShoalFs {
     /// The mount's check of an extended attribute `name` of `ino`
     /// (`access::xattr_wants`): the client answers some `user.*` ones
     /// itself, without a server to check them.
-    async fn check_xattr(
-        c: &Client,
-        checked: &Cred,
-        ino: u64,
-        name: &str,
-        change: bool,
-    ) -> Result<()> {
+    async fn check_xattr(c: &Client, ino: u64, name: &str, change: bool) -> Result<()> {
         match access::xattr_wants(name, change) {
-            Some(want) => access::require(checked, &c.getattr(ino).await?, want, "xattr"),
+            Some(want) => {
+                let a = c.getattr(ino).await?;
+                access::require(&access::caller_of(c), &a, want, "xattr")
+            }
             None => Ok(()),
         }
     }
@@ -559,10 +552,10 @@ impl Filesystem for ShoalFs {
         // (fuse_setattr drops it for ATTR_OPEN, whatever the access mode).
         // (The servers check the rest of a setattr.)
         let truncating = size.is_some() && fh != Some(WRITER);
-        let cred = self.checked_cred(req);
         self.serve(req, "setattr", reply, move |c, s| async move {
             if truncating {
-                access::require(&cred, &c.getattr(ino.0).await?, W, "truncate")?;
+                let a = c.getattr(ino.0).await?;
+                access::require(&access::caller_of(&c), &a, W, "truncate")?;
             }
             let a = s.changing(ino.0, c.setattr(ino.0, &set)).await?;
             if set.mode.is_some()
@@ -603,9 +596,8 @@ impl Filesystem for ShoalFs {
             return fail("mknod", reply, e);
         }
         let name = name_or_reply!("mknod", name, reply);
-        let checked = self.checked_cred(req);
         self.serve(req, "mknod", reply, |c, _| async move {
-            let (c, _) = Self::creator(c, parent.0, checked).await?;
+            let (c, _) = Self::creator(c, parent.0).await?;
             let made = match special {
                 Some(k) => {
                     c.mknod(parent.0, &name, k, mode & 0o7777, rdev.into())
@@ -628,9 +620,8 @@ impl Filesystem for ShoalFs {
     ) {
         // The kernel has already applied the umask (FUSE_DONT_MASK is not set).
         let name = name_or_reply!("mkdir", name, reply);
-        let checked = self.checked_cred(req);
         self.serve(req, "mkdir", reply, |c, s| async move {
-            let (c, inherited) = Self::creator(c, parent.0, checked).await?;
+            let (c, inherited) = Self::creator(c, parent.0).await?;
             let a = c
                 .mkdir(parent.0, &name, (mode & 0o7777) | inherited)
                 .await?;
@@ -675,9 +666,8 @@ impl Filesystem for ShoalFs {
             let e = ShoalError::invalid("symlink target is not UTF-8; Shoal stores UTF-8");
             return fail("symlink", reply, e);
         };
-        let checked = self.checked_cred(req);
         self.serve(req, "symlink", reply, |c, _| async move {
-            let (c, _) = Self::creator(c, parent.0, checked).await?;
+            let (c, _) = Self::creator(c, parent.0).await?;
             let a = c.symlink(parent.0, &name, &target).await?;
             Ok(Found::new(&c, parent.0, name, a).await)
         });
@@ -728,11 +718,11 @@ impl Filesystem for ShoalFs {
         reply: ReplyEntry,
     ) {
         let name = name_or_reply!("link", newname, reply);
-        let checked = self.checked_cred(req);
         let protected = self.shared.hardlinks_protected;
         self.serve(req, "link", reply, move |c, _| async move {
             if protected {
-                access::require_hardlink(&checked, &c.getattr(ino.0).await?)?;
+                let a = c.getattr(ino.0).await?;
+                access::require_hardlink(&access::caller_of(&c), &a)?;
             }
             let a = c.link(ino.0, newparent.0, &name).await?;
             Ok(Found::new(&c, newparent.0, name, a).await)
@@ -976,9 +966,8 @@ impl Filesystem for ShoalFs {
         let create_only = flags & libc::XATTR_CREATE != 0;
         let replace_only = flags & libc::XATTR_REPLACE != 0;
         let value = value.to_vec();
-        let checked = self.checked_cred(req);
         self.serve(req, "setxattr", reply, move |c, _| async move {
-            Self::check_xattr(&c, &checked, ino.0, &name, true).await?;
+            Self::check_xattr(&c, ino.0, &name, true).await?;
             c.setxattr(ino.0, &name, &value, create_only, replace_only)
                 .await
         });
@@ -993,13 +982,12 @@ impl Filesystem for ShoalFs {
             let text = self.stats.table() + &paths;
             return reply_value(reply, size, text.as_bytes());
         }
-        let checked = self.checked_cred(req);
         self.serve_then(
             req,
             "getxattr",
             reply,
             move |c, _| async move {
-                Self::check_xattr(&c, &checked, ino.0, &name, false).await?;
+                Self::check_xattr(&c, ino.0, &name, false).await?;
                 c.getxattr(ino.0, &name).await
             },
             move |reply, _, value| reply_value(reply, size, &value),
@@ -1018,9 +1006,8 @@ impl Filesystem for ShoalFs {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = or_reply!("removexattr", xattr_name(name), reply);
-        let checked = self.checked_cred(req);
         self.serve(req, "removexattr", reply, move |c, _| async move {
-            Self::check_xattr(&c, &checked, ino.0, &name, true).await?;
+            Self::check_xattr(&c, ino.0, &name, true).await?;
             c.removexattr(ino.0, &name).await
         });
     }
@@ -1063,12 +1050,12 @@ impl Filesystem for ShoalFs {
         // access(2), faccessat(2) and chdir: the rights asked for (none for
         // F_OK: the lookup that led here found the object).
         let want = (mask.bits() & 0o7) as u32;
-        let cred = self.checked_cred(req);
         self.serve(req, "access", reply, move |c, _| async move {
             if want == 0 {
                 return Ok(());
             }
-            access::require(&cred, &c.getattr(ino.0).await?, want, "access")
+            let a = c.getattr(ino.0).await?;
+            access::require(&access::caller_of(&c), &a, want, "access")
         });
     }
 
@@ -1083,9 +1070,8 @@ impl Filesystem for ShoalFs {
         reply: ReplyCreate,
     ) {
         let name = name_or_reply!("create", name, reply);
-        let checked = self.checked_cred(req);
         self.serve(req, "create", reply, |c, _| async move {
-            let (c, _) = Self::creator(c, parent.0, checked).await?;
+            let (c, _) = Self::creator(c, parent.0).await?;
             match c.create(parent.0, &name, mode & 0o7777).await {
                 // The kernel's lookup just before found no such name (perhaps
                 // from what the client knew of the directory, `known_dirs`,
