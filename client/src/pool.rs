@@ -29,11 +29,12 @@ use shoal_proto::auth::Secret;
 use shoal_proto::cluster::{ClusterConfig, SyncMode};
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{ClientRef, NO_LEASES};
-use shoal_proto::msg::{CommitRequest, RecoverRequest};
+use shoal_proto::msg::{CommitRequest, LockRequest, RecoverRequest};
 use shoal_proto::{ops, Op, Operation};
 use tokio::sync::Mutex;
 
 use crate::conn::{Connection, OnRecall};
+use crate::held_locks::HeldLocks;
 use crate::kept_changes::KeptChanges;
 use crate::types::Cred;
 
@@ -69,6 +70,9 @@ pub struct Pool {
     /// Per server, the changes it answered and has not made durable
     /// (`sync = "replay"`; empty otherwise).
     kept: Vec<KeptChanges>,
+    /// Per server, the record locks this client holds there, taken again
+    /// on every new connection.
+    held_locks: Vec<HeldLocks>,
     /// This pool, for the watchers of its connections (`watch`).
     me: Weak<Pool>,
     /// What the client does when a server recalls its leases.
@@ -120,6 +124,7 @@ impl Pool {
         let slots = config.servers.iter().map(|_| Mutex::new(None)).collect();
         let awaited = config.servers.iter().map(|_| Default::default()).collect();
         let kept = config.servers.iter().map(|_| Default::default()).collect();
+        let held_locks = config.servers.iter().map(|_| Default::default()).collect();
         Arc::new_cyclic(|me| Pool {
             slots,
             client: match config.settings.lease_ms {
@@ -130,6 +135,7 @@ impl Pool {
             next_id: AtomicU64::new(1),
             awaited,
             kept,
+            held_locks,
             me: me.clone(),
             on_recall,
             lease: Duration::from_millis(config.settings.lease_ms as u64),
@@ -214,7 +220,51 @@ impl Pool {
             self.recover(server, &c).await?;
             self.watch(server, &c);
         }
+        self.take_locks_again(server, &c).await?;
         Ok(c)
+    }
+
+    /// The record locks this client holds on `server`'s files.
+    pub fn held_locks(&self, server: u32) -> Result<&HeldLocks> {
+        self.held_locks.get(server as usize).ok_or_else(|| {
+            ShoalError::invalid(format!(
+                "server {server} is not in the cluster ({} servers)",
+                self.held_locks.len()
+            ))
+        })
+    }
+
+    /// On a new connection to `server`, before anything else: takes again
+    /// every lock this client held there (the server dropped them with the
+    /// old connection, or lost them in a restart). One another client took
+    /// meanwhile is lost, and said so.
+    async fn take_locks_again(&self, server: u32, c: &Connection) -> Result<()> {
+        let held = &self.held_locks[server as usize];
+        for (file, owner, lock) in held.all() {
+            let request = LockRequest {
+                file,
+                owner,
+                kind: lock.kind as i32,
+                start: lock.range.start,
+                end: lock.range.end,
+                wait: false,
+                pid: 0,
+            };
+            match self.call_on::<ops::Lock>(c, server, &request).await {
+                Ok(_) => {}
+                Err(e) if e.errno == Errno::EAGAIN || e.errno == Errno::ENOENT => {
+                    tracing::error!(
+                        "a lock on bytes {}..={} of {file:#x} was lost while server {server} was away: {}",
+                        lock.range.start,
+                        lock.range.end,
+                        e.message
+                    );
+                    held.lost(file, owner, lock);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Once connection `c` to `server` ends, opens a new one at once if

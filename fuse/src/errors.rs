@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 
 use fuser::{
     ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
 };
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::names::NAME_MAX;
@@ -58,6 +58,7 @@ error_reply!(
     ReplyDirectoryPlus,
     ReplyEmpty,
     ReplyEntry,
+    ReplyLock,
     ReplyOpen,
     ReplyStatfs,
     ReplyWrite,

@@ -26,8 +26,8 @@ use bytes::Bytes;
 use fuser::{
     AccessFlags, BsdFileFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use shoal_client::{Attr, Client, Cred, FileKind, SetAttr, SetTime, StatFs};
 use shoal_proto::error::{Errno, Result, ShoalError};
@@ -37,6 +37,7 @@ use shoal_proto::Handle;
 use crate::access::{self, R, W, X};
 use crate::errors::{fail, name_str, ErrorReply};
 use crate::inline_task;
+use crate::locks::{self, KernelLock};
 use crate::read_streams::ReadStreams;
 use crate::readdir;
 use crate::shared::Shared;
@@ -409,8 +410,9 @@ fn set_time(t: TimeOrNow) -> SetTime {
 ///
 /// A reader's close has nothing to send (`flush` answers it at once), so
 /// FOPEN_NOFLUSH spares it the FLUSH round trip: an open+read+close is then
-/// three requests to this process, not four. (POSIX locks are the kernel's
-/// own here, not released through FLUSH.)
+/// three requests to this process, not four. Not for a file this mount
+/// holds record locks on: a FLUSH is how a close lets its owner's locks go
+/// (`locks`).
 ///
 /// A large file opened read-only is read past the page cache, with the
 /// mount's own read-ahead (`read_streams`), if its size is known (the
@@ -429,6 +431,9 @@ fn open_file(s: &Shared, ino: u64, flags: OpenFlags) -> (FileHandle, FopenFlags)
         libc::O_RDONLY => (FileHandle(0), FopenFlags::FOPEN_NOFLUSH),
         _ => (WRITER, FopenFlags::empty()),
     };
+    if s.client.holds_locks(ino) {
+        opened.remove(FopenFlags::FOPEN_NOFLUSH);
+    }
     if s.leases.keep_pages(&s.client, ino) {
         opened |= FopenFlags::FOPEN_KEEP_CACHE;
     }
@@ -475,6 +480,8 @@ impl Filesystem for ShoalFs {
             InitFlags::FUSE_MAX_PAGES,
             // A symlink's target never changes in place: let the kernel cache it.
             InitFlags::FUSE_CACHE_SYMLINKS,
+            // fcntl locks come here, to be taken for the whole cluster.
+            InitFlags::FUSE_POSIX_LOCKS,
         ];
         for flag in wanted {
             if let Err(missing) = config.add_capabilities(flag) {
@@ -793,23 +800,30 @@ impl Filesystem for ShoalFs {
         req: &Request,
         ino: INodeNo,
         fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        if fh != WRITER {
+        let locked = self.shared.client.holds_locks(ino.0);
+        if fh != WRITER && !locked {
             reply.ok();
             return self.answered("flush", Instant::now());
         }
         // close(2) of a writer: what the gathering path keeps of the file
         // goes to the servers before close returns, and close reports a
         // send that failed. (Answered even on a mount whose threshold is 0:
-        // a file's layout or xattr may give it one.)
-        self.serve(
-            req,
-            "flush",
-            reply,
-            |c, _| async move { c.flush(ino.0).await },
-        );
+        // a file's layout or xattr may give it one.) A close lets go of its
+        // owner's record locks on the file.
+        self.serve(req, "flush", reply, move |c, _| async move {
+            let flushed = if fh == WRITER {
+                c.flush(ino.0).await
+            } else {
+                Ok(())
+            };
+            if locked {
+                c.unlock_owner(ino.0, lock_owner.0).await?;
+            }
+            flushed
+        });
     }
 
     fn release(
@@ -825,20 +839,82 @@ impl Filesystem for ShoalFs {
         if ReadStreams::is_stream(fh.0) {
             self.shared.streams.close(fh.0);
         }
-        let reclaim = {
+        let (reclaim, unlock) = {
             let mut open = self.shared.open.lock().unwrap();
             let reclaim = open.closed(ino.0);
-            if !open.is_open(ino.0) {
+            let last = !open.is_open(ino.0);
+            if last {
                 self.shared.client.closed(ino.0);
             }
-            reclaim
+            // The file's last close here: what locks are left (taken
+            // through a descriptor that sent no FLUSH) go (`locks`).
+            (reclaim, last && self.shared.client.holds_locks(ino.0))
         };
-        if !reclaim {
+        if !reclaim && !unlock {
             reply.ok();
             return self.answered("release", Instant::now());
         }
-        self.serve(req, "release", reply, |c, _| async move {
-            c.reclaim(ino.0).await
+        self.serve(req, "release", reply, move |c, _| async move {
+            if unlock {
+                c.unlock_all(ino.0).await?;
+            }
+            if reclaim {
+                c.reclaim(ino.0).await?;
+            }
+            Ok(())
+        });
+    }
+
+    fn getlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        let lock = KernelLock {
+            owner: lock_owner.0,
+            start,
+            end,
+            typ,
+            pid,
+        };
+        self.serve_then(
+            req,
+            "getlk",
+            reply,
+            move |c, _| locks::test(c, ino.0, lock),
+            |reply, _, t| reply.locked(t.start, t.end, t.typ, t.pid),
+        );
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let lock = KernelLock {
+            owner: lock_owner.0,
+            start,
+            end,
+            typ,
+            pid,
+        };
+        self.serve(req, "setlk", reply, move |c, s| {
+            locks::set(c, s, ino.0, lock, sleep)
         });
     }
 

@@ -220,6 +220,22 @@ impl KernelLeases {
         let _ = self.jobs.lock().unwrap().send(Job::Take(vec![dir], None));
     }
 
+    /// Drops the kernel's attributes and pages of inode `h` (after a lock
+    /// is granted: another client may have written it), returning once
+    /// they are gone.
+    pub async fn drop_inode(&self, h: Handle) {
+        let (done, finished) = tokio::sync::oneshot::channel();
+        if self
+            .jobs
+            .lock()
+            .unwrap()
+            .send(Job::Take(vec![h], Some(done)))
+            .is_ok()
+        {
+            let _ = finished.await;
+        }
+    }
+
     /// Takes `objects` and the entries `names` of `dir` back from the
     /// kernel if a recall began since `given`.
     fn take_back(&self, given: Given, objects: &[Handle], dir: Handle, names: &[&str]) {

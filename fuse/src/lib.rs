@@ -27,6 +27,7 @@ mod fs;
 mod groups;
 mod inline_task;
 mod kernel_leases;
+mod locks;
 mod read_streams;
 mod readahead;
 mod readdir;

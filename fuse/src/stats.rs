@@ -21,7 +21,7 @@ use shoal_metrics::Histogram;
 pub const XATTR: &str = "user.shoal.stats";
 
 /// Every request type the mount answers, in the table's order.
-pub const OPS: [&str; 31] = [
+pub const OPS: [&str; 33] = [
     "lookup",
     "getattr",
     "setattr",
@@ -40,6 +40,8 @@ pub const OPS: [&str; 31] = [
     "flush",
     "fsync",
     "release",
+    "getlk",
+    "setlk",
     "opendir",
     "readdir",
     "readdirplus",

@@ -31,6 +31,8 @@ impl Errno {
     pub const EBUSY: Errno = Errno(libc::EBUSY);
     pub const ESTALE: Errno = Errno(libc::ESTALE);
     pub const EMLINK: Errno = Errno(libc::EMLINK);
+    pub const EAGAIN: Errno = Errno(libc::EAGAIN);
+    pub const EDEADLK: Errno = Errno(libc::EDEADLK);
 
     pub fn describe(self) -> String {
         std::io::Error::from_raw_os_error(self.0).to_string()

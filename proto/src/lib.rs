@@ -6,7 +6,8 @@
 //! gathering path ([`extents`]), directory hints
 //! ([`hints`]), name validation ([`names`]), the cluster file ([`cluster`]),
 //! the authentication handshake ([`auth`]), who a request acts for
-//! ([`cred`]) and the data rights a file's server grants ([`capability`]).
+//! ([`cred`]), the data rights a file's server grants ([`capability`]) and
+//! the rules of POSIX record locks ([`record_locks`]).
 //! It holds the wire only: the socket's sending side and free ports are in
 //! `shoal-net`, the syscalls that read a process's credentials in the client.
 
@@ -23,6 +24,7 @@ pub mod handle;
 pub mod hints;
 pub mod names;
 pub mod op;
+pub mod record_locks;
 pub mod time;
 
 /// The protobuf messages generated from `shoal.proto`.

@@ -134,6 +134,11 @@ ops! {
     /// you cache of these objects (your leases on them end), then answer.
     /// A server refuses it from a client (EINVAL).
     38 => Recall("recall", RecallRequest => Empty, false),
+    /// Takes, changes or drops a POSIX record lock on a file, at the
+    /// file's server. One that waits (`wait`) is answered when granted.
+    39 => Lock("lock", LockRequest => LockReply, false),
+    /// F_GETLK: a lock of another owner in the way, if any.
+    40 => TestLock("test_lock", TestLockRequest => TestLockReply, false),
 }
 
 impl Op {
@@ -153,7 +158,7 @@ impl Op {
             Ping | Lookup | GetAttr | SetAttr | Readdir | Read | Write | Truncate | Fsync
             | GetSizes | GetXattr | ListXattr | Statfs | Stats | Unstuff | ListAttr
             | Rendezvous | Scan | GatherWrite | GatherCommit | WriteExtents | Recover | Commit
-            | Recall => false,
+            | Recall | Lock | TestLock => false,
             CreateObject | CreateDatafiles | SetDist | CrDirEnt | RmDirEnt | RenameEntry
             | Remove | RmdirPrepare | RmdirAbort | SetParent | SetXattr | RemoveXattr
             | CreateFile | Link => true,
@@ -226,6 +231,8 @@ mod tests {
             (36, "recover", false),
             (37, "commit", false),
             (38, "recall", false),
+            (39, "lock", false),
+            (40, "test_lock", false),
         ];
         assert_eq!(table, expected);
     }

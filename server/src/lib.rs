@@ -23,6 +23,7 @@ pub mod kv;
 pub mod leases;
 pub mod listener;
 pub mod local_file;
+pub mod locks;
 pub mod meta_store;
 pub mod peers;
 pub mod pools;

@@ -116,6 +116,16 @@ async fn serve_connection(
             client = from;
             service.leases.connected(client, conn, &sink);
         }
+        if frame.header.op == Op::Lock {
+            // Answered now, or (one that waits for another's lock) by the
+            // lock table once granted; it holds no slot while it waits.
+            if let Some(reply) = service.serve_lock(&frame, &sink, conn) {
+                if sink.send(&reply).is_err() {
+                    break;
+                }
+            }
+            continue;
+        }
         let Ok(permit) = permits.clone().acquire_owned().await else {
             break;
         };
@@ -144,6 +154,7 @@ async fn serve_connection(
         });
     }
     service.leases.disconnected(client, conn);
+    service.locks.disconnected(client, conn);
     // Requests already running still answer before the connection closes.
     let _ = permits.acquire_many(inflight as u32).await;
     sink.close();

@@ -22,6 +22,7 @@ use crate::data_store::DataStore;
 use crate::gathering::Gathering;
 use crate::kv::{KvEngine, RedbEngine, WalEngine};
 use crate::leases::Leases;
+use crate::locks::Locks;
 use crate::meta_store::{MetaStore, Txn};
 use crate::pools::Pools;
 use crate::recovery::Recovery;
@@ -48,6 +49,8 @@ pub struct Service {
     pub recovery: Recovery,
     /// What clients cache of this server's objects until it recalls it.
     pub leases: Leases,
+    /// The POSIX record locks on this server's files.
+    pub locks: Locks,
     pub stats: Stats,
     pub started: Instant,
     /// Drawn at start: file data acknowledged by this process and not yet
@@ -170,6 +173,7 @@ impl Service {
             clients,
             recovery,
             leases: Leases::new(&config.settings),
+            locks: Locks::default(),
             id,
             commit: CommitQueue::from_settings(&config.settings),
             config,

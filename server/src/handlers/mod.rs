@@ -12,6 +12,7 @@ mod hints;
 mod io;
 mod links;
 mod listattr;
+mod locks;
 mod namespace;
 mod recover;
 mod scan;
@@ -126,6 +127,8 @@ handlers! {
     Recover => recover::recover, decoded, never;
     Commit => recover::commit, decoded, never;
     Recall => admin::recall, decoded, always;
+    Lock => locks::lock, decoded, always;
+    TestLock => locks::test_lock, decoded, always;
 }
 
 impl Service {

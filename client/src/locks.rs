@@ -1,0 +1,148 @@
+//! POSIX record locks for the whole cluster: each file's locks are held by
+//! its server (`server/src/locks.rs`), so processes on different clients
+//! exclude each other as processes on one machine do. A lock owner is the
+//! front end's (the mount passes the kernel's, libshoal a process's); the
+//! server keeps owners of different clients apart.
+//!
+//! Locks order data as well as access, as NFS's do: before an unlock, the
+//! writes this client keeps of the file go to the servers, so that whoever
+//! takes the range next reads them; after a lock is granted, what this
+//! client caches of the file is dropped, unless a lease says nobody changed
+//! it since.
+
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::msg::{LockRequest, TestLockRequest};
+use shoal_proto::record_locks::Range;
+use shoal_proto::{handle, ops, Handle};
+
+use crate::Client;
+
+pub use shoal_proto::msg::LockKind;
+
+/// A lock request: `kind` on bytes `start..=end` (`end` = `u64::MAX`: to
+/// the end of the file) for lock `owner`, made by process `pid`.
+#[derive(Clone, Copy, Debug)]
+pub struct LockAsk {
+    pub owner: u64,
+    pub kind: LockKind,
+    pub start: u64,
+    pub end: u64,
+    pub pid: u32,
+}
+
+/// Another owner's lock in the way (what F_GETLK reports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockConflict {
+    pub kind: LockKind,
+    pub start: u64,
+    pub end: u64,
+    pub pid: u32,
+}
+
+impl LockAsk {
+    fn range(&self) -> Result<Range> {
+        Range::new(self.start, self.end).ok_or_else(|| {
+            ShoalError::invalid(format!(
+                "lock range {}..={} ends before it starts",
+                self.start, self.end
+            ))
+        })
+    }
+}
+
+impl Client {
+    /// Takes, changes or drops (`LockKind::LockUnlock`) a lock on file `h`;
+    /// a conflict is EAGAIN, or with `wait` is waited out (EDEADLK if the
+    /// owner in the way waits for this one).
+    pub async fn lock(&self, h: Handle, ask: LockAsk, wait: bool) -> Result<()> {
+        let range = ask.range()?;
+        let server = handle::server_of(h);
+        let held = self.pool().held_locks(server)?;
+        let request = LockRequest {
+            file: h,
+            owner: ask.owner,
+            kind: ask.kind as i32,
+            start: range.start,
+            end: range.end,
+            wait,
+            pid: ask.pid,
+        };
+        if ask.kind == LockKind::LockUnlock {
+            // An owner that holds nothing here has nothing to let go (a
+            // close of every file sends an unlock).
+            if !held.holds(h, ask.owner) {
+                return Ok(());
+            }
+            let flushed = self.flush(h).await;
+            held.set(h, ask.owner, ask.kind, range);
+            self.pool()
+                .call::<ops::Lock>(server, self.cred, &request)
+                .await?;
+            return flushed;
+        }
+        self.pool()
+            .call::<ops::Lock>(server, self.cred, &request)
+            .await?;
+        held.set(h, ask.owner, ask.kind, range);
+        if self.lease_until(h).is_none() {
+            self.forget(h);
+        }
+        Ok(())
+    }
+
+    /// F_GETLK: the first lock of another owner (of any client) in the way
+    /// of `ask`, if any.
+    pub async fn test_lock(&self, h: Handle, ask: LockAsk) -> Result<Option<LockConflict>> {
+        let range = ask.range()?;
+        if ask.kind == LockKind::LockUnlock {
+            return Err(ShoalError::new(Errno::EINVAL, "F_GETLK of an unlock"));
+        }
+        let request = TestLockRequest {
+            file: h,
+            owner: ask.owner,
+            kind: ask.kind as i32,
+            start: range.start,
+            end: range.end,
+        };
+        let reply = self
+            .pool()
+            .call::<ops::TestLock>(handle::server_of(h), self.cred, &request)
+            .await?;
+        Ok(reply.conflict.then(|| LockConflict {
+            kind: reply.kind(),
+            start: reply.start,
+            end: reply.end,
+            pid: reply.pid,
+        }))
+    }
+
+    /// Drops every lock `owner` holds on `h` (a close of the file by the
+    /// owner: POSIX drops them all).
+    pub async fn unlock_owner(&self, h: Handle, owner: u64) -> Result<()> {
+        let ask = LockAsk {
+            owner,
+            kind: LockKind::LockUnlock,
+            start: 0,
+            end: u64::MAX,
+            pid: 0,
+        };
+        self.lock(h, ask, false).await
+    }
+
+    /// Drops every lock any owner of this client holds on `h` (its last
+    /// close here).
+    pub async fn unlock_all(&self, h: Handle) -> Result<()> {
+        let owners = self.pool().held_locks(handle::server_of(h))?.owners_of(h);
+        for owner in owners {
+            self.unlock_owner(h, owner).await?;
+        }
+        Ok(())
+    }
+
+    /// Whether any owner of this client holds a lock on `h`.
+    pub fn holds_locks(&self, h: Handle) -> bool {
+        self.pool()
+            .held_locks(handle::server_of(h))
+            .is_ok_and(|held| !held.owners_of(h).is_empty())
+    }
+}

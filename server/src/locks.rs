@@ -1,0 +1,284 @@
+//! POSIX record locks on this server's files, for the whole cluster: every
+//! client's fcntl locks on a file meet here, at the file's server, as
+//! Lustre's flock locks meet at the MDS and NFS's at the server's lock
+//! manager. The rules of one owner's ranges are `shoal_proto::record_locks`.
+//!
+//! An owner is a client's lock owner (`Owner`). A request that conflicts
+//! with another owner's lock fails with EAGAIN, or with `wait` waits here:
+//! it is answered over its own connection when granted, by whichever
+//! request or disconnection released the lock in its way (`Waiter`). The
+//! waiters of a file are granted in the order they came, each as soon as
+//! nothing another owner holds is in its way. A wait that would close a
+//! cycle of owners waiting for each other's locks on this server fails
+//! with EDEADLK, as Linux's own locks do.
+//!
+//! Locks live in memory only and belong to the connection that carried
+//! them: when it ends (the client died, or its connection broke) they are
+//! dropped and their waiters see it. A client whose connection broke takes
+//! its locks again on its next one (`client/src/locks.rs`); a restarted
+//! server holds none, and its clients take theirs again the same way.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use prost::Message;
+use shoal_net::sink::FrameSink;
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::frame::{Frame, Header};
+use shoal_proto::msg::{LockKind, LockReply};
+use shoal_proto::record_locks::{Held, OwnerLocks, Range};
+use shoal_proto::Handle;
+
+/// Whose a lock is: one lock owner of one client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Owner {
+    pub client: u64,
+    pub owner: u64,
+}
+
+/// A lock request, checked.
+#[derive(Clone, Copy, Debug)]
+pub struct Ask {
+    pub file: Handle,
+    pub owner: Owner,
+    pub kind: LockKind,
+    pub range: Range,
+    pub pid: u32,
+    /// The connection it came on (`listener`'s numbering).
+    pub conn: u64,
+}
+
+/// Another owner's lock in the way: what F_GETLK reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    pub held: Held,
+    pub pid: u32,
+}
+
+/// A request waiting for its lock, and where its reply goes.
+pub struct Waiter {
+    ask: Ask,
+    header: Header,
+    sink: Arc<FrameSink>,
+}
+
+/// What a request that may wait came to.
+pub enum Taken {
+    Granted,
+    /// It waits; its reply goes out when granted.
+    Waiting,
+}
+
+struct OwnerEntry {
+    locks: OwnerLocks,
+    /// The connection its locks came over: they end with it.
+    conn: u64,
+    /// The process that last took one, for F_GETLK.
+    pid: u32,
+}
+
+#[derive(Default)]
+struct FileLocks {
+    owners: HashMap<Owner, OwnerEntry>,
+    waiting: VecDeque<Waiter>,
+}
+
+impl FileLocks {
+    fn conflict(&self, ask: &Ask) -> Option<(Owner, Conflict)> {
+        self.owners.iter().find_map(|(o, e)| {
+            if *o == ask.owner {
+                return None;
+            }
+            let held = e.locks.conflict(ask.kind, ask.range)?;
+            Some((*o, Conflict { held, pid: e.pid }))
+        })
+    }
+
+    fn apply(&mut self, ask: &Ask) {
+        let e = self.owners.entry(ask.owner).or_insert_with(|| OwnerEntry {
+            locks: OwnerLocks::default(),
+            conn: ask.conn,
+            pid: ask.pid,
+        });
+        e.locks.set(ask.kind, ask.range);
+        e.conn = ask.conn;
+        if ask.kind != LockKind::LockUnlock {
+            e.pid = ask.pid;
+        }
+        if e.locks.is_empty() {
+            self.owners.remove(&ask.owner);
+        }
+    }
+
+    /// Grants, in order, every waiter nothing is in the way of now.
+    fn grant_waiters(&mut self, granted: &mut Vec<Waiter>) {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if self.conflict(&self.waiting[i].ask).is_none() {
+                let w = self.waiting.remove(i).expect("index in range");
+                self.apply(&w.ask);
+                granted.push(w);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.owners.is_empty() && self.waiting.is_empty()
+    }
+}
+
+#[derive(Default)]
+pub struct Locks {
+    files: Mutex<HashMap<Handle, FileLocks>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Locks {
+    /// Takes, changes or drops a lock without waiting: EAGAIN if another
+    /// owner's lock is in the way.
+    pub fn take(&self, ask: &Ask) -> Result<()> {
+        let answers = {
+            let mut files = lock(&self.files);
+            let f = files.entry(ask.file).or_default();
+            if let Some((_, c)) = f.conflict(ask) {
+                return Err(busy(ask, &c));
+            }
+            self.apply_and_regrant(&mut files, ask)
+        };
+        answers.send();
+        Ok(())
+    }
+
+    /// [`take`](Self::take), but a conflict waits: the reply to the request
+    /// `header` goes out over `sink` once the lock is granted. EDEADLK if
+    /// the owner in the way waits, through a chain of owners, for this one.
+    pub fn take_or_wait(&self, ask: Ask, header: Header, sink: Arc<FrameSink>) -> Result<Taken> {
+        let answers = {
+            let mut files = lock(&self.files);
+            let in_way = files.entry(ask.file).or_default().conflict(&ask);
+            match in_way {
+                None => self.apply_and_regrant(&mut files, &ask),
+                Some((holder, _)) => {
+                    if waits_for(&files, holder, ask.owner) {
+                        return Err(ShoalError::new(
+                            Errno::EDEADLK,
+                            format!(
+                                "a lock on {:#x} would wait for an owner that waits for this one",
+                                ask.file
+                            ),
+                        ));
+                    }
+                    let f = files.get_mut(&ask.file).expect("made above");
+                    f.waiting.push_back(Waiter { ask, header, sink });
+                    return Ok(Taken::Waiting);
+                }
+            }
+        };
+        answers.send();
+        Ok(Taken::Granted)
+    }
+
+    /// Applies `ask`, which nothing is in the way of, and grants the
+    /// waiters an unlock or a narrower lock lets through.
+    fn apply_and_regrant(&self, files: &mut HashMap<Handle, FileLocks>, ask: &Ask) -> Granted {
+        let f = files.get_mut(&ask.file).expect("the caller made the entry");
+        let mut granted = Granted::default();
+        f.apply(ask);
+        f.grant_waiters(&mut granted.0);
+        if f.is_empty() {
+            files.remove(&ask.file);
+        }
+        granted
+    }
+
+    /// F_GETLK: the first lock of another owner in the way of `ask`.
+    pub fn test(&self, ask: &Ask) -> Option<Conflict> {
+        let files = lock(&self.files);
+        files.get(&ask.file)?.conflict(ask).map(|(_, c)| c)
+    }
+
+    /// Connection `conn` of `client` ended: its locks and waits end with
+    /// it, and whoever waited for those locks gets them.
+    pub fn disconnected(&self, client: u64, conn: u64) {
+        let mut answers = Granted::default();
+        {
+            let mut files = lock(&self.files);
+            files.retain(|_, f| {
+                let before = f.owners.len() + f.waiting.len();
+                f.owners
+                    .retain(|o, e| !(o.client == client && e.conn == conn));
+                f.waiting
+                    .retain(|w| !(w.ask.owner.client == client && w.ask.conn == conn));
+                if f.owners.len() + f.waiting.len() != before {
+                    f.grant_waiters(&mut answers.0);
+                }
+                !f.is_empty()
+            });
+        }
+        answers.send();
+    }
+
+    /// How many files have locks or waiters (statistics, tests).
+    pub fn files_locked(&self) -> usize {
+        lock(&self.files).len()
+    }
+}
+
+/// Whether `holder`, through the owners it waits for on this server, waits
+/// for `asker`. Each owner waits for at most one lock at a time (a
+/// process blocks in one fcntl), so this follows a chain, bounded by the
+/// number of waiters.
+fn waits_for(files: &HashMap<Handle, FileLocks>, holder: Owner, asker: Owner) -> bool {
+    let waiters: usize = files.values().map(|f| f.waiting.len()).sum();
+    let mut at = holder;
+    for _ in 0..=waiters {
+        if at == asker {
+            return true;
+        }
+        let Some((f, w)) = files
+            .values()
+            .find_map(|f| f.waiting.iter().find(|w| w.ask.owner == at).map(|w| (f, w)))
+        else {
+            return false;
+        };
+        match f.conflict(&w.ask) {
+            Some((next, _)) => at = next,
+            None => return false,
+        }
+    }
+    false
+}
+
+fn busy(ask: &Ask, c: &Conflict) -> ShoalError {
+    ShoalError::new(
+        Errno::EAGAIN,
+        format!(
+            "bytes {}..={} of {:#x} are locked by process {} of another owner",
+            c.held.range.start, c.held.range.end, ask.file, c.pid
+        ),
+    )
+}
+
+/// The waiters a change to the table granted, to answer once the table's
+/// lock is let go (a full socket must not hold up every other lock).
+#[derive(Default)]
+struct Granted(Vec<Waiter>);
+
+impl Granted {
+    fn send(self) {
+        for w in self.0 {
+            let body = Bytes::from(LockReply {}.encode_to_vec());
+            // A failed send means the connection is gone: its end drops
+            // the lock.
+            let _ = w
+                .sink
+                .send(&Frame::reply_to(&w.header, 0, body, Bytes::new()));
+        }
+    }
+}
