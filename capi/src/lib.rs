@@ -23,6 +23,7 @@
 mod ffi;
 mod files;
 mod held_attrs;
+mod locks;
 mod ops;
 mod read_ahead;
 mod recall_listener;
@@ -214,6 +215,31 @@ pub extern "C" fn shoal_close(fd: c_int) -> c_int {
         ops::close(fd)?;
         sent.map(|_| 0)
     })
+}
+
+/// fcntl(2)'s record locks: `cmd` is F_GETLK, F_SETLK, F_SETLKW or one of
+/// their OFD forms (F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW), on `lock`.
+/// The locks hold for the whole cluster: they exclude processes on every
+/// client, a mount's included. A close of any descriptor of the file lets
+/// the process's POSIX locks on it go; OFD locks go with the open file's
+/// last close. F_SETLK of a range another owner holds: EAGAIN; F_SETLKW
+/// waits, or fails with EDEADLK if the owner in the way waits for this one.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_fcntl_lock(fd: c_int, cmd: c_int, lock: *mut libc::flock) -> c_int {
+    call("shoal_fcntl_lock", -1, || {
+        // SAFETY: the caller's struct flock, or null.
+        let lock = unsafe { lock.as_mut() }.ok_or_else(|| err(libc::EFAULT, "lock is null"))?;
+        locks::fcntl(fd, cmd, lock).map(|_| 0)
+    })
+}
+
+/// flock(2): LOCK_SH, LOCK_EX (LOCK_NB: EWOULDBLOCK instead of a wait) and
+/// LOCK_UN. A whole-file lock of the open file for the whole cluster, as
+/// NFS makes flock: unlike on a local disk, it meets fcntl locks of the
+/// same file.
+#[no_mangle]
+pub extern "C" fn shoal_flock(fd: c_int, op: c_int) -> c_int {
+    call("shoal_flock", -1, || locks::flock(fd, op).map(|_| 0))
 }
 
 /// Sends what libshoal holds back. Attribute changes: a chmod that widens

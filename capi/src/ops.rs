@@ -343,11 +343,15 @@ pub fn close(fd: i32) -> Result<()> {
             .map_err(about(&file.path)),
         false => Ok(()),
     };
+    // The table held the other reference: this was the open file's last
+    // descriptor.
+    let last = Arc::strong_count(&file) == 1;
+    let unlocked = crate::locks::closed(&file, last).map_err(about(&file.path));
     if reclaim {
         s.run(s.client.reclaim(file.handle))
             .map_err(about(&file.path))?;
     }
-    sent
+    sent.and(unlocked)
 }
 
 /// dup(2): a second descriptor for the same open file (offset shared).

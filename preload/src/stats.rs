@@ -39,10 +39,11 @@ pub enum Op {
     Chdir,
     Dup,
     Mmap,
+    Lock,
 }
 
 impl Op {
-    pub const ALL: [Op; 26] = [
+    pub const ALL: [Op; 27] = [
         Op::Open,
         Op::Create,
         Op::Close,
@@ -69,6 +70,7 @@ impl Op {
         Op::Chdir,
         Op::Dup,
         Op::Mmap,
+        Op::Lock,
     ];
 
     pub fn name(self) -> &'static str {
@@ -99,6 +101,7 @@ impl Op {
             Op::Chdir => "chdir",
             Op::Dup => "dup",
             Op::Mmap => "mmap",
+            Op::Lock => "lock",
         }
     }
 }

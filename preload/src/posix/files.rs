@@ -578,15 +578,15 @@ exported! {
     [posix_fallocate64] (fd: c_int, off: off64_t, len: off64_t) -> c_int => posix_fallocate_any(fd, off, len);
 }
 
-/// flock(2): Shoal has no locks across clients; on its descriptors a lock
-/// is granted at once (as on a local file nobody else locks).
+/// flock(2): on Shoal's descriptors, a whole-file lock for the whole
+/// cluster (libshoal's `shoal_flock`).
 #[no_mangle]
 pub extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
-    if state::is_ours(fd) {
-        0
-    } else {
+    match state::fd(fd) {
+        Fd::Shoal(s) => serve(Op::Lock, || shoal::shoal_flock(s, op)),
+        Fd::Busy => busy(),
         // SAFETY: plain integers.
-        unsafe { real::flock(fd, op) }
+        Fd::Kernel => unsafe { real::flock(fd, op) },
     }
 }
 

@@ -315,17 +315,16 @@ fn fcntl_any(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
             0
         })
         .unwrap_or_else(|| fail(libc::EBADF)),
-        // Record locks: Shoal has none across clients; granted at once.
-        libc::F_GETLK | libc::F_OFD_GETLK => {
-            let lock = arg as *mut libc::flock;
-            if lock.is_null() {
-                return fail(libc::EFAULT);
-            }
-            // SAFETY: fcntl's contract: a struct flock.
-            unsafe { (*lock).l_type = libc::F_UNLCK as i16 };
-            0
-        }
-        libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => 0,
+        // Record locks, for the whole cluster (libshoal's).
+        libc::F_GETLK
+        | libc::F_SETLK
+        | libc::F_SETLKW
+        | libc::F_OFD_GETLK
+        | libc::F_OFD_SETLK
+        | libc::F_OFD_SETLKW => serve(Op::Lock, || {
+            // SAFETY: fcntl's contract: a struct flock (libshoal checks null).
+            unsafe { shoal::shoal_fcntl_lock(s, cmd, arg as *mut libc::flock) }
+        }),
         // SAFETY: fcntl's contract; answered by the stand-in.
         _ => unsafe { real::fcntl64(fd, cmd, arg) },
     }
