@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/vfs.h>
@@ -1059,6 +1060,104 @@ static void test_metadata_calls(void **state)
     assert_int_equal(sfs.f_blocks, vfs.f_blocks);
 }
 
+/* A lock request on `fd` of `type` over bytes [start, start+len). */
+static int lock_range(int fd, int cmd, short type, off_t start, off_t len)
+{
+    struct flock l = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
+    return shoal_fcntl_lock(fd, cmd, &l);
+}
+
+/* Adds 1 to the 8-byte counter at offset 0 of `fd`, `n` times, each under
+ * a write lock on it. */
+static int add_under_lock(int fd, int n)
+{
+    for (int i = 0; i < n; i++) {
+        uint64_t v;
+        if (lock_range(fd, F_SETLKW, F_WRLCK, 0, 8) < 0)
+            return 30;
+        if (shoal_pread(fd, &v, 8, 0) != 8)
+            return 31;
+        v++;
+        if (shoal_pwrite(fd, &v, 8, 0) != 8)
+            return 32;
+        if (lock_range(fd, F_SETLK, F_UNLCK, 0, 8) < 0)
+            return 33;
+    }
+    return 0;
+}
+
+/* What a child (another client: its own connection) finds of the parent's
+ * write lock on bytes 0..9 of `path`. */
+static int child_meets_the_lock(const char *path, pid_t parent)
+{
+    int fd = shoal_open(path, O_RDWR, 0);
+    if (fd < 0)
+        return 40;
+    struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 5, .l_len = 100};
+    if (shoal_fcntl_lock(fd, F_GETLK, &l) < 0 || l.l_type != F_WRLCK || l.l_start != 0 ||
+        l.l_len != 10 || l.l_pid != parent)
+        return 41;
+    if (lock_range(fd, F_SETLK, F_RDLCK, 9, 1) != -1 || errno != EAGAIN)
+        return 42;
+    if (lock_range(fd, F_SETLK, F_WRLCK, 10, 10) < 0) /* beside it: free */
+        return 43;
+    if (shoal_flock(fd, LOCK_EX | LOCK_NB) != -1 || errno != EWOULDBLOCK)
+        return 44; /* flock is a whole-file lock here, as on NFS */
+    return shoal_close(fd) < 0 ? 45 : 0;
+}
+
+static int wait_child(pid_t pid)
+{
+    int status;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+        return -1;
+    return WEXITSTATUS(status);
+}
+
+static void test_record_locks_hold_across_clients(void **state)
+{
+    (void)state;
+    OK(shoal_mkdir(at("locks", NULL), 0755));
+    const char *path = at("locks", "counter");
+    int fd = shoal_open(path, O_CREAT | O_EXCL | O_RDWR, 0644);
+    OK(fd);
+    uint64_t zero = 0;
+    assert_int_equal(shoal_pwrite(fd, &zero, 8, 0), 8);
+
+    OK(lock_range(fd, F_SETLK, F_WRLCK, 0, 10));
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(120);
+        _exit(child_meets_the_lock(path, getppid()));
+    }
+    assert_int_equal(wait_child(pid), 0);
+    OK(lock_range(fd, F_SETLK, F_UNLCK, 0, 0));
+
+    /* A read-only descriptor takes no write lock (EBADF, as fcntl says). */
+    int ro = shoal_open(path, O_RDONLY, 0);
+    OK(ro);
+    FAILS(lock_range(ro, F_SETLK, F_WRLCK, 0, 1), EBADF);
+    OK(shoal_close(ro));
+
+    /* Two clients add under the lock: no update is lost. */
+    fflush(NULL);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(120);
+        int cfd = shoal_open(path, O_RDWR, 0);
+        _exit(cfd < 0 ? 50 : add_under_lock(cfd, 200));
+    }
+    assert_int_equal(add_under_lock(fd, 200), 0);
+    assert_int_equal(wait_child(pid), 0);
+    uint64_t v = 0;
+    assert_int_equal(shoal_pread(fd, &v, 8, 0), 8);
+    assert_int_equal(v, 400);
+    OK(shoal_close(fd));
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -1084,6 +1183,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_small_sequential_reads_see_this_process_writes),
         cmocka_unit_test(test_small_writes_are_gathered_and_sent_at_close),
         cmocka_unit_test(test_metadata_calls),
+        cmocka_unit_test(test_record_locks_hold_across_clients),
     };
     int failed = cmocka_run_group_tests_name("libshoal before connecting", unconnected, NULL, NULL);
     failed += cmocka_run_group_tests_name("libshoal", connected, connect_all, disconnect_all);
