@@ -1,0 +1,566 @@
+//! POSIX record locks for the whole cluster (`server/src/locks.rs`,
+//! `client/src/locks.rs`, `fuse/src/locks.rs`): fcntl and lockf locks taken
+//! through two mounts of one cluster (two mount processes: two clients)
+//! exclude each other as locks on one machine do; F_GETLK sees the other
+//! mount's locks; a wait that would close a cycle fails with EDEADLK; a
+//! lock outlives a restart of the server holding it, once its client
+//! reaches that server again (an ignored test shows that an idle holder's
+//! lock does not); a dead client's locks go.
+//!
+//! The processes that lock are python3 (`AGENT`, driven line by line over
+//! its stdin and stdout, or `COUNTER`): POSIX locks belong to a process, so
+//! each lock owner must be one. Every wait is bounded: an agent's reply by
+//! `REPLY_TIMEOUT`, an agent's life by `alarm`, a counter by `timeout`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use shoal_client::{Client, Errno, LockAsk, LockKind};
+use shoal_proto::handle::{server_of, ROOT};
+use shoal_tests::{Cluster, SharedMount};
+
+const PYTHON: &str = "/usr/bin/python3";
+
+/// The longest an agent's reply to one command may take.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A process that takes and tests locks on one file as it is told, one
+/// command per line on its stdin, one answer per line on its stdout:
+///
+/// - `open PATH`: opens PATH read-write (`ok`);
+/// - `lock T START LEN WAIT`: fcntl F_SETLK (WAIT 0) or F_SETLKW (WAIT 1)
+///   of type T (`r`, `w`, `u`) on LEN bytes from START (0: to the end):
+///   `ok` or `err ERRNO-NAME`;
+/// - `getlk T START LEN`: F_GETLK: `lk T START LEN PID` (`lk u ...` if
+///   nothing is in the way);
+/// - `close`: closes the file (`ok`).
+///
+/// Its first line is `ready PID`. It ends itself after 300 s (`alarm`).
+const AGENT: &str = r#"
+import errno, fcntl, os, signal, struct, sys
+signal.alarm(300)
+FMT = "hhqqi4x"  # struct flock on Linux x86_64/aarch64: 32 bytes
+TYPES = {"r": fcntl.F_RDLCK, "w": fcntl.F_WRLCK, "u": fcntl.F_UNLCK}
+NAMES = {v: k for k, v in TYPES.items()}
+print("ready", os.getpid(), flush=True)
+fd = None
+for line in sys.stdin:
+    cmd = line.split()
+    try:
+        if cmd[0] == "open":
+            fd = os.open(cmd[1], os.O_RDWR)
+            out = "ok"
+        elif cmd[0] == "close":
+            os.close(fd)
+            fd = None
+            out = "ok"
+        elif cmd[0] == "lock":
+            op = fcntl.F_SETLKW if cmd[4] == "1" else fcntl.F_SETLK
+            fl = struct.pack(FMT, TYPES[cmd[1]], os.SEEK_SET, int(cmd[2]), int(cmd[3]), 0)
+            fcntl.fcntl(fd, op, fl)
+            out = "ok"
+        elif cmd[0] == "getlk":
+            fl = struct.pack(FMT, TYPES[cmd[1]], os.SEEK_SET, int(cmd[2]), int(cmd[3]), 0)
+            t, _, start, length, pid = struct.unpack(FMT, fcntl.fcntl(fd, fcntl.F_GETLK, fl))
+            out = "lk %s %d %d %d" % (NAMES[t], start, length, pid)
+        else:
+            out = "bad command " + line.strip()
+    except OSError as e:
+        # EDEADLK, not its alias EDEADLOCK
+        name = "EDEADLK" if e.errno == errno.EDEADLK else errno.errorcode.get(e.errno, str(e.errno))
+        out = "err " + name
+    print(out, flush=True)
+"#;
+
+/// Increments the 8-byte little-endian counter at the start of file
+/// argv[1] argv[2] times, each under lockf(F_LOCK) of those 8 bytes
+/// (libc's own lockf, through ctypes), and prints `done`.
+const COUNTER: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+F_ULOCK, F_LOCK = 0, 1
+fd = os.open(sys.argv[1], os.O_RDWR)
+for _ in range(int(sys.argv[2])):
+    os.lseek(fd, 0, os.SEEK_SET)
+    if libc.lockf(fd, F_LOCK, ctypes.c_long(8)) != 0:
+        raise OSError(ctypes.get_errno(), "lockf(F_LOCK)")
+    n = int.from_bytes(os.pread(fd, 8, 0), "little")
+    os.pwrite(fd, (n + 1).to_bytes(8, "little"), 0)
+    if libc.lockf(fd, F_ULOCK, ctypes.c_long(8)) != 0:
+        raise OSError(ctypes.get_errno(), "lockf(F_ULOCK)")
+os.close(fd)
+print("done", flush=True)
+"#;
+
+struct Agent {
+    name: &'static str,
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+    pid: u32,
+}
+
+impl Agent {
+    /// An agent named `name` (for messages) with `path` open.
+    fn open(name: &'static str, path: &Path) -> Agent {
+        let mut child = Command::new(PYTHON)
+            .args(["-c", AGENT])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn python3");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut agent = Agent {
+            name,
+            pid: child.id(),
+            child,
+            stdin,
+            lines,
+        };
+        let ready = agent.reply();
+        assert_eq!(ready, format!("ready {}", agent.pid), "{name} started");
+        let opened = agent.ask(&format!("open {}", path.display()));
+        assert_eq!(opened, "ok", "{name} opens {}", path.display());
+        agent
+    }
+
+    fn send(&mut self, cmd: &str) {
+        writeln!(self.stdin, "{cmd}").unwrap_or_else(|e| panic!("{}: {cmd}: {e}", self.name));
+        self.stdin.flush().unwrap();
+    }
+
+    /// Its next answer, within `REPLY_TIMEOUT`.
+    fn reply(&mut self) -> String {
+        match self.lines.recv_timeout(REPLY_TIMEOUT) {
+            Ok(line) => line,
+            Err(e) => panic!("{}: no answer within {REPLY_TIMEOUT:?}: {e}", self.name),
+        }
+    }
+
+    /// Its answer if one came within `wait`.
+    fn reply_within(&mut self, wait: Duration) -> Option<String> {
+        match self.lines.recv_timeout(wait) {
+            Ok(line) => Some(line),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(e) => panic!("{}: {e}", self.name),
+        }
+    }
+
+    fn ask(&mut self, cmd: &str) -> String {
+        self.send(cmd);
+        self.reply()
+    }
+
+    /// SIGKILL, as a crash: the kernel closes its files, which lets its
+    /// locks go.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A cluster of two servers and two mounts of it (two mount processes:
+/// two clients).
+fn two_mounts() -> (Cluster, SharedMount) {
+    let mut cluster = Cluster::builder().servers(2).start();
+    cluster.mount();
+    let second = SharedMount::new(&cluster);
+    (cluster, second)
+}
+
+/// File `name` at the root of mount `m`, holding `bytes`; its handle.
+fn file(m: &Path, name: &str, bytes: &[u8]) -> u64 {
+    std::fs::write(m.join(name), bytes).unwrap();
+    std::fs::metadata(m.join(name)).unwrap().ino()
+}
+
+/// The lock requests server `s` has received.
+fn lock_requests(rt: &tokio::runtime::Runtime, probe: &Client, s: u32) -> u64 {
+    let stats = rt.block_on(probe.server_stats(s)).expect("stats");
+    stats
+        .ops
+        .iter()
+        .filter(|o| o.op == "lock")
+        .map(|o| o.requests)
+        .sum()
+}
+
+/// Waits (bounded) until server `s` has received `n` lock requests: one
+/// that waits is counted once the lock table holds it.
+fn wait_for_lock_requests(rt: &tokio::runtime::Runtime, probe: &Client, s: u32, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = lock_requests(rt, probe, s);
+        if seen >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "server {s} saw {seen} lock requests, not {n}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Several processes on each of two mounts increment one counter under
+/// lockf: none of their increments is lost, and both mounts read the sum.
+#[test]
+fn lockf_counter_on_two_mounts_loses_no_increment() {
+    const PER_MOUNT: usize = 3;
+    const EACH: u64 = 200;
+    let (mut cluster, second) = two_mounts();
+    let a = cluster.mount();
+    let b = second.path();
+    file(&a, "counter", &[0u8; 8]);
+    assert_eq!(std::fs::read(b.join("counter")).unwrap(), [0u8; 8]);
+
+    let counters: Vec<Child> = (0..2 * PER_MOUNT)
+        .map(|i| {
+            let m = if i % 2 == 0 { &a } else { &b };
+            Command::new("timeout")
+                .args(["300", PYTHON, "-c", COUNTER])
+                .arg(m.join("counter"))
+                .arg(EACH.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn python3")
+        })
+        .collect();
+    for (i, c) in counters.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success() && out.stdout == b"done\n",
+            "counter {i} ended with {}: {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let total = 2 * PER_MOUNT as u64 * EACH;
+    let read = |m: &Path| {
+        let bytes = std::fs::read(m.join("counter")).unwrap();
+        u64::from_le_bytes(bytes.try_into().expect("8 bytes"))
+    };
+    assert_eq!(read(&a), total, "the counter read through the first mount");
+    assert_eq!(read(&b), total, "the counter read through the second mount");
+}
+
+/// A write lock on bytes 10..19 held through one mount, seen from the
+/// other: F_GETLK names it and its process, F_SETLK of an overlapping
+/// range fails with EAGAIN, of a disjoint one succeeds; F_SETLKW waits and
+/// is granted once the holder is killed (its files' close lets it go).
+#[test]
+fn a_lock_through_one_mount_is_seen_and_waited_for_through_the_other() {
+    let (mut cluster, second) = two_mounts();
+    let a = cluster.mount();
+    let b = second.path();
+    let h = file(&a, "f", &[0u8; 64]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let probe = cluster.client();
+
+    let mut holder = Agent::open("holder (mount 1)", &a.join("f"));
+    assert_eq!(holder.ask("lock w 10 10 0"), "ok");
+
+    let mut other = Agent::open("other (mount 2)", &b.join("f"));
+    assert_eq!(
+        other.ask("getlk w 0 100"),
+        format!("lk w 10 10 {}", holder.pid),
+        "F_GETLK of a write lock over 0..99"
+    );
+    assert_eq!(
+        other.ask("getlk r 19 1"),
+        format!("lk w 10 10 {}", holder.pid),
+        "F_GETLK of a read lock over its last byte"
+    );
+    assert_eq!(
+        other.ask("getlk w 20 10"),
+        "lk u 20 10 0",
+        "F_GETLK of the bytes just past it"
+    );
+    assert_eq!(other.ask("lock w 15 10 0"), "err EAGAIN", "overlapping");
+    assert_eq!(other.ask("lock r 0 11 0"), "err EAGAIN", "a read lock");
+    assert_eq!(other.ask("lock w 0 10 0"), "ok", "the bytes just before");
+    assert_eq!(other.ask("lock w 20 10 0"), "ok", "the bytes just after");
+    // The holder sees the other's locks too, not its own.
+    assert_eq!(
+        holder.ask("getlk w 0 0"),
+        format!("lk w 0 10 {}", other.pid),
+        "F_GETLK from the holder"
+    );
+
+    let server = server_of(h);
+    let before = lock_requests(&rt, &probe, server);
+    other.send("lock w 10 10 1");
+    wait_for_lock_requests(&rt, &probe, server, before + 1);
+    assert_eq!(
+        other.reply_within(Duration::from_millis(300)),
+        None,
+        "F_SETLKW returned while the holder holds the range"
+    );
+    holder.kill();
+    assert_eq!(other.reply(), "ok", "F_SETLKW once the holder died");
+
+    // The other now holds 0..29, one merged write lock.
+    let mut third = Agent::open("third (mount 1)", &a.join("f"));
+    assert_eq!(
+        third.ask("getlk r 12 1"),
+        format!("lk w 0 30 {}", other.pid)
+    );
+    assert_eq!(third.ask("lock w 10 10 0"), "err EAGAIN");
+    assert_eq!(other.ask("close"), "ok");
+    assert_eq!(third.ask("lock w 10 10 0"), "ok", "after the other's close");
+}
+
+/// P1 (mount 1) holds A = 0..9 and waits for B = 10..19; P2 (mount 2)
+/// holds B and asks for A with F_SETLKW: EDEADLK. Once P2 closes the
+/// file, P1 gets B.
+#[test]
+fn a_wait_that_closes_a_cycle_across_mounts_fails_with_edeadlk() {
+    let (mut cluster, second) = two_mounts();
+    let a = cluster.mount();
+    let b = second.path();
+    let h = file(&a, "f", &[0u8; 64]);
+    let server = server_of(h);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let probe = cluster.client();
+
+    let mut p1 = Agent::open("P1 (mount 1)", &a.join("f"));
+    let mut p2 = Agent::open("P2 (mount 2)", &b.join("f"));
+    assert_eq!(p1.ask("lock w 0 10 0"), "ok", "P1 takes A");
+    assert_eq!(p2.ask("lock w 10 10 0"), "ok", "P2 takes B");
+
+    let before = lock_requests(&rt, &probe, server);
+    p1.send("lock w 10 10 1");
+    // P1's wait is in the server's table before P2 asks.
+    wait_for_lock_requests(&rt, &probe, server, before + 1);
+    assert_eq!(
+        p1.reply_within(Duration::from_millis(300)),
+        None,
+        "P1 waits"
+    );
+
+    assert_eq!(p2.ask("lock w 0 10 1"), "err EDEADLK", "P2 asks for A");
+    // P2 still holds B, and P1 still waits for it.
+    assert_eq!(
+        p1.reply_within(Duration::from_millis(300)),
+        None,
+        "P1 waits"
+    );
+    assert_eq!(p2.ask("close"), "ok");
+    assert_eq!(p1.reply(), "ok", "P1 gets B once P2 closed");
+    let mut p3 = Agent::open("P3 (mount 2)", &b.join("f"));
+    assert_eq!(
+        p3.ask("getlk r 0 0"),
+        format!("lk w 0 20 {}", p1.pid),
+        "P1 holds A and B"
+    );
+}
+
+/// A lock of kind `kind` on 0..99 for owner 1 of a native client, made
+/// by this test's process (a pid the kernel can name to F_GETLK).
+fn native_lock(kind: LockKind) -> LockAsk {
+    LockAsk {
+        owner: 1,
+        kind,
+        start: 0,
+        end: 99,
+        pid: std::process::id(),
+    }
+}
+
+/// A mount on a two-server cluster, file `f` on it, and a process holding
+/// a write lock on its bytes 0..99; then the server holding the file's
+/// locks is killed (SIGKILL) and started again, holding none.
+fn lock_then_restart() -> (Cluster, std::path::PathBuf, u64, Agent) {
+    let mut cluster = Cluster::builder().servers(2).start();
+    let m = cluster.mount();
+    let h = file(&m, "f", &[0u8; 64]);
+    let server = server_of(h);
+    let mut holder = Agent::open("holder", &m.join("f"));
+    assert_eq!(holder.ask("lock w 0 100 0"), "ok");
+    cluster.kill(server);
+    cluster.start_server(server);
+    (cluster, m, h, holder)
+}
+
+/// Once the holder's mount reaches the restarted server again (here: the
+/// holder's own F_GETLK, which goes to the file's server), its client takes
+/// the lock again on the new connection: another client finds it in the
+/// way; once the holder unlocks, that client gets it.
+#[test]
+fn a_lock_is_taken_again_after_a_restart_of_its_files_server() {
+    let (cluster, m, h, mut holder) = lock_then_restart();
+    // Its own lock is never in its way.
+    assert_eq!(holder.ask("getlk w 0 100"), "lk u 0 100 0");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let other = cluster.client();
+    let conflict = rt
+        .block_on(other.test_lock(h, native_lock(LockKind::LockRead)))
+        .unwrap();
+    assert_eq!(
+        conflict.map(|c| (c.kind, c.start, c.end)),
+        Some((LockKind::LockWrite, 0, 99)),
+        "the holder's lock after the restart: {conflict:?}"
+    );
+    let e = rt
+        .block_on(other.lock(h, native_lock(LockKind::LockRead), false))
+        .expect_err("a conflicting lock after the restart");
+    assert_eq!(e.errno, Errno::EAGAIN, "{e}");
+
+    assert_eq!(holder.ask("lock u 0 0 0"), "ok", "the holder unlocks");
+    rt.block_on(other.lock(h, native_lock(LockKind::LockWrite), false))
+        .expect("the lock once the holder let it go");
+    let mut second = Agent::open("second", &m.join("f"));
+    assert_eq!(
+        second.ask("getlk r 50 1"),
+        format!("lk w 0 100 {}", std::process::id()),
+        "the native client's lock, seen through the mount"
+    );
+    assert_eq!(holder.ask("lock w 0 100 0"), "err EAGAIN");
+}
+
+/// The same, with the holder's mount idle after the restart: the restarted
+/// server must not grant another client the range the holder still holds.
+///
+/// Fails: the restarted server holds no locks and grants the other
+/// client's request at once; the idle mount opens no new connection (so
+/// takes nothing again) until it next calls that server, and then its
+/// reclaim fails with EAGAIN, which it only logs ("a lock ... was lost
+/// while server N was away" in the mount's log): the holding process is
+/// never told, and two processes hold the same range. Run it with
+/// `cargo test -p shoal-tests --test record_locks -- --ignored`.
+#[test]
+#[ignore = "bug: a restarted server grants an idle holder's locks to other clients"]
+fn an_idle_holders_lock_is_not_granted_to_another_client_after_a_restart() {
+    let (cluster, _m, h, mut holder) = lock_then_restart();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let other = cluster.client();
+    let taken = rt.block_on(other.lock(h, native_lock(LockKind::LockWrite), false));
+    assert!(
+        taken.is_err(),
+        "another client got bytes 0..99 while the holder holds them"
+    );
+    assert_eq!(holder.ask("getlk w 0 100"), "lk u 0 100 0");
+    assert_eq!(holder.ask("lock u 0 0 0"), "ok", "the holder unlocks");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err(e) = rt.block_on(other.lock(h, native_lock(LockKind::LockWrite), false)) {
+        assert!(Instant::now() < deadline, "the lock after the unlock: {e}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A native client that dies (its runtime and connections go) loses its
+/// locks: another client gets the range, once the server has seen the
+/// connection end.
+#[test]
+fn a_dead_native_clients_locks_go() {
+    let cluster = Cluster::builder().servers(2).start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let b = cluster.client();
+    let h = rt
+        .block_on(b.create(ROOT, "f", 0o644))
+        .expect("create")
+        .handle;
+
+    let dying_rt = tokio::runtime::Runtime::new().unwrap();
+    let dying = cluster.client();
+    let dying_ask = LockAsk {
+        pid: 4242,
+        ..native_lock(LockKind::LockWrite)
+    };
+    dying_rt
+        .block_on(dying.lock(h, dying_ask, false))
+        .expect("the first lock");
+    let ask = LockAsk {
+        pid: 7,
+        ..native_lock(LockKind::LockWrite)
+    };
+    let held = rt.block_on(b.test_lock(h, ask)).unwrap();
+    assert_eq!(
+        held.map(|c| (c.kind, c.start, c.end, c.pid)),
+        Some((LockKind::LockWrite, 0, 99, 4242)),
+        "the live client's lock"
+    );
+    let e = rt.block_on(b.lock(h, ask, false)).unwrap_err();
+    assert_eq!(e.errno, Errno::EAGAIN, "{e}");
+
+    // Its runtime ends its connections' tasks, which close its sockets.
+    drop(dying);
+    drop(dying_rt);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match rt.block_on(b.lock(h, ask, false)) {
+            Ok(()) => break,
+            Err(e) if e.errno == Errno::EAGAIN && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("the dead client's lock did not go: {e}"),
+        }
+    }
+    let third = cluster.client();
+    let held = rt.block_on(third.test_lock(h, native_lock(LockKind::LockRead)));
+    assert_eq!(
+        held.unwrap().map(|c| (c.kind, c.start, c.end, c.pid)),
+        Some((LockKind::LockWrite, 0, 99, 7)),
+        "b's lock, seen by a third client"
+    );
+}
+
+/// A mount process killed while its process holds a lock: the lock goes
+/// with its connections, and another mount's process gets the range.
+#[test]
+fn a_killed_mounts_locks_go() {
+    let (mut cluster, second) = two_mounts();
+    let a = cluster.mount();
+    let b = second.path();
+    file(&a, "f", &[0u8; 64]);
+
+    let mut holder = Agent::open("holder (mount 2)", &b.join("f"));
+    assert_eq!(holder.ask("lock w 0 0 0"), "ok");
+    let mut other = Agent::open("other (mount 1)", &a.join("f"));
+    assert_eq!(other.ask("lock w 5 1 0"), "err EAGAIN");
+
+    // SAFETY: the PID of the mount process the kit started for `second`,
+    // not yet reaped (its Drop reaps it).
+    let killed = unsafe { libc::kill(second.pid() as i32, libc::SIGKILL) };
+    assert_eq!(killed, 0, "kill the second mount");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match other.ask("lock w 5 1 0").as_str() {
+            "ok" => break,
+            "err EAGAIN" if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => panic!("the killed mount's lock did not go: {r}"),
+        }
+    }
+    // The holder's process may be left stuck on the dead mount; it is
+    // killed on drop.
+    drop(holder);
+}
