@@ -43,6 +43,11 @@ impl HeldLocks {
             .collect()
     }
 
+    /// Whether any lock is held on this server's files.
+    pub fn any(&self) -> bool {
+        !self.lock().is_empty()
+    }
+
     /// Whether `owner` holds any lock on `file`.
     pub fn holds(&self, file: Handle, owner: u64) -> bool {
         self.lock().contains_key(&(file, owner))

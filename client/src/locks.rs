@@ -13,9 +13,12 @@
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::msg::{LockRequest, TestLockRequest};
 use shoal_proto::record_locks::Range;
-use shoal_proto::{handle, ops, Handle};
+use shoal_proto::{handle, ops, Handle, Operation};
 
 use crate::Client;
+
+/// How often a lock request asks again a server in its grace period.
+const GRACE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 pub use shoal_proto::msg::LockKind;
 
@@ -66,6 +69,7 @@ impl Client {
             end: range.end,
             wait,
             pid: ask.pid,
+            reclaim: false,
         };
         if ask.kind == LockKind::LockUnlock {
             // An owner that holds nothing here has nothing to let go (a
@@ -75,14 +79,10 @@ impl Client {
             }
             let flushed = self.flush(h).await;
             held.set(h, ask.owner, ask.kind, range);
-            self.pool()
-                .call::<ops::Lock>(server, self.cred, &request)
-                .await?;
+            self.after_grace::<ops::Lock>(server, &request).await?;
             return flushed;
         }
-        self.pool()
-            .call::<ops::Lock>(server, self.cred, &request)
-            .await?;
+        self.after_grace::<ops::Lock>(server, &request).await?;
         held.set(h, ask.owner, ask.kind, range);
         if self.lease_until(h).is_none() {
             self.forget(h);
@@ -105,8 +105,7 @@ impl Client {
             end: range.end,
         };
         let reply = self
-            .pool()
-            .call::<ops::TestLock>(handle::server_of(h), self.cred, &request)
+            .after_grace::<ops::TestLock>(handle::server_of(h), &request)
             .await?;
         Ok(reply.conflict.then(|| LockConflict {
             kind: reply.kind(),
@@ -114,6 +113,23 @@ impl Client {
             end: reply.end,
             pid: reply.pid,
         }))
+    }
+
+    /// Sends lock request `request` to `server`, again and again while the
+    /// server is in its grace period (EBUSY: it restarted and is letting
+    /// the holders of its lost locks take them back first). The period is
+    /// the server's to bound.
+    async fn after_grace<O: Operation>(
+        &self,
+        server: u32,
+        request: &O::Request,
+    ) -> Result<O::Reply> {
+        loop {
+            match self.pool().call::<O>(server, self.cred, request).await {
+                Err(e) if e.errno == Errno::EBUSY => tokio::time::sleep(GRACE_POLL).await,
+                other => return other,
+            }
+        }
     }
 
     /// Drops every lock `owner` holds on `h` (a close of the file by the

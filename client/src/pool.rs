@@ -218,9 +218,9 @@ impl Pool {
         let c = Arc::new(Connection::connect(server, addr, inflight, secret, on_recall).await?);
         if self.config.settings.sync == SyncMode::Replay {
             self.recover(server, &c).await?;
-            self.watch(server, &c);
         }
         self.take_locks_again(server, &c).await?;
+        self.watch(server, &c);
         Ok(c)
     }
 
@@ -249,6 +249,7 @@ impl Pool {
                 end: lock.range.end,
                 wait: false,
                 pid: 0,
+                reclaim: true,
             };
             match self.call_on::<ops::Lock>(c, server, &request).await {
                 Ok(_) => {}
@@ -268,10 +269,12 @@ impl Pool {
     }
 
     /// Once connection `c` to `server` ends, opens a new one at once if
-    /// changes are kept for the server (its `recover` hands them back): a
-    /// restarted server waits for every client that may hold its lost
-    /// changes, and one that made no further call would keep it waiting
-    /// its whole recovery window, and then lose them.
+    /// changes are kept for the server (its `recover` hands them back) or
+    /// locks are held there (taken again on it): a restarted server waits
+    /// for every client that may hold its lost changes, and one that made
+    /// no further call would keep it waiting its whole recovery window, and
+    /// then lose them; and it takes back locks only for a short grace
+    /// period, after which an idle holder's range would go to others.
     fn watch(&self, server: u32, c: &Connection) {
         let ended = c.ended();
         let pool = self.me.clone();
@@ -280,11 +283,14 @@ impl Pool {
             let Some(pool) = pool.upgrade() else {
                 return;
             };
-            if !pool.kept[server as usize].holds_any() {
+            let s = server as usize;
+            if !pool.kept[s].holds_any() && !pool.held_locks[s].any() {
                 return;
             }
             if let Err(e) = pool.connection(server).await {
-                tracing::error!("server {server}: handing back the changes it answered: {e}");
+                tracing::error!(
+                    "server {server}: handing back the changes it answered and the locks held: {e}"
+                );
             }
         });
     }

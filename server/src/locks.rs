@@ -15,11 +15,20 @@
 //! Locks live in memory only and belong to the connection that carried
 //! them: when it ends (the client died, or its connection broke) they are
 //! dropped and their waiters see it. A client whose connection broke takes
-//! its locks again on its next one (`client/src/locks.rs`); a restarted
-//! server holds none, and its clients take theirs again the same way.
+//! its locks again on its next one (`client/src/held_locks.rs`); a
+//! restarted server holds none, and its clients take theirs again the same
+//! way, at once (they watch their connections). So that nobody else takes
+//! them first, a server that may have died holding locks (its data
+//! directory has the [`MARKER`] a process leaves from its first lock until
+//! its clean stop) takes only such reclaims for its first [`GRACE`], and
+//! answers every other lock request EBUSY (the client asks again), as an
+//! NFS server's grace period does.
 
 use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use prost::Message;
@@ -47,7 +56,18 @@ pub struct Ask {
     pub pid: u32,
     /// The connection it came on (`listener`'s numbering).
     pub conn: u64,
+    /// Held on an earlier connection, taken again.
+    pub reclaim: bool,
 }
+
+/// The file in a server's data directory from its first lock to its clean
+/// stop: found at a start, the last process may have died holding locks.
+pub const MARKER: &str = "locks-held";
+
+/// How long a server that may have died holding locks takes only reclaims:
+/// its clients reconnect within a second of its start (their pauses
+/// between tries grow to half a second).
+pub const GRACE: Duration = Duration::from_secs(3);
 
 /// Another owner's lock in the way: what F_GETLK reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,9 +150,13 @@ impl FileLocks {
     }
 }
 
-#[derive(Default)]
 pub struct Locks {
     files: Mutex<HashMap<Handle, FileLocks>>,
+    marker: PathBuf,
+    /// The marker is on disk.
+    marked: AtomicBool,
+    /// The end of the grace period, if this start has one.
+    grace_until: Option<Instant>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -140,9 +164,55 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Locks {
+    /// The lock table of a server starting on `data_dir`: with a grace
+    /// period if the marker is there.
+    pub fn open(data_dir: &Path) -> Locks {
+        let marker = data_dir.join(MARKER);
+        let held_before = marker.exists();
+        Locks {
+            files: Mutex::default(),
+            marker,
+            marked: AtomicBool::new(held_before),
+            grace_until: held_before.then(|| Instant::now() + GRACE),
+        }
+    }
+
+    /// EBUSY for a request the grace period holds back; before the first
+    /// lock of this process, the marker, durably.
+    fn admit(&self, ask: &Ask) -> Result<()> {
+        if let Some(until) = self.grace_until {
+            if !ask.reclaim && Instant::now() < until {
+                return Err(ShoalError::new(
+                    Errno::EBUSY,
+                    "the server restarted and lets holders take their locks back first",
+                ));
+            }
+        }
+        if ask.kind != LockKind::LockUnlock && !self.marked.load(Ordering::Acquire) {
+            let f = std::fs::File::create(&self.marker)?;
+            f.sync_all()?;
+            if let Some(dir) = self.marker.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            self.marked.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// At a clean stop: no lock outlives this process, so the next start
+    /// has no grace period.
+    pub fn stopped(&self) {
+        if let Err(e) = std::fs::remove_file(&self.marker) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!("removing {}: {e}", self.marker.display());
+            }
+        }
+    }
+
     /// Takes, changes or drops a lock without waiting: EAGAIN if another
     /// owner's lock is in the way.
     pub fn take(&self, ask: &Ask) -> Result<()> {
+        self.admit(ask)?;
         let answers = {
             let mut files = lock(&self.files);
             let f = files.entry(ask.file).or_default();
@@ -159,6 +229,7 @@ impl Locks {
     /// `header` goes out over `sink` once the lock is granted. EDEADLK if
     /// the owner in the way waits, through a chain of owners, for this one.
     pub fn take_or_wait(&self, ask: Ask, header: Header, sink: Arc<FrameSink>) -> Result<Taken> {
+        self.admit(&ask)?;
         let answers = {
             let mut files = lock(&self.files);
             let in_way = files.entry(ask.file).or_default().conflict(&ask);
@@ -198,9 +269,13 @@ impl Locks {
     }
 
     /// F_GETLK: the first lock of another owner in the way of `ask`.
-    pub fn test(&self, ask: &Ask) -> Option<Conflict> {
+    pub fn test(&self, ask: &Ask) -> Result<Option<Conflict>> {
+        self.admit(ask)?;
         let files = lock(&self.files);
-        files.get(&ask.file)?.conflict(ask).map(|(_, c)| c)
+        Ok(files
+            .get(&ask.file)
+            .and_then(|f| f.conflict(ask))
+            .map(|(_, c)| c))
     }
 
     /// Connection `conn` of `client` ended: its locks and waits end with

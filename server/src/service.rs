@@ -173,7 +173,7 @@ impl Service {
             clients,
             recovery,
             leases: Leases::new(&config.settings),
-            locks: Locks::default(),
+            locks: Locks::open(data_dir),
             id,
             commit: CommitQueue::from_settings(&config.settings),
             config,
@@ -292,6 +292,7 @@ impl Service {
     /// next start waits for none (a stop during recovery keeps the table:
     /// its clients still hold what they came to replay).
     pub fn stop_durably(&self) -> Result<()> {
+        self.locks.stopped();
         self.retire_clients(u64::MAX)?;
         self.meta.sync()
     }

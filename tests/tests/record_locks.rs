@@ -445,16 +445,11 @@ fn a_lock_is_taken_again_after_a_restart_of_its_files_server() {
 
 /// The same, with the holder's mount idle after the restart: the restarted
 /// server must not grant another client the range the holder still holds.
-///
-/// Fails: the restarted server holds no locks and grants the other
-/// client's request at once; the idle mount opens no new connection (so
-/// takes nothing again) until it next calls that server, and then its
-/// reclaim fails with EAGAIN, which it only logs ("a lock ... was lost
-/// while server N was away" in the mount's log): the holding process is
-/// never told, and two processes hold the same range. Run it with
-/// `cargo test -p shoal-tests --test record_locks -- --ignored`.
+/// The holder's client reconnects as soon as its connection ends (it
+/// watches it while it holds locks) and takes the lock back within the
+/// server's grace period, while the other client's request is answered
+/// EBUSY and asked again; then the other client finds the lock in its way.
 #[test]
-#[ignore = "bug: a restarted server grants an idle holder's locks to other clients"]
 fn an_idle_holders_lock_is_not_granted_to_another_client_after_a_restart() {
     let (cluster, _m, h, mut holder) = lock_then_restart();
     let rt = tokio::runtime::Runtime::new().unwrap();

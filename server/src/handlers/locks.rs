@@ -42,7 +42,7 @@ pub fn test_lock(s: &Service, r: &Request, q: TestLockRequest) -> Result<Reply<T
     if ask.kind == LockKind::LockUnlock {
         return Err(ShoalError::invalid("F_GETLK of an unlock"));
     }
-    Ok(Reply::new(match s.locks.test(&ask) {
+    Ok(Reply::new(match s.locks.test(&ask)? {
         None => TestLockReply::default(),
         Some(c) => TestLockReply {
             conflict: true,
@@ -63,7 +63,8 @@ fn take(
     via: Option<Via>,
 ) -> Result<Taken> {
     let conn = via.as_ref().map_or(0, |v| v.conn);
-    let ask = checked(s, r, q.file, q.owner, q.kind, q.start, q.end, q.pid, conn)?;
+    let mut ask = checked(s, r, q.file, q.owner, q.kind, q.start, q.end, q.pid, conn)?;
+    ask.reclaim = q.reclaim;
     match via {
         Some(via) if q.wait => s.locks.take_or_wait(ask, *r.header, via.sink.clone()),
         _ => s.locks.take(&ask).map(|()| Taken::Granted),
@@ -101,6 +102,7 @@ fn checked(
         range,
         pid,
         conn,
+        reclaim: false,
     })
 }
 
