@@ -11,14 +11,17 @@ use shoal_proto::msg::LockKind;
 use shoal_proto::record_locks::{Held, OwnerLocks, Range};
 use shoal_proto::Handle;
 
-/// One server's share: per (file, lock owner), the ranges held.
+/// Per file, per lock owner, the ranges held.
+type Table = HashMap<Handle, HashMap<u64, OwnerLocks>>;
+
+/// One server's share.
 #[derive(Default)]
 pub struct HeldLocks {
-    held: Mutex<HashMap<(Handle, u64), OwnerLocks>>,
+    held: Mutex<Table>,
 }
 
 impl HeldLocks {
-    fn lock(&self) -> MutexGuard<'_, HashMap<(Handle, u64), OwnerLocks>> {
+    fn lock(&self) -> MutexGuard<'_, Table> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -27,20 +30,29 @@ impl HeldLocks {
     /// back what is being let go).
     pub fn set(&self, file: Handle, owner: u64, kind: LockKind, range: Range) {
         let mut held = self.lock();
-        let locks = held.entry((file, owner)).or_default();
+        let owners = held.entry(file).or_default();
+        let locks = owners.entry(owner).or_default();
         locks.set(kind, range);
         if locks.is_empty() {
-            held.remove(&(file, owner));
+            owners.remove(&owner);
+        }
+        if owners.is_empty() {
+            held.remove(&file);
         }
     }
 
     /// The owners holding locks on `file`.
     pub fn owners_of(&self, file: Handle) -> Vec<u64> {
         self.lock()
-            .keys()
-            .filter(|(f, _)| *f == file)
-            .map(|(_, o)| *o)
-            .collect()
+            .get(&file)
+            .map(|owners| owners.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether any owner holds a lock on `file` (every open and close
+    /// through the mount asks: no walk of the table).
+    pub fn on_file(&self, file: Handle) -> bool {
+        self.lock().contains_key(&file)
     }
 
     /// Whether any lock is held on this server's files.
@@ -50,14 +62,20 @@ impl HeldLocks {
 
     /// Whether `owner` holds any lock on `file`.
     pub fn holds(&self, file: Handle, owner: u64) -> bool {
-        self.lock().contains_key(&(file, owner))
+        self.lock()
+            .get(&file)
+            .is_some_and(|owners| owners.contains_key(&owner))
     }
 
     /// Everything held, to take again: (file, owner, lock).
     pub fn all(&self) -> Vec<(Handle, u64, Held)> {
         self.lock()
             .iter()
-            .flat_map(|((f, o), locks)| locks.held().iter().map(move |h| (*f, *o, *h)))
+            .flat_map(|(f, owners)| {
+                owners
+                    .iter()
+                    .flat_map(move |(o, locks)| locks.held().iter().map(move |h| (*f, *o, *h)))
+            })
             .collect()
     }
 

@@ -159,6 +159,6 @@ impl Client {
     pub fn holds_locks(&self, h: Handle) -> bool {
         self.pool()
             .held_locks(handle::server_of(h))
-            .is_ok_and(|held| !held.owners_of(h).is_empty())
+            .is_ok_and(|held| held.on_file(h))
     }
 }
