@@ -24,7 +24,9 @@
 //!    `preload/tests/run`'s check).
 //!
 //! The child also starts with an empty listing cache: its client is new,
-//! and no server will recall its parent's leases from it.
+//! and no server will recall its parent's leases from it. A vfork child
+//! runs none of this and shares its parent's memory: the calls it makes
+//! before exec leave the library's tables alone (`state::in_vfork_child`).
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -62,6 +64,7 @@ extern "C" fn after_fork_in_parent() {
 }
 
 extern "C" fn after_fork_in_child() {
+    crate::state::owned_here();
     if let Ok(Some(held)) = HELD.try_with(|h| h.borrow_mut().take()) {
         held.cache.empty_in_child();
         drop(held.others);

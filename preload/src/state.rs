@@ -71,6 +71,28 @@ pub fn ready() -> bool {
     READY.load(Ordering::Acquire)
 }
 
+/// The process the library's tables belong to: the one it started in, or
+/// the child of a fork (`fork.rs`).
+static OWNER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The tables belong to this process from now on (start, a forked child).
+pub fn owned_here() {
+    // SAFETY: no arguments.
+    OWNER.store(unsafe { libc::getpid() }, Ordering::Release);
+}
+
+/// Whether this is a child made with vfork (Python's `subprocess`, some
+/// `posix_spawn`s) that has not exec'd yet: it runs on its parent's memory,
+/// with no fork handler run, so it must change nothing in the library's
+/// tables and send nothing through libshoal. It closes and duplicates the
+/// kernel's descriptors only, and hands Shoal files to the program it execs
+/// through the mount. Asked only by the calls such a child makes before
+/// exec (close, close_range, dup2, exec), never on reads and writes.
+pub fn in_vfork_child() -> bool {
+    // SAFETY: no arguments.
+    ready() && unsafe { libc::getpid() } != OWNER.load(Ordering::Acquire)
+}
+
 pub fn errno() -> c_int {
     // SAFETY: this thread's errno slot.
     unsafe { *libc::__errno_location() }
@@ -163,6 +185,7 @@ pub fn init() {
     // Creates apply the umask libshoal tracks through umask() below.
     shoal::start_tracking_umask();
     let _ = PREFIXES.set(prefixes);
+    owned_here();
     READY.store(true, Ordering::Release);
 }
 

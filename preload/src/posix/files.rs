@@ -105,6 +105,8 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     match state::fd(fd) {
         // SAFETY: close's contract.
         Fd::Kernel => unsafe { real::close(fd) },
+        // SAFETY: as above; the child's own descriptor table.
+        Fd::Shoal(_) if state::in_vfork_child() => unsafe { real::close(fd) },
         Fd::Shoal(_) => close_ours(fd),
         Fd::Busy => busy(),
     }

@@ -222,7 +222,7 @@ fn dup3_any(old: c_int, new: c_int, flags: c_int, dup2_semantics: bool) -> c_int
     match state::fd(old) {
         Fd::Busy => busy(),
         Fd::Kernel => {
-            if old != new && state::is_ours(new) && !state::in_lib() {
+            if old != new && state::is_ours(new) && !state::in_lib() && !state::in_vfork_child() {
                 release(new);
             }
             // SAFETY: integers.
@@ -242,14 +242,16 @@ fn dup3_any(old: c_int, new: c_int, flags: c_int, dup2_semantics: bool) -> c_int
                     fail(libc::EINVAL)
                 };
             }
-            if state::is_ours(new) {
+            let vfork_child = state::in_vfork_child();
+            if state::is_ours(new) && !vfork_child {
                 release(new);
             }
-            if (0..=2).contains(&new) {
+            if (0..=2).contains(&new) || vfork_child {
                 // A standard stream: glibc's stdio reaches it with internal
                 // calls no interposer sees, so through a mount it becomes
                 // the kernel's file (without one, the O_PATH stand-in makes
-                // stdio fail with EBADF).
+                // stdio fail with EBADF). So does any in a vfork child,
+                // which is about to exec and must not touch the tables.
                 let twin = {
                     let _g = state::Guard::enter();
                     kernel_twin(old)
@@ -264,8 +266,8 @@ fn dup3_any(old: c_int, new: c_int, flags: c_int, dup2_semantics: bool) -> c_int
             }
             // SAFETY: integers; the stand-in stays close-on-exec.
             let k2 = unsafe { real::dup3(old, new, libc::O_CLOEXEC) };
-            if k2 < 0 {
-                return -1;
+            if k2 < 0 || vfork_child {
+                return k2;
             }
             duplicate(old, s, k2, cloexec)
         }
@@ -338,7 +340,7 @@ exported! {
 }
 #[no_mangle]
 pub extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    if state::ready() && !state::in_lib() {
+    if state::ready() && !state::in_lib() && !state::in_vfork_child() {
         for kfd in state::all_fds() {
             let k = kfd as c_uint;
             if k < first || k > last {
@@ -357,7 +359,7 @@ pub extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_in
 
 #[no_mangle]
 pub extern "C" fn closefrom(first: c_int) {
-    if state::ready() && !state::in_lib() {
+    if state::ready() && !state::in_lib() && !state::in_vfork_child() {
         for kfd in state::all_fds() {
             if kfd >= first {
                 release(kfd);
@@ -380,8 +382,11 @@ fn before_exec() -> Vec<c_int> {
     }
     let _g = state::Guard::enter();
     // Attribute changes libshoal holds back would be lost with its memory;
-    // exec has no way to report a failure to send them.
-    let _ = shoal::shoal_flush();
+    // exec has no way to report a failure to send them. (A vfork child's
+    // memory is its parent's, which keeps them.)
+    if !state::in_vfork_child() {
+        let _ = shoal::shoal_flush();
+    }
     for kfd in state::all_fds() {
         if state::with_info(kfd, |i| i.cloexec) != Some(false) {
             continue;
