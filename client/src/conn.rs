@@ -129,7 +129,14 @@ impl Connection {
         body: Bytes,
         payload: Bytes,
     ) -> Result<Frame> {
-        let _permit = self.permits.acquire().await.map_err(|_| self.lost())?;
+        // A lock request may wait at the server for as long as another
+        // process holds the range: holding a slot meanwhile, enough waiters
+        // would leave none for the unlock they wait for. Lock requests are
+        // small and the server bounds nothing on them either.
+        let _permit = match op {
+            Op::Lock => None,
+            _ => Some(self.permits.acquire().await.map_err(|_| self.lost())?),
+        };
         let recalls = self.recalls.load(Ordering::SeqCst);
         let (reply_tx, reply_rx) = oneshot::channel();
         let clash = self.pending.lock().unwrap().insert(id, reply_tx);

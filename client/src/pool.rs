@@ -284,13 +284,20 @@ impl Pool {
                 return;
             };
             let s = server as usize;
-            if !pool.kept[s].holds_any() && !pool.held_locks[s].any() {
-                return;
-            }
-            if let Err(e) = pool.connection(server).await {
-                tracing::error!(
-                    "server {server}: handing back the changes it answered and the locks held: {e}"
-                );
+            // Locks are tried for as long as they are held: a holder that
+            // gave up would find them taken when the server came back.
+            while pool.kept[s].holds_any() || pool.held_locks[s].any() {
+                match pool.connection(server).await {
+                    Ok(_) => return,
+                    Err(e) => {
+                        tracing::error!(
+                            "server {server}: handing back the changes it answered and the locks held: {e}"
+                        );
+                        if !pool.held_locks[s].any() {
+                            return;
+                        }
+                    }
+                }
             }
         });
     }

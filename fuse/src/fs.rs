@@ -410,8 +410,8 @@ fn set_time(t: TimeOrNow) -> SetTime {
 ///
 /// A reader's close has nothing to send (`flush` answers it at once), so
 /// FOPEN_NOFLUSH spares it the FLUSH round trip: an open+read+close is then
-/// three requests to this process, not four. Not for a file this mount
-/// holds record locks on: a FLUSH is how a close lets its owner's locks go
+/// three requests to this process, not four. Not once the mount has taken
+/// record locks: a FLUSH is how a close lets its owner's locks go
 /// (`locks`).
 ///
 /// A large file opened read-only is read past the page cache, with the
@@ -431,7 +431,7 @@ fn open_file(s: &Shared, ino: u64, flags: OpenFlags) -> (FileHandle, FopenFlags)
         libc::O_RDONLY => (FileHandle(0), FopenFlags::FOPEN_NOFLUSH),
         _ => (WRITER, FopenFlags::empty()),
     };
-    if s.client.holds_locks(ino) {
+    if s.locking.load(std::sync::atomic::Ordering::Relaxed) {
         opened.remove(FopenFlags::FOPEN_NOFLUSH);
     }
     if s.leases.keep_pages(&s.client, ino) {

@@ -6,17 +6,22 @@
 //! only FUSE_FLOCK_LOCKS would send flock here): Lustre's `localflock`.
 //!
 //! When locks go, as POSIX says: a close of any descriptor of the file by
-//! the owner (the kernel's FLUSH names the owner). A read-only open of a
-//! file answered with FOPEN_NOFLUSH sends no FLUSH, so a file this mount
-//! holds locks on is opened without it (`fs::open_file`); the locks taken
-//! through a read-only descriptor opened before the first lock, and OFD
-//! locks (whose owner is the open file, never named by a FLUSH), go at the
-//! file's last close on this mount (RELEASE).
+//! the owner (the kernel's FLUSH names the owner). A read-only open
+//! answered with FOPEN_NOFLUSH sends no FLUSH, so once this mount has taken
+//! a lock no open gets it (`fs::open_file`); the locks taken through a
+//! read-only descriptor opened before the mount's first lock, and OFD locks
+//! (whose owner is the open file, never named by a FLUSH), go at the file's
+//! last close on this mount (RELEASE).
+//!
+//! Not handled: a caller's signal while it waits (fuser answers the
+//! kernel's FUSE_INTERRUPT itself, with ENOSYS), so a process blocked in
+//! F_SETLKW waits until it is granted the lock, even SIGKILLed.
 //!
 //! After a grant, the kernel's pages and attributes of the file are
 //! dropped (unless a lease says nobody changed it): the process reads what
 //! the last holder wrote.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use shoal_client::{Client, LockAsk, LockKind};
@@ -74,8 +79,10 @@ pub async fn set(
     wait: bool,
 ) -> Result<()> {
     let ask = lock.ask()?;
+    s.locking.store(true, Ordering::Relaxed);
     c.lock(ino, ask, wait).await?;
     if ask.kind != LockKind::LockUnlock && c.lease_until(ino).is_none() {
+        s.streams.changed(ino);
         s.leases.drop_inode(ino).await;
     }
     Ok(())

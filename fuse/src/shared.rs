@@ -4,6 +4,7 @@
 //! groups).
 
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,6 +38,9 @@ pub struct Shared {
     pub streams: ReadStreams,
     /// `fs.protected_hardlinks` was on when the mount started.
     pub hardlinks_protected: bool,
+    /// A record lock was asked for through this mount: opens send their
+    /// FLUSH from then on (`locks`).
+    pub locking: AtomicBool,
 }
 
 impl Shared {
@@ -57,6 +61,7 @@ impl Shared {
             leases: KernelLeases::start(),
             streams,
             hardlinks_protected: crate::access::hardlinks_protected(),
+            locking: AtomicBool::new(false),
         }
     }
 

@@ -62,6 +62,9 @@ async fn serve_connection(
     secret: Option<Secret>,
 ) {
     let _ = stream.set_nodelay(true);
+    if let Err(e) = shoal_net::keepalive::keep_alive(&stream) {
+        tracing::warn!("connection from {peer}: no TCP keepalive: {e}");
+    }
     if let Some(secret) = &secret {
         match server_handshake(&mut stream, secret).await {
             Ok(()) => {}

@@ -18,9 +18,9 @@
 //! its locks again on its next one (`client/src/held_locks.rs`); a
 //! restarted server holds none, and its clients take theirs again the same
 //! way, at once (they watch their connections). So that nobody else takes
-//! them first, a server that may have died holding locks (its data
+//! them first, a server that may have stopped holding locks (its data
 //! directory has the [`MARKER`] a process leaves from its first lock until
-//! its clean stop) takes only such reclaims for its first [`GRACE`], and
+//! a clean stop with none held) takes only such reclaims for its first [`GRACE`], and
 //! answers every other lock request EBUSY (the client asks again), as an
 //! NFS server's grace period does.
 
@@ -131,18 +131,35 @@ impl FileLocks {
         }
     }
 
-    /// Grants, in order, every waiter nothing is in the way of now.
+    /// Grants, in order, every waiter nothing is in the way of now. A grant
+    /// can let earlier waiters through too (it may turn its owner's write
+    /// lock into a read lock), so passes go on until one grants nothing.
     fn grant_waiters(&mut self, granted: &mut Vec<Waiter>) {
-        let mut i = 0;
-        while i < self.waiting.len() {
-            if self.conflict(&self.waiting[i].ask).is_none() {
-                let w = self.waiting.remove(i).expect("index in range");
-                self.apply(&w.ask);
-                granted.push(w);
-            } else {
-                i += 1;
+        loop {
+            let before = granted.len();
+            let mut i = 0;
+            while i < self.waiting.len() {
+                if self.conflict(&self.waiting[i].ask).is_none() {
+                    let w = self.waiting.remove(i).expect("index in range");
+                    self.apply(&w.ask);
+                    granted.push(w);
+                } else {
+                    i += 1;
+                }
+            }
+            if granted.len() == before {
+                return;
             }
         }
+    }
+
+    /// Every other owner with a lock in the way of `ask`.
+    fn in_way(&self, ask: &Ask) -> Vec<Owner> {
+        self.owners
+            .iter()
+            .filter(|(o, e)| **o != ask.owner && e.locks.conflict(ask.kind, ask.range).is_some())
+            .map(|(o, _)| *o)
+            .collect()
     }
 
     fn is_empty(&self) -> bool {
@@ -199,9 +216,13 @@ impl Locks {
         Ok(())
     }
 
-    /// At a clean stop: no lock outlives this process, so the next start
-    /// has no grace period.
+    /// At a clean stop: with no lock held, the next start has no grace
+    /// period. With some, it has: their holders are alive and come back
+    /// for them.
     pub fn stopped(&self) {
+        if self.files_locked() > 0 {
+            return;
+        }
         if let Err(e) = std::fs::remove_file(&self.marker) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!("removing {}: {e}", self.marker.display());
@@ -235,8 +256,9 @@ impl Locks {
             let in_way = files.entry(ask.file).or_default().conflict(&ask);
             match in_way {
                 None => self.apply_and_regrant(&mut files, &ask),
-                Some((holder, _)) => {
-                    if waits_for(&files, holder, ask.owner) {
+                Some(_) => {
+                    let holders = files[&ask.file].in_way(&ask);
+                    if waits_for(&files, holders, ask.owner) {
                         return Err(ShoalError::new(
                             Errno::EDEADLK,
                             format!(
@@ -305,26 +327,23 @@ impl Locks {
     }
 }
 
-/// Whether `holder`, through the owners it waits for on this server, waits
-/// for `asker`. Each owner waits for at most one lock at a time (a
-/// process blocks in one fcntl), so this follows a chain, bounded by the
-/// number of waiters.
-fn waits_for(files: &HashMap<Handle, FileLocks>, holder: Owner, asker: Owner) -> bool {
-    let waiters: usize = files.values().map(|f| f.waiting.len()).sum();
-    let mut at = holder;
-    for _ in 0..=waiters {
+/// Whether any of `holders`, through the owners they wait for on this
+/// server, waits for `asker`: a search of every owner in the way of every
+/// wait, each owner looked at once.
+fn waits_for(files: &HashMap<Handle, FileLocks>, holders: Vec<Owner>, asker: Owner) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut next = holders;
+    while let Some(at) = next.pop() {
         if at == asker {
             return true;
         }
-        let Some((f, w)) = files
-            .values()
-            .find_map(|f| f.waiting.iter().find(|w| w.ask.owner == at).map(|w| (f, w)))
-        else {
-            return false;
-        };
-        match f.conflict(&w.ask) {
-            Some((next, _)) => at = next,
-            None => return false,
+        if !seen.insert(at) {
+            continue;
+        }
+        for f in files.values() {
+            for w in f.waiting.iter().filter(|w| w.ask.owner == at) {
+                next.extend(f.in_way(&w.ask));
+            }
         }
     }
     false

@@ -3,9 +3,9 @@
 //! through two mounts of one cluster (two mount processes: two clients)
 //! exclude each other as locks on one machine do; F_GETLK sees the other
 //! mount's locks; a wait that would close a cycle fails with EDEADLK; a
-//! lock outlives a restart of the server holding it, once its client
-//! reaches that server again (an ignored test shows that an idle holder's
-//! lock does not); a dead client's locks go.
+//! lock outlives a restart (killed or clean) of the server holding it,
+//! also an idle holder's; a dead client's locks go; waiters hold no
+//! request slots, and a grant that lets an earlier waiter through grants it.
 //!
 //! The processes that lock are python3 (`AGENT`, driven line by line over
 //! its stdin and stdout, or `COUNTER`): POSIX locks belong to a process, so
@@ -558,4 +558,170 @@ fn a_killed_mounts_locks_go() {
     // The holder's process may be left stuck on the dead mount; it is
     // killed on drop.
     drop(holder);
+}
+
+/// A native client's lock request of `kind` on bytes `start..=end` for
+/// lock owner `owner`.
+fn ask(owner: u64, kind: LockKind, start: u64, end: u64) -> LockAsk {
+    LockAsk {
+        owner,
+        kind,
+        start,
+        end,
+        pid: owner as u32,
+    }
+}
+
+type Waiting = tokio::task::JoinHandle<Result<(), shoal_client::ShoalError>>;
+
+/// `c`'s lock `a` on `h`, waiting (F_SETLKW), as a task.
+fn wait_for(rt: &tokio::runtime::Runtime, c: &Client, h: u64, a: LockAsk) -> Waiting {
+    let c = c.clone();
+    rt.spawn(async move { c.lock(h, a, true).await })
+}
+
+/// The outcome of `w` within `d`, if it ended.
+fn ended(
+    rt: &tokio::runtime::Runtime,
+    w: &mut Waiting,
+    d: Duration,
+) -> Option<Result<(), shoal_client::ShoalError>> {
+    rt.block_on(async { tokio::time::timeout(d, w).await.ok().map(|r| r.unwrap()) })
+}
+
+/// A file made at the root by `c`, on server 0 of a one-server cluster.
+fn one_server() -> (Cluster, tokio::runtime::Runtime) {
+    let cluster = Cluster::builder().servers(1).start();
+    (cluster, tokio::runtime::Runtime::new().unwrap())
+}
+
+/// A grant can let an earlier waiter through: A holds W[0-9], C W[10-19];
+/// B waits for R[0-9], then A for R[0-19]. C's unlock grants A's R[0-19],
+/// which turns A's write lock on 0-9 into a read lock: B, behind A in the
+/// queue, is granted too (a single pass over the queue left it waiting).
+#[test]
+fn a_waiter_let_through_by_a_later_grant_is_granted() {
+    let (cluster, rt) = one_server();
+    let (a, b, c) = (cluster.client(), cluster.client(), cluster.client());
+    let h = rt.block_on(a.create(ROOT, "f", 0o644)).unwrap().handle;
+    rt.block_on(a.lock(h, ask(1, LockKind::LockWrite, 0, 9), false))
+        .unwrap();
+    rt.block_on(c.lock(h, ask(3, LockKind::LockWrite, 10, 19), false))
+        .unwrap();
+    let mut wb = wait_for(&rt, &b, h, ask(2, LockKind::LockRead, 0, 9));
+    wait_for_lock_requests(&rt, &c, 0, 3);
+    let mut wa = wait_for(&rt, &a, h, ask(1, LockKind::LockRead, 0, 19));
+    wait_for_lock_requests(&rt, &c, 0, 4);
+    rt.block_on(c.lock(h, ask(3, LockKind::LockUnlock, 10, 19), false))
+        .unwrap();
+    let long = Duration::from_secs(30);
+    ended(&rt, &mut wa, long)
+        .expect("A's read lock once C let go")
+        .unwrap();
+    ended(&rt, &mut wb, long)
+        .expect("B's read lock: nothing is in its way")
+        .unwrap();
+}
+
+/// Waiting lock requests hold none of their client's request slots: with
+/// two slots and two owners of one client waiting, the holder (a third
+/// owner of the same client) still gets its unlock through, and the
+/// waiters their locks in turn.
+#[test]
+fn waiters_hold_no_request_slots_of_their_client() {
+    let cluster = Cluster::builder().servers(1).set("max_inflight=2").start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let a = cluster.client();
+    let h = rt.block_on(a.create(ROOT, "f", 0o644)).unwrap().handle;
+    rt.block_on(a.lock(h, ask(1, LockKind::LockWrite, 0, 9), false))
+        .unwrap();
+    let mut w2 = wait_for(&rt, &a, h, ask(2, LockKind::LockWrite, 0, 9));
+    let mut w3 = wait_for(&rt, &a, h, ask(3, LockKind::LockWrite, 0, 9));
+    wait_for_lock_requests(&rt, &cluster.client(), 0, 3);
+    let long = Duration::from_secs(30);
+    let unlock = rt.block_on(async {
+        tokio::time::timeout(long, a.lock(h, ask(1, LockKind::LockUnlock, 0, 9), false)).await
+    });
+    unlock.expect("the holder's unlock went out").unwrap();
+    // One waiter has it; its unlock lets the other in.
+    let deadline = Instant::now() + long;
+    let short = Duration::from_millis(50);
+    let (first_owner, mut second) = loop {
+        if let Some(r) = ended(&rt, &mut w2, short) {
+            r.unwrap();
+            break (2, w3);
+        }
+        if let Some(r) = ended(&rt, &mut w3, short) {
+            r.unwrap();
+            break (3, w2);
+        }
+        assert!(Instant::now() < deadline, "no waiter granted");
+    };
+    rt.block_on(a.lock(h, ask(first_owner, LockKind::LockUnlock, 0, 9), false))
+        .unwrap();
+    ended(&rt, &mut second, long)
+        .expect("the other waiter after the first let go")
+        .unwrap();
+}
+
+/// A cycle through any of the owners in the way is a deadlock: A and C
+/// hold R[0], B holds W[10]; A waits for W[10] (behind B); B's wait for
+/// W[0] (behind A and C) closes a cycle through A, whichever of A and C
+/// the table looks at first: EDEADLK, every time.
+#[test]
+fn a_cycle_through_any_owner_in_the_way_is_a_deadlock() {
+    let (cluster, rt) = one_server();
+    let probe = cluster.client();
+    for round in 0..8u64 {
+        let (a, b, c) = (cluster.client(), cluster.client(), cluster.client());
+        let h = rt
+            .block_on(a.create(ROOT, &format!("f{round}"), 0o644))
+            .unwrap()
+            .handle;
+        let before = lock_requests(&rt, &probe, 0);
+        rt.block_on(a.lock(h, ask(1, LockKind::LockRead, 0, 0), false))
+            .unwrap();
+        rt.block_on(c.lock(h, ask(3, LockKind::LockRead, 0, 0), false))
+            .unwrap();
+        rt.block_on(b.lock(h, ask(2, LockKind::LockWrite, 10, 10), false))
+            .unwrap();
+        let mut wa = wait_for(&rt, &a, h, ask(1, LockKind::LockWrite, 10, 10));
+        wait_for_lock_requests(&rt, &probe, 0, before + 4);
+        let e = rt
+            .block_on(b.lock(h, ask(2, LockKind::LockWrite, 0, 0), true))
+            .expect_err("B's wait closes a cycle through A");
+        assert_eq!(e.errno, Errno::EDEADLK, "round {round}: {e}");
+        // B lets go: A gets W[10] (C's read lock on 0 is no matter).
+        rt.block_on(b.lock(h, ask(2, LockKind::LockUnlock, 0, u64::MAX), false))
+            .unwrap();
+        ended(&rt, &mut wa, Duration::from_secs(30))
+            .expect("A's lock once B let go")
+            .unwrap();
+    }
+}
+
+/// A clean restart (SIGTERM) of a server while a client holds a lock on
+/// one of its files: the holder's client takes it back, and the restarted
+/// server lets it first (its grace period: the stopped server left its
+/// marker, since a lock was held), so another client finds it in its way.
+#[test]
+fn a_clean_restart_keeps_an_idle_holders_lock() {
+    let (mut cluster, rt) = one_server();
+    let a = cluster.client();
+    let h = rt.block_on(a.create(ROOT, "f", 0o644)).unwrap().handle;
+    rt.block_on(a.lock(h, ask(1, LockKind::LockWrite, 0, 99), false))
+        .unwrap();
+    let b = cluster.client();
+    rt.block_on(b.getattr(ROOT)).unwrap();
+    cluster.terminate(0);
+    cluster.start_server(0);
+    let e = rt
+        .block_on(b.lock(h, ask(2, LockKind::LockWrite, 0, 99), false))
+        .expect_err("another client got the idle holder's range after a clean restart");
+    assert_eq!(e.errno, Errno::EAGAIN, "{e}");
+    assert!(a.holds_locks(h));
+    rt.block_on(a.lock(h, ask(1, LockKind::LockUnlock, 0, 99), false))
+        .unwrap();
+    rt.block_on(b.lock(h, ask(2, LockKind::LockWrite, 0, 99), false))
+        .expect("the range once the holder let it go");
 }
