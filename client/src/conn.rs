@@ -129,13 +129,12 @@ impl Connection {
         body: Bytes,
         payload: Bytes,
     ) -> Result<Frame> {
-        // A lock request may wait at the server for as long as another
-        // process holds the range: holding a slot meanwhile, enough waiters
-        // would leave none for the unlock they wait for. Lock requests are
-        // small and the server bounds nothing on them either.
-        let _permit = match op {
-            Op::Lock => None,
-            _ => Some(self.permits.acquire().await.map_err(|_| self.lost())?),
+        // A request that may wait at the server (a lock another process
+        // holds) takes no slot: enough waiters would leave none for the
+        // unlock they wait for.
+        let _permit = match op.may_wait() {
+            true => None,
+            false => Some(self.permits.acquire().await.map_err(|_| self.lost())?),
         };
         let recalls = self.recalls.load(Ordering::SeqCst);
         let (reply_tx, reply_rx) = oneshot::channel();

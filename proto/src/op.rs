@@ -165,6 +165,13 @@ impl Op {
         }
     }
 
+    /// Whether a request may wait at the server for another client (a
+    /// lock held elsewhere): it is answered when that ends, so neither side
+    /// holds one of the connection's request slots for it meanwhile.
+    pub fn may_wait(self) -> bool {
+        self == Op::Lock
+    }
+
     /// Index into per-operation tables (0-based, dense).
     pub fn index(self) -> usize {
         self as usize - 1

@@ -119,9 +119,9 @@ async fn serve_connection(
             client = from;
             service.leases.connected(client, conn, &sink);
         }
-        if frame.header.op == Op::Lock {
-            // Answered now, or (one that waits for another's lock) by the
-            // lock table once granted; it holds no slot while it waits.
+        if frame.header.op.may_wait() {
+            // A lock: answered now, or (one that waits for another's lock)
+            // by the lock table once granted; it holds no slot while it waits.
             if let Some(reply) = service.serve_lock(&frame, &sink, conn) {
                 if sink.send(&reply).is_err() {
                     break;
