@@ -72,10 +72,59 @@ fn a_tiny_run_verifies_every_pattern_and_counts_files_and_checkpoint_bytes() {
         assert_eq!(get("pfa", "files"), 1.0, "{csv}");
         for p in ["n-n", "n-1-locked", "pfa"] {
             assert!(get(p, "write") > 0.0 && get(p, "read") > 0.0, "{csv}");
+            assert_eq!(get(p, "records"), (ranks * steps) as f64, "{p}: {csv}");
         }
         let changed = get("changed pages", "checkpoint");
         assert_eq!(get("incremental", "checkpoint"), changed, "{csv}");
         assert!(get("full stores", "checkpoint") > 2.0 * changed, "{csv}");
     }
     assert!(out.join("pfa.md").exists());
+}
+
+/// The paper's form: each rank writes for a fixed time, and the run counts
+/// what was written and read back; here PFA alone, on the mount.
+#[test]
+fn a_timed_run_counts_the_records_each_pattern_wrote() {
+    let mut cluster = Cluster::builder().servers(2).start();
+    let mnt = cluster.mount();
+    let local = tempfile::Builder::new()
+        .prefix("shoal-bench-pfa-timed-")
+        .tempdir()
+        .unwrap();
+    let out = local.path().join("out");
+    let run = Command::new("timeout")
+        .arg("300")
+        .arg(shoal_bin())
+        .args(["bench", "pfa", "--dir"])
+        .arg(&mnt)
+        .args(["-p", "2", "--seconds", "0.3", "--pattern", "pfa"])
+        .args([
+            "--record",
+            "70000",
+            "--checkpoint-steps",
+            "2",
+            "--rounds",
+            "1",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let csv = std::fs::read_to_string(out.join("pfa.csv")).unwrap();
+    let records: Vec<f64> = csv
+        .lines()
+        .filter(|l| l.starts_with("pfa,pfa,shoal records,"))
+        .map(|l| l.split(',').nth(4).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(records.len(), 1, "{csv}");
+    assert!(records[0] >= 2.0, "{csv}");
+    assert!(
+        !csv.contains("pfa,n-n,"),
+        "only the pattern asked for runs: {csv}"
+    );
 }

@@ -154,9 +154,15 @@ pub struct PfaArgs {
     /// Ranks (processes).
     #[arg(short = 'p', long = "procs", default_value_t = 8)]
     pub procs: usize,
-    /// Records each rank writes (one per step).
-    #[arg(long, default_value_t = 64)]
-    pub steps: u64,
+    /// Write for this many seconds per rank, as [Kato 2011] did (a minute):
+    /// each rank writes records until its time is up, then makes them
+    /// durable.
+    #[arg(long, default_value_t = 10.0, conflicts_with = "steps")]
+    pub seconds: f64,
+    /// Write exactly this many records per rank (one per step) instead of
+    /// for a fixed time.
+    #[arg(long)]
+    pub steps: Option<u64>,
     /// Bytes per record ([Kato 2011]'s: 272,383).
     #[arg(long, default_value_t = pfa::RECORD)]
     pub record: usize,
@@ -171,9 +177,10 @@ pub struct PfaArgs {
     /// Internal: run as rank K in the run directory given as --dir.
     #[arg(long, hide = true, value_name = "K")]
     pub worker: Option<usize>,
-    /// Internal: the worker's pattern.
-    #[arg(long, hide = true, value_enum)]
-    pub pattern: Option<pfa_worker::Pattern>,
+    /// Run only this pattern (repeatable; default all three). A worker
+    /// gets exactly one.
+    #[arg(long, value_enum)]
+    pub pattern: Vec<pfa_worker::Pattern>,
 }
 
 #[derive(clap::Args)]
@@ -493,18 +500,23 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 command: command_line(),
             })
         }),
-        Workload::Pfa(a) => match (a.worker, a.pattern) {
-            (Some(k), Some(p)) => {
-                as_worker(pfa_worker::worker(&a.dirs[0], k, a.steps, a.record, p))
-            }
-            (Some(_), None) => Err(shoal_proto::ShoalError::invalid(
-                "a pfa worker needs --pattern",
+        Workload::Pfa(a) => match (a.worker, a.pattern.as_slice()) {
+            (Some(k), &[p]) => as_worker(pfa_worker::worker(
+                &a.dirs[0],
+                k,
+                pfa::Length::of(a.steps, a.seconds),
+                a.record,
+                p,
+            )),
+            (Some(_), _) => Err(shoal_proto::ShoalError::invalid(
+                "a pfa worker needs exactly one --pattern",
             )),
             (None, _) => with_sigpipe_ignored(|| {
                 pfa::pfa(&pfa::PfaOptions {
                     dirs: a.dirs,
                     procs: a.procs,
-                    steps: a.steps,
+                    patterns: a.pattern,
+                    length: pfa::Length::of(a.steps, a.seconds),
                     record: a.record,
                     checkpoint_steps: a.checkpoint_steps,
                     rounds: a.rounds.max(1),

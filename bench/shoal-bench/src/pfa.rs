@@ -1,9 +1,10 @@
 //! `shoal bench pfa`: the experiments of [Kato 2011] on any directories
 //! given (a Shoal mount, the local disk, tmpfs), in one run.
 //!
-//! 1. P ranks (processes) write STEPS records of 272,383 bytes each (the
-//!    paper's record) and read them all back, verified, in each of the
-//!    three patterns of `pfa_worker`: a file per rank per step (N-N), one
+//! 1. P ranks (processes) write records of 272,383 bytes each (the paper's
+//!    record), one per step, for a fixed time (the paper's form: it wrote for
+//!    a minute) or a fixed number of steps, and read them all back, verified,
+//!    in each of the three patterns of `pfa_worker`: a file per rank per step (N-N), one
 //!    shared file under record locks (naive N-1), one PFA container. Per
 //!    pattern: write and read bandwidth (all ranks' bytes over the time
 //!    from the first rank's start to the last one's end), files created,
@@ -27,7 +28,7 @@ use shoal_pfa::{Container, Mode, Options};
 use shoal_proto::error::{Result, ShoalError};
 
 use crate::fsops::at;
-use crate::pfa_worker::{Pattern, CONTAINER, PHASES, SHARED_FILE};
+use crate::pfa_worker::{Pattern, CONTAINER, COUNTER_BYTES, LOGICAL_NAME, PHASES, SHARED_FILE};
 use crate::report::{self, median, Phase};
 use crate::smallfile::canonical_dir;
 use crate::workers::run_phases;
@@ -38,11 +39,48 @@ pub const CHECKPOINT: usize = 737_534;
 const PAGE: usize = 4096;
 const MIB: f64 = (1 << 20) as f64;
 
+/// How long each rank writes.
+#[derive(Clone, Copy, Debug)]
+pub enum Length {
+    Steps(u64),
+    Seconds(f64),
+}
+
+impl Length {
+    /// `--steps` if given, else `--seconds`.
+    pub fn of(steps: Option<u64>, seconds: f64) -> Length {
+        steps.map_or(Length::Seconds(seconds), Length::Steps)
+    }
+
+    fn args(self) -> [String; 2] {
+        match self {
+            Length::Steps(n) => ["--steps".into(), n.to_string()],
+            Length::Seconds(s) => ["--seconds".into(), s.to_string()],
+        }
+    }
+
+    fn valid(self) -> bool {
+        match self {
+            Length::Steps(n) => n > 0,
+            Length::Seconds(s) => s > 0.0 && s.is_finite(),
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Length::Steps(n) => format!("for {n} steps"),
+            Length::Seconds(s) => format!("for {s} s"),
+        }
+    }
+}
+
 pub struct PfaOptions {
     /// Directories to run in, each with a label for the tables.
     pub dirs: Vec<PathBuf>,
     pub procs: usize,
-    pub steps: u64,
+    /// The patterns to run (empty: all).
+    pub patterns: Vec<Pattern>,
+    pub length: Length,
     pub record: usize,
     pub checkpoint_steps: u64,
     pub rounds: usize,
@@ -54,10 +92,13 @@ pub struct PfaOptions {
 /// Per (directory, pattern): every round's measures.
 #[derive(Default)]
 struct Measured {
+    /// Per round, the records all ranks wrote.
+    records: Vec<f64>,
     write_mib_s: Vec<f64>,
     read_mib_s: Vec<f64>,
-    files: u64,
-    allocated: u64,
+    /// Per round, files created and the bytes the file system allocated.
+    files: Vec<f64>,
+    allocated: Vec<f64>,
 }
 
 /// Per directory: bytes the checkpoint workload wrote.
@@ -68,11 +109,16 @@ struct Checkpoint {
 }
 
 pub fn pfa(opts: &PfaOptions) -> Result<()> {
-    if opts.procs == 0 || opts.procs > 256 || opts.steps == 0 || opts.record == 0 {
+    if opts.procs == 0 || opts.procs > 256 || !opts.length.valid() || opts.record == 0 {
         return Err(ShoalError::invalid(
-            "pfa: -p (1 to 256), --steps and --record must be positive",
+            "pfa: -p (1 to 256), --steps or --seconds, and --record must be positive",
         ));
     }
+    let patterns = if opts.patterns.is_empty() {
+        Pattern::ALL.to_vec()
+    } else {
+        opts.patterns.clone()
+    };
     let dirs: Vec<(String, PathBuf)> = opts
         .dirs
         .iter()
@@ -82,8 +128,8 @@ pub fn pfa(opts: &PfaOptions) -> Result<()> {
     let mut checkpoints = Vec::new();
     for round in 0..opts.rounds {
         for (i, (name, dir)) in dirs.iter().enumerate() {
-            for k in 0..Pattern::ALL.len() {
-                let p = Pattern::ALL[(k + round) % Pattern::ALL.len()];
+            for k in 0..patterns.len() {
+                let p = patterns[(k + round) % patterns.len()];
                 eprintln!(
                     "bench pfa: round {} of {}: {name}: {}",
                     round + 1,
@@ -141,24 +187,55 @@ fn one_run(opts: &PfaOptions, dir: &Path, p: Pattern, m: &mut Measured) -> Resul
             }
         }
         let mut phases: Vec<Phase> = PHASES.iter().map(|n| Phase::new(n, 0)).collect();
-        let extra = [
+        let mut extra = vec![
             "--pattern".to_string(),
             p.name().to_string(),
-            "--steps".to_string(),
-            opts.steps.to_string(),
             "--record".to_string(),
             opts.record.to_string(),
         ];
+        extra.extend(opts.length.args());
         run_phases("pfa", opts.procs, &run_dir, &extra, &mut phases)?;
-        let bytes = opts.procs as f64 * opts.steps as f64 * opts.record as f64;
+        let records = records(&run_dir, p, opts.procs, opts.record)? as f64;
+        let bytes = records * opts.record as f64;
         let mib_s = |ph: &Phase| bytes / MIB / ph.seconds().last().copied().unwrap_or(f64::NAN);
         m.write_mib_s.push(mib_s(&phases[0]));
         m.read_mib_s.push(mib_s(&phases[1]));
-        (m.files, m.allocated) = census(&run_dir)?;
+        m.records.push(records);
+        let (files, allocated) = census(&run_dir)?;
+        m.files.push(files as f64);
+        m.allocated.push(allocated as f64);
         Ok(())
     })();
     let cleanup = fs::remove_dir_all(&run_dir).map_err(|e| at(&run_dir, e));
     result.and(cleanup)
+}
+
+/// How many records the ranks of a run wrote (and read back, verified): the
+/// run's files, the shared file's claim counter, or the container's stores.
+fn records(run_dir: &Path, p: Pattern, procs: usize, record: usize) -> Result<u64> {
+    match p {
+        Pattern::NN => {
+            let nn = run_dir.join("nn");
+            Ok(fs::read_dir(&nn).map_err(|e| at(&nn, e))?.count() as u64)
+        }
+        Pattern::N1Locked => {
+            let path = run_dir.join(SHARED_FILE);
+            let len = fs::metadata(&path).map_err(|e| at(&path, e))?.len();
+            Ok(len.saturating_sub(COUNTER_BYTES) / record as u64)
+        }
+        Pattern::Pfa => {
+            let path = run_dir.join(CONTAINER);
+            let c = Container::open_read_only(&path).map_err(|e| at(&path, e))?;
+            let mut n = 0;
+            for rank in 0..procs as u32 {
+                let chain = c.chain(rank, Verify::All).map_err(|e| at(&path, e))?;
+                n += stores(&chain)
+                    .get(LOGICAL_NAME)
+                    .map_or(0, |s| s.len() as u64);
+            }
+            Ok(n)
+        }
+    }
 }
 
 /// Regular files under `dir` and the bytes their blocks take.
@@ -273,22 +350,23 @@ fn markdown(
     let _ = writeln!(md, "# `shoal bench pfa`\n");
     let _ = writeln!(
         md,
-        "[Kato 2011]'s experiments: {} ranks (processes) each write {} records of {} bytes, \
-         one per step, then read them all back and verify them; bandwidth is all ranks' bytes \
-         over the time from the first rank's start to the last one's end (MiB/s, median of {} \
-         round{}, patterns rotating which goes first). A write phase ends when its data is durable: N-N fsyncs each file, N-1 its \
-         shared file, PFA its container. Release build.\n",
+        "[Kato 2011]'s experiments: {} ranks (processes) each write a record of {} bytes per step {}, \
+         then read them all back and verify them; bandwidth is all ranks' bytes over the time \
+         from the first rank's start to the last one's end (MiB/s, median of {} round{}, \
+         patterns rotating which goes first). A write phase ends when its data is durable: N-N \
+         fsyncs each file, N-1 its shared file, PFA its container. Records: what all ranks \
+         wrote, files and bytes allocated: medians of the rounds. Release build.\n",
         opts.procs,
-        opts.steps,
         opts.record,
+        opts.length.describe(),
         opts.rounds,
         if opts.rounds == 1 { "" } else { "s" }
     );
     let _ = writeln!(
         md,
-        "| directory | pattern | write MiB/s | read MiB/s | files created | bytes allocated | write vs n-n | write vs n-1-locked |"
+        "| directory | pattern | write MiB/s | read MiB/s | records | files created | bytes allocated | write vs n-n | write vs n-1-locked |"
     );
-    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for (i, (name, dir)) in dirs.iter().enumerate() {
         let of = |p| measured.get(&(i, p));
         for p in Pattern::ALL {
@@ -296,13 +374,14 @@ fn markdown(
             let vs = |q| of(q).map_or("-".into(), |o| ratio(&m.write_mib_s, &o.write_mib_s));
             let _ = writeln!(
                 md,
-                "| {name} ({}) | {} | {} | {} | {} | {} | {} | {} |",
+                "| {name} ({}) | {} | {} | {} | {} | {} | {} | {} | {} |",
                 dir.display(),
                 p.name(),
                 fmt_median(&m.write_mib_s),
                 fmt_median(&m.read_mib_s),
-                m.files,
-                m.allocated,
+                fmt_median(&m.records),
+                fmt_median(&m.files),
+                fmt_median(&m.allocated),
                 vs(Pattern::NN),
                 vs(Pattern::N1Locked),
             );
@@ -385,8 +464,15 @@ fn csv(
                 csv,
                 "pfa,{},{name} files,files,{},{}",
                 p.name(),
-                m.files,
-                m.files
+                median(&m.files).unwrap_or(f64::NAN),
+                all(&m.files)
+            );
+            let _ = writeln!(
+                csv,
+                "pfa,{},{name} records,records,{},{}",
+                p.name(),
+                median(&m.records).unwrap_or(f64::NAN),
+                all(&m.records)
             );
         }
     }

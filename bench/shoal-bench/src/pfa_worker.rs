@@ -1,6 +1,7 @@
-//! One rank of `shoal bench pfa`: writes STEPS records of RECORD bytes, one
-//! per step, in one of the three patterns of [Kato 2011], then reads them all
-//! back and verifies them, each phase behind the parent's barrier.
+//! One rank of `shoal bench pfa`: writes records of RECORD bytes, one per
+//! step, for a fixed time or a fixed number of steps (`pfa::Length`), in one
+//! of the three patterns of [Kato 2011], then reads them all back and
+//! verifies them, each phase behind the parent's barrier.
 //!
 //! - `n-n`: a file per rank per step (`nn/r<rank>.s<step>`), as the
 //!   application did before PFA;
@@ -21,18 +22,20 @@ use std::io::SeekFrom;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use shoal_pfa::{Container, Mode};
 use shoal_proto::error::{Result, ShoalError};
 
 use crate::fsops::{self, at};
 use crate::pattern;
+use crate::pfa::Length;
 use crate::workers::Barrier;
 
 pub const PHASES: [&str; 2] = ["write", "read"];
 
 /// Where the shared file's counter lives; records start after it.
-const COUNTER_BYTES: u64 = 8;
+pub const COUNTER_BYTES: u64 = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Pattern {
@@ -67,41 +70,96 @@ pub const LOGICAL_NAME: &str = "particles.dat";
 
 /// Rank `rank`'s record of step `step`: the same bytes in every pattern.
 pub fn record(rank: usize, step: u64, len: usize) -> Vec<u8> {
-    let mut buf = pattern::base(len, rank);
-    pattern::stamp(&mut buf, pattern::tag(rank, step), 0);
-    buf
+    Records::new(rank, len).of(step).to_vec()
+}
+
+/// One rank's records, step after step, from its pattern made once: each
+/// step only re-stamps its pages. Making the pattern anew each step cost 7%
+/// of the machine's CPU in PFA runs, work no application's I/O would carry.
+struct Records {
+    rank: usize,
+    buf: Vec<u8>,
+}
+
+impl Records {
+    fn new(rank: usize, len: usize) -> Records {
+        Records {
+            rank,
+            buf: pattern::base(len, rank),
+        }
+    }
+
+    fn of(&mut self, step: u64) -> &[u8] {
+        pattern::stamp(&mut self.buf, pattern::tag(self.rank, step), 0);
+        &self.buf
+    }
+
+    /// Whether `got`, read back from `path`, is this rank's record of `step`.
+    fn verify(&mut self, got: &[u8], step: u64, path: &Path) -> Result<()> {
+        let rank = self.rank;
+        let want = self.of(step);
+        if got.len() != want.len() {
+            return Err(ShoalError::io(format!(
+                "{}: rank {rank} step {step}: read {} bytes",
+                path.display(),
+                got.len()
+            )));
+        }
+        match pattern::first_mismatch(got, want, true) {
+            None => Ok(()),
+            Some(pos) => Err(ShoalError::io(format!(
+                "{}: rank {rank} step {step} differs at byte {pos}: {}",
+                path.display(),
+                pattern::describe_mismatch(got, want, pos)
+            ))),
+        }
+    }
 }
 
 fn nn_path(dir: &Path, rank: usize, step: u64) -> std::path::PathBuf {
     dir.join("nn").join(format!("r{rank}.s{step}"))
 }
 
-pub fn worker(dir: &Path, rank: usize, steps: u64, len: usize, p: Pattern) -> Result<()> {
+/// The steps of one rank's write phase: `0, 1, 2, ...` until the count or
+/// the time is up, the time counted from the phase's start.
+fn steps(length: Length) -> impl Iterator<Item = u64> {
+    let started = Instant::now();
+    let (count, time) = match length {
+        Length::Steps(n) => (n, None),
+        Length::Seconds(s) => (u64::MAX, Some(Duration::from_secs_f64(s))),
+    };
+    (0..count).take_while(move |_| time.is_none_or(|t| started.elapsed() < t))
+}
+
+pub fn worker(dir: &Path, rank: usize, length: Length, len: usize, p: Pattern) -> Result<()> {
     let mut barrier = Barrier::new();
     match p {
         Pattern::NN => {
-            barrier.phase(PHASES[0], || {
-                let mut files = Vec::with_capacity(steps as usize);
-                for step in 0..steps {
+            let written = barrier.phase(PHASES[0], || {
+                let mut records = Records::new(rank, len);
+                let mut files = Vec::new();
+                for step in steps(length) {
                     let path = nn_path(dir, rank, step);
                     let f = File::create(&path).map_err(|e| at(&path, e))?;
-                    f.write_all_at(&record(rank, step, len), 0)
+                    f.write_all_at(records.of(step), 0)
                         .map_err(|e| at(&path, e))?;
                     files.push((f, path));
                 }
+                let written = files.len() as u64;
                 for (f, path) in files {
                     f.sync_all().map_err(|e| at(&path, e))?;
                     fsops::close(f, &path)?;
                 }
-                Ok(())
+                Ok(written)
             })?;
             barrier.phase(PHASES[1], || {
+                let mut records = Records::new(rank, len);
                 let mut got = vec![0u8; len];
-                for step in 0..steps {
+                for step in 0..written {
                     let path = nn_path(dir, rank, step);
                     let f = File::open(&path).map_err(|e| at(&path, e))?;
                     fsops::read_full_at(&f, &mut got, 0, &path)?;
-                    verify(&got, len, rank, step, &path)?;
+                    records.verify(&got, step, &path)?;
                 }
                 Ok(())
             })
@@ -114,11 +172,12 @@ pub fn worker(dir: &Path, rank: usize, steps: u64, len: usize, p: Pattern) -> Re
                 .open(&path)
                 .map_err(|e| at(&path, e))?;
             let offsets = barrier.phase(PHASES[0], || {
-                let mut offsets = Vec::with_capacity(steps as usize);
-                for step in 0..steps {
+                let mut records = Records::new(rank, len);
+                let mut offsets = Vec::new();
+                for step in steps(length) {
                     let off = claim(&f, len as u64, &path)?;
                     lock(&f, libc::F_WRLCK, off, len as u64, &path)?;
-                    let wrote = f.write_all_at(&record(rank, step, len), off);
+                    let wrote = f.write_all_at(records.of(step), off);
                     lock(&f, libc::F_UNLCK, off, len as u64, &path)?;
                     wrote.map_err(|e| at(&path, e))?;
                     offsets.push(off);
@@ -127,13 +186,14 @@ pub fn worker(dir: &Path, rank: usize, steps: u64, len: usize, p: Pattern) -> Re
                 Ok(offsets)
             })?;
             barrier.phase(PHASES[1], || {
+                let mut records = Records::new(rank, len);
                 let mut got = vec![0u8; len];
                 for (step, off) in offsets.iter().enumerate() {
                     lock(&f, libc::F_RDLCK, *off, len as u64, &path)?;
                     let read = fsops::read_full_at(&f, &mut got, *off, &path);
                     lock(&f, libc::F_UNLCK, *off, len as u64, &path)?;
                     read?;
-                    verify(&got, len, rank, step as u64, &path)?;
+                    records.verify(&got, step as u64, &path)?;
                 }
                 Ok(())
             })
@@ -141,57 +201,45 @@ pub fn worker(dir: &Path, rank: usize, steps: u64, len: usize, p: Pattern) -> Re
         Pattern::Pfa => {
             let path = dir.join(CONTAINER);
             let rank32 = rank as u32;
-            barrier.phase(PHASES[0], || {
+            let written = barrier.phase(PHASES[0], || {
                 let c = Container::open(&path).map_err(|e| at(&path, e))?;
                 let mut b = c
                     .mmap(LOGICAL_NAME, len, rank32, Mode::Write)
                     .map_err(|e| at(&path, e))?;
-                for step in 0..steps {
-                    b.as_mut_slice().copy_from_slice(&record(rank, step, len));
+                let mut records = Records::new(rank, len);
+                let mut written = 0;
+                for step in steps(length) {
+                    b.as_mut_slice().copy_from_slice(records.of(step));
                     b.append(len).map_err(|e| at(&path, e))?;
+                    written += 1;
                 }
                 drop(b);
-                c.sync().and_then(|()| c.close()).map_err(|e| at(&path, e))
+                c.sync()
+                    .and_then(|()| c.close())
+                    .map_err(|e| at(&path, e))?;
+                Ok(written)
             })?;
             barrier.phase(PHASES[1], || {
                 let c = Container::open_read_only(&path).map_err(|e| at(&path, e))?;
                 let mut b = c
                     .mmap(LOGICAL_NAME, len, rank32, Mode::Read)
                     .map_err(|e| at(&path, e))?;
+                let mut records = Records::new(rank, len);
                 let mut step = 0;
                 while !b.eof() {
-                    verify(&b.as_slice()[..b.len()], len, rank, step, &path)?;
+                    records.verify(&b.as_slice()[..b.len()], step, &path)?;
                     b.seek(SeekFrom::Current(1)).map_err(|e| at(&path, e))?;
                     step += 1;
                 }
-                if step != steps {
+                if step != written {
                     return Err(ShoalError::io(format!(
-                        "{}: rank {rank} reads {step} steps back, wrote {steps}",
+                        "{}: rank {rank} reads {step} steps back, wrote {written}",
                         path.display()
                     )));
                 }
                 Ok(())
             })
         }
-    }
-}
-
-fn verify(got: &[u8], len: usize, rank: usize, step: u64, path: &Path) -> Result<()> {
-    let want = record(rank, step, len);
-    if got.len() != want.len() {
-        return Err(ShoalError::io(format!(
-            "{}: rank {rank} step {step}: read {} bytes",
-            path.display(),
-            got.len()
-        )));
-    }
-    match pattern::first_mismatch(got, &want, true) {
-        None => Ok(()),
-        Some(pos) => Err(ShoalError::io(format!(
-            "{}: rank {rank} step {step} differs at byte {pos}: {}",
-            path.display(),
-            pattern::describe_mismatch(got, &want, pos)
-        ))),
     }
 }
 
