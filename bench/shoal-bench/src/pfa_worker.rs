@@ -13,7 +13,8 @@
 //!   the rank's mapped buffer and stored with `append`.
 //!
 //! Each write phase ends when the rank's records are durable: N-N fsyncs
-//! each of its files once all are written, N-1 the shared file once, PFA
+//! each of its files once all are written (or every [`NN_OPEN_MAX`] files,
+//! to bound its open descriptors), N-1 the shared file once, PFA
 //! syncs the container (its stores went with O_DIRECT where the file system
 //! takes it).
 
@@ -116,6 +117,18 @@ impl Records {
     }
 }
 
+/// Most files an N-N rank keeps open before it syncs and closes them.
+const NN_OPEN_MAX: usize = 512;
+
+/// Makes each of `files` durable and closes it.
+fn sync_and_close(files: &mut Vec<(File, std::path::PathBuf)>) -> Result<()> {
+    for (f, path) in files.drain(..) {
+        f.sync_all().map_err(|e| at(&path, e))?;
+        fsops::close(f, &path)?;
+    }
+    Ok(())
+}
+
 fn nn_path(dir: &Path, rank: usize, step: u64) -> std::path::PathBuf {
     dir.join("nn").join(format!("r{rank}.s{step}"))
 }
@@ -138,18 +151,23 @@ pub fn worker(dir: &Path, rank: usize, length: Length, len: usize, p: Pattern) -
             let written = barrier.phase(PHASES[0], || {
                 let mut records = Records::new(rank, len);
                 let mut files = Vec::new();
+                let mut written = 0;
                 for step in steps(length) {
                     let path = nn_path(dir, rank, step);
                     let f = File::create(&path).map_err(|e| at(&path, e))?;
                     f.write_all_at(records.of(step), 0)
                         .map_err(|e| at(&path, e))?;
                     files.push((f, path));
+                    written += 1;
+                    // A timed run makes as many files as the time allows:
+                    // they are made durable and closed in batches, so that
+                    // a fast file system never runs a rank out of
+                    // descriptors.
+                    if files.len() == NN_OPEN_MAX {
+                        sync_and_close(&mut files)?;
+                    }
                 }
-                let written = files.len() as u64;
-                for (f, path) in files {
-                    f.sync_all().map_err(|e| at(&path, e))?;
-                    fsops::close(f, &path)?;
-                }
+                sync_and_close(&mut files)?;
                 Ok(written)
             })?;
             barrier.phase(PHASES[1], || {
