@@ -6,36 +6,24 @@
 //! nothing more. Times are not checked (benchmarks never assert durations).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::Command;
 
 use shoal_tests::{shoal_bin, Cluster};
 
-#[test]
-fn a_tiny_run_verifies_every_pattern_and_counts_files_and_checkpoint_bytes() {
-    let mut cluster = Cluster::builder().servers(4).start();
-    let mnt = cluster.mount();
-    let local = tempfile::Builder::new()
-        .prefix("shoal-bench-pfa-")
-        .tempdir()
-        .unwrap();
-    let out = local.path().join("out");
-    let (ranks, steps) = (3, 4);
-    let run = Command::new("timeout")
-        .arg("300")
-        .arg(shoal_bin())
-        .args(["bench", "pfa", "--dir"])
-        .arg(&mnt)
-        .arg("--dir")
-        .arg(local.path())
-        .args(["-p", &ranks.to_string(), "--steps", &steps.to_string()])
-        .args([
-            "--record",
-            "70000",
-            "--checkpoint-steps",
-            "4",
-            "--rounds",
-            "1",
-        ])
+/// Runs `shoal bench pfa` on `dirs` with `args`, small records and one
+/// round, its results written under `scratch`; returns its CSV.
+fn bench_pfa(scratch: &Path, dirs: &[&Path], args: &[&str], checkpoint_steps: u32) -> String {
+    let out = scratch.join("out");
+    let mut cmd = Command::new("timeout");
+    cmd.arg("300").arg(shoal_bin()).args(["bench", "pfa"]);
+    for d in dirs {
+        cmd.arg("--dir").arg(d);
+    }
+    let run = cmd
+        .args(args)
+        .args(["--record", "70000", "--rounds", "1"])
+        .args(["--checkpoint-steps", &checkpoint_steps.to_string()])
         .arg("--out")
         .arg(&out)
         .output()
@@ -45,7 +33,24 @@ fn a_tiny_run_verifies_every_pattern_and_counts_files_and_checkpoint_bytes() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    let csv = std::fs::read_to_string(out.join("pfa.csv")).unwrap();
+    std::fs::read_to_string(out.join("pfa.csv")).unwrap()
+}
+
+#[test]
+fn a_tiny_run_verifies_every_pattern_and_counts_files_and_checkpoint_bytes() {
+    let mut cluster = Cluster::builder().servers(4).start();
+    let mnt = cluster.mount();
+    let local = tempfile::Builder::new()
+        .prefix("shoal-bench-pfa-")
+        .tempdir()
+        .unwrap();
+    let (ranks, steps) = (3, 4);
+    let csv = bench_pfa(
+        local.path(),
+        &[&mnt, local.path()],
+        &["-p", &ranks.to_string(), "--steps", &steps.to_string()],
+        4,
+    );
     let value: BTreeMap<(String, String), f64> = csv
         .lines()
         .skip(1)
@@ -78,7 +83,7 @@ fn a_tiny_run_verifies_every_pattern_and_counts_files_and_checkpoint_bytes() {
         assert_eq!(get("incremental", "checkpoint"), changed, "{csv}");
         assert!(get("full stores", "checkpoint") > 2.0 * changed, "{csv}");
     }
-    assert!(out.join("pfa.md").exists());
+    assert!(local.path().join("out/pfa.md").exists());
 }
 
 /// The paper's form: each rank writes for a fixed time, and the run counts
@@ -91,31 +96,12 @@ fn a_timed_run_counts_the_records_each_pattern_wrote() {
         .prefix("shoal-bench-pfa-timed-")
         .tempdir()
         .unwrap();
-    let out = local.path().join("out");
-    let run = Command::new("timeout")
-        .arg("300")
-        .arg(shoal_bin())
-        .args(["bench", "pfa", "--dir"])
-        .arg(&mnt)
-        .args(["-p", "2", "--seconds", "0.3", "--pattern", "pfa"])
-        .args([
-            "--record",
-            "70000",
-            "--checkpoint-steps",
-            "2",
-            "--rounds",
-            "1",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    let csv = bench_pfa(
+        local.path(),
+        &[&mnt],
+        &["-p", "2", "--seconds", "0.3", "--pattern", "pfa"],
+        2,
     );
-    let csv = std::fs::read_to_string(out.join("pfa.csv")).unwrap();
     let records: Vec<f64> = csv
         .lines()
         .filter(|l| l.starts_with("pfa,pfa,shoal records,"))
