@@ -214,11 +214,13 @@ pub struct Settings {
     /// Streamed reads through the mount: a file at least this big opened
     /// read-only is read past the kernel's page cache, and the mount keeps
     /// up to this many bytes of it fetched ahead of a sequential reader
-    /// (`fuse/src/read_streams.rs`). Ahead for one reader of large pieces in
-    /// some rounds, behind for four readers of fresh files, far behind for
-    /// reads of a few KiB (`bench/results/read-streams-ab.md`), so off by
-    /// default: 0, every file is read through the page cache with the
-    /// kernel's readahead.
+    /// (`fuse/src/read_streams.rs`). Ahead for four cold readers of 1 MiB
+    /// pieces (1.08x-2.01x, `bench/results/stream-reads-on-ab.csv`), but
+    /// re-reads of files the page cache would hold go to the servers again
+    /// (5-8x slower) and a first open read in pieces of a few KiB is far
+    /// behind (`bench/results/read-streams-ab.md`), so off by default: 0,
+    /// every file is read through the page cache with the kernel's
+    /// readahead.
     pub stream_reads: u32,
     /// Scattered kept writes (a buffer of several extents) go to the
     /// file's gathering server, its metafile's, which merges every
