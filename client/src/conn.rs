@@ -132,9 +132,10 @@ impl Connection {
         // A request that may wait at the server (a lock another process
         // holds) takes no slot: enough waiters would leave none for the
         // unlock they wait for.
-        let _permit = match op.may_wait() {
-            true => None,
-            false => Some(self.permits.acquire().await.map_err(|_| self.lost())?),
+        let _permit = if op.may_wait() {
+            None
+        } else {
+            Some(self.permits.acquire().await.map_err(|_| self.lost())?)
         };
         let recalls = self.recalls.load(Ordering::SeqCst);
         let (reply_tx, reply_rx) = oneshot::channel();
