@@ -482,6 +482,10 @@ impl Filesystem for ShoalFs {
             InitFlags::FUSE_CACHE_SYMLINKS,
             // fcntl locks come here, to be taken for the whole cluster.
             InitFlags::FUSE_POSIX_LOCKS,
+            // Requests and replies through io_uring rings instead of reads
+            // and writes of /dev/fuse (offered when the fuse module's
+            // enable_uring is on).
+            InitFlags::FUSE_OVER_IO_URING,
         ];
         for flag in wanted {
             if let Err(missing) = config.add_capabilities(flag) {

@@ -1,0 +1,454 @@
+//! FUSE over io_uring (Linux 6.14+, FUSE ABI 7.42): requests arrive as
+//! completions of commands registered on `/dev/fuse`, and a reply goes back
+//! with the command that also fetches the next request, so a request costs
+//! no `read` and a reply no `writev` of its own.
+//!
+//! The kernel keeps one queue per possible CPU and hands a request to the
+//! queue of the CPU its caller runs on; every queue must have entries
+//! registered before the kernel switches from `/dev/fuse` to the rings (until
+//! then, and for FORGET, INTERRUPT and notifications always, the classic
+//! loop threads serve). Here each queue has one thread, pinned to its CPU,
+//! with its own ring of `QUEUE_DEPTH` entries.
+//!
+//! An entry is a header buffer (the request's `fuse_in_header` and its
+//! op-specific header; the reply's `fuse_out_header`) and a payload buffer
+//! (everything else). The payload buffer sits `PREFIX` bytes into an
+//! allocation, so the two headers can be copied in front of the payload and
+//! the request parsed from one contiguous slice, the same bytes a `read` of
+//! `/dev/fuse` would have returned, without copying the payload.
+//!
+//! Replies may come from any thread. An entry's buffers belong to the kernel
+//! while the entry is registered and to the request while it is being
+//! served; the commit hands them back. A reply sent while the ring thread is
+//! still inside the filesystem method that got the request is committed by
+//! the ring thread once the method returns, so the kernel never writes the
+//! next request into bytes the method may still read.
+
+use std::cell::UnsafeCell;
+use std::io;
+use std::io::IoSlice;
+use std::mem::size_of;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU8;
+use std::sync::atomic::Ordering;
+
+use io_uring::IoUring;
+use io_uring::cqueue;
+use io_uring::opcode;
+use io_uring::squeue;
+use io_uring::types;
+use log::error;
+use log::warn;
+use parking_lot::Mutex;
+
+use crate::channel::ChannelSender;
+use crate::dev_fuse::DevFuse;
+use crate::ll::fuse_abi as abi;
+
+/// Entries per queue: requests one CPU's callers can have in service at once
+/// before the kernel queues more behind them.
+const QUEUE_DEPTH: usize = 16;
+
+/// `FUSE_IO_URING_CMD_REGISTER`: register an entry's buffers and fetch.
+const CMD_REGISTER: u32 = 1;
+/// `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`: answer the entry's request and fetch.
+const CMD_COMMIT_AND_FETCH: u32 = 2;
+
+/// `struct fuse_uring_req_header`: `in_out` holds the in or out header,
+/// `op_in` the request's op-specific header.
+#[repr(C)]
+struct ReqHeader {
+    in_out: [u8; 128],
+    op_in: [u8; 128],
+    ring_ent_in_out: EntInOut,
+}
+
+/// `struct fuse_uring_ent_in_out`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct EntInOut {
+    flags: u64,
+    commit_id: u64,
+    payload_sz: u32,
+    padding: u32,
+    reserved: u64,
+}
+
+const IN_HEADER: usize = size_of::<abi::fuse_in_header>();
+const OUT_HEADER: usize = size_of::<abi::fuse_out_header>();
+/// Room in front of the payload for the in header and the largest
+/// op-specific header (`op_in`), rounded to keep the payload aligned.
+const PREFIX: usize = 256;
+const _: () = assert!(PREFIX >= IN_HEADER + 128);
+const _: () = assert!(size_of::<ReqHeader>() == 288);
+const _: () = assert!(size_of::<squeue::Entry128>() == 128);
+
+/// Where an entry is: with the kernel, in a filesystem method on the ring
+/// thread, waiting for its reply elsewhere, or answered during the method.
+const WITH_KERNEL: u8 = 0;
+const DISPATCHING: u8 = 1;
+const AWAITING_REPLY: u8 = 2;
+const REPLIED_IN_DISPATCH: u8 = 3;
+
+struct Entry {
+    header: UnsafeCell<Box<ReqHeader>>,
+    /// `PREFIX` bytes, then the payload buffer; u64s for the headers' alignment.
+    buf: UnsafeCell<Box<[u64]>>,
+    iov: UnsafeCell<[libc::iovec; 2]>,
+    state: AtomicU8,
+    commit_id: UnsafeCell<u64>,
+}
+
+/// One kernel queue: its ring, its entries and the device they are
+/// registered on.
+pub(crate) struct Queue {
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    /// Serialises pushes to the submission queue (replies come from any thread).
+    submit: Mutex<()>,
+    entries: Box<[Entry]>,
+    payload_len: usize,
+    qid: u16,
+    dev: Arc<DevFuse>,
+}
+
+// SAFETY: an entry's cells are touched only by whoever holds the entry: the
+// ring thread from its completion until the request is dispatched, the
+// request's reply until it commits (the `state` handover orders the two), and
+// the kernel in between. The ring's submission side is used under `submit`,
+// its completion side only by the ring thread.
+unsafe impl Send for Queue {}
+unsafe impl Sync for Queue {}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue").field("qid", &self.qid).finish()
+    }
+}
+
+/// The reply half of a request that came from a ring entry.
+#[derive(Debug)]
+pub(crate) struct RingReply {
+    queue: Arc<Queue>,
+    entry: usize,
+}
+
+impl RingReply {
+    /// Writes the reply (`fuse_out_header` and its arguments, as they would
+    /// be written to `/dev/fuse`) into the entry and commits it.
+    pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
+        let q = &self.queue;
+        let e = &q.entries[self.entry];
+        let total: usize = data.iter().map(|s| s.len()).sum();
+        if total < OUT_HEADER || total - OUT_HEADER > q.payload_len {
+            // Not a reply fuser can form; the caller logs it and the request
+            // stays unanswered, as a failed writev would leave it.
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: this reply holds the entry (see `Queue`).
+        unsafe {
+            let header = &mut *e.header.get();
+            let payload = q.payload(self.entry);
+            let mut at = 0; // bytes of the reply placed so far
+            for s in data {
+                let (head, rest) = s.split_at(OUT_HEADER.saturating_sub(at).min(s.len()));
+                header.in_out[at..at + head.len()].copy_from_slice(head);
+                at += head.len();
+                if !rest.is_empty() {
+                    let off = at - OUT_HEADER;
+                    payload[off..off + rest.len()].copy_from_slice(rest);
+                    at += rest.len();
+                }
+            }
+            header.ring_ent_in_out.payload_sz = (total - OUT_HEADER) as u32;
+        }
+        match e.state.compare_exchange(
+            DISPATCHING,
+            REPLIED_IN_DISPATCH,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Ok(()), // the ring thread commits when the method returns
+            Err(state) => {
+                debug_assert_eq!(state, AWAITING_REPLY);
+                e.state.store(WITH_KERNEL, Ordering::Release);
+                q.commit(self.entry, true)
+            }
+        }
+    }
+
+    pub(crate) fn channel(&self) -> ChannelSender {
+        ChannelSender::from_device(self.queue.dev.clone())
+    }
+}
+
+impl Queue {
+    /// Sets up queue `qid`'s ring and entries (payloads of `payload_len`
+    /// bytes: at least the connection's largest request or reply).
+    pub(crate) fn new(dev: Arc<DevFuse>, qid: u16, payload_len: usize) -> io::Result<Arc<Queue>> {
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+            .setup_cqsize(2 * QUEUE_DEPTH as u32)
+            .build(QUEUE_DEPTH as u32)?;
+        let words = (PREFIX + payload_len).div_ceil(8);
+        let entries = (0..QUEUE_DEPTH)
+            .map(|_| Entry {
+                header: UnsafeCell::new(Box::new(ReqHeader {
+                    in_out: [0; 128],
+                    op_in: [0; 128],
+                    ring_ent_in_out: EntInOut {
+                        flags: 0,
+                        commit_id: 0,
+                        payload_sz: 0,
+                        padding: 0,
+                        reserved: 0,
+                    },
+                })),
+                buf: UnsafeCell::new(vec![0u64; words].into_boxed_slice()),
+                iov: UnsafeCell::new(
+                    [libc::iovec {
+                        iov_base: std::ptr::null_mut(),
+                        iov_len: 0,
+                    }; 2],
+                ),
+                state: AtomicU8::new(WITH_KERNEL),
+                commit_id: UnsafeCell::new(0),
+            })
+            .collect();
+        Ok(Arc::new(Queue {
+            ring,
+            submit: Mutex::new(()),
+            entries,
+            payload_len,
+            qid,
+            dev,
+        }))
+    }
+
+    /// The entry's payload buffer.
+    ///
+    /// SAFETY: the caller holds the entry.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn payload(&self, entry: usize) -> &mut [u8] {
+        let buf = unsafe { &mut *self.entries[entry].buf.get() };
+        let bytes = buf.as_mut_ptr().cast::<u8>();
+        unsafe { std::slice::from_raw_parts_mut(bytes.add(PREFIX), self.payload_len) }
+    }
+
+    /// The 128-byte submission for `cmd` on `entry`.
+    fn command(&self, entry: usize, cmd: u32, commit_id: u64) -> squeue::Entry128 {
+        // struct fuse_uring_cmd_req: flags, commit_id, qid, padding.
+        let mut req = [0u8; 80];
+        req[8..16].copy_from_slice(&commit_id.to_ne_bytes());
+        req[16..18].copy_from_slice(&self.qid.to_ne_bytes());
+        let iov = self.entries[entry].iov.get();
+        let sqe = opcode::UringCmd80::new(types::Fd(self.dev.as_raw_fd()), cmd)
+            .cmd(req)
+            .addr(Some(iov as u64))
+            .build()
+            .user_data(entry as u64);
+        // The kernel wants `len` = 2 (the header and payload iovecs), a field
+        // the builder does not set: byte 24 of the SQE (`struct io_uring_sqe`).
+        // SAFETY: `Entry128` is the 128-byte SQE, checked above.
+        let mut raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
+        raw[24..28].copy_from_slice(&2u32.to_ne_bytes());
+        unsafe { std::mem::transmute(raw) }
+    }
+
+    /// Pushes the command for `entry` and, if `now`, submits it.
+    fn push(&self, sqe: &squeue::Entry128, now: bool) -> io::Result<()> {
+        let _guard = self.submit.lock();
+        // SAFETY: pushes are serialised by `submit`; the queue never holds
+        // more than QUEUE_DEPTH commands, one per entry, within its size.
+        unsafe {
+            let mut sq = self.ring.submission_shared();
+            sq.push(sqe)
+                .map_err(|_| io::Error::other("FUSE ring's submission queue full"))?;
+        }
+        if now {
+            self.ring.submit()?;
+        }
+        Ok(())
+    }
+
+    fn commit(&self, entry: usize, now: bool) -> io::Result<()> {
+        // SAFETY: the committer holds the entry.
+        let commit_id = unsafe { *self.entries[entry].commit_id.get() };
+        self.push(&self.command(entry, CMD_COMMIT_AND_FETCH, commit_id), now)
+    }
+
+    /// Registers every entry with the kernel.
+    fn register(&self) -> io::Result<()> {
+        for (i, e) in self.entries.iter().enumerate() {
+            // SAFETY: not yet registered: the ring thread holds every entry.
+            unsafe {
+                let header = &mut **e.header.get();
+                let payload = self.payload(i);
+                *e.iov.get() = [
+                    libc::iovec {
+                        iov_base: (header as *mut ReqHeader).cast(),
+                        iov_len: size_of::<ReqHeader>(),
+                    },
+                    libc::iovec {
+                        iov_base: payload.as_mut_ptr().cast(),
+                        iov_len: payload.len(),
+                    },
+                ];
+            }
+            self.push(&self.command(i, CMD_REGISTER, 0), false)?;
+        }
+        self.ring.submit()?;
+        Ok(())
+    }
+
+    /// The request in `entry`, laid out as `/dev/fuse` delivers it, or None
+    /// if its sizes do not add up.
+    ///
+    /// SAFETY: the ring thread holds the entry (its completion just arrived).
+    unsafe fn request(&self, entry: usize) -> Option<&[u8]> {
+        let e = &self.entries[entry];
+        let header = unsafe { &**e.header.get() };
+        let payload_sz = header.ring_ent_in_out.payload_sz as usize;
+        unsafe { *e.commit_id.get() = header.ring_ent_in_out.commit_id };
+        let len = u32::from_ne_bytes(header.in_out[0..4].try_into().unwrap()) as usize;
+        let op_len = len.checked_sub(IN_HEADER + payload_sz)?;
+        if op_len > header.op_in.len() || payload_sz > self.payload_len || op_len % 8 != 0 {
+            return None;
+        }
+        let start = PREFIX - IN_HEADER - op_len;
+        let buf = unsafe { &mut *e.buf.get() };
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), PREFIX + payload_sz)
+        };
+        bytes[start..start + IN_HEADER].copy_from_slice(&header.in_out[..IN_HEADER]);
+        bytes[start + IN_HEADER..PREFIX].copy_from_slice(&header.op_in[..op_len]);
+        Some(&bytes[start..])
+    }
+
+    /// The unique id in the entry's in header, to answer a request that
+    /// cannot be parsed.
+    unsafe fn unique(&self, entry: usize) -> u64 {
+        let header = unsafe { &**self.entries[entry].header.get() };
+        u64::from_ne_bytes(header.in_out[8..16].try_into().unwrap())
+    }
+
+    /// Serves the queue until the connection ends: registers the entries,
+    /// then hands each request to `dispatch` with the reply it must use.
+    pub(crate) fn serve(
+        self: &Arc<Queue>,
+        mut dispatch: impl FnMut(&[u8], RingReply) -> Result<(), RingReply>,
+    ) -> io::Result<()> {
+        pin_to_cpu(self.qid as usize);
+        self.register()?;
+        let mut live = self.entries.len();
+        loop {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+            // SAFETY: only this thread reads the completion queue.
+            let done: Vec<(usize, i32)> = unsafe { self.ring.completion_shared() }
+                .map(|c| (c.user_data() as usize, c.result()))
+                .collect();
+            for (entry, result) in done {
+                if result < 0 {
+                    // The connection is gone (ENOTCONN on unmount or abort)
+                    // or the kernel refused the entry: it will not come back.
+                    if result != -libc::ENOTCONN {
+                        warn!(
+                            "FUSE ring queue {} entry {entry}: {}",
+                            self.qid,
+                            io::Error::from_raw_os_error(-result)
+                        );
+                    }
+                    live -= 1;
+                    continue;
+                }
+                self.serve_entry(entry, &mut dispatch);
+            }
+            if live == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    fn serve_entry(
+        self: &Arc<Queue>,
+        entry: usize,
+        dispatch: &mut impl FnMut(&[u8], RingReply) -> Result<(), RingReply>,
+    ) {
+        let e = &self.entries[entry];
+        e.state.store(DISPATCHING, Ordering::Release);
+        let reply = RingReply {
+            queue: self.clone(),
+            entry,
+        };
+        // SAFETY: the completion gave this thread the entry.
+        let unparsed = match unsafe { self.request(entry) } {
+            Some(request) => dispatch(request, reply).err(),
+            None => {
+                error!(
+                    "FUSE ring queue {}: a request whose sizes do not add up",
+                    self.qid
+                );
+                Some(reply)
+            }
+        };
+        if let Some(reply) = unparsed {
+            // SAFETY: not dispatched: this thread still holds the entry.
+            let unique = unsafe { self.unique(entry) };
+            let mut out = [0u8; OUT_HEADER];
+            out[0..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
+            out[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+            out[8..16].copy_from_slice(&unique.to_ne_bytes());
+            if let Err(err) = reply.send(&[IoSlice::new(&out)]) {
+                error!("FUSE ring queue {}: {err}", self.qid);
+            }
+        }
+        if e.state
+            .compare_exchange(
+                DISPATCHING,
+                AWAITING_REPLY,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            // Answered during the method: commit now (submitted with the
+            // next wait).
+            e.state.store(WITH_KERNEL, Ordering::Release);
+            if let Err(err) = self.commit(entry, false) {
+                error!("FUSE ring queue {}: commit failed: {err}", self.qid);
+            }
+        }
+    }
+}
+
+/// Keeps the calling thread on `cpu`, where the kernel's queue of that
+/// number gets its requests from (best effort: a failure only costs locality).
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET stays within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+            warn!(
+                "pinning FUSE ring thread to CPU {cpu}: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// The number of kernel queues: one per possible CPU.
+pub(crate) fn queue_count() -> io::Result<usize> {
+    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let mut n = 0;
+    for range in possible.trim().split(',') {
+        let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+        let lo: usize = lo.parse().map_err(io::Error::other)?;
+        let hi: usize = hi.parse().map_err(io::Error::other)?;
+        n += hi + 1 - lo;
+    }
+    Ok(n)
+}
