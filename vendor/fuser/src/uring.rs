@@ -29,6 +29,7 @@ use std::io;
 use std::io::IoSlice;
 use std::mem::size_of;
 use std::os::fd::AsRawFd;
+use std::os::fd::FromRawFd;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering;
@@ -110,7 +111,14 @@ pub(crate) struct Queue {
     payload_len: usize,
     qid: u16,
     dev: Arc<DevFuse>,
+    /// Entries answered on other threads, for the ring thread to commit.
+    handoff: Mutex<Vec<usize>>,
+    /// Wakes the ring thread for `handoff` (a read of it is always pending).
+    wake: std::os::fd::OwnedFd,
+    wake_buf: UnsafeCell<u64>,
 }
+
+const WAKE_TAG: u64 = u64::MAX;
 
 // SAFETY: an entry's cells are touched only by whoever holds the entry: the
 // ring thread from its completion until the request is dispatched, the
@@ -172,7 +180,17 @@ impl RingReply {
             Err(state) => {
                 debug_assert_eq!(state, AWAITING_REPLY);
                 e.state.store(WITH_KERNEL, Ordering::Release);
-                q.commit(self.entry, true)
+                let mut handoff = q.handoff.lock();
+                handoff.push(self.entry);
+                if handoff.len() == 1 {
+                    let one = 1u64.to_ne_bytes();
+                    // SAFETY: writing 8 bytes to an eventfd.
+                    let n = unsafe { libc::write(q.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+                    if n != 8 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                Ok(())
             }
         }
     }
@@ -187,8 +205,8 @@ impl Queue {
     /// bytes: at least the connection's largest request or reply).
     pub(crate) fn new(dev: Arc<DevFuse>, qid: u16, payload_len: usize) -> io::Result<Arc<Queue>> {
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
-            .setup_cqsize(2 * QUEUE_DEPTH as u32)
-            .build(QUEUE_DEPTH as u32)?;
+            .setup_cqsize(4 * QUEUE_DEPTH as u32)
+            .build(2 * QUEUE_DEPTH as u32)?;
         let words = (PREFIX + payload_len).div_ceil(8);
         let entries = (0..QUEUE_DEPTH)
             .map(|_| Entry {
@@ -214,6 +232,11 @@ impl Queue {
                 commit_id: UnsafeCell::new(0),
             })
             .collect();
+        // SAFETY: eventfd returns a new descriptor or -1.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if wake < 0 {
+            return Err(io::Error::last_os_error());
+        }
         Ok(Arc::new(Queue {
             ring,
             submit: Mutex::new(()),
@@ -221,6 +244,9 @@ impl Queue {
             payload_len,
             qid,
             dev,
+            handoff: Mutex::new(Vec::new()),
+            wake: unsafe { std::os::fd::OwnedFd::from_raw_fd(wake) },
+            wake_buf: UnsafeCell::new(0),
         }))
     }
 
@@ -296,7 +322,26 @@ impl Queue {
             }
             self.push(&self.command(i, CMD_REGISTER, 0), false)?;
         }
+        self.arm_wake()?;
         self.ring.submit()?;
+        Ok(())
+    }
+
+    fn arm_wake(&self) -> io::Result<()> {
+        let sqe = opcode::Read::new(
+            types::Fd(self.wake.as_raw_fd()),
+            self.wake_buf.get().cast(),
+            8,
+        )
+        .build()
+        .user_data(WAKE_TAG)
+        .into();
+        let _guard = self.submit.lock();
+        unsafe {
+            let mut sq = self.ring.submission_shared();
+            sq.push(&sqe)
+                .map_err(|_| io::Error::other("FUSE ring's submission queue full"))?;
+        }
         Ok(())
     }
 
@@ -351,6 +396,16 @@ impl Queue {
                 .map(|c| (c.user_data() as usize, c.result()))
                 .collect();
             for (entry, result) in done {
+                if entry as u64 == WAKE_TAG {
+                    let handed: Vec<usize> = std::mem::take(&mut *self.handoff.lock());
+                    for entry in handed {
+                        if let Err(err) = self.commit(entry, false) {
+                            error!("FUSE ring queue {}: commit failed: {err}", self.qid);
+                        }
+                    }
+                    self.arm_wake()?;
+                    continue;
+                }
                 if result < 0 {
                     // The connection is gone (ENOTCONN on unmount or abort)
                     // or the kernel refused the entry: it will not come back.
