@@ -482,14 +482,22 @@ impl Filesystem for ShoalFs {
             InitFlags::FUSE_CACHE_SYMLINKS,
             // fcntl locks come here, to be taken for the whole cluster.
             InitFlags::FUSE_POSIX_LOCKS,
-            // Requests and replies through io_uring rings instead of reads
-            // and writes of /dev/fuse (offered when the fuse module's
-            // enable_uring is on).
-            InitFlags::FUSE_OVER_IO_URING,
         ];
         for flag in wanted {
             if let Err(missing) = config.add_capabilities(flag) {
                 tracing::debug!("the kernel does not offer {missing:?}");
+            }
+        }
+        // Requests and replies through io_uring rings instead of reads and
+        // writes of /dev/fuse (`fuse_io_uring`; offered once the fuse
+        // module's enable_uring is on).
+        if self.shared.client.config().settings.fuse_io_uring {
+            match config.add_capabilities(InitFlags::FUSE_OVER_IO_URING) {
+                Ok(()) => tracing::info!("serving FUSE requests through io_uring rings"),
+                Err(_) => tracing::info!(
+                    "the kernel does not offer FUSE over io_uring \
+                     (/sys/module/fuse/parameters/enable_uring): serving /dev/fuse"
+                ),
             }
         }
         // A file opened past the page cache (`read_streams`) may still be

@@ -227,6 +227,13 @@ pub struct Settings {
     /// client's into strip-aligned large writes; off, each extent goes
     /// straight to the strips' servers. Default true.
     pub gather_on_server: bool,
+    /// The mount takes its requests from the kernel through io_uring rings
+    /// (FUSE over io_uring, Linux 6.14+) when the kernel offers them, which
+    /// it does once root turns on `/sys/module/fuse/parameters/enable_uring`
+    /// (`scripts/install-deps` does); off, or not offered, through reads
+    /// and writes of `/dev/fuse`. Creates through the mount 1.16x-1.43x
+    /// (`bench/results/fuse-io-uring-ab.md`). Default true.
+    pub fuse_io_uring: bool,
 
     // The small-file techniques of [Carns 2009], each a switch (all on by default;
     // `shoal up --baseline` turns all five off).
@@ -293,6 +300,7 @@ impl Default for Settings {
             write_behind: 8 << 20,
             stream_reads: 0,
             gather_on_server: true,
+            fuse_io_uring: true,
             precreate: true,
             precreate_batch: 512,
             precreate_low_mark: 128,

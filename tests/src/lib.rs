@@ -333,6 +333,11 @@ impl Cluster {
         dir
     }
 
+    /// The process id of the mount [`mount`](Self::mount) started.
+    pub fn mount_pid(&self) -> Option<u32> {
+        self.mount.as_ref().map(|(_, child)| child.id())
+    }
+
     /// Unmounts (if mounted) and waits for the mount process to end.
     pub fn unmount(&mut self) {
         if let Some((dir, child)) = self.mount.take() {

@@ -29,20 +29,21 @@ pub struct MountArgs {
     pub log: Option<PathBuf>,
     /// A client-side setting for this mount only, KEY=VALUE (repeatable):
     /// write_threshold, gather_buffer, gather_delay_ms, gather_on_server,
-    /// write_behind, stream_reads, cache_ttl_ms, readdir_batch, max_inflight or
-    /// restart_wait_ms.
+    /// write_behind, stream_reads, fuse_io_uring, cache_ttl_ms, readdir_batch,
+    /// max_inflight or restart_wait_ms.
     #[arg(short = 'o', value_name = "KEY=VALUE")]
     pub option: Vec<String>,
 }
 
 /// Settings a mount may choose for itself: the ones only its client uses.
-const MOUNT_SETTINGS: [&str; 10] = [
+const MOUNT_SETTINGS: [&str; 11] = [
     "write_threshold",
     "gather_buffer",
     "gather_delay_ms",
     "gather_on_server",
     "write_behind",
     "stream_reads",
+    "fuse_io_uring",
     "cache_ttl_ms",
     "readdir_batch",
     "max_inflight",
