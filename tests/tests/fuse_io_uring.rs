@@ -56,7 +56,11 @@ fn possible_cpus() -> usize {
 
 fn run(cmd: &mut Command) {
     let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Copies a tree in, compares it, writes and reads a file larger than one
@@ -64,16 +68,29 @@ fn run(cmd: &mut Command) {
 fn exercise(mnt: &Path) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     run(Command::new("cp").arg("-r").arg(&src).arg(mnt.join("tree")));
-    run(Command::new("diff").arg("-r").arg(&src).arg(mnt.join("tree")));
+    run(Command::new("diff")
+        .arg("-r")
+        .arg(&src)
+        .arg(mnt.join("tree")));
     let data = pattern(7, 5 << 20);
     std::fs::write(mnt.join("big"), &data).unwrap();
-    assert!(std::fs::read(mnt.join("big")).unwrap() == data, "big file differs");
+    assert!(
+        std::fs::read(mnt.join("big")).unwrap() == data,
+        "big file differs"
+    );
     std::fs::create_dir(mnt.join("many")).unwrap();
     for i in 0..600 {
-        std::fs::write(mnt.join(format!("many/file-with-a-longish-name-{i:04}")), b"x").unwrap();
+        std::fs::write(
+            mnt.join(format!("many/file-with-a-longish-name-{i:04}")),
+            b"x",
+        )
+        .unwrap();
     }
     assert_eq!(std::fs::read_dir(mnt.join("many")).unwrap().count(), 600);
-    run(Command::new("rm").arg("-r").arg(mnt.join("tree")).arg(mnt.join("many")));
+    run(Command::new("rm")
+        .arg("-r")
+        .arg(mnt.join("tree"))
+        .arg(mnt.join("many")));
     std::fs::remove_file(mnt.join("big")).unwrap();
     assert_eq!(std::fs::read_dir(mnt).unwrap().count(), 0);
 }
@@ -87,19 +104,32 @@ fn the_mount_serves_through_one_ring_per_cpu_when_the_kernel_offers_them() {
     let mut cluster = Cluster::builder().servers(2).start();
     let mnt = cluster.mount();
     let pid = cluster.mount_pid().unwrap();
-    assert_eq!(rings_of(pid).len(), possible_cpus(), "one ring per possible CPU");
+    assert_eq!(
+        rings_of(pid).len(),
+        possible_cpus(),
+        "one ring per possible CPU"
+    );
     let before = completions(pid);
     exercise(&mnt);
     let served = completions(pid) - before;
     // 600 creates alone are 1,200 requests (LOOKUP and CREATE).
-    assert!(served > 2_000, "only {served} requests came through the rings");
+    assert!(
+        served > 2_000,
+        "only {served} requests came through the rings"
+    );
 }
 
 #[test]
 fn with_fuse_io_uring_off_the_mount_keeps_to_dev_fuse() {
-    let mut cluster = Cluster::builder().servers(2).set("fuse_io_uring=false").start();
+    let mut cluster = Cluster::builder()
+        .servers(2)
+        .set("fuse_io_uring=false")
+        .start();
     let mnt = cluster.mount();
     let pid = cluster.mount_pid().unwrap();
     exercise(&mnt);
-    assert!(rings_of(pid).is_empty(), "the mount made rings with fuse_io_uring off");
+    assert!(
+        rings_of(pid).is_empty(),
+        "the mount made rings with fuse_io_uring off"
+    );
 }
