@@ -17,12 +17,16 @@
 //! the request parsed from one contiguous slice, the same bytes a `read` of
 //! `/dev/fuse` would have returned, without copying the payload.
 //!
-//! Replies may come from any thread. An entry's buffers belong to the kernel
-//! while the entry is registered and to the request while it is being
-//! served; the commit hands them back. A reply sent while the ring thread is
-//! still inside the filesystem method that got the request is committed by
-//! the ring thread once the method returns, so the kernel never writes the
-//! next request into bytes the method may still read.
+//! Replies may come from any thread, but only the ring thread commits. An
+//! entry's buffers belong to the kernel while the entry is registered and to
+//! the request while it is being served; the commit hands them back. A reply
+//! sent while the ring thread is still inside the filesystem method that got
+//! the request is committed once the method returns, so the kernel never
+//! writes the next request into bytes the method may still read. A reply
+//! from another thread is handed to the ring thread (`handoff`, woken by an
+//! eventfd): the kernel delivers an entry's next request as task work of the
+//! thread that committed it, so a commit from a runtime thread would wake
+//! that thread and then the ring thread for every request.
 
 use std::cell::UnsafeCell;
 use std::io;
@@ -280,26 +284,24 @@ impl Queue {
         unsafe { std::mem::transmute(raw) }
     }
 
-    /// Pushes the command for `entry` and, if `now`, submits it.
-    fn push(&self, sqe: &squeue::Entry128, now: bool) -> io::Result<()> {
+    /// Pushes a command, submitted with the ring thread's next wait.
+    fn push(&self, sqe: &squeue::Entry128) -> io::Result<()> {
         let _guard = self.submit.lock();
         // SAFETY: pushes are serialised by `submit`; the queue never holds
-        // more than QUEUE_DEPTH commands, one per entry, within its size.
+        // more than one command per entry and the wake-up read, within its
+        // size of 2 x QUEUE_DEPTH.
         unsafe {
             let mut sq = self.ring.submission_shared();
             sq.push(sqe)
                 .map_err(|_| io::Error::other("FUSE ring's submission queue full"))?;
         }
-        if now {
-            self.ring.submit()?;
-        }
         Ok(())
     }
 
-    fn commit(&self, entry: usize, now: bool) -> io::Result<()> {
+    fn commit(&self, entry: usize) -> io::Result<()> {
         // SAFETY: the committer holds the entry.
         let commit_id = unsafe { *self.entries[entry].commit_id.get() };
-        self.push(&self.command(entry, CMD_COMMIT_AND_FETCH, commit_id), now)
+        self.push(&self.command(entry, CMD_COMMIT_AND_FETCH, commit_id))
     }
 
     /// Registers every entry with the kernel.
@@ -320,7 +322,7 @@ impl Queue {
                     },
                 ];
             }
-            self.push(&self.command(i, CMD_REGISTER, 0), false)?;
+            self.push(&self.command(i, CMD_REGISTER, 0))?;
         }
         self.arm_wake()?;
         self.ring.submit()?;
@@ -336,13 +338,7 @@ impl Queue {
         .build()
         .user_data(WAKE_TAG)
         .into();
-        let _guard = self.submit.lock();
-        unsafe {
-            let mut sq = self.ring.submission_shared();
-            sq.push(&sqe)
-                .map_err(|_| io::Error::other("FUSE ring's submission queue full"))?;
-        }
-        Ok(())
+        self.push(&sqe)
     }
 
     /// The request in `entry`, laid out as `/dev/fuse` delivers it, or None
@@ -399,7 +395,7 @@ impl Queue {
                 if entry as u64 == WAKE_TAG {
                     let handed: Vec<usize> = std::mem::take(&mut *self.handoff.lock());
                     for entry in handed {
-                        if let Err(err) = self.commit(entry, false) {
+                        if let Err(err) = self.commit(entry) {
                             error!("FUSE ring queue {}: commit failed: {err}", self.qid);
                         }
                     }
@@ -472,7 +468,7 @@ impl Queue {
             // Answered during the method: commit now (submitted with the
             // next wait).
             e.state.store(WITH_KERNEL, Ordering::Release);
-            if let Err(err) = self.commit(entry, false) {
+            if let Err(err) = self.commit(entry) {
                 error!("FUSE ring queue {}: commit failed: {err}", self.qid);
             }
         }
