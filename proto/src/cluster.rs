@@ -231,8 +231,10 @@ pub struct Settings {
     /// (FUSE over io_uring, Linux 6.14+) when the kernel offers them, which
     /// it does once root turns on `/sys/module/fuse/parameters/enable_uring`
     /// (`scripts/install-deps` does); off, or not offered, through reads
-    /// and writes of `/dev/fuse`. Creates through the mount 1.16x-1.43x
-    /// (`bench/results/fuse-io-uring-ab.md`). Default true.
+    /// and writes of `/dev/fuse`. Creates through the mount 1.13x-1.43x
+    /// (`bench/results/fuse-io-uring-ab.md`); in smallfile, reads of files
+    /// kept open since their create 0.82x and unlinks after closes 0.85x
+    /// (`bench/results/fuse-io-uring-smallfile-ab.md`). Default true.
     pub fuse_io_uring: bool,
 
     // The small-file techniques of [Carns 2009], each a switch (all on by default;
