@@ -381,20 +381,25 @@ impl Queue {
         pin_to_cpu(self.qid as usize);
         self.register()?;
         let mut live = self.entries.len();
+        // Kept across wake-ups, so the loop allocates nothing per request.
+        let mut done: Vec<(usize, i32)> = Vec::with_capacity(4 * QUEUE_DEPTH);
+        let mut handed: Vec<usize> = Vec::with_capacity(QUEUE_DEPTH);
         loop {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(e) => return Err(e),
             }
-            // SAFETY: only this thread reads the completion queue.
-            let done: Vec<(usize, i32)> = unsafe { self.ring.completion_shared() }
-                .map(|c| (c.user_data() as usize, c.result()))
-                .collect();
-            for (entry, result) in done {
+            done.clear();
+            done.extend(
+                // SAFETY: only this thread reads the completion queue.
+                unsafe { self.ring.completion_shared() }
+                    .map(|c| (c.user_data() as usize, c.result())),
+            );
+            for &(entry, result) in &done {
                 if entry as u64 == WAKE_TAG {
-                    let handed: Vec<usize> = std::mem::take(&mut *self.handoff.lock());
-                    for entry in handed {
+                    std::mem::swap(&mut handed, &mut *self.handoff.lock());
+                    for entry in handed.drain(..) {
                         if let Err(err) = self.commit(entry) {
                             error!("FUSE ring queue {}: commit failed: {err}", self.qid);
                         }
