@@ -661,7 +661,8 @@ impl Filesystem for ShoalFs {
                 Err(_) => true,
             };
             let unlinked = c.unlink_keeping(parent.0, &name, open).await?;
-            s.after_unlink(&c, unlinked).await
+            s.after_unlink(&c, unlinked).await;
+            Ok(())
         });
     }
 
@@ -710,7 +711,11 @@ impl Filesystem for ShoalFs {
         let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
         let name = name_or_reply!("rename", name, reply);
         let newname = name_or_reply!("rename", newname, reply);
-        self.serve(req, "rename", reply, |c, s| async move {
+        let entry_move = (parent.0, name.clone(), newparent.0, newname.clone());
+        // Before the request: a recall that passes while it is under way
+        // may miss the entry the kernel is about to move.
+        let given = self.shared.leases.give();
+        let work = |c: Client, s: Arc<Shared>| async move {
             // Usually answered from the client's name cache (the kernel has
             // just looked the name up), and the rename needs it anyway.
             let moved = c.lookup(parent.0, &name).await.ok();
@@ -719,12 +724,18 @@ impl Filesystem for ShoalFs {
                 .rename_keeping(parent.0, &name, newparent.0, &newname, no_replace, open)
                 .await?;
             if let Some(unlinked) = replaced {
-                s.after_unlink(&c, unlinked).await?;
+                s.after_unlink(&c, unlinked).await;
             }
             if let Some((h, FileKind::Directory)) = moved {
                 s.parents.set(h, newparent.0);
             }
             Ok(())
+        };
+        self.serve_then(req, "rename", reply, work, move |reply, s, ()| {
+            let (dir, name, new_dir, new_name) = entry_move;
+            reply.ok();
+            s.leases
+                .renamed(&s.client, given, (dir, &name), (new_dir, &new_name));
         });
     }
 

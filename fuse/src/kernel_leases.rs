@@ -20,7 +20,7 @@
 //! A reply computed just before a recall and written just after it would
 //! leave the kernel a long timeout on something recalled: replies count
 //! recalls ([`Given`]), and one that saw a recall pass while it was being
-//! made has what it gave invalidated again.
+//! made, or begin and not yet finish, has what it gave invalidated again.
 //!
 //! Bounded: past [`MAX_GIVEN`] remembered names, entries get the TTL.
 
@@ -65,22 +65,46 @@ impl Remembered {
 
 /// One invalidation job for the notify thread.
 enum Job {
-    Take(Vec<Handle>, Option<tokio::sync::oneshot::Sender<()>>),
+    /// The inodes and the names remembered under them; `recall`: one of
+    /// the recalls counted in `recalls`, counted in `recalls_done` once run.
+    Take {
+        handles: Vec<Handle>,
+        done: Option<tokio::sync::oneshot::Sender<()>>,
+        recall: bool,
+    },
     Entry(Handle, String),
+    /// Everything remembered: always a recall.
     Everything(tokio::sync::oneshot::Sender<()>),
+}
+
+impl Job {
+    fn is_recall(&self) -> bool {
+        match self {
+            Job::Take { recall, .. } => *recall,
+            Job::Entry(..) => false,
+            Job::Everything(_) => true,
+        }
+    }
 }
 
 pub struct KernelLeases {
     remembered: Mutex<Remembered>,
     /// Recalls begun so far.
     recalls: AtomicU64,
+    /// Recalls whose invalidations have all been sent to the kernel. One
+    /// begun and not finished may have taken a name from what is remembered
+    /// and not yet invalidated it: a reply made meanwhile may move or give
+    /// that entry again, after the invalidation has missed it.
+    recalls_done: AtomicU64,
     jobs: Mutex<mpsc::Sender<Job>>,
     notifier: Arc<OnceLock<Notifier>>,
 }
 
-/// A reply in the making: the recalls counted when it began.
+/// A reply in the making: the recalls counted when it began, and whether
+/// one of them was still under way.
 pub struct Given {
     recalls: u64,
+    unfinished: bool,
 }
 
 impl KernelLeases {
@@ -92,6 +116,7 @@ impl KernelLeases {
         let leases = Arc::new(KernelLeases {
             remembered: Mutex::default(),
             recalls: AtomicU64::new(0),
+            recalls_done: AtomicU64::new(0),
             jobs: Mutex::new(tx),
             notifier: notifier.clone(),
         });
@@ -120,8 +145,13 @@ impl KernelLeases {
 
     /// Begins a reply that may give lease timeouts.
     pub fn give(&self) -> Given {
+        // Finished before begun: a recall that begins and ends between the
+        // two loads counts as unfinished (taken back in vain, never missed).
+        let done = self.recalls_done.load(Ordering::SeqCst);
+        let recalls = self.recalls.load(Ordering::SeqCst);
         Given {
-            recalls: self.recalls.load(Ordering::SeqCst),
+            recalls,
+            unfinished: done != recalls,
         }
     }
 
@@ -217,7 +247,11 @@ impl KernelLeases {
     /// have seen the old mode, takes back what it gives.
     pub fn take_entries_of(&self, dir: Handle) {
         self.recalls.fetch_add(1, Ordering::SeqCst);
-        let _ = self.jobs.lock().unwrap().send(Job::Take(vec![dir], None));
+        let _ = self.jobs.lock().unwrap().send(Job::Take {
+            handles: vec![dir],
+            done: None,
+            recall: true,
+        });
     }
 
     /// Drops the kernel's attributes and pages of inode `h` (after a lock
@@ -229,24 +263,78 @@ impl KernelLeases {
             .jobs
             .lock()
             .unwrap()
-            .send(Job::Take(vec![h], Some(done)))
+            .send(Job::Take {
+                handles: vec![h],
+                done: Some(done),
+                recall: false,
+            })
             .is_ok()
         {
             let _ = finished.await;
         }
     }
 
+    /// Ends the reply to a rename of `name` in `dir` to `new_name` in
+    /// `new_dir`, begun as `given`: the kernel moved its entry, with the
+    /// timeout it was given, to the new name, so what is remembered moves
+    /// with it. (Remembered under the old name only, a recall of the
+    /// directory would take back a name the kernel no longer has and leave
+    /// the moved entry standing, its object replaced by another client, for
+    /// the rest of the lease.) If a recall began since `given`, it may have
+    /// missed the entry on its way: it is taken back again.
+    ///
+    /// Into another directory, the entry keeps the timeout `dir`'s lease
+    /// gave it; unless `new_dir`'s lease lasts as long, a recall of
+    /// `new_dir` might never come for it, so it is taken back at once.
+    pub fn renamed(
+        &self,
+        c: &Client,
+        given: Given,
+        (dir, name): (Handle, &str),
+        (new_dir, new_name): (Handle, &str),
+    ) {
+        let covered = dir == new_dir
+            || c.lease_until(new_dir)
+                .is_some_and(|n| c.lease_until(dir).is_none_or(|o| n >= o));
+        let take_now = {
+            let mut r = self.remembered.lock().unwrap();
+            let had = r
+                .names
+                .get_mut(&dir)
+                .is_some_and(|names| names.remove(name));
+            if had {
+                r.count -= 1;
+            }
+            // Room was just made for it: remembered whenever covered.
+            had && (!covered || !r.name(new_dir, new_name))
+        };
+        if take_now {
+            let _ = self
+                .jobs
+                .lock()
+                .unwrap()
+                .send(Job::Entry(new_dir, new_name.to_string()));
+        }
+        self.take_back(given, &[], new_dir, &[new_name]);
+    }
+
     /// Takes `objects` and the entries `names` of `dir` back from the
-    /// kernel if a recall began since `given`.
+    /// kernel if a recall began since `given`, or was under way then.
     fn take_back(&self, given: Given, objects: &[Handle], dir: Handle, names: &[&str]) {
-        if self.recalls.load(Ordering::SeqCst) == given.recalls {
+        if !given.unfinished && self.recalls.load(Ordering::SeqCst) == given.recalls {
             return;
         }
         let jobs = self.jobs.lock().unwrap();
         for name in names {
             let _ = jobs.send(Job::Entry(dir, name.to_string()));
         }
-        let _ = jobs.send(Job::Take(objects.to_vec(), None));
+        if !objects.is_empty() {
+            let _ = jobs.send(Job::Take {
+                handles: objects.to_vec(),
+                done: None,
+                recall: false,
+            });
+        }
     }
 
     /// The client's recall hook: the kernel's caches of what is recalled go
@@ -255,7 +343,11 @@ impl KernelLeases {
         self.recalls.fetch_add(1, Ordering::SeqCst);
         let (done, finished) = tokio::sync::oneshot::channel();
         let job = match what {
-            Recalled::Objects(handles) => Job::Take(handles.clone(), Some(done)),
+            Recalled::Objects(handles) => Job::Take {
+                handles: handles.clone(),
+                done: Some(done),
+                recall: true,
+            },
             Recalled::Everything => Job::Everything(done),
         };
         if self.jobs.lock().unwrap().send(job).is_err() {
@@ -267,14 +359,23 @@ impl KernelLeases {
         .boxed()
     }
 
-    /// Runs one job on the notify thread.
+    /// Runs one job on the notify thread; a recall's counts as finished
+    /// once its invalidations are sent (or there was no session to send
+    /// them to: the kernel was given nothing).
     fn run(&self, job: Job) {
-        let Some(notifier) = self.notifier.get() else {
-            // No session yet: the kernel was given nothing.
-            return;
-        };
+        let recall = job.is_recall();
+        if let Some(notifier) = self.notifier.get() {
+            self.invalidate(notifier, job);
+        }
+        if recall {
+            self.recalls_done.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Sends the kernel the invalidations of `job`.
+    fn invalidate(&self, notifier: &Notifier, job: Job) {
         match job {
-            Job::Take(handles, done) => {
+            Job::Take { handles, done, .. } => {
                 for h in handles {
                     let names = {
                         let mut r = self.remembered.lock().unwrap();

@@ -42,7 +42,10 @@ use fuser::{Config, MountOption, Session, SessionACL};
 use shoal_proto::error::{Errno, Result, ShoalError};
 
 /// FUSE loop threads. Each only reads a request, copies what it needs and
-/// spawns a task, so two keep up with both cores.
+/// spawns a task, so two keep up with both cores. With FUSE over io_uring
+/// the rings' threads serve the requests instead (one per possible CPU), and
+/// fuser keeps one classic loop thread for what the kernel still sends
+/// through `/dev/fuse` (forgets, interrupts).
 const LOOP_THREADS: usize = 2;
 
 pub struct MountOptions {

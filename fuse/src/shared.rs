@@ -11,7 +11,6 @@ use std::time::Duration;
 use fuser::FileAttr;
 use shoal_client::{Attr, Client, OpenFiles, Unlinked};
 use shoal_proto::cluster::SyncMode;
-use shoal_proto::error::Result;
 
 use crate::attr::{blksize_for, file_attr};
 use crate::dirs::{OpenDirs, Parents};
@@ -80,11 +79,16 @@ impl Shared {
 
     /// What follows an unlink or a rename over a file: one that lost its
     /// last name while open here is reclaimed at its last close, or now if
-    /// that came meanwhile.
-    pub async fn after_unlink(&self, c: &Client, unlinked: Unlinked) -> Result<()> {
-        match unlinked {
-            Unlinked::Kept(h) if !self.open.lock().unwrap().doom(h) => c.reclaim(h).await,
-            _ => Ok(()),
+    /// that came meanwhile. The name is gone whatever comes of this, and the
+    /// kernel must hear so (given an error, it would keep the name): a
+    /// reclaim that fails is logged, and the object left for fsck.
+    pub async fn after_unlink(&self, c: &Client, unlinked: Unlinked) {
+        if let Unlinked::Kept(h) = unlinked {
+            if !self.open.lock().unwrap().doom(h) {
+                if let Err(e) = c.reclaim(h).await {
+                    tracing::warn!("reclaiming {h:#x}, which lost its last name: {e}");
+                }
+            }
         }
     }
 }

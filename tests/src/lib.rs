@@ -20,6 +20,18 @@ use shoal_proto::handle::{server_of, Handle, ROOT};
 /// How long a server or mount gets to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Waits, bounded (30 s), until `seen` holds, failing with `what` if it never
+/// does: for what a process does a moment after it answers (a mount's rings
+/// and readahead window come after its mount point; a mount learns of a
+/// server's restart as it runs again). Never a statement about speed.
+pub fn eventually(what: &str, seen: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !seen() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The `shoal` binary under test.
 pub fn shoal_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("SHOAL_BIN") {

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use shoal_tests::{pattern, Cluster};
+use shoal_tests::{eventually, pattern, Cluster};
 
 /// Whether the kernel offers FUSE over io_uring to new mounts.
 fn kernel_offers_rings() -> bool {
@@ -104,11 +104,11 @@ fn the_mount_serves_through_one_ring_per_cpu_when_the_kernel_offers_them() {
     let mut cluster = Cluster::builder().servers(2).start();
     let mnt = cluster.mount();
     let pid = cluster.mount_pid().unwrap();
-    assert_eq!(
-        rings_of(pid).len(),
-        possible_cpus(),
-        "one ring per possible CPU"
-    );
+    // The mount point answers once the kernel has it; the rings are made
+    // after the INIT that follows, so they may come a moment later.
+    eventually("one ring per possible CPU", || {
+        rings_of(pid).len() == possible_cpus()
+    });
     let before = completions(pid);
     exercise(&mnt);
     let served = completions(pid) - before;

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use shoal_client::{Client, SetAttr};
 use shoal_proto::error::Errno;
 use shoal_proto::handle::ROOT;
-use shoal_tests::Cluster;
+use shoal_tests::{eventually, Cluster};
 
 fn cluster() -> Cluster {
     Cluster::builder().servers(2).start()
@@ -173,6 +173,36 @@ fn two_mounts_see_each_others_changes_as_soon_as_they_return() {
     assert_eq!(names(&b.join("d")), ["h"]);
 }
 
+/// A rename moves the kernel's entry, with the timeout it was given under
+/// the old name, to the new one: when another mount then replaces what the
+/// new name names, its recall must take that entry back too. (It took back
+/// the old name only: the first mount went on seeing the directory it had
+/// renamed, for the rest of the lease, and a rename of the name onto itself
+/// failed with ENOTDIR.) Within a directory and across directories.
+#[test]
+fn a_renamed_entry_is_taken_back_when_another_mount_replaces_it() {
+    let mut cluster = cluster();
+    let a = cluster.mount();
+    let second = shoal_tests::SharedMount::new(&cluster);
+    let b = second.path();
+    std::fs::create_dir(a.join("d")).unwrap();
+    std::fs::create_dir(a.join("e")).unwrap();
+    for (from, to) in [("d/b", "d/a"), ("d/c", "e/a")] {
+        std::fs::create_dir(a.join(from)).unwrap();
+        std::fs::rename(a.join(from), a.join(to)).unwrap();
+        std::fs::remove_dir(b.join(to)).unwrap();
+        std::fs::write(b.join(to), b"file").unwrap();
+        let seen = std::fs::metadata(a.join(to)).map(|m| m.is_file());
+        assert!(
+            matches!(seen, Ok(true)),
+            "{to} after the other mount's change: {seen:?}"
+        );
+        std::fs::rename(a.join(to), a.join(to))
+            .unwrap_or_else(|e| panic!("rename {to} onto itself: {e}"));
+        assert_eq!(std::fs::read(a.join(to)).unwrap(), b"file");
+    }
+}
+
 /// Through the mount, a leased file costs no message to stat (its
 /// attributes stay in the kernel) and none to open, read and close again
 /// (its pages stay too); an unlink of a name the kernel holds is the one
@@ -287,16 +317,6 @@ where
     });
     signal("-CONT");
     timeouts
-}
-
-/// Waits (bounded) until `seen` holds: a mount whose connection a server
-/// shut learns it as it runs again, and asks afresh.
-fn eventually(what: &str, seen: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !seen() {
-        assert!(std::time::Instant::now() < deadline, "{what}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
 }
 
 #[test]

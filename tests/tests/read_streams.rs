@@ -11,7 +11,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use shoal_tests::{mount_stats, pattern, Cluster};
+use shoal_tests::{eventually, mount_stats, pattern, Cluster};
 
 const MIB: usize = 1 << 20;
 
@@ -256,7 +256,12 @@ fn the_page_cache_reads_ahead_four_strips() {
         .filter_map(|l| l.split(' ').nth(2))
         .next_back()
         .expect("the mount in mountinfo");
-    let kb = std::fs::read_to_string(format!("/sys/class/bdi/{dev}/read_ahead_kb")).unwrap();
+    let knob = format!("/sys/class/bdi/{dev}/read_ahead_kb");
     let strip_kb = cluster.config().settings.strip_size / 1024;
-    assert_eq!(kb.trim().parse::<u64>().unwrap(), 4 * strip_kb);
+    // Set by the mount once its mount point exists, so a moment after it
+    // answers.
+    eventually("the readahead window is four strips", || {
+        let kb = std::fs::read_to_string(&knob).unwrap();
+        kb.trim().parse::<u64>().unwrap() == 4 * strip_kb
+    });
 }

@@ -262,7 +262,14 @@ impl<FS: Filesystem> Session<FS> {
             ring_payload,
         } = self;
 
-        let n_threads = config.n_threads.unwrap_or(1);
+        // With rings, the classic loop gets only FORGET, INTERRUPT and
+        // notifications' replies: one thread is enough, and it waits a little
+        // after each forget (see FORGET_PAUSE).
+        let n_threads = match ring_payload {
+            Some(_) => 1,
+            None => config.n_threads.unwrap_or(1),
+        };
+        let forget_pause = ring_payload.map(|_| FORGET_PAUSE);
 
         if !cfg!(target_os = "linux") && n_threads != 1 {
             // TODO: check whether it works on macOS/FreeBSD and enable if it works.
@@ -332,7 +339,7 @@ impl<FS: Filesystem> Session<FS> {
             threads.push(
                 thread::Builder::new()
                     .name(thread_name)
-                    .spawn(move || event_loop.event_loop())?,
+                    .spawn(move || event_loop.event_loop(forget_pause))?,
             );
         }
 
@@ -547,6 +554,14 @@ impl SessionUnmounter {
     }
 }
 
+/// How long the classic loop waits after a forget when requests go through
+/// the rings. The kernel sends a forget through `/dev/fuse` as soon as an
+/// inode goes (after every unlink, for one), and a reader waiting there takes
+/// them one at a time: one wake-up and one read each. While the reader waits,
+/// the kernel queues them and the next read takes them all as one
+/// BATCH_FORGET. Delays an INTERRUPT by as much at most.
+const FORGET_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+
 pub(crate) struct SessionEventLoop<FS: Filesystem> {
     /// Cache thread name for faster `debug!`.
     pub(crate) thread_name: String,
@@ -582,7 +597,9 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         })
     }
 
-    fn event_loop(&self) -> io::Result<()> {
+    /// Serves `/dev/fuse` until the connection ends; with `forget_pause`,
+    /// waits that long after each FORGET or BATCH_FORGET before reading again.
+    fn event_loop(&self, forget_pause: Option<std::time::Duration>) -> io::Result<()> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
@@ -593,14 +610,19 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             match self.ch.receive_retrying(buf) {
                 Ok(size) => match RequestWithSender::new(ReplyTo::Device(self.ch.sender()), &buf[..size]) {
                     // Dispatch request
-                    Some(req) => {
-                        if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                    Some(req) => match req.request.operation() {
+                        Ok(Operation::Destroy(_)) => {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
-                        } else {
-                            req.dispatch(self)
                         }
-                    }
+                        Ok(Operation::Forget(_) | Operation::BatchForget(_)) => {
+                            req.dispatch(self);
+                            if let Some(pause) = forget_pause {
+                                thread::sleep(pause);
+                            }
+                        }
+                        _ => req.dispatch(self),
+                    },
                     // Quit loop on illegal request
                     None => {
                         return Err(io::Error::new(
