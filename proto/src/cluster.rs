@@ -163,6 +163,13 @@ pub struct Settings {
     /// client that has not come back by then cannot replay, and its
     /// unflushed changes are lost. Default 20000.
     pub recovery_window_ms: u32,
+    /// How often each server makes durable what it applied and nobody
+    /// synced, in milliseconds: file data kept in its store and not
+    /// fsynced, and with `sync = "none"` every metadata change. A local
+    /// file system's commit interval (ext4's `commit=`): a server killed,
+    /// or its machine crashing, loses at most this much of such writes.
+    /// Default 1000.
+    pub data_flush_ms: u32,
     /// Lifetime of a capability, in seconds: the data right a file's server
     /// grants a user with its attributes, which the servers holding the
     /// data check (`capability.rs`). A chmod or chown reaches a user who
@@ -296,6 +303,7 @@ impl Default for Settings {
             restart_wait_ms: 60_000,
             replay_flush_ms: 5,
             recovery_window_ms: 20_000,
+            data_flush_ms: 1_000,
             write_threshold: WriteThreshold::Bytes(32 << 10),
             gather_buffer: 1 << 20,
             gather_delay_ms: 20,
@@ -403,6 +411,10 @@ impl Settings {
         check(
             (1..=60_000).contains(&self.replay_flush_ms),
             "replay_flush_ms must be 1..=60000",
+        )?;
+        check(
+            (1..=60_000).contains(&self.data_flush_ms),
+            "data_flush_ms must be 1..=60000",
         )?;
         check(
             self.server_inflight >= 1,

@@ -91,16 +91,18 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
     })
 }
 
-/// How often what the store applied and nobody synced (file data kept in
-/// the store, which is durable on fsync) is made durable anyway: a server
-/// killed, or its machine crashing, loses at most this much of the data
-/// written to it and not fsynced, as a local file system's commit interval
-/// bounds it. Metadata changes are synced before their replies (with
-/// `sync = "replay"`, within `replay_flush_ms` of them: `group_flush_loop`).
-const DATA_FLUSH: Duration = Duration::from_secs(1);
-
+/// Every `data_flush_ms`, makes durable what the store applied and nobody
+/// synced (file data kept in the store, which is durable on fsync): a
+/// server killed, or its machine crashing, loses at most this much of the
+/// data written to it and not fsynced, as a local file system's commit
+/// interval bounds it. Metadata changes are synced before their replies
+/// (with `sync = "replay"`, within `replay_flush_ms` of them:
+/// `group_flush_loop`).
 async fn flush_loop(s: Arc<Service>) {
-    let mut tick = tokio::time::interval(DATA_FLUSH);
+    let every = Duration::from_millis(s.config.settings.data_flush_ms as u64);
+    // The first tick one interval after the start, not at once: a store
+    // just opened holds nothing unsynced.
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;

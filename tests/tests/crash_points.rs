@@ -50,13 +50,16 @@ async fn check_files(client: &Client, dir: Handle, prefix: &str, n: u64, len: us
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_applied_but_not_synced_is_gone_and_nothing_else_is() {
-    // No precreate: a pool refill synced on the armed server would make the
-    // applied create durable with it (seen once in CI: "lost" survived).
+    // Nothing else may sync the armed server between the create's apply and
+    // its crash point, or the create is durable with it ("lost" survived,
+    // once in CI for each): no pool refill (no precreate), and no data
+    // flush in the test's time (its tick every `data_flush_ms`).
     let mut cluster = Cluster::builder()
         .servers(4)
         .set(SOFT)
         .set(SYNCED)
         .set("precreate=false")
+        .set("data_flush_ms=60000")
         .start();
     let client = cluster.client();
     let dir = dir_on(&client, 1, "d").await;
