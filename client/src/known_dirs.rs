@@ -44,6 +44,19 @@ pub const MAX_NAMES: usize = 1 << 20;
 pub enum EntryChange<'a> {
     Added(&'a str),
     Removed(&'a str),
+    /// Many entries added by one change (`create_files`): the count moves
+    /// by one per name.
+    AddedMany(Vec<&'a str>),
+}
+
+impl EntryChange<'_> {
+    /// How far the change moves the directory's entries_version.
+    fn steps(&self) -> u64 {
+        match self {
+            EntryChange::Added(_) | EntryChange::Removed(_) => 1,
+            EntryChange::AddedMany(names) => names.len() as u64,
+        }
+    }
 }
 
 struct Known {
@@ -154,23 +167,33 @@ impl KnownDirs {
 
     /// The change begun on `dir` was answered: `after` is the directory's
     /// record the reply carried (None if the change failed or the reply had
-    /// none). Known stays known only if the count moved by exactly one.
+    /// none). Known stays known only if the count moved by exactly the
+    /// change's own steps.
     pub fn finish(&self, dir: Handle, after: Option<&ObjectRecord>, change: EntryChange) {
         let mut dirs = self.dirs();
         let Some(k) = dirs.known.get_mut(&dir) else {
             return;
         };
         k.in_flight = k.in_flight.saturating_sub(1);
-        let next = after.filter(|rec| rec.handle == dir && rec.entries_version == k.version + 1);
+        let steps = change.steps();
+        let next =
+            after.filter(|rec| rec.handle == dir && rec.entries_version == k.version + steps);
         let Some(rec) = next else {
             dirs.remove(dir);
             return;
         };
         let (before, version) = (k.names.len(), rec.entries_version);
         match change {
-            EntryChange::Added(name) => k.names.insert(name.to_string()),
-            EntryChange::Removed(name) => k.names.remove(name),
-        };
+            EntryChange::Added(name) => {
+                k.names.insert(name.to_string());
+            }
+            EntryChange::Removed(name) => {
+                k.names.remove(name);
+            }
+            EntryChange::AddedMany(names) => {
+                k.names.extend(names.into_iter().map(str::to_string));
+            }
+        }
         k.version = version;
         k.confirmed = Instant::now();
         let after = k.names.len();
@@ -213,6 +236,25 @@ mod tests {
 
     fn me() -> Cred {
         Cred::new(1000, 1000)
+    }
+
+    #[test]
+    fn names_added_at_once_move_the_count_by_as_many() {
+        let k = KnownDirs::new(Duration::from_secs(60));
+        k.created(7, me());
+        k.begin(7);
+        k.finish(7, Some(&dir(7, 3)), EntryChange::AddedMany(vec!["a", "b"]));
+        assert!(!k.absent(7, "b", me()));
+        assert!(k.absent(7, "c", me()));
+        k.begin(7);
+        k.finish(7, Some(&dir(7, 3)), EntryChange::AddedMany(vec![]));
+        assert!(k.absent(7, "c", me()), "none made, no step");
+        k.begin(7);
+        k.finish(7, Some(&dir(7, 4)), EntryChange::AddedMany(vec!["c", "d"]));
+        assert!(
+            !k.absent(7, "x", me()),
+            "one step for two names made: forgotten"
+        );
     }
 
     #[test]

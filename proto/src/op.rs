@@ -139,6 +139,8 @@ ops! {
     39 => Lock("lock", LockRequest => LockReply, false),
     /// F_GETLK: a lock of another owner in the way, if any.
     40 => TestLock("test_lock", TestLockRequest => TestLockReply, false),
+    /// Many creates in one directory, one transaction.
+    41 => CreateFiles("create_files", CreateFilesRequest => CreateFilesReply, true),
 }
 
 impl Op {
@@ -161,7 +163,7 @@ impl Op {
             | Recall | Lock | TestLock => false,
             CreateObject | CreateDatafiles | SetDist | CrDirEnt | RmDirEnt | RenameEntry
             | Remove | RmdirPrepare | RmdirAbort | SetParent | SetXattr | RemoveXattr
-            | CreateFile | Link => true,
+            | CreateFile | Link | CreateFiles => true,
         }
     }
 
@@ -240,6 +242,7 @@ mod tests {
             (38, "recall", false),
             (39, "lock", false),
             (40, "test_lock", false),
+            (41, "create_files", true),
         ];
         assert_eq!(table, expected);
     }

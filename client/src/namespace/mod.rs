@@ -10,6 +10,7 @@
 //! kinds an entry may name, and the entry changes that `known_dirs` follows.
 
 mod create;
+mod create_files;
 mod link;
 mod lookup;
 mod readdir;

@@ -58,6 +58,61 @@ fn new_datafile(s: &Service, txn: &mut Txn) -> Handle {
     h
 }
 
+/// A new file's metafile record, inserted: its first datafile made here,
+/// the rest `taken` from the pools (none if `stuffed`).
+pub(super) fn new_metafile(
+    s: &Service,
+    txn: &mut Txn,
+    attrs: Attributes,
+    parent: Handle,
+    layout: &NewFile,
+    stuffed: bool,
+    taken: &[Handle],
+) -> ObjectRecord {
+    let handle = s.meta.alloc(txn);
+    let mut datafiles = vec![new_datafile(s, txn)];
+    datafiles.extend_from_slice(taken);
+    let rec = ObjectRecord {
+        handle,
+        kind: ObjectKind::Metafile as i32,
+        attrs: Some(attrs),
+        mtime_set_ns: attrs.mtime_ns,
+        parent,
+        links: 1,
+        dist: Some(Distribution {
+            strip_size: layout.strip_size,
+            datafiles,
+            stuffed,
+            width: layout.num_dfiles,
+            write_threshold: layout.write_threshold,
+        }),
+        ..Default::default()
+    };
+    txn.insert_object(&rec);
+    rec
+}
+
+/// A new file of a no_metafile directory ([Kuhn 2008]), inserted: one
+/// datafile that keeps the file's attributes.
+pub(super) fn new_lone_datafile(
+    s: &Service,
+    txn: &mut Txn,
+    attrs: Attributes,
+    parent: Handle,
+) -> ObjectRecord {
+    let rec = ObjectRecord {
+        handle: s.meta.alloc(txn),
+        kind: ObjectKind::Datafile as i32,
+        attrs: Some(attrs),
+        mtime_set_ns: attrs.mtime_ns,
+        parent,
+        links: 1,
+        ..Default::default()
+    };
+    txn.insert_object(&rec);
+    rec
+}
+
 fn pools_empty_error(what: &str) -> ShoalError {
     ShoalError::new(
         Errno(libc::EAGAIN),
@@ -103,13 +158,12 @@ pub fn create_file(
     if !(settings.stuffing && q.stuffed) {
         require(settings.precreate, "precreate")?;
     }
-    let (width, strip_size) = (layout.num_dfiles, layout.strip_size);
     // A one-datafile file is the same stuffed or not: make it plain.
-    let stuffed = q.stuffed && width > 1;
+    let stuffed = q.stuffed && layout.num_dfiles > 1;
     let remote = if stuffed {
         Vec::new()
     } else {
-        remote_servers(s, width)
+        remote_servers(s, layout.num_dfiles)
     };
     let started = Instant::now();
     while may_retry(started) {
@@ -124,28 +178,10 @@ pub fn create_file(
             let Some(taken) = s.pools.take(&s.meta, txn, &remote)? else {
                 return Ok(None);
             };
-            let meta = s.meta.alloc(txn);
-            let mut datafiles = vec![new_datafile(s, txn)];
-            datafiles.extend_from_slice(&taken);
-            let rec = ObjectRecord {
-                handle: meta,
-                kind: ObjectKind::Metafile as i32,
-                attrs: Some(attrs),
-                mtime_set_ns: attrs.mtime_ns,
-                parent: if q.parent != 0 { q.parent } else { q.dir },
-                links: 1,
-                dist: Some(Distribution {
-                    strip_size,
-                    datafiles,
-                    stuffed,
-                    width,
-                    write_threshold: layout.write_threshold,
-                }),
-                ..Default::default()
-            };
-            txn.insert_object(&rec);
+            let parent = if q.parent != 0 { q.parent } else { q.dir };
+            let rec = new_metafile(s, txn, attrs, parent, &layout, stuffed, &taken);
             let dir = dir.map(|dir| {
-                txn.put_entry_to_new(q.dir, &q.name, meta, ObjectKind::Metafile);
+                txn.put_entry_to_new(q.dir, &q.name, rec.handle, ObjectKind::Metafile);
                 txn.touch_dir(dir, Some(ObjectKind::Metafile), None)
             });
             let reply = CreateFileReply {
@@ -207,16 +243,7 @@ fn create_without_metafile(
 ) -> Result<Reply<CreateFileReply>> {
     let (reply, syncs) = s.change(|txn| {
         let dir = entry_dir(s, r, q.dir, &q.name, under)?;
-        let rec = ObjectRecord {
-            handle: s.meta.alloc(txn),
-            kind: ObjectKind::Datafile as i32,
-            attrs: Some(attrs),
-            mtime_set_ns: attrs.mtime_ns,
-            parent: q.dir,
-            links: 1,
-            ..Default::default()
-        };
-        txn.insert_object(&rec);
+        let rec = new_lone_datafile(s, txn, attrs, q.dir);
         txn.put_entry_to_new(q.dir, &q.name, rec.handle, ObjectKind::Datafile);
         let reply = CreateFileReply {
             dir: Some(txn.touch_dir(dir, Some(ObjectKind::Datafile), None)),
@@ -234,7 +261,7 @@ fn create_without_metafile(
 
 /// Offers the creator a lease on the file it made and on its datafiles
 /// that live here (a stuffed file's one datafile).
-fn offer_new(s: &Service, rec: &ObjectRecord) {
+pub(super) fn offer_new(s: &Service, rec: &ObjectRecord) {
     leases::offer(rec.handle, rec.handle);
     let datafiles = rec.dist.iter().flat_map(|d| &d.datafiles);
     for d in datafiles.filter(|d| server_of(**d) == s.id) {
@@ -253,21 +280,42 @@ fn entry_dir(
     name: &str,
     under: &DirHints,
 ) -> Result<ObjectRecord> {
+    let rec = writable_dir(s, r, dir, name, under)?;
+    name_free(s, dir, name)?;
+    Ok(rec)
+}
+
+/// The directory `dir` (owned here) that new entries may go into: the
+/// caller may write and search it, it is not being removed, and it still
+/// has the hints `under` the files were laid out by (`what`: the name or
+/// names, for the errors).
+pub(super) fn writable_dir(
+    s: &Service,
+    r: &Request,
+    dir: u64,
+    what: &str,
+    under: &DirHints,
+) -> Result<ObjectRecord> {
     let rec = s.meta.get_dir(dir)?;
-    perms::require(&r.cred, &rec, W | X, &format!("create {name:?}"))?;
-    hints::check_unchanged(&rec, under, name)?;
+    perms::require(&r.cred, &rec, W | X, &format!("create {what:?}"))?;
+    hints::check_unchanged(&rec, under, what)?;
     if rec.removing {
         return Err(ShoalError::not_found(format!(
             "directory {dir:#x} (being removed)"
         )));
     }
+    Ok(rec)
+}
+
+/// EEXIST if `dir` has an entry `name`.
+pub(super) fn name_free(s: &Service, dir: u64, name: &str) -> Result<()> {
     if s.meta.lookup(dir, name)?.is_some() {
         return Err(ShoalError::new(
             shoal_proto::Errno::EEXIST,
             format!("{name}: file exists"),
         ));
     }
-    Ok(rec)
+    Ok(())
 }
 
 pub fn unstuff(s: &Service, r: &Request, q: UnstuffRequest) -> Result<Reply<UnstuffReply>> {

@@ -7,6 +7,7 @@
 mod admin;
 mod attrs;
 mod create_file;
+mod create_files;
 pub(crate) mod gather;
 mod hints;
 mod io;
@@ -129,6 +130,7 @@ handlers! {
     Recall => admin::recall, decoded, always;
     Lock => locks::lock, decoded, always;
     TestLock => locks::test_lock, decoded, always;
+    CreateFiles => create_files::create_files, decoded, (create_files::creates_in_memory);
 }
 
 impl Service {

@@ -1,0 +1,135 @@
+//! Many regular files in one directory at once ([`Client::create_files`]):
+//! with colocate, one `CreateFiles` message per [`PER_MESSAGE`] names to
+//! the directory's server, applied there as one transaction (server/src/handlers/create_files.rs). Where
+//! that cannot be (colocate off, or a directory whose files take datafiles
+//! from the precreate pools: the server says ENOTSUP), each file is created
+//! on its own, with the same results.
+
+use std::time::Instant;
+
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::handle::{server_of, Handle};
+use shoal_proto::msg::*;
+use shoal_proto::ops;
+
+use crate::known_dirs::EntryChange;
+use crate::{Attr, Client};
+
+/// Names per message: the server takes at most 4096; fewer keep a reply
+/// (one record per file) well under the frame limit.
+const PER_MESSAGE: usize = 1024;
+
+impl Client {
+    /// Creates a regular file of each of `names` in `dir`, with permission
+    /// bits `mode`. Returns one result per name, in order: a name taken or
+    /// invalid fails alone (EEXIST, EINVAL) and the others are made. The
+    /// outer error is for what fails them all (the directory is gone, no
+    /// permission, the server unreachable).
+    pub async fn create_files(
+        &self,
+        dir: Handle,
+        names: &[String],
+        mode: u32,
+    ) -> Result<Vec<Result<Attr>>> {
+        let settings = &self.config().settings;
+        let colocated = settings.colocate && (settings.precreate || settings.stuffing);
+        let mut out = Vec::with_capacity(names.len());
+        for chunk in names.chunks(PER_MESSAGE) {
+            let made = match colocated {
+                true => self.create_batch(dir, chunk, mode).await,
+                false => Err(ShoalError::new(Errno::ENOTSUP, "colocate is off")),
+            };
+            match made {
+                Ok(made) => out.extend(made),
+                Err(e) if e.errno == Errno::ENOTSUP => {
+                    for name in chunk {
+                        out.push(self.create(dir, name, mode).await);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// One `CreateFiles` message, and what its reply says into the caches,
+    /// as a colocated create's (`create`).
+    async fn create_batch(
+        &self,
+        dir: Handle,
+        names: &[String],
+        mode: u32,
+    ) -> Result<Vec<Result<Attr>>> {
+        let request = CreateFilesRequest {
+            dir,
+            names: names.to_vec(),
+            attrs: Some(Attributes {
+                mode: mode & 0o7777,
+                ..Default::default()
+            }),
+            stuffed: self.config().settings.stuffing,
+        };
+        // As `change_entries`, but what the change did to the entries is
+        // known only from the reply: the names it made.
+        self.inner.known_dirs.begin(dir);
+        let asked = Instant::now();
+        let sent = self
+            .pool()
+            .call_leasing::<ops::CreateFiles>(server_of(dir), self.cred, &request)
+            .await;
+        let answered = sent
+            .as_ref()
+            .ok()
+            .filter(|(r, _)| r.files.len() == names.len());
+        let made: Vec<&str> = answered.map_or_else(Vec::new, |(r, _)| {
+            let made = names
+                .iter()
+                .zip(&r.files)
+                .filter(|(_, f)| f.object.is_some());
+            made.map(|(name, _)| name.as_str()).collect()
+        });
+        let after = answered.and_then(|(r, _)| r.dir.as_ref());
+        self.inner
+            .known_dirs
+            .finish(dir, after, EntryChange::AddedMany(made));
+        let (reply, lease) = sent?;
+        if reply.files.len() != names.len() {
+            return Err(ShoalError::protocol(format!(
+                "create_files answered {} of {} names",
+                reply.files.len(),
+                names.len()
+            )));
+        }
+        self.refresh_dir(reply.dir, asked);
+        let dir_lease = self.inner.leases.until(dir);
+        let mut out = Vec::with_capacity(names.len());
+        let mut leased = Vec::new();
+        for (name, file) in names.iter().zip(reply.files) {
+            let Some(rec) = file.object else {
+                out.push(Err(ShoalError::new(Errno(file.errno), file.error)));
+                continue;
+            };
+            self.remember_cap(file.cap);
+            let h = rec.handle;
+            // A new file's datafiles are empty.
+            let attr = self
+                .attr_with(&rec, |d| {
+                    Some(DatafileSize {
+                        handle: d,
+                        ..Default::default()
+                    })
+                })?
+                .ok_or_else(|| ShoalError::protocol("create_files reply without a file"))?;
+            self.inner
+                .names
+                .put(dir, name, self.cred, (h, rec.kind()), dir_lease);
+            self.inner.attrs.put_leased(h, attr.clone(), lease);
+            leased.push((h, lease));
+            out.push(Ok(attr));
+        }
+        self.inner.leases.note_many(leased.iter().copied());
+        self.inner.undo_if_recalled_after(dir, asked);
+        self.inner.undo_if_recalled(leased);
+        Ok(out)
+    }
+}

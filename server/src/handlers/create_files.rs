@@ -1,0 +1,115 @@
+//! Many creates in one directory in one transaction (`CreateFiles`, beyond
+//! the papers).
+//!
+//! A colocated create ([`super::create_file`]) is one message, one
+//! transaction and one reply per file; what a server spends on each is
+//! mostly the message and the transaction, not the file (issue 17's probe:
+//! bench/results/async-create-probe.md). Here a client sends many names of
+//! one directory at once. The directory is read and checked once; each name
+//! is then made or refused on its own, so one name already taken does not
+//! fail the others; and all that are made are one change: one apply, one
+//! commit, one reply (kept whole in the reply cache, so a resend after a
+//! restart gets the same answer for every name).
+//!
+//! Only files that take nothing from the precreate pools are made here
+//! (stuffed, or of a no_metafile directory): a pool emptied halfway would
+//! leave a batch half made for a reason that is not the names'.
+
+use std::collections::HashSet;
+
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::hints::new_file;
+use shoal_proto::msg::*;
+use shoal_proto::names::check_name;
+use shoal_proto::ObjectKind;
+
+use super::create_file::{name_free, new_lone_datafile, new_metafile, offer_new, writable_dir};
+use super::hints;
+use crate::auth::caps;
+use crate::meta_store::new_attrs;
+use crate::service::{Reply, Request, Service};
+
+/// The most names one request may carry.
+pub const MAX_NAMES: usize = 4096;
+
+/// Whether the batch stays in memory (see `Service::stays_in_memory`): it
+/// takes nothing from the pools, so only its sync could touch the disk.
+pub fn creates_in_memory(s: &Service, r: &Request) -> bool {
+    s.answers_before_sync(r)
+}
+
+pub fn create_files(
+    s: &Service,
+    r: &Request,
+    q: CreateFilesRequest,
+) -> Result<Reply<CreateFilesReply>> {
+    if q.names.is_empty() || q.names.len() > MAX_NAMES {
+        return Err(ShoalError::invalid(format!(
+            "create_files takes 1 to {MAX_NAMES} names, not {}",
+            q.names.len()
+        )));
+    }
+    let under = hints::of(&s.meta.get_dir(q.dir)?);
+    let layout = new_file(&under, &s.config);
+    let stuffed = s.config.settings.stuffing && q.stuffed && layout.num_dfiles > 1;
+    if !(layout.no_metafile || stuffed || layout.num_dfiles == 1) {
+        return Err(ShoalError::new(
+            Errno::ENOTSUP,
+            format!(
+                "the files of directory {:#x} take datafiles from the precreate pools: \
+                 create them one by one",
+                q.dir
+            ),
+        ));
+    }
+    let mode = q.attrs.as_ref().map(|a| a.mode).unwrap_or(0o644);
+    let attrs = new_attrs(mode, r.cred.uid, r.cred.gid);
+    let (reply, syncs) = s.change(|txn| {
+        let what = format!("{} names", q.names.len());
+        let mut dir = writable_dir(s, r, q.dir, &what, &under)?;
+        let mut given = HashSet::with_capacity(q.names.len());
+        let mut files = Vec::with_capacity(q.names.len());
+        for name in &q.names {
+            let free = check_name(name)
+                .and_then(|()| name_free(s, q.dir, name))
+                .and_then(|()| match given.insert(name.as_str()) {
+                    true => Ok(()),
+                    false => Err(ShoalError::invalid(format!("{name:?} given twice"))),
+                });
+            if let Err(e) = free {
+                files.push(CreatedFile {
+                    errno: e.errno.0,
+                    error: e.message,
+                    ..Default::default()
+                });
+                continue;
+            }
+            let (rec, kind) = if layout.no_metafile {
+                let rec = new_lone_datafile(s, txn, attrs, q.dir);
+                (rec, ObjectKind::Datafile)
+            } else {
+                let rec = new_metafile(s, txn, attrs, q.dir, &layout, stuffed, &[]);
+                (rec, ObjectKind::Metafile)
+            };
+            txn.put_entry_to_new(q.dir, name, rec.handle, kind);
+            dir = txn.touch_dir(dir, Some(kind), None);
+            files.push(CreatedFile {
+                cap: (kind == ObjectKind::Metafile)
+                    .then(|| caps::grant(s, &r.cred, &rec))
+                    .flatten(),
+                object: Some(rec),
+                ..Default::default()
+            });
+        }
+        let reply = CreateFilesReply {
+            files,
+            dir: Some(dir),
+        };
+        txn.record_reply(&reply);
+        Ok(reply)
+    })?;
+    for rec in reply.files.iter().filter_map(|f| f.object.as_ref()) {
+        offer_new(s, rec);
+    }
+    Ok(Reply::new(reply).with_syncs(syncs))
+}
