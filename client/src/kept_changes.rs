@@ -30,6 +30,13 @@ struct State {
     boot: u64,
     /// Kept requests by their place in the server's commit sequence.
     changes: BTreeMap<u64, Replayed>,
+    /// A change was answered since the last `recover`: the server may have
+    /// this client in its client table even when nothing is kept (it takes
+    /// a client out only at a flush after the one that made its changes
+    /// durable, and flushes only when there are changes to make durable),
+    /// and then, restarted, it waits for this client before it serves
+    /// anyone.
+    listed: bool,
 }
 
 impl KeptChanges {
@@ -52,10 +59,11 @@ impl KeptChanges {
         mut reply: Frame,
     ) -> Result<Frame> {
         let commit = reply.header.commit;
+        let mut st = self.lock();
+        st.listed |= op.modifies_metadata();
         if commit == Default::default() {
             return Ok(reply);
         }
-        let mut st = self.lock();
         if commit.pending() {
             let allocated = Allocations::decode(reply.payload.clone())
                 .map_err(|e| ShoalError::protocol(format!("{} reply's handles: {e}", op.name())))?
@@ -105,6 +113,7 @@ impl KeptChanges {
     pub fn recovered(&self, verifier: u64, replayed: bool, errnos: &[i32]) {
         let mut st = self.lock();
         st.boot = verifier;
+        st.listed = false;
         if !replayed {
             return;
         }
@@ -134,5 +143,12 @@ impl KeptChanges {
 
     pub fn holds_any(&self) -> bool {
         !self.lock().changes.is_empty()
+    }
+
+    /// Whether a new start of the server may wait for this client: it
+    /// keeps changes for it, or it may be in its table all the same.
+    pub fn owes_recover(&self) -> bool {
+        let st = self.lock();
+        st.listed || !st.changes.is_empty()
     }
 }

@@ -13,10 +13,11 @@
 //! says the server's durable sequence passed it, and the first request on
 //! every new connection is a `recover` that hands them back, so that a
 //! server that restarted and lost them replays them before it serves
-//! anything else. A client that keeps changes for a server does not wait
-//! for its next call to learn that the connection broke: a watcher opens a
-//! new one at once (`watch`), so an idle client never keeps a restarted
-//! server waiting for its recovery window, nor loses what it kept.
+//! anything else. A client that keeps changes for a server, or may still
+//! be in its client table, does not wait for its next call to learn that
+//! the connection broke: a watcher opens a new one at once (`watch`), so
+//! an idle client never keeps a restarted server (and every other client
+//! of it) waiting for its recovery window, nor loses what it kept.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -269,11 +270,13 @@ impl Pool {
     }
 
     /// Once connection `c` to `server` ends, opens a new one at once if
-    /// changes are kept for the server (its `recover` hands them back) or
-    /// locks are held there (taken again on it): a restarted server waits
-    /// for every client that may hold its lost changes, and one that made
-    /// no further call would keep it waiting its whole recovery window, and
-    /// then lose them; and it takes back locks only for a short grace
+    /// the server may have this client in its client table (changes are
+    /// kept for it, which its `recover` hands back, or a change was made
+    /// there since the last recover) or locks are held there (taken again
+    /// on it): a restarted server waits for every client in its table, and
+    /// one that made no further call would keep it, and every other
+    /// client, waiting its whole recovery window, and lose what it kept;
+    /// and it takes back locks only for a short grace
     /// period, after which an idle holder's range would go to others.
     fn watch(&self, server: u32, c: &Connection) {
         let ended = c.ended();
@@ -284,9 +287,10 @@ impl Pool {
                 return;
             };
             let s = server as usize;
+            let replayed = pool.config.settings.sync == SyncMode::Replay;
             // Locks are tried for as long as they are held: a holder that
             // gave up would find them taken when the server came back.
-            while pool.kept[s].holds_any() || pool.held_locks[s].any() {
+            while (replayed && pool.kept[s].owes_recover()) || pool.held_locks[s].any() {
                 match pool.connection(server).await {
                     Ok(_) => return,
                     Err(e) => {

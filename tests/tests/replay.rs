@@ -177,3 +177,33 @@ async fn a_clean_stop_leaves_its_next_start_no_clients_to_wait_for() {
         "{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_its_restarted_server_waits_for_comes_back_though_it_keeps_nothing() {
+    let mut cluster = Cluster::builder()
+        .servers(2)
+        .set("sync=replay")
+        .set("replay_flush_ms=50")
+        .set("recovery_window_ms=60000")
+        // No reply-cache expiry, whose flushes would retire the client.
+        .set("data_flush_ms=60000")
+        .start();
+    let quiet = cluster.client();
+    let dir = dir_on(&quiet, 1, "d").await;
+    quiet.create(dir, "a", 0o644).await.unwrap();
+    // A group flush makes the create durable and a later reply says so:
+    // the client keeps nothing. The server, with no change since, still
+    // has it in its table (a flush that takes it out waits for changes to
+    // make durable).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    quiet.server_stats(1).await.unwrap();
+    cluster.kill(1);
+    cluster.start_server(1);
+    // The quiet client comes back on its own, so the restarted server
+    // serves others at once instead of waiting out its recovery window.
+    let other = cluster.uncached_client();
+    let found = tokio::time::timeout(Duration::from_secs(30), other.lookup(dir, "a"))
+        .await
+        .expect("the restarted server still waits for a client to come back");
+    assert!(found.is_ok());
+}

@@ -124,6 +124,7 @@ fn one(opts: &AblationOptions, name: &str, count: usize, round: usize) -> Result
         runs: 1,
         native: false,
         reopen: false,
+        create_batch: 1,
         preload: None,
     });
     let down = shoal(&["down".into(), "--data".into(), data.display().to_string()]);

@@ -502,6 +502,7 @@ fn run_smallfile(
         runs: 1,
         native: t == Target::Native,
         reopen,
+        create_batch: 1,
         preload: (t == Target::Preload).then(|| s.preload.clone()),
     })?;
     Ok(report

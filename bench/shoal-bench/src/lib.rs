@@ -358,6 +358,11 @@ pub struct SmallfileArgs {
     /// the POSIX form closes it.
     #[arg(long)]
     pub reopen: bool,
+    /// With --native: the create phase makes this many files per
+    /// `create_files` call (one message and one transaction each, where the
+    /// directory allows), instead of one `create` per file.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "native")]
+    pub create_batch: usize,
     /// Run the worker processes with this library as LD_PRELOAD (e.g.
     /// target/release/libshoal_preload.so, with --dir under a Shoal mount).
     #[arg(long, value_name = "LIB", conflicts_with = "native")]
@@ -546,7 +551,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }),
         Workload::Smallfile(a) => match a.worker {
             Some(k) if a.native => as_worker(smallfile_native::worker(
-                &a.dir, k, a.files, a.size, a.reopen,
+                &a.dir,
+                k,
+                a.files,
+                a.size,
+                a.reopen,
+                a.create_batch,
             )),
             Some(k) if a.reopen => as_worker(smallfile::reopen_worker(&a.dir, k, a.files, a.size)),
             Some(k) => as_worker(smallfile::worker(&a.dir, k, a.files, a.size)),
@@ -559,6 +569,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     runs: a.runs,
                     native: a.native,
                     reopen: a.reopen,
+                    create_batch: a.create_batch,
                     preload: a.preload,
                 })
             })?

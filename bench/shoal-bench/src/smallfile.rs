@@ -54,6 +54,9 @@ pub struct SmallfileOptions {
     /// Each phase opens and closes every file it touches (what `cp` and
     /// `cat` do) instead of keeping them open from create to close.
     pub reopen: bool,
+    /// Native: files per `create_files` call in the create phase (1: one
+    /// `create` each).
+    pub create_batch: usize,
     /// Run the POSIX workers with this library as LD_PRELOAD
     /// (libshoal_preload.so).
     pub preload: Option<PathBuf>,
@@ -76,6 +79,11 @@ impl SmallfileOptions {
         }
         if self.runs == 0 {
             return Err(ShoalError::invalid("--runs must be at least 1"));
+        }
+        if self.create_batch == 0 || (self.create_batch > 1 && !self.native) {
+            return Err(ShoalError::invalid(
+                "--create-batch must be at least 1, and above 1 only with --native",
+            ));
         }
         Ok(())
     }
@@ -123,6 +131,9 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
     context.insert("files_per_proc".into(), json!(opts.files));
     context.insert("size".into(), json!(opts.size));
     context.insert("runs".into(), json!(opts.runs));
+    if opts.create_batch > 1 {
+        context.insert("create_batch".into(), json!(opts.create_batch));
+    }
     let interface = match (opts.native, &opts.preload) {
         (true, _) => "native client",
         (false, Some(_)) => "POSIX through LD_PRELOAD",
@@ -181,6 +192,9 @@ fn one_run(opts: &SmallfileOptions, run_dir: &Path, phases: &mut [Phase]) -> Res
     }
     if opts.reopen {
         extra.push("--reopen".into());
+    }
+    if opts.create_batch > 1 {
+        extra.extend(["--create-batch".into(), opts.create_batch.to_string()]);
     }
     let env: Vec<(String, std::ffi::OsString)> = opts
         .preload

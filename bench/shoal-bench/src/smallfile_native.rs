@@ -21,7 +21,14 @@ use crate::smallfile::PHASES;
 use crate::workers::Barrier;
 
 /// One worker process: the nine phases in `run_dir/p<id>` through the native client.
-pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize, reopen: bool) -> Result<()> {
+pub fn worker(
+    run_dir: &Path,
+    id: usize,
+    files: usize,
+    size: usize,
+    reopen: bool,
+    create_batch: usize,
+) -> Result<()> {
     let (mount, shoal_dir) = mounts::containing(run_dir).ok_or_else(|| {
         ShoalError::invalid(format!(
             "{}: --native needs a directory under a live Shoal mount",
@@ -41,11 +48,20 @@ pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize, reopen: bool
         rt.block_on(client.mkdir(parent, &name, 0o755))
             .map(|a| a.handle)
     })?;
-    let handles = b.phase(PHASES[1].0, || {
-        names
+    let handles = b.phase(PHASES[1].0, || match create_batch {
+        1 => names
             .iter()
             .map(|n| rt.block_on(client.create(dir, n, 0o644)).map(|a| a.handle))
-            .collect::<Result<Vec<Handle>>>()
+            .collect::<Result<Vec<Handle>>>(),
+        _ => {
+            let mut handles = Vec::with_capacity(files);
+            for chunk in names.chunks(create_batch) {
+                for made in rt.block_on(client.create_files(dir, chunk, 0o644))? {
+                    handles.push(made?.handle);
+                }
+            }
+            Ok(handles)
+        }
     })?;
     b.phase(PHASES[2].0, || {
         rt.block_on(list_and_stat(&client, dir, files, 0))
