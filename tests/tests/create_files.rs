@@ -5,7 +5,7 @@
 //! crash answered whole from the reply cache.
 
 use bytes::Bytes;
-use shoal_client::{Client, Errno};
+use shoal_client::{Attr, Client, Errno};
 use shoal_proto::crash_points::COMMIT_BEFORE_REPLY;
 use shoal_proto::handle::{server_of, ROOT};
 use shoal_proto::hints::Hint;
@@ -13,6 +13,13 @@ use shoal_tests::{dir_on, entry_names, pattern, repair_to_zero, settled_fsck, Cl
 
 fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}{i}")).collect()
+}
+
+/// Each name's errno, None where it was made.
+fn errnos(made: &[Result<Attr, shoal_client::ShoalError>]) -> Vec<Option<Errno>> {
+    made.iter()
+        .map(|r| r.as_ref().err().map(|e| e.errno))
+        .collect()
 }
 
 /// The `create_files` requests and the syncs they took, summed over the
@@ -84,12 +91,8 @@ async fn each_name_is_made_or_refused_on_its_own() {
         .collect();
 
     let made = client.create_files(dir, &asked, 0o600).await.unwrap();
-    let errnos: Vec<Option<Errno>> = made
-        .iter()
-        .map(|r| r.as_ref().err().map(|e| e.errno))
-        .collect();
     assert_eq!(
-        errnos,
+        errnos(&made),
         [
             None,
             Some(Errno::EEXIST),
@@ -165,12 +168,8 @@ async fn a_batch_whose_reply_died_with_its_server_is_answered_from_the_cache() {
     let made = call.await.unwrap().unwrap();
     let stats = client.server_stats(1).await.unwrap();
     assert_eq!(stats.cached_replies, 1, "answered from the reply cache");
-    let errnos: Vec<Option<Errno>> = made
-        .iter()
-        .map(|r| r.as_ref().err().map(|e| e.errno))
-        .collect();
     assert_eq!(
-        errnos,
+        errnos(&made),
         [None, Some(Errno::EEXIST), None, None, None],
         "the first copy's answers, not EEXIST for every name"
     );

@@ -133,15 +133,7 @@ impl Client {
             }
             return Ok(self.new_file_attr(h, mode));
         };
-        // A new file's datafiles are empty.
-        let attr = self
-            .attr_with(&rec, |d| {
-                Some(DatafileSize {
-                    handle: d,
-                    ..Default::default()
-                })
-            })?
-            .ok_or_else(|| ShoalError::protocol("create_file reply without a file"))?;
+        let attr = self.made_file_attr(&rec)?;
         self.inner.attrs.put_leased(h, attr.clone(), made.lease);
         self.inner.undo_if_recalled([(h, made.lease)]);
         Ok(attr)
@@ -452,6 +444,18 @@ impl Client {
                 tracing::warn!("could not remove orphan {h:#x}: {e}");
             }
         }
+    }
+
+    /// The attributes of a file its server has just made, from its record
+    /// (its datafiles are empty).
+    pub(super) fn made_file_attr(&self, rec: &ObjectRecord) -> Result<Attr> {
+        self.attr_with(rec, |d| {
+            Some(DatafileSize {
+                handle: d,
+                ..Default::default()
+            })
+        })?
+        .ok_or_else(|| ShoalError::protocol("a create's reply without a file"))
     }
 
     /// The attributes of a file this client has just made, cached.

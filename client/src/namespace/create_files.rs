@@ -111,15 +111,7 @@ impl Client {
             };
             self.remember_cap(file.cap);
             let h = rec.handle;
-            // A new file's datafiles are empty.
-            let attr = self
-                .attr_with(&rec, |d| {
-                    Some(DatafileSize {
-                        handle: d,
-                        ..Default::default()
-                    })
-                })?
-                .ok_or_else(|| ShoalError::protocol("create_files reply without a file"))?;
+            let attr = self.made_file_attr(&rec)?;
             self.inner
                 .names
                 .put(dir, name, self.cred, (h, rec.kind()), dir_lease);
