@@ -30,12 +30,12 @@ struct State {
     boot: u64,
     /// Kept requests by their place in the server's commit sequence.
     changes: BTreeMap<u64, Replayed>,
-    /// A change was answered since the last `recover`: the server may have
-    /// this client in its client table even when nothing is kept (it takes
-    /// a client out only at a flush after the one that made its changes
-    /// durable, and flushes only when there are changes to make durable),
-    /// and then, restarted, it waits for this client before it serves
-    /// anyone.
+    /// The server may have this client in its client table, even when
+    /// nothing is kept (it takes a client out only at a flush after the
+    /// one that made its changes durable, and flushes only when there are
+    /// changes to make durable): restarted, it then waits for this client
+    /// before it serves anyone. Set as a change is sent (its reply may die
+    /// with the server), and to what the server says at each `recover`.
     listed: bool,
 }
 
@@ -59,11 +59,10 @@ impl KeptChanges {
         mut reply: Frame,
     ) -> Result<Frame> {
         let commit = reply.header.commit;
-        let mut st = self.lock();
-        st.listed |= op.modifies_metadata();
         if commit == Default::default() {
             return Ok(reply);
         }
+        let mut st = self.lock();
         if commit.pending() {
             let allocated = Allocations::decode(reply.payload.clone())
                 .map_err(|e| ShoalError::protocol(format!("{} reply's handles: {e}", op.name())))?
@@ -107,13 +106,20 @@ impl KeptChanges {
         (st.boot, st.changes.values().cloned().collect())
     }
 
+    /// A change is about to be sent to the server, which may enter this
+    /// client in its table with it.
+    pub fn sending_change(&self) {
+        self.lock().listed = true;
+    }
+
     /// The server's answer to [`KeptChanges::to_recover`]: it is start
-    /// `verifier`; with `replayed`, it replayed the changes (each one's
-    /// errno in `errnos`) and made them durable.
-    pub fn recovered(&self, verifier: u64, replayed: bool, errnos: &[i32]) {
+    /// `verifier`, and has this client in its table if `listed`; with
+    /// `replayed`, it replayed the changes (each one's errno in `errnos`)
+    /// and made them durable.
+    pub fn recovered(&self, verifier: u64, listed: bool, replayed: bool, errnos: &[i32]) {
         let mut st = self.lock();
         st.boot = verifier;
-        st.listed = false;
+        st.listed = listed;
         if !replayed {
             return;
         }

@@ -203,6 +203,14 @@ impl KnownDirs {
         }
     }
 
+    /// The change begun on `dir` was refused before it changed anything
+    /// (the server said so): what is known stands.
+    pub fn unchanged(&self, dir: Handle) {
+        if let Some(k) = self.dirs().known.get_mut(&dir) {
+            k.in_flight = k.in_flight.saturating_sub(1);
+        }
+    }
+
     /// Stops answering for `dir` (a change whose effect on it this does not
     /// follow, such as a move).
     pub fn forget(&self, dir: Handle) {

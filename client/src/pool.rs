@@ -294,9 +294,14 @@ impl Pool {
                 match pool.connection(server).await {
                     Ok(_) => return,
                     Err(e) => {
-                        tracing::error!(
-                            "server {server}: handing back the changes it answered and the locks held: {e}"
-                        );
+                        if pool.kept[s].holds_any() || pool.held_locks[s].any() {
+                            tracing::error!(
+                                "server {server}: handing back the changes it answered and the locks held: {e}"
+                            );
+                        } else {
+                            // Nothing lost: it was only to be told so.
+                            tracing::info!("server {server} did not come back: {e}");
+                        }
                         if !pool.held_locks[s].any() {
                             return;
                         }
@@ -330,7 +335,7 @@ impl Pool {
             }
             Err(e) => return Err(e),
         };
-        kept.recovered(reply.verifier, reply.replayed, &reply.errnos);
+        kept.recovered(reply.verifier, reply.listed, reply.replayed, &reply.errnos);
         c.set_boot(reply.verifier);
         Ok(())
     }
@@ -434,6 +439,11 @@ impl Pool {
         let mut resends = 0;
         let (reply, boot) = loop {
             let client = self.client_ref(server, op, id, resends > 0);
+            if op.modifies_metadata() {
+                // After the connection's `recover`, which says whether the
+                // server lists this client: this change may enter it.
+                self.kept[server as usize].sending_change();
+            }
             match conn
                 .call(op, id, client, cred, body.clone(), payload.clone())
                 .await

@@ -95,9 +95,10 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
 /// synced (file data kept in the store, which is durable on fsync): a
 /// server killed, or its machine crashing, loses at most this much of the
 /// data written to it and not fsynced, as a local file system's commit
-/// interval bounds it. Metadata changes are synced before their replies
-/// (with `sync = "replay"`, within `replay_flush_ms` of them:
-/// `group_flush_loop`).
+/// interval bounds it; with `sync = "none"`, metadata changes too. With
+/// `sync = "full"` those are synced before their replies, and with `sync =
+/// "replay"` within `replay_flush_ms` of them (`group_flush_loop`): then
+/// this loop only expires cached replies.
 async fn flush_loop(s: Arc<Service>) {
     let every = Duration::from_millis(s.config.settings.data_flush_ms as u64);
     // The first tick one interval after the start, not at once: a store

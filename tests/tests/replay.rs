@@ -206,4 +206,14 @@ async fn a_client_its_restarted_server_waits_for_comes_back_though_it_keeps_noth
         .await
         .expect("the restarted server still waits for a client to come back");
     assert!(found.is_ok());
+    // The new start has the client in its table too (nothing has been
+    // flushed since it started), and says so to it: a second crash finds
+    // it coming back again.
+    cluster.kill(1);
+    cluster.start_server(1);
+    let other = cluster.uncached_client();
+    let found = tokio::time::timeout(Duration::from_secs(30), other.lookup(dir, "a"))
+        .await
+        .expect("the server restarted twice waits for the client");
+    assert!(found.is_ok());
 }

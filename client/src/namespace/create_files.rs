@@ -1,9 +1,11 @@
 //! Many regular files in one directory at once ([`Client::create_files`]):
 //! with colocate, one `CreateFiles` message per [`PER_MESSAGE`] names to
-//! the directory's server, applied there as one transaction (server/src/handlers/create_files.rs). Where
-//! that cannot be (colocate off, or a directory whose files take datafiles
-//! from the precreate pools: the server says ENOTSUP), each file is created
-//! on its own, with the same results.
+//! the directory's server, applied there as one transaction
+//! (server/src/handlers/create_files.rs). Where that cannot be (colocate
+//! off, or a directory whose files take datafiles from the precreate pools:
+//! the server says ENOTSUP), each file is created on its own: the same
+//! files, except that a name given twice is then EEXIST the second time,
+//! not EINVAL.
 
 use std::time::Instant;
 
@@ -16,15 +18,18 @@ use crate::known_dirs::EntryChange;
 use crate::{Attr, Client};
 
 /// Names per message: the server takes at most 4096; fewer keep a reply
-/// (one record per file) well under the frame limit.
+/// (one record per file), and with `sync = "replay"` the request the
+/// client keeps until it is durable, well under the frame limit.
 const PER_MESSAGE: usize = 1024;
 
 impl Client {
     /// Creates a regular file of each of `names` in `dir`, with permission
     /// bits `mode`. Returns one result per name, in order: a name taken or
     /// invalid fails alone (EEXIST, EINVAL) and the others are made. The
-    /// outer error is for what fails them all (the directory is gone, no
-    /// permission, the server unreachable).
+    /// outer error is for what fails the first message whole (the
+    /// directory is gone, no permission, the server unreachable): nothing
+    /// was made. Such a failure of a later message is the error of each of
+    /// its names and of every name after them (the earlier ones were made).
     pub async fn create_files(
         &self,
         dir: Handle,
@@ -32,21 +37,25 @@ impl Client {
         mode: u32,
     ) -> Result<Vec<Result<Attr>>> {
         let settings = &self.config().settings;
-        let colocated = settings.colocate && (settings.precreate || settings.stuffing);
+        let mut batched = settings.colocate && (settings.precreate || settings.stuffing);
         let mut out = Vec::with_capacity(names.len());
         for chunk in names.chunks(PER_MESSAGE) {
-            let made = match colocated {
+            let made = match batched {
                 true => self.create_batch(dir, chunk, mode).await,
-                false => Err(ShoalError::new(Errno::ENOTSUP, "colocate is off")),
+                false => Err(ShoalError::new(Errno::ENOTSUP, "not batched")),
             };
             match made {
                 Ok(made) => out.extend(made),
                 Err(e) if e.errno == Errno::ENOTSUP => {
+                    // The directory's files take from the pools: so will
+                    // the next chunk's.
+                    batched = false;
                     for name in chunk {
                         out.push(self.create(dir, name, mode).await);
                     }
                 }
-                Err(e) => return Err(e),
+                Err(e) if out.is_empty() => return Err(e),
+                Err(e) => out.resize(names.len(), Err(e)),
             }
         }
         Ok(out)
@@ -89,9 +98,14 @@ impl Client {
             made.map(|(name, _)| name.as_str()).collect()
         });
         let after = answered.and_then(|(r, _)| r.dir.as_ref());
-        self.inner
-            .known_dirs
-            .finish(dir, after, EntryChange::AddedMany(made));
+        match &sent {
+            // Refused before it changed anything: what is known stands.
+            Err(e) if e.errno == Errno::ENOTSUP => self.inner.known_dirs.unchanged(dir),
+            _ => self
+                .inner
+                .known_dirs
+                .finish(dir, after, EntryChange::AddedMany(made)),
+        }
         let (reply, lease) = sent?;
         if reply.files.len() != names.len() {
             return Err(ShoalError::protocol(format!(
@@ -111,7 +125,13 @@ impl Client {
             };
             self.remember_cap(file.cap);
             let h = rec.handle;
-            let attr = self.made_file_attr(&rec)?;
+            let attr = match self.made_file_attr(&rec) {
+                Ok(attr) => attr,
+                Err(e) => {
+                    out.push(Err(e));
+                    continue;
+                }
+            };
             self.inner
                 .names
                 .put(dir, name, self.cred, (h, rec.kind()), dir_lease);

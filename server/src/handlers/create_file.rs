@@ -280,25 +280,18 @@ fn entry_dir(
     name: &str,
     under: &DirHints,
 ) -> Result<ObjectRecord> {
-    let rec = writable_dir(s, r, dir, name, under)?;
+    let rec = writable_dir(s, r, dir, name)?;
+    hints::check_unchanged(&rec, under, name)?;
     name_free(s, dir, name)?;
     Ok(rec)
 }
 
 /// The directory `dir` (owned here) that new entries may go into: the
-/// caller may write and search it, it is not being removed, and it still
-/// has the hints `under` the files were laid out by (`what`: the name or
-/// names, for the errors).
-pub(super) fn writable_dir(
-    s: &Service,
-    r: &Request,
-    dir: u64,
-    what: &str,
-    under: &DirHints,
-) -> Result<ObjectRecord> {
+/// caller may write and search it, and it is not being removed (`what`:
+/// the name or names, for the errors).
+pub(super) fn writable_dir(s: &Service, r: &Request, dir: u64, what: &str) -> Result<ObjectRecord> {
     let rec = s.meta.get_dir(dir)?;
     perms::require(&r.cred, &rec, W | X, &format!("create {what:?}"))?;
-    hints::check_unchanged(&rec, under, what)?;
     if rec.removing {
         return Err(ShoalError::not_found(format!(
             "directory {dir:#x} (being removed)"

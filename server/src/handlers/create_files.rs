@@ -12,13 +12,16 @@
 //! restart gets the same answer for every name).
 //!
 //! Only files that take nothing from the precreate pools are made here
-//! (stuffed, or of a no_metafile directory): a pool emptied halfway would
-//! leave a batch half made for a reason that is not the names'.
+//! (stuffed, one datafile, or of a no_metafile directory): a pool emptied
+//! halfway would leave a batch half made for a reason that is not the
+//! names'. The layout is read in the batch's own transaction, so a hint
+//! changed meanwhile cannot refuse it (a single create checks the hints it
+//! was laid out by, and its client tries again).
 
 use std::collections::HashSet;
 
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::hints::new_file;
+use shoal_proto::hints::{new_file, NewFile};
 use shoal_proto::msg::*;
 use shoal_proto::names::check_name;
 use shoal_proto::ObjectKind;
@@ -27,7 +30,7 @@ use super::create_file::{name_free, new_lone_datafile, new_metafile, offer_new, 
 use super::hints;
 use crate::auth::caps;
 use crate::meta_store::new_attrs;
-use crate::service::{Reply, Request, Service};
+use crate::service::{require, Reply, Request, Service};
 
 /// The most names one request may carry.
 pub const MAX_NAMES: usize = 4096;
@@ -49,24 +52,15 @@ pub fn create_files(
             q.names.len()
         )));
     }
-    let under = hints::of(&s.meta.get_dir(q.dir)?);
-    let layout = new_file(&under, &s.config);
-    let stuffed = s.config.settings.stuffing && q.stuffed && layout.num_dfiles > 1;
-    if !(layout.no_metafile || stuffed || layout.num_dfiles == 1) {
-        return Err(ShoalError::new(
-            Errno::ENOTSUP,
-            format!(
-                "the files of directory {:#x} take datafiles from the precreate pools: \
-                 create them one by one",
-                q.dir
-            ),
-        ));
-    }
     let mode = q.attrs.as_ref().map(|a| a.mode).unwrap_or(0o644);
     let attrs = new_attrs(mode, r.cred.uid, r.cred.gid);
     let (reply, syncs) = s.change(|txn| {
-        let what = format!("{} names", q.names.len());
-        let mut dir = writable_dir(s, r, q.dir, &what, &under)?;
+        // The layout comes from the directory as this transaction reads it:
+        // no hint can change in between.
+        let mut dir = writable_dir(s, r, q.dir, &format!("{} names", q.names.len()))?;
+        let layout = new_file(&hints::of(&dir), &s.config);
+        let stuffed = s.config.settings.stuffing && q.stuffed && layout.num_dfiles > 1;
+        takes_nothing_from_the_pools(s, q.dir, &layout, stuffed)?;
         let mut given = HashSet::with_capacity(q.names.len());
         let mut files = Vec::with_capacity(q.names.len());
         for name in &q.names {
@@ -112,4 +106,30 @@ pub fn create_files(
         offer_new(s, rec);
     }
     Ok(Reply::new(reply).with_syncs(syncs))
+}
+
+/// ENOTSUP unless the new files of directory `dir`, laid out as `layout`,
+/// take nothing from the precreate pools: a no_metafile directory's, a
+/// stuffed file's (one local datafile), or a one-datafile file's where
+/// precreate is on (as a single create, which refuses it otherwise).
+fn takes_nothing_from_the_pools(
+    s: &Service,
+    dir: u64,
+    layout: &NewFile,
+    stuffed: bool,
+) -> Result<()> {
+    if layout.no_metafile || stuffed {
+        return Ok(());
+    }
+    require(s.config.settings.precreate, "precreate")?;
+    if layout.num_dfiles == 1 {
+        return Ok(());
+    }
+    Err(ShoalError::new(
+        Errno::ENOTSUP,
+        format!(
+            "the files of directory {dir:#x} take datafiles from the precreate pools: \
+             create them one by one"
+        ),
+    ))
 }

@@ -34,6 +34,7 @@ pub fn recover(s: &Service, r: &Request, q: RecoverRequest) -> Result<Reply<Reco
             verifier: s.verifier,
             replayed: false,
             errnos: Vec::new(),
+            listed: s.clients.knows(client),
         }));
     }
     let count = q.items.len();
@@ -49,6 +50,7 @@ pub fn recover(s: &Service, r: &Request, q: RecoverRequest) -> Result<Reply<Reco
         verifier: s.verifier,
         replayed: true,
         errnos,
+        listed: s.clients.knows(client),
     }))
 }
 
