@@ -530,6 +530,26 @@ fn stop_mount(dir: &Path, mut child: Child) {
     let _ = child.wait();
 }
 
+/// Runs `call` against server `id` armed to die once a change is durable
+/// and before its reply; starts the server again once it died, and
+/// returns what the call returned. Checks that the new process answered
+/// one request from its reply cache.
+pub async fn across_a_crash<T: Send + 'static>(
+    cluster: &mut Cluster,
+    client: &Client,
+    id: u32,
+    call: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    cluster.arm(id, shoal_proto::crash_points::COMMIT_BEFORE_REPLY);
+    let call = tokio::spawn(call);
+    // Blocks this thread only; the call runs on the other worker.
+    cluster.restart_after_crash(id);
+    let out = call.await.unwrap();
+    let stats = client.server_stats(id).await.unwrap();
+    assert_eq!(stats.cached_replies, 1, "answered from the reply cache");
+    out
+}
+
 /// The names in directory `dir`, in the order the server lists them.
 pub async fn entry_names(client: &Client, dir: Handle) -> Vec<String> {
     client

@@ -6,10 +6,11 @@
 
 use bytes::Bytes;
 use shoal_client::{Attr, Client, Errno};
-use shoal_proto::crash_points::COMMIT_BEFORE_REPLY;
 use shoal_proto::handle::{server_of, ROOT};
 use shoal_proto::hints::Hint;
-use shoal_tests::{dir_on, entry_names, pattern, repair_to_zero, settled_fsck, Cluster};
+use shoal_tests::{
+    across_a_crash, dir_on, entry_names, pattern, repair_to_zero, settled_fsck, Cluster,
+};
 
 fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}{i}")).collect()
@@ -161,13 +162,12 @@ async fn a_batch_whose_reply_died_with_its_server_is_answered_from_the_cache() {
     let dir = dir_on(&client, 1, "d").await;
     client.create(dir, "f1", 0o644).await.unwrap();
 
-    cluster.arm(1, COMMIT_BEFORE_REPLY);
     let c = client.clone();
-    let call = tokio::spawn(async move { c.create_files(dir, &names("f", 5), 0o644).await });
-    cluster.restart_after_crash(1);
-    let made = call.await.unwrap().unwrap();
-    let stats = client.server_stats(1).await.unwrap();
-    assert_eq!(stats.cached_replies, 1, "answered from the reply cache");
+    let made = across_a_crash(&mut cluster, &client, 1, async move {
+        c.create_files(dir, &names("f", 5), 0o644).await
+    })
+    .await
+    .unwrap();
     assert_eq!(
         errnos(&made),
         [None, Some(Errno::EEXIST), None, None, None],

@@ -6,34 +6,12 @@
 //! mount, a server killed and restarted in the middle of a `cp -r` is not
 //! seen by `cp`.
 
-use std::future::Future;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use shoal_client::{Client, Errno};
-use shoal_proto::crash_points::COMMIT_BEFORE_REPLY;
-use shoal_tests::{dir_on, entry_names, repair_to_zero, settled_fsck, Cluster};
-
-/// Runs `call` against server `id` armed to die once a change is durable
-/// and before its reply; starts the server again once it died, and
-/// returns what the call returned. Checks that the new process answered
-/// one request from its reply cache.
-async fn across_a_crash<T: Send + 'static>(
-    cluster: &mut Cluster,
-    client: &Client,
-    id: u32,
-    call: impl Future<Output = T> + Send + 'static,
-) -> T {
-    cluster.arm(id, COMMIT_BEFORE_REPLY);
-    let call = tokio::spawn(call);
-    // Blocks this thread only; the call runs on the other worker.
-    cluster.restart_after_crash(id);
-    let out = call.await.unwrap();
-    let stats = client.server_stats(id).await.unwrap();
-    assert_eq!(stats.cached_replies, 1, "answered from the reply cache");
-    out
-}
+use shoal_client::Errno;
+use shoal_tests::{across_a_crash, dir_on, entry_names, repair_to_zero, settled_fsck, Cluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_whose_replies_died_with_their_server_succeed_once() {
