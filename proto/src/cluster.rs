@@ -189,6 +189,19 @@ pub struct Settings {
     /// about 64 bytes); when full, answers grant none and clients cache for
     /// `cache_ttl_ms` as without leases. Default 1000000.
     pub max_leases: u32,
+    /// Directory delegations (`server/src/delegations.rs`): a client that
+    /// knows every entry of a directory may take its delegation, answer
+    /// creates of new files there itself, and send them many to a message
+    /// within `delegated_flush_ms`; the server recalls the delegation (the
+    /// client sends what it kept) before anyone else reads or changes the
+    /// directory. Needs leases. A create that fails when it is sent (a
+    /// server that restarted meanwhile lost the handles it reserved) is
+    /// reported by the file's fsync and close (EIO). Default false.
+    pub dir_delegations: bool,
+    /// How long a client keeps the creates it answered under a delegation
+    /// before it sends them, in milliseconds (sooner when 256 wait in one
+    /// directory, or when anything else is sent). Default 5.
+    pub delegated_flush_ms: u32,
 
     // The write threshold [Hildebrand 2006]: the gathering path for small
     // writes, the direct path for large ones.
@@ -300,6 +313,8 @@ impl Default for Settings {
             lease_ms: 30_000,
             lease_recall_ms: 1_000,
             max_leases: 1_000_000,
+            dir_delegations: false,
+            delegated_flush_ms: 5,
             restart_wait_ms: 60_000,
             replay_flush_ms: 5,
             recovery_window_ms: 20_000,
@@ -415,6 +430,10 @@ impl Settings {
         check(
             (1..=60_000).contains(&self.data_flush_ms),
             "data_flush_ms must be 1..=60000",
+        )?;
+        check(
+            (1..=60_000).contains(&self.delegated_flush_ms),
+            "delegated_flush_ms must be 1..=60000",
         )?;
         check(
             self.server_inflight >= 1,

@@ -141,6 +141,8 @@ ops! {
     40 => TestLock("test_lock", TestLockRequest => TestLockReply, false),
     /// Many creates in one directory, one transaction.
     41 => CreateFiles("create_files", CreateFilesRequest => CreateFilesReply, true),
+    /// Asks for a directory's delegation and handles for new files in it.
+    42 => DelegateDir("delegate_dir", DelegateDirRequest => DelegateDirReply, false),
 }
 
 impl Op {
@@ -160,7 +162,7 @@ impl Op {
             Ping | Lookup | GetAttr | SetAttr | Readdir | Read | Write | Truncate | Fsync
             | GetSizes | GetXattr | ListXattr | Statfs | Stats | Unstuff | ListAttr
             | Rendezvous | Scan | GatherWrite | GatherCommit | WriteExtents | Recover | Commit
-            | Recall | Lock | TestLock => false,
+            | Recall | Lock | TestLock | DelegateDir => false,
             CreateObject | CreateDatafiles | SetDist | CrDirEnt | RmDirEnt | RenameEntry
             | Remove | RmdirPrepare | RmdirAbort | SetParent | SetXattr | RemoveXattr
             | CreateFile | Link | CreateFiles => true,
@@ -243,6 +245,7 @@ mod tests {
             (39, "lock", false),
             (40, "test_lock", false),
             (41, "create_files", true),
+            (42, "delegate_dir", false),
         ];
         assert_eq!(table, expected);
     }

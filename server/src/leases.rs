@@ -154,15 +154,18 @@ impl Leases {
     /// Connection `conn` of `client` ended: its leases go with it (the
     /// client drops what it cached from this server when it sees the
     /// connection end), unless the client already came back on another.
-    pub fn disconnected(&self, client: u64, conn: u64) {
+    /// Returns whether they went.
+    pub fn disconnected(&self, client: u64, conn: u64) -> bool {
         if !self.on() || client == 0 {
-            return;
+            return false;
         }
         let mut st = self.state();
         if st.links.get(&client).is_some_and(|l| l.conn == conn) {
             st.links.remove(&client);
             forget_client(&mut st, client);
+            return true;
         }
+        false
     }
 
     /// Grants the client of the request `scope` handles a lease on each
@@ -284,16 +287,50 @@ impl Leases {
         if recalls.is_empty() {
             return 0;
         }
-        let (tx, rx) = mpsc::channel();
-        let mut sent = Vec::new();
-        for (client, mut objects) in recalls {
+        let recalls = recalls.into_iter().map(|(client, mut objects)| {
             objects.sort_unstable();
             objects.dedup();
+            let recall = RecallRequest {
+                handles: objects,
+                delegations: Vec::new(),
+            };
+            (client, recall)
+        });
+        self.recall_and_wait(st, recalls.collect())
+    }
+
+    /// Recalls directory `dir`'s delegation from `holder` (`delegations`):
+    /// the holder sends the creates it kept there, then answers. Waits for
+    /// the answer as a change waits for a lease's, at most
+    /// `lease_recall_ms`; a holder that does not answer in time loses its
+    /// leases and its connection, which ends its delegations too.
+    pub fn recall_delegation(&self, dir: Handle, holder: u64) {
+        let recall = RecallRequest {
+            handles: Vec::new(),
+            delegations: vec![dir],
+        };
+        self.recall_and_wait(self.state(), vec![(holder, recall)]);
+    }
+
+    /// Whether this server can send `client` recalls (it holds a
+    /// connection that takes them).
+    pub fn can_recall(&self, client: u64) -> bool {
+        self.on() && self.state().links.contains_key(&client)
+    }
+
+    /// Sends each recall to its client over the client's link and waits
+    /// for every answer, at most `lease_recall_ms`; evicts the clients that
+    /// did not answer. Returns how many recalls were sent.
+    fn recall_and_wait(&self, st: MutexGuard<'_, State>, recalls: Vec<(u64, RecallRequest)>) -> usize {
+        let mut st = st;
+        let (tx, rx) = mpsc::channel();
+        let mut sent = Vec::new();
+        for (client, recall) in recalls {
             let Some(link) = st.links.get(&client) else {
                 continue;
             };
             let id = self.next_recall.fetch_add(1, Ordering::Relaxed);
-            let body = Bytes::from(RecallRequest { handles: objects }.encode_to_vec());
+            let body = Bytes::from(recall.encode_to_vec());
             let frame = Frame::request(Op::Recall, id, Cred::new(0, 0), body, Bytes::new());
             if link.sink.send(&frame).is_ok() {
                 st.waiting.insert(id, tx.clone());

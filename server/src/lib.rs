@@ -15,6 +15,7 @@ pub mod auth;
 pub mod client_table;
 pub mod commit;
 pub mod data_store;
+pub mod delegations;
 pub mod disk;
 pub mod gathering;
 mod handlers;

@@ -114,7 +114,7 @@ async fn serve_connection(
         let from = frame.header.client.client;
         if from != 0 && from != client {
             if client != 0 {
-                service.leases.disconnected(client, conn);
+                service.disconnected(client, conn);
             }
             client = from;
             service.leases.connected(client, conn, &sink);
@@ -156,7 +156,7 @@ async fn serve_connection(
             drop(permit);
         });
     }
-    service.leases.disconnected(client, conn);
+    service.disconnected(client, conn);
     service.locks.disconnected(client, conn);
     // Requests already running still answer before the connection closes.
     let _ = permits.acquire_many(inflight as u32).await;

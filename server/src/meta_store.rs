@@ -15,6 +15,7 @@ use shoal_proto::msg::{Attributes, DirEntry, Distribution, ObjectRecord};
 use shoal_proto::time::now_ns;
 use shoal_proto::ObjectKind;
 
+use crate::delegations::Delegations;
 use crate::keys;
 use crate::kv::{Batch, BatchOp, KvEngine};
 
@@ -31,6 +32,9 @@ pub struct MetaStore {
     /// the changes its clients kept it still has (`recovery`).
     applied_seq: AtomicU64,
     durable_seq: AtomicU64,
+    /// Directories delegated to a client: another's read of one is refused
+    /// until it is recalled (`delegations`).
+    pub delegations: Delegations,
 }
 
 /// A batch of changes plus the bookkeeping `apply` persists alongside it.
@@ -171,6 +175,7 @@ impl MetaStore {
             objects: AtomicU64::new(objects),
             applied_seq: AtomicU64::new(transno),
             durable_seq: AtomicU64::new(transno),
+            delegations: Delegations::default(),
         };
         if server_id == 0 && store.try_get(handle::ROOT)?.is_none() {
             let _guard = store.lock();
@@ -233,16 +238,54 @@ impl MetaStore {
         h
     }
 
+    /// A handle a client was given beforehand (a delegation's reservation,
+    /// which `reserved` says): it must lie in this server's range, have
+    /// been handed out (at or below the counter) and name nothing yet. A
+    /// replayed request gets the one its first copy got, as in `alloc`.
+    pub fn alloc_given(
+        &self,
+        txn: &mut Txn,
+        h: Handle,
+        reserved: impl Fn(Handle) -> bool,
+    ) -> Result<Handle> {
+        let (low, high) = handle::range_of(self.server_id);
+        let fits = |h: Handle| {
+            (low..high).contains(&h)
+                && handle::counter_of(h) <= self.last_counter.load(Ordering::SeqCst)
+                && self.try_get(h).ok() == Some(None)
+        };
+        if !fits(h) || !reserved(h) {
+            return Err(ShoalError::invalid(format!(
+                "handle {h:#x} is not one reserved for this client, or is taken"
+            )));
+        }
+        txn.allocated = true;
+        Ok(crate::replay::handle(|| h, fits))
+    }
+
+    /// Reserves `count` fresh handles, durably (as `skip_handles`): no
+    /// allocation hands them out, also after a crash.
+    pub fn reserve_handles(&self, count: u64) -> Result<std::ops::Range<Handle>> {
+        assert!(count > 0, "an empty reservation");
+        let end = self.skip_handles(count)?;
+        Ok(handle::make(self.server_id, end - count + 1)..handle::make(self.server_id, end + 1))
+    }
+
     /// Moves the handle counter `gap` ahead, durably: a restarted server
     /// (`sync = "replay"`) then never hands out a handle that a change it
-    /// lost had handed out, which its client replays.
-    pub fn skip_handles(&self, gap: u64) -> Result<()> {
-        let _guard = self.lock();
-        let next = self.last_counter.fetch_add(gap, Ordering::SeqCst) + gap;
-        let mut batch = Batch::default();
-        batch.put(keys::NEXT_HANDLE.to_vec(), keys::encode_u64(next));
-        self.kv.apply(batch)?;
-        self.sync()
+    /// lost had handed out, which its client replays. Returns the counter
+    /// after the gap (the gap is the `gap` counters up to it).
+    pub fn skip_handles(&self, gap: u64) -> Result<u64> {
+        let next = {
+            let _guard = self.lock();
+            let next = self.last_counter.fetch_add(gap, Ordering::SeqCst) + gap;
+            let mut batch = Batch::default();
+            batch.put(keys::NEXT_HANDLE.to_vec(), keys::encode_u64(next));
+            self.kv.apply(batch)?;
+            next
+        };
+        self.sync()?;
+        Ok(next)
     }
 
     /// The commit sequence: transactions applied so far.
@@ -281,6 +324,7 @@ impl MetaStore {
     }
 
     pub fn try_get(&self, h: Handle) -> Result<Option<ObjectRecord>> {
+        self.delegations.check(h)?;
         match self.kv.get(&keys::object(h))? {
             None => Ok(None),
             Some(v) => decode_object(h, &v).map(Some),
@@ -290,6 +334,9 @@ impl MetaStore {
     /// [`try_get`](Self::try_get) of each handle, index-aligned, in one
     /// read of the store.
     pub fn try_get_many(&self, hs: &[Handle]) -> Result<Vec<Option<ObjectRecord>>> {
+        for h in hs {
+            self.delegations.check(*h)?;
+        }
         let keys: Vec<Vec<u8>> = hs.iter().map(|&h| keys::object(h)).collect();
         let asked: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let values = self.kv.get_many(&asked)?;
@@ -320,6 +367,7 @@ impl MetaStore {
     }
 
     pub fn lookup(&self, dir: Handle, name: &str) -> Result<Option<(Handle, ObjectKind)>> {
+        self.delegations.check(dir)?;
         match self.kv.get(&keys::entry(dir, name))? {
             None => Ok(None),
             Some(v) => keys::decode_entry(&v)
@@ -335,6 +383,7 @@ impl MetaStore {
         start_after: &str,
         max: usize,
     ) -> Result<(Vec<DirEntry>, bool)> {
+        self.delegations.check(dir)?;
         let after = (!start_after.is_empty()).then(|| keys::entry(dir, start_after));
         let pairs = self
             .kv
@@ -356,6 +405,7 @@ impl MetaStore {
     }
 
     pub fn is_empty_dir(&self, dir: Handle) -> Result<bool> {
+        self.delegations.check(dir)?;
         Ok(self.kv.scan(&keys::entries(dir), None, 1)?.is_empty())
     }
 

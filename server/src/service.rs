@@ -204,6 +204,15 @@ impl Service {
         }
     }
 
+    /// Connection `conn` of `client` ended: if it was the one that took
+    /// the client's recalls, the client's leases and directory delegations
+    /// end with it.
+    pub fn disconnected(&self, client: u64, conn: u64) {
+        if self.leases.disconnected(client, conn) {
+            self.meta.delegations.client_gone(client);
+        }
+    }
+
     /// Runs `build` under the store lock to read what it needs and fill a
     /// transaction, applies it, then (lock released) waits until it is durable.
     /// Returns what `build` returned and the syncs it took (with commit

@@ -58,18 +58,20 @@ fn new_datafile(s: &Service, txn: &mut Txn) -> Handle {
     h
 }
 
-/// A new file's metafile record, inserted: its first datafile made here,
-/// the rest `taken` from the pools (none if `stuffed`).
+/// A new file's metafile record `handle` (allocated by the caller),
+/// inserted: its first datafile made here, the rest `taken` from the pools
+/// (none if `stuffed`).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn new_metafile(
     s: &Service,
     txn: &mut Txn,
+    handle: Handle,
     attrs: Attributes,
     parent: Handle,
     layout: &NewFile,
     stuffed: bool,
     taken: &[Handle],
 ) -> ObjectRecord {
-    let handle = s.meta.alloc(txn);
     let mut datafiles = vec![new_datafile(s, txn)];
     datafiles.extend_from_slice(taken);
     let rec = ObjectRecord {
@@ -92,16 +94,17 @@ pub(super) fn new_metafile(
     rec
 }
 
-/// A new file of a no_metafile directory ([Kuhn 2008]), inserted: one
-/// datafile that keeps the file's attributes.
+/// A new file of a no_metafile directory ([Kuhn 2008]), `handle`
+/// (allocated by the caller), inserted: one datafile that keeps the file's
+/// attributes.
 pub(super) fn new_lone_datafile(
-    s: &Service,
     txn: &mut Txn,
+    handle: Handle,
     attrs: Attributes,
     parent: Handle,
 ) -> ObjectRecord {
     let rec = ObjectRecord {
-        handle: s.meta.alloc(txn),
+        handle,
         kind: ObjectKind::Datafile as i32,
         attrs: Some(attrs),
         mtime_set_ns: attrs.mtime_ns,
@@ -179,7 +182,8 @@ pub fn create_file(
                 return Ok(None);
             };
             let parent = if q.parent != 0 { q.parent } else { q.dir };
-            let rec = new_metafile(s, txn, attrs, parent, &layout, stuffed, &taken);
+            let h = s.meta.alloc(txn);
+            let rec = new_metafile(s, txn, h, attrs, parent, &layout, stuffed, &taken);
             let dir = dir.map(|dir| {
                 txn.put_entry_to_new(q.dir, &q.name, rec.handle, ObjectKind::Metafile);
                 txn.touch_dir(dir, Some(ObjectKind::Metafile), None)
@@ -243,7 +247,8 @@ fn create_without_metafile(
 ) -> Result<Reply<CreateFileReply>> {
     let (reply, syncs) = s.change(|txn| {
         let dir = entry_dir(s, r, q.dir, &q.name, under)?;
-        let rec = new_lone_datafile(s, txn, attrs, q.dir);
+        let h = s.meta.alloc(txn);
+        let rec = new_lone_datafile(txn, h, attrs, q.dir);
         txn.put_entry_to_new(q.dir, &q.name, rec.handle, ObjectKind::Datafile);
         let reply = CreateFileReply {
             dir: Some(txn.touch_dir(dir, Some(ObjectKind::Datafile), None)),

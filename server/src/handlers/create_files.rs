@@ -61,28 +61,50 @@ pub fn create_files(
         let layout = new_file(&hints::of(&dir), &s.config);
         let stuffed = s.config.settings.stuffing && q.stuffed && layout.num_dfiles > 1;
         takes_nothing_from_the_pools(s, q.dir, &layout, stuffed)?;
+        if !q.handles.is_empty() && q.handles.len() != q.names.len() {
+            return Err(ShoalError::invalid(format!(
+                "create_files: {} handles for {} names",
+                q.handles.len(),
+                q.names.len()
+            )));
+        }
+        let client = r.header.client.client;
         let mut given = HashSet::with_capacity(q.names.len());
+        let mut handles_given = HashSet::with_capacity(q.handles.len());
         let mut files = Vec::with_capacity(q.names.len());
-        for name in &q.names {
+        for (i, name) in q.names.iter().enumerate() {
             let free = check_name(name)
                 .and_then(|()| name_free(s, q.dir, name))
                 .and_then(|()| match given.insert(name.as_str()) {
                     true => Ok(()),
                     false => Err(ShoalError::invalid(format!("{name:?} given twice"))),
+                })
+                .and_then(|()| match q.handles.get(i) {
+                    // A delegation's holder names the handle it answered with.
+                    Some(&h) if !handles_given.insert(h) => Err(ShoalError::invalid(format!(
+                        "handle {h:#x} given twice"
+                    ))),
+                    Some(&h) => s.meta.alloc_given(txn, h, |h| {
+                        s.meta.delegations.reserved_for(client, h)
+                    }),
+                    None => Ok(s.meta.alloc(txn)),
                 });
-            if let Err(e) = free {
-                files.push(CreatedFile {
-                    errno: e.errno.0,
-                    error: e.message,
-                    ..Default::default()
-                });
-                continue;
-            }
+            let h = match free {
+                Ok(h) => h,
+                Err(e) => {
+                    files.push(CreatedFile {
+                        errno: e.errno.0,
+                        error: e.message,
+                        ..Default::default()
+                    });
+                    continue;
+                }
+            };
             let (rec, kind) = if layout.no_metafile {
-                let rec = new_lone_datafile(s, txn, attrs, q.dir);
+                let rec = new_lone_datafile(txn, h, attrs, q.dir);
                 (rec, ObjectKind::Datafile)
             } else {
-                let rec = new_metafile(s, txn, attrs, q.dir, &layout, stuffed, &[]);
+                let rec = new_metafile(s, txn, h, attrs, q.dir, &layout, stuffed, &[]);
                 (rec, ObjectKind::Metafile)
             };
             txn.put_entry_to_new(q.dir, name, rec.handle, kind);

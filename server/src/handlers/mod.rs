@@ -8,6 +8,7 @@ mod admin;
 mod attrs;
 mod create_file;
 mod create_files;
+mod delegate_dir;
 pub(crate) mod gather;
 mod hints;
 mod io;
@@ -35,7 +36,7 @@ use crate::commit::{Ticket, TicketScope};
 use crate::reply_cache::{self, Answering};
 use crate::service::{Encoded, Reply, Request, Service};
 use crate::stats::Sample;
-use crate::{leases, replay};
+use crate::{delegations, leases, replay};
 
 /// The server's side of the operation table (`shoal_proto::op`), one row
 /// per operation: its handler, whether the handler reads the request body
@@ -131,6 +132,7 @@ handlers! {
     Lock => locks::lock, decoded, always;
     TestLock => locks::test_lock, decoded, always;
     CreateFiles => create_files::create_files, decoded, (create_files::creates_in_memory);
+    DelegateDir => delegate_dir::delegate_dir, decoded, never;
 }
 
 impl Service {
@@ -183,7 +185,23 @@ impl Service {
     /// stands in the commit sequence, and carries the handles it took (an
     /// `Allocations` as its payload), which the client keeps with the
     /// request until a later reply says the change is durable.
+    ///
+    /// A request that meets a directory delegated to another client
+    /// (`delegations`) runs again once the delegation is recalled: its
+    /// first attempt read nothing it acted on and changed nothing.
     pub fn handle(&self, frame: &Frame) -> Frame {
+        let _asking = delegations::Asking::enter(frame.header.client.client);
+        loop {
+            let reply = self.handle_once(frame);
+            let Some((dir, holder)) = delegations::met() else {
+                return reply;
+            };
+            self.leases.recall_delegation(dir, holder);
+            self.meta.delegations.end(dir, holder);
+        }
+    }
+
+    fn handle_once(&self, frame: &Frame) -> Frame {
         if self.config.settings.sync != SyncMode::Replay {
             return self.answer(frame);
         }
