@@ -31,6 +31,9 @@ type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Frame>>>>;
 pub enum Recalled {
     Objects(Vec<shoal_proto::Handle>),
     Everything,
+    /// Directory delegations (`delegated_creates`): the client's own
+    /// business, never handed to a front end's hook.
+    Delegations(Vec<shoal_proto::Handle>),
 }
 
 /// Carries out a recall and resolves once it is done; the connection
@@ -248,10 +251,15 @@ impl Reader {
         let request = RecallRequest::decode(frame.body.clone())
             .map_err(|e| ShoalError::protocol(format!("recall body: {e}")))?;
         self.recalls.fetch_add(1, Ordering::SeqCst);
-        let done = (self.on_recall)(Recalled::Objects(request.handles));
+        let objects = (self.on_recall)(Recalled::Objects(request.handles));
+        let delegations = (!request.delegations.is_empty())
+            .then(|| (self.on_recall)(Recalled::Delegations(request.delegations)));
         let sink = self.sink.clone();
         tokio::spawn(async move {
-            done.await;
+            objects.await;
+            if let Some(sent) = delegations {
+                sent.await;
+            }
             let answer = Frame::reply_to(&frame.header, 0, Bytes::new(), Bytes::new());
             let _ = sink.send(&answer);
         });

@@ -389,6 +389,9 @@ impl Client {
     /// this client that its servers answered and have not flushed yet (the
     /// file's creation, its name, its attributes among them).
     pub async fn fsync(&self, h: Handle) -> Result<()> {
+        // The creates this client answered itself go first (the file's own
+        // among them), so that its flush reports theirs.
+        self.settle_kept_creates().await;
         self.flush(h).await?;
         self.pool().commit_kept(self.cred).await?;
         self.commit_direct_changes(h).await

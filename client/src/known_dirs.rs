@@ -24,6 +24,11 @@
 //! know a directory is answered from it (a lookup by another might have to
 //! be refused for want of search permission).
 //!
+//! Under a directory delegation (`delegated_creates`) a directory is
+//! *pinned*: the server recalls the delegation before anyone else changes
+//! it, so what is known holds without the TTL, and the creates this client
+//! answered itself are among its names before they are sent.
+//!
 //! Bounded: at most [`MAX_DIRS`] directories (those not confirmed within
 //! the TTL make room for new ones) and [`MAX_NAMES`] names in all (a
 //! directory that would pass it is forgotten).
@@ -71,6 +76,8 @@ struct Known {
     in_flight: u32,
     /// The user whose requests showed it.
     who: Cred,
+    /// Held under a delegation: known without the TTL.
+    pinned: bool,
 }
 
 pub struct KnownDirs {
@@ -121,7 +128,7 @@ impl KnownDirs {
             let stale: Vec<Handle> = dirs
                 .known
                 .iter()
-                .filter(|(_, k)| k.confirmed.elapsed() >= ttl)
+                .filter(|(_, k)| !k.pinned && k.confirmed.elapsed() >= ttl)
                 .map(|(h, _)| *h)
                 .collect();
             for h in stale {
@@ -137,6 +144,7 @@ impl KnownDirs {
                     confirmed: Instant::now(),
                     in_flight: 0,
                     who,
+                    pinned: false,
                 },
             );
         }
@@ -218,14 +226,69 @@ impl KnownDirs {
     }
 
     /// Whether `name` is certainly not in `dir` for user `who`, as of less
-    /// than the TTL ago.
+    /// than the TTL ago (or pinned).
     pub fn absent(&self, dir: Handle, name: &str, who: Cred) -> bool {
         self.dirs().known.get(&dir).is_some_and(|k| {
-            k.in_flight == 0
-                && k.who == who
-                && k.confirmed.elapsed() < self.ttl
+            k.who == who
+                && (k.pinned || (k.in_flight == 0 && k.confirmed.elapsed() < self.ttl))
                 && !k.names.contains(name)
         })
+    }
+
+    /// `dir`'s count of entry changes if this client knows all its entries
+    /// for `who` now (nothing in flight, within the TTL).
+    pub fn version(&self, dir: Handle, who: Cred) -> Option<u64> {
+        let dirs = self.dirs();
+        let k = dirs.known.get(&dir)?;
+        let now = k.who == who && k.in_flight == 0 && k.confirmed.elapsed() < self.ttl;
+        now.then_some(k.version)
+    }
+
+    /// Pins `dir` (its delegation was granted as of `version`), if what is
+    /// known is still that.
+    pub fn pin(&self, dir: Handle, version: u64) -> bool {
+        let mut dirs = self.dirs();
+        let Some(k) = dirs.known.get_mut(&dir) else {
+            return false;
+        };
+        if k.in_flight != 0 || k.version != version {
+            return false;
+        }
+        k.pinned = true;
+        k.confirmed = Instant::now();
+        true
+    }
+
+    pub fn unpin(&self, dir: Handle) {
+        if let Some(k) = self.dirs().known.get_mut(&dir) {
+            k.pinned = false;
+            k.confirmed = Instant::now();
+        }
+    }
+
+    /// Adds `name` to pinned `dir` as a create answered here, for `who`:
+    /// None if `dir` is not pinned for `who`, Some(false) if the name is
+    /// taken.
+    pub fn add_answered(&self, dir: Handle, name: &str, who: Cred) -> Option<bool> {
+        let mut dirs = self.dirs();
+        let k = dirs.known.get_mut(&dir).filter(|k| k.pinned && k.who == who)?;
+        if !k.names.insert(name.to_string()) {
+            return Some(false);
+        }
+        dirs.names += 1;
+        if dirs.names > self.max_names {
+            dirs.remove(dir);
+            return None;
+        }
+        Some(true)
+    }
+
+    /// A create answered here failed when sent: `name` is not in `dir`.
+    pub fn answered_failed(&self, dir: Handle, name: &str) {
+        let mut dirs = self.dirs();
+        if dirs.known.get_mut(&dir).is_some_and(|k| k.names.remove(name)) {
+            dirs.names -= 1;
+        }
     }
 }
 

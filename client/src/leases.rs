@@ -195,6 +195,9 @@ pub(crate) fn on_recall(inner: Weak<Inner>) -> OnRecall {
         let Some(inner) = inner.upgrade() else {
             return futures::future::ready(()).boxed();
         };
+        if let Recalled::Delegations(dirs) = what {
+            return crate::namespace::delegated::recalled(inner, dirs);
+        }
         inner.drop_recalled(&what);
         match inner.leases.hook.get() {
             Some(hook) => hook(&what),
@@ -216,7 +219,9 @@ impl Inner {
                 held.note_recall(Some(handles), now, lease);
                 self.drop_leased(&mut held, handles);
             }
+            Recalled::Delegations(_) => {}
             Recalled::Everything => {
+                crate::namespace::delegated::all_ended(self);
                 held.note_recall(None, now, lease);
                 held.until.clear();
                 self.attrs.clear();

@@ -18,6 +18,7 @@ mod auto_threshold;
 pub mod cache;
 mod caps;
 mod conn;
+mod delegated_creates;
 pub mod fsck;
 mod gathering_server;
 mod held_locks;
@@ -96,6 +97,7 @@ struct Inner {
     listings_ahead: listings_ahead::ListingsAhead,
     /// The objects servers leased to this client (`leases`).
     leases: leases::Ledger,
+    delegated: delegated_creates::DelegatedCreates,
 }
 
 impl Client {
@@ -104,7 +106,8 @@ impl Client {
     pub fn new(config: ClusterConfig) -> Client {
         let ttl = Duration::from_millis(config.settings.cache_ttl_ms);
         let first = std::process::id() % config.num_servers();
-        Client {
+        let delay = Duration::from_millis(config.settings.delegated_flush_ms as u64);
+        let client = Client {
             inner: Arc::new_cyclic(|me| Inner {
                 names: name_cache::NameCache::new(ttl),
                 attrs: TtlCache::new(ttl),
@@ -118,9 +121,22 @@ impl Client {
                 write_behind: Default::default(),
                 listings_ahead: Default::default(),
                 leases: Default::default(),
+                delegated: delegated_creates::DelegatedCreates::new(delay),
                 pool: Pool::new(config, leases::on_recall(me.clone())),
             }),
             cred: current_cred(),
+        };
+        let fence = namespace::delegated::fence(Arc::downgrade(&client.inner));
+        client.inner.pool.set_fence(fence);
+        client
+    }
+
+    /// A client of `inner` acting for nobody in particular: for work that
+    /// picks who it acts for itself.
+    fn of(inner: Arc<Inner>) -> Client {
+        Client {
+            inner,
+            cred: Cred::ROOT,
         }
     }
 

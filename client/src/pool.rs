@@ -57,6 +57,10 @@ fn unreachable(e: &ShoalError) -> bool {
     [Errno::EHOSTUNREACH, Errno::ETIMEDOUT, Errno::EIO].contains(&e.errno)
 }
 
+/// Before a request is sent: what it must wait for, if anything.
+pub type Fence =
+    Arc<dyn Fn() -> Option<futures::future::BoxFuture<'static, ()>> + Send + Sync>;
+
 pub struct Pool {
     config: ClusterConfig,
     slots: Vec<Mutex<Option<Arc<Connection>>>>,
@@ -78,6 +82,9 @@ pub struct Pool {
     me: Weak<Pool>,
     /// What the client does when a server recalls its leases.
     on_recall: OnRecall,
+    /// What every request waits for before it is sent (the creates the
+    /// client answered itself: `delegated_creates`).
+    fence: std::sync::OnceLock<Fence>,
     /// How long a lease lasts from the sending of the request it answers
     /// (`lease_ms`; the server counts from its reply, later).
     lease: Duration,
@@ -139,10 +146,16 @@ impl Pool {
             held_locks,
             me: me.clone(),
             on_recall,
+            fence: std::sync::OnceLock::new(),
             lease: Duration::from_millis(config.settings.lease_ms as u64),
             changes: AtomicU64::new(0),
             config,
         })
+    }
+
+    /// Sets the fence every request waits behind (once).
+    pub fn set_fence(&self, fence: Fence) {
+        assert!(self.fence.set(fence).is_ok(), "a second fence");
     }
 
     /// How many times metadata changes were sent or answered (see
@@ -421,6 +434,9 @@ impl Pool {
         request: &O::Request,
         payload: Bytes,
     ) -> Result<(O::Reply, Bytes, Option<Instant>)> {
+        if let Some(wait) = self.fence.get().and_then(|fence| fence()) {
+            wait.await;
+        }
         let sent_at = Instant::now();
         let op = O::OP;
         let _changing = op

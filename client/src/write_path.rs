@@ -335,7 +335,8 @@ impl Client {
         let behind = self.inner.write_behind.flush(h).await;
         match self.inner.gathering.buffer.take_error(h) {
             Some(e) => Err(e),
-            None => behind,
+            // A create answered by this client that failed when sent.
+            None => behind.and(self.create_failure(h)),
         }
     }
 

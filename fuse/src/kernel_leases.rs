@@ -349,6 +349,8 @@ impl KernelLeases {
                 recall: true,
             },
             Recalled::Everything => Job::Everything(done),
+            // The client's own: never handed to this hook.
+            Recalled::Delegations(_) => return futures::future::ready(()).boxed(),
         };
         if self.jobs.lock().unwrap().send(job).is_err() {
             return futures::future::ready(()).boxed();

@@ -122,6 +122,9 @@ impl Client {
     /// Creates a regular file, laid out as `dir`'s hints say ([Kuhn 2008]),
     /// by the protocol the settings and those hints choose ([`Protocol`]).
     pub async fn create(&self, dir: Handle, name: &str, mode: u32) -> Result<Attr> {
+        if let Some(answered) = self.create_delegated(dir, name, mode) {
+            return answered;
+        }
         let made = self
             .create_named(dir, name, |hints| self.make_file(dir, name, mode, hints))
             .await?;
@@ -459,7 +462,7 @@ impl Client {
     }
 
     /// The attributes of a file this client has just made, cached.
-    fn new_file_attr(&self, h: Handle, mode: u32) -> Attr {
+    pub(super) fn new_file_attr(&self, h: Handle, mode: u32) -> Attr {
         let now = shoal_proto::time::now_ns();
         // The servers give it to the caller, root squashed if so set.
         let owner = if self.config().settings.root_squash {

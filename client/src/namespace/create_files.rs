@@ -20,7 +20,7 @@ use crate::{Attr, Client};
 /// Names per message: the server takes at most 4096; fewer keep a reply
 /// (one record per file), and with `sync = "replay"` the request the
 /// client keeps until it is durable, well under the frame limit.
-const PER_MESSAGE: usize = 1024;
+pub(super) const PER_MESSAGE: usize = 1024;
 
 impl Client {
     /// Creates a regular file of each of `names` in `dir`, with permission
@@ -41,7 +41,7 @@ impl Client {
         let mut out = Vec::with_capacity(names.len());
         for chunk in names.chunks(PER_MESSAGE) {
             let made = match batched {
-                true => self.create_batch(dir, chunk, mode).await,
+                true => self.create_batch(dir, chunk, mode, &[]).await,
                 false => Err(ShoalError::new(Errno::ENOTSUP, "not batched")),
             };
             match made {
@@ -62,12 +62,14 @@ impl Client {
     }
 
     /// One `CreateFiles` message, and what its reply says into the caches,
-    /// as a colocated create's (`create`).
-    async fn create_batch(
+    /// as a colocated create's (`create`). `handles`: the files' own, of a
+    /// delegation's reservation, or none.
+    pub(super) async fn create_batch(
         &self,
         dir: Handle,
         names: &[String],
         mode: u32,
+        handles: &[Handle],
     ) -> Result<Vec<Result<Attr>>> {
         let request = CreateFilesRequest {
             dir,
@@ -77,6 +79,7 @@ impl Client {
                 ..Default::default()
             }),
             stuffed: self.config().settings.stuffing,
+            handles: handles.to_vec(),
         };
         // As `change_entries`, but what the change did to the entries is
         // known only from the reply: the names it made.

@@ -11,6 +11,7 @@
 
 mod create;
 mod create_files;
+pub(crate) mod delegated;
 mod link;
 mod lookup;
 mod readdir;

@@ -1,0 +1,236 @@
+//! The network side of creates answered under a directory delegation
+//! (`delegated_creates` holds what is kept and the rules): asking for a
+//! delegation, answering a create, sending what is kept, the fence every
+//! other request waits behind, and a recall.
+
+use std::sync::{Arc, Weak};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::handle::{server_of, Handle};
+use shoal_proto::hints::{new_file, NewFile};
+use shoal_proto::msg::DelegateDirRequest;
+use shoal_proto::names::check_name;
+use shoal_proto::ops;
+
+use super::create_files::PER_MESSAGE;
+use crate::delegated_creates::{Answered, RESERVE};
+use crate::{Attr, Client, Inner};
+
+tokio::task_local! {
+    /// Set while kept creates are being sent: their own messages do not
+    /// wait behind the fence.
+    static SENDING_KEPT: ();
+}
+
+/// Whether `CreateFiles` makes the new files of a directory laid out as
+/// `layout` (else the server refuses the batch, see create_files.rs).
+fn batched(settings: &shoal_proto::cluster::Settings, layout: &NewFile) -> bool {
+    settings.colocate
+        && (layout.no_metafile
+            || (settings.stuffing && layout.num_dfiles > 1)
+            || (settings.precreate && layout.num_dfiles == 1))
+}
+
+impl Client {
+    /// Answers a create of `name` in `dir` here if this client holds the
+    /// directory's delegation (None: it goes to the server; a delegation is
+    /// asked for meanwhile where one could be had).
+    pub(crate) fn create_delegated(&self, dir: Handle, name: &str, mode: u32) -> Option<Result<Attr>> {
+        if !self.config().settings.dir_delegations {
+            return None;
+        }
+        if let Err(e) = check_name(name) {
+            return Some(Err(e));
+        }
+        let known = &self.inner.known_dirs;
+        let answered = self.inner.delegated.answer(dir, name, mode & 0o7777, self.cred, || {
+            known.add_answered(dir, name, self.cred)
+        });
+        match answered {
+            Answered::Made {
+                handle,
+                first,
+                full,
+                low,
+            } => {
+                if first {
+                    let c = self.clone();
+                    let delay = self.inner.delegated.delay;
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        c.send_kept_creates(dir).await;
+                    });
+                }
+                if full {
+                    let c = self.clone();
+                    tokio::spawn(async move { c.send_kept_creates(dir).await });
+                }
+                if low {
+                    let c = self.clone();
+                    tokio::spawn(async move { c.reserve_again(dir).await });
+                }
+                Some(Ok(self.new_file_attr(handle, mode)))
+            }
+            Answered::Exists => Some(Err(ShoalError::new(
+                Errno::EEXIST,
+                format!("{name}: file exists"),
+            ))),
+            Answered::NotHeld => {
+                self.ask_delegation(dir);
+                None
+            }
+        }
+    }
+
+    /// Asks for `dir`'s delegation in the background, if this client knows
+    /// all its entries and `CreateFiles` can make its files.
+    fn ask_delegation(&self, dir: Handle) {
+        let Some(version) = self.inner.known_dirs.version(dir, self.cred) else {
+            return;
+        };
+        let layout = new_file(&self.known_hints(dir), self.config());
+        if !batched(&self.config().settings, &layout) || !self.inner.delegated.begin_asking(dir) {
+            return;
+        }
+        let c = self.clone();
+        tokio::spawn(async move {
+            let asked = DelegateDirRequest {
+                dir,
+                entries_version: version,
+                handles: RESERVE,
+            };
+            let reply = c
+                .pool()
+                .call::<ops::DelegateDir>(server_of(dir), c.cred, &asked)
+                .await;
+            let handles = reply
+                .ok()
+                .filter(|r| r.granted)
+                .map(|r| r.first_handle..r.first_handle + r.handles as u64);
+            // Held only if nothing changed the names known meanwhile.
+            let pinned = handles.is_some() && c.inner.known_dirs.pin(dir, version);
+            c.inner.delegated.granted(dir, c.cred, handles, pinned);
+        });
+    }
+
+    /// Asks for more handles for `dir`'s delegation.
+    async fn reserve_again(&self, dir: Handle) {
+        let asked = DelegateDirRequest {
+            dir,
+            entries_version: 0,
+            handles: RESERVE,
+        };
+        let reply = self
+            .pool()
+            .call::<ops::DelegateDir>(server_of(dir), self.cred, &asked)
+            .await;
+        let handles = reply
+            .ok()
+            .filter(|r| r.granted)
+            .map(|r| r.first_handle..r.first_handle + r.handles as u64);
+        self.inner.delegated.reserved(dir, handles);
+    }
+
+    /// Sends every create kept in `dir`, after any message of `dir`'s
+    /// already in flight.
+    pub(crate) async fn send_kept_creates(&self, dir: Handle) {
+        let Some(sending) = self.inner.delegated.sending(dir) else {
+            return;
+        };
+        let guard = sending.lock().await;
+        while let Some((who, kept)) = self.inner.delegated.take(dir, PER_MESSAGE) {
+            if kept.is_empty() {
+                break;
+            }
+            let c = self.with_cred(who);
+            let names: Vec<String> = kept.iter().map(|k| k.name.clone()).collect();
+            let handles: Vec<Handle> = kept.iter().map(|k| k.handle).collect();
+            let made = SENDING_KEPT
+                .scope((), c.create_batch(dir, &names, kept[0].mode, &handles))
+                .await;
+            let mut failed = Vec::new();
+            for (i, k) in kept.iter().enumerate() {
+                let error = match &made {
+                    Err(e) => Some(e.clone()),
+                    Ok(files) => match &files[i] {
+                        Err(e) => Some(e.clone()),
+                        Ok(attr) if attr.handle != k.handle => Some(ShoalError::protocol(format!(
+                            "{:?} was made as {:#x}, not {:#x}",
+                            k.name, attr.handle, k.handle
+                        ))),
+                        Ok(_) => None,
+                    },
+                };
+                if let Some(e) = error {
+                    tracing::error!(
+                        "the create of {:?} in directory {dir:#x}, answered as made, failed \
+                         when sent: {e} (its fsync and close report it)",
+                        k.name
+                    );
+                    self.inner.known_dirs.answered_failed(dir, &k.name);
+                    self.inner.attrs.remove(&k.handle);
+                    failed.push((k.handle, ShoalError::new(Errno::EIO, e.message)));
+                }
+            }
+            self.inner.delegated.settled(kept.len(), failed);
+        }
+        drop(guard);
+        drop(sending);
+        self.inner.delegated.tidy(dir);
+    }
+
+    /// Sends every create kept anywhere and waits for their answers.
+    pub(crate) async fn settle_kept_creates(&self) {
+        let dirs = self.inner.delegated.unsent_dirs();
+        futures::future::join_all(dirs.into_iter().map(|d| self.send_kept_creates(d))).await;
+    }
+
+    /// The error of a create answered here as `h` that failed when sent.
+    pub fn create_failure(&self, h: Handle) -> Result<()> {
+        match self.inner.delegated.failure(h) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The fence of a pool whose client is `inner`: before a request other
+/// than a kept create's is sent, every create answered here is sent and
+/// answered (None: nothing to wait for).
+pub(crate) fn fence(inner: Weak<Inner>) -> crate::pool::Fence {
+    Arc::new(move || {
+        if SENDING_KEPT.try_with(|_| ()).is_ok() {
+            return None;
+        }
+        let inner = inner.upgrade()?;
+        if !inner.delegated.unsettled() {
+            return None;
+        }
+        let c = Client::of(inner);
+        Some(async move { c.settle_kept_creates().await }.boxed())
+    })
+}
+
+/// A server recalled the delegations of `dirs`: nothing more is answered
+/// there, and what is kept is sent before the recall is answered.
+pub(crate) fn recalled(inner: Arc<Inner>, dirs: Vec<Handle>) -> BoxFuture<'static, ()> {
+    for dir in &dirs {
+        inner.delegated.ended(*dir);
+        inner.known_dirs.unpin(*dir);
+    }
+    let c = Client::of(inner);
+    async move {
+        futures::future::join_all(dirs.into_iter().map(|d| c.send_kept_creates(d))).await;
+    }
+    .boxed()
+}
+
+/// A server's connection ended: every delegation ends with it (its server
+/// no longer holds it); what is kept is still sent.
+pub(crate) fn all_ended(inner: &Inner) {
+    for dir in inner.delegated.all_ended() {
+        inner.known_dirs.unpin(dir);
+    }
+}
