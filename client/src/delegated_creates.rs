@@ -17,8 +17,9 @@
 //! because the server recalls the delegation before their requests: the
 //! recall sends what is kept, then answers.
 //!
-//! A kept create that fails when it is sent (the server restarted and no
-//! longer holds the reservation, or the disk is full) was already answered
+//! A kept create that fails when it is sent (another client made the name
+//! while a restart of the server had ended the delegation, or the disk is
+//! full) was already answered
 //! as made: its handle is noted as failed, and the file's fsync and close
 //! report it (EIO), as a write-behind's failure is. A client that dies
 //! loses what it kept, as it loses unflushed writes.
@@ -124,13 +125,7 @@ impl DelegatedCreates {
 
     /// The delegation of `dir` was granted to `who` (or not), with
     /// `handles`; `pinned`: the names known are current.
-    pub fn granted(
-        &self,
-        dir: Handle,
-        who: Cred,
-        handles: Option<Range<Handle>>,
-        pinned: bool,
-    ) {
+    pub fn granted(&self, dir: Handle, who: Cred, handles: Option<Range<Handle>>, pinned: bool) {
         let mut st = self.state();
         st.asking.remove(&dir);
         let Some(handles) = handles else {
@@ -241,7 +236,11 @@ impl DelegatedCreates {
     pub fn unsent_dirs(&self) -> Vec<Handle> {
         let st = self.state();
         let busy = |d: &Dir| !d.kept.is_empty() || d.sending.try_lock().is_err();
-        st.dirs.iter().filter(|(_, d)| busy(d)).map(|(h, _)| *h).collect()
+        st.dirs
+            .iter()
+            .filter(|(_, d)| busy(d))
+            .map(|(h, _)| *h)
+            .collect()
     }
 
     /// The lock a sender of `dir`'s kept creates holds.
@@ -255,7 +254,12 @@ impl DelegatedCreates {
         let mut st = self.state();
         let d = st.dirs.get_mut(&dir)?;
         let mode = d.kept.first()?.mode;
-        let n = d.kept.iter().take(max).take_while(|k| k.mode == mode).count();
+        let n = d
+            .kept
+            .iter()
+            .take(max)
+            .take_while(|k| k.mode == mode)
+            .count();
         let taken = d.kept.drain(..n).collect();
         Some((d.who, taken))
     }
@@ -281,12 +285,17 @@ impl DelegatedCreates {
     /// Drops `dir` once nothing is held, kept or sent there.
     pub fn tidy(&self, dir: Handle) {
         let mut st = self.state();
-        let idle = st.dirs.get(&dir).is_some_and(|d| {
-            !d.held && d.kept.is_empty() && Arc::strong_count(&d.sending) == 1
-        });
+        let idle = st
+            .dirs
+            .get(&dir)
+            .is_some_and(|d| !d.held && d.kept.is_empty() && Arc::strong_count(&d.sending) == 1);
         if idle {
             st.dirs.remove(&dir);
         }
+    }
+
+    pub fn holds(&self, dir: Handle) -> bool {
+        self.state().dirs.get(&dir).is_some_and(|d| d.held)
     }
 
     /// The failure of the create answered as `h`, if it failed when sent.

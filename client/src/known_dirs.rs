@@ -271,7 +271,10 @@ impl KnownDirs {
     /// taken.
     pub fn add_answered(&self, dir: Handle, name: &str, who: Cred) -> Option<bool> {
         let mut dirs = self.dirs();
-        let k = dirs.known.get_mut(&dir).filter(|k| k.pinned && k.who == who)?;
+        let k = dirs
+            .known
+            .get_mut(&dir)
+            .filter(|k| k.pinned && k.who == who)?;
         if !k.names.insert(name.to_string()) {
             return Some(false);
         }
@@ -286,7 +289,11 @@ impl KnownDirs {
     /// A create answered here failed when sent: `name` is not in `dir`.
     pub fn answered_failed(&self, dir: Handle, name: &str) {
         let mut dirs = self.dirs();
-        if dirs.known.get_mut(&dir).is_some_and(|k| k.names.remove(name)) {
+        if dirs
+            .known
+            .get_mut(&dir)
+            .is_some_and(|k| k.names.remove(name))
+        {
             dirs.names -= 1;
         }
     }

@@ -58,8 +58,7 @@ fn unreachable(e: &ShoalError) -> bool {
 }
 
 /// Before a request is sent: what it must wait for, if anything.
-pub type Fence =
-    Arc<dyn Fn() -> Option<futures::future::BoxFuture<'static, ()>> + Send + Sync>;
+pub type Fence = Arc<dyn Fn() -> Option<futures::future::BoxFuture<'static, ()>> + Send + Sync>;
 
 pub struct Pool {
     config: ClusterConfig,

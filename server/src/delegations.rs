@@ -22,8 +22,9 @@
 //! (`MetaStore::reserve_handles`): no other file ever gets one of them, also
 //! after a crash. A `CreateFiles` may name a handle only from its client's
 //! reservations. Reservations outlive a connection (a client sends what it
-//! kept once it is back), not the server: a restarted server refuses them,
-//! and the client reports those creates as failed at fsync and close.
+//! kept once it is back), but live in memory: a restarted server takes a
+//! client's claim to a free handle it handed out before it started
+//! (`MetaStore::from_before_this_start`), so kept creates survive a restart.
 //!
 //! Bounded: [`MAX_RESERVED`] reservations kept per client, the oldest
 //! dropped, for at most [`MAX_CLIENTS`] clients.

@@ -321,7 +321,11 @@ impl Leases {
     /// Sends each recall to its client over the client's link and waits
     /// for every answer, at most `lease_recall_ms`; evicts the clients that
     /// did not answer. Returns how many recalls were sent.
-    fn recall_and_wait(&self, st: MutexGuard<'_, State>, recalls: Vec<(u64, RecallRequest)>) -> usize {
+    fn recall_and_wait(
+        &self,
+        st: MutexGuard<'_, State>,
+        recalls: Vec<(u64, RecallRequest)>,
+    ) -> usize {
         let mut st = st;
         let (tx, rx) = mpsc::channel();
         let mut sent = Vec::new();

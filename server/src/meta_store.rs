@@ -25,6 +25,9 @@ pub struct MetaStore {
     write_lock: Mutex<()>,
     /// Last handle counter handed out (persisted with each allocation).
     last_counter: AtomicU64,
+    /// The counter as this start found it: handles at or below it were
+    /// handed out before (see `from_before_this_start`).
+    boot_counter: u64,
     objects: AtomicU64,
     /// The commit sequence: transactions applied, and applied before a sync
     /// that ended (durable). Each transaction stores its number (`Ctransno`),
@@ -172,6 +175,7 @@ impl MetaStore {
             server_id,
             write_lock: Mutex::new(()),
             last_counter: AtomicU64::new(last),
+            boot_counter: last,
             objects: AtomicU64::new(objects),
             applied_seq: AtomicU64::new(transno),
             durable_seq: AtomicU64::new(transno),
@@ -261,6 +265,14 @@ impl MetaStore {
         }
         txn.allocated = true;
         Ok(crate::replay::handle(|| h, fits))
+    }
+
+    /// Whether `h` was handed out before this server started: a
+    /// reservation of those (`delegations`) is no longer known here, and
+    /// its client's claim to it is taken (a handle that names nothing, in
+    /// this server's range, given out once and only to that client).
+    pub fn from_before_this_start(&self, h: Handle) -> bool {
+        handle::counter_of(h) <= self.boot_counter
     }
 
     /// Reserves `count` fresh handles, durably (as `skip_handles`): no

@@ -128,6 +128,7 @@ impl Client {
         let made = self
             .create_named(dir, name, |hints| self.make_file(dir, name, mode, hints))
             .await?;
+        self.ask_delegation(dir);
         let h = made.handle;
         let Some(rec) = made.record else {
             if made.kind == ObjectKind::Datafile {

@@ -35,9 +35,13 @@ fn batched(settings: &shoal_proto::cluster::Settings, layout: &NewFile) -> bool 
 
 impl Client {
     /// Answers a create of `name` in `dir` here if this client holds the
-    /// directory's delegation (None: it goes to the server; a delegation is
-    /// asked for meanwhile where one could be had).
-    pub(crate) fn create_delegated(&self, dir: Handle, name: &str, mode: u32) -> Option<Result<Attr>> {
+    /// directory's delegation (None: it goes to the server).
+    pub(crate) fn create_delegated(
+        &self,
+        dir: Handle,
+        name: &str,
+        mode: u32,
+    ) -> Option<Result<Attr>> {
         if !self.config().settings.dir_delegations {
             return None;
         }
@@ -45,9 +49,12 @@ impl Client {
             return Some(Err(e));
         }
         let known = &self.inner.known_dirs;
-        let answered = self.inner.delegated.answer(dir, name, mode & 0o7777, self.cred, || {
-            known.add_answered(dir, name, self.cred)
-        });
+        let answered = self
+            .inner
+            .delegated
+            .answer(dir, name, mode & 0o7777, self.cred, || {
+                known.add_answered(dir, name, self.cred)
+            });
         match answered {
             Answered::Made {
                 handle,
@@ -77,16 +84,17 @@ impl Client {
                 Errno::EEXIST,
                 format!("{name}: file exists"),
             ))),
-            Answered::NotHeld => {
-                self.ask_delegation(dir);
-                None
-            }
+            Answered::NotHeld => None,
         }
     }
 
-    /// Asks for `dir`'s delegation in the background, if this client knows
-    /// all its entries and `CreateFiles` can make its files.
-    fn ask_delegation(&self, dir: Handle) {
+    /// Asks for `dir`'s delegation in the background, if delegations are
+    /// on, this client knows all its entries and `CreateFiles` can make its
+    /// files (after a create there went to the server).
+    pub(crate) fn ask_delegation(&self, dir: Handle) {
+        if !self.config().settings.dir_delegations {
+            return;
+        }
         let Some(version) = self.inner.known_dirs.version(dir, self.cred) else {
             return;
         };
@@ -185,6 +193,11 @@ impl Client {
     pub(crate) async fn settle_kept_creates(&self) {
         let dirs = self.inner.delegated.unsent_dirs();
         futures::future::join_all(dirs.into_iter().map(|d| self.send_kept_creates(d))).await;
+    }
+
+    /// Whether this client holds `dir`'s delegation (answers creates there).
+    pub fn holds_delegation(&self, dir: Handle) -> bool {
+        self.inner.delegated.holds(dir)
     }
 
     /// The error of a create answered here as `h` that failed when sent.

@@ -81,11 +81,12 @@ pub fn create_files(
                 })
                 .and_then(|()| match q.handles.get(i) {
                     // A delegation's holder names the handle it answered with.
-                    Some(&h) if !handles_given.insert(h) => Err(ShoalError::invalid(format!(
-                        "handle {h:#x} given twice"
-                    ))),
+                    Some(&h) if !handles_given.insert(h) => {
+                        Err(ShoalError::invalid(format!("handle {h:#x} given twice")))
+                    }
                     Some(&h) => s.meta.alloc_given(txn, h, |h| {
                         s.meta.delegations.reserved_for(client, h)
+                            || s.meta.from_before_this_start(h)
                     }),
                     None => Ok(s.meta.alloc(txn)),
                 });

@@ -1,0 +1,158 @@
+//! Creates answered by the client under a directory delegation
+//! (`dir_delegations`): no message per create, one `CreateFiles` for many;
+//! every file there for the client's own next request, for another client
+//! (the server recalls the delegation first), and across a server restart;
+//! a name taken is refused at once.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use shoal_client::{Client, Errno};
+use shoal_proto::handle::{server_of, Handle, ROOT};
+use shoal_tests::{entry_names, pattern, settled_fsck, Cluster};
+
+/// A cluster whose clients keep what they answered for a minute: only a
+/// fence, an fsync or a recall sends it.
+fn cluster() -> Cluster {
+    Cluster::builder()
+        .servers(2)
+        .set("dir_delegations=true")
+        .set("delegated_flush_ms=60000")
+        .start()
+}
+
+/// A new directory of `c`'s whose delegation `c` holds: its first create
+/// goes to the server and asks for it.
+async fn delegated_dir(c: &Client, name: &str) -> Handle {
+    let dir = c.mkdir(ROOT, name, 0o755).await.unwrap().handle;
+    c.create(dir, "first", 0o644).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !c.holds_delegation(dir) {
+        assert!(Instant::now() < deadline, "no delegation of {name}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    dir
+}
+
+fn names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i}")).collect()
+}
+
+async fn create_all(c: &Client, dir: Handle, names: &[String]) -> Vec<Handle> {
+    let mut made = Vec::new();
+    for n in names {
+        made.push(c.create(dir, n, 0o640).await.unwrap().handle);
+    }
+    made
+}
+
+async fn create_files_sent(cluster: &Cluster, c: &Client) -> u64 {
+    let requests = cluster.requests(c).await;
+    requests
+        .iter()
+        .filter(|((_, op), _)| op == "create_files")
+        .map(|(_, n)| *n)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_are_answered_here_and_another_client_sees_them_all() {
+    let cluster = cluster();
+    let (a, b) = cluster.two_clients().await;
+    let dir = delegated_dir(&a, "d").await;
+
+    // Fewer than are sent at once (256).
+    let wanted = names("f", 200);
+    let (made, messages) = cluster
+        .messages_during(&a, create_all(&a, dir, &wanted))
+        .await;
+    // The stats the count asks for go behind the fence: the 200 went
+    // first, as one message.
+    assert!(messages <= 3, "{messages} messages for 200 creates");
+    assert_eq!(create_files_sent(&cluster, &a).await, 1);
+    assert!(made.iter().all(|h| server_of(*h) == server_of(dir)));
+
+    // Kept, not sent: another client's listing recalls the delegation,
+    // which sends them before the listing is answered.
+    let more = names("g", 200);
+    create_all(&a, dir, &more).await;
+    let mut listed = entry_names(&b, dir).await;
+    listed.sort();
+    let mut expected: Vec<String> = wanted.iter().chain(&more).cloned().collect();
+    expected.push("first".into());
+    expected.sort();
+    assert_eq!(listed, expected);
+    assert!(!a.holds_delegation(dir), "recalled");
+
+    // Each is an ordinary file, for either client.
+    let g7 = b.lookup(dir, "g7").await.unwrap().0;
+    b.write(g7, 0, Bytes::from(pattern(7, 10_000)))
+        .await
+        .unwrap();
+    b.fsync(g7).await.unwrap();
+    assert_eq!(
+        a.read(g7, 0, 10_001).await.unwrap()[..],
+        pattern(7, 10_000)[..]
+    );
+
+    // A name the other client made while it held nothing is refused.
+    b.create(dir, "h", 0o644).await.unwrap();
+    let e = a.create(dir, "h", 0o644).await.unwrap_err();
+    assert_eq!(e.errno, Errno::EEXIST);
+    settled_fsck(&a).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_file_is_there_for_its_clients_next_request() {
+    let cluster = cluster();
+    let a = cluster.client();
+    let dir = delegated_dir(&a, "d").await;
+    let f = a.create(dir, "x", 0o600).await.unwrap().handle;
+    assert_eq!(a.getattr(f).await.unwrap().mode, 0o600);
+    let e = a.create(dir, "x", 0o600).await.unwrap_err();
+    assert_eq!(e.errno, Errno::EEXIST, "taken, answered here");
+    assert!(a.lookup(dir, "nope").await.is_err());
+
+    // Its data goes after the create (the fence), and the listing has it.
+    a.write(f, 0, Bytes::from(pattern(1, 5000))).await.unwrap();
+    a.fsync(f).await.unwrap();
+    assert_eq!(a.read(f, 0, 5001).await.unwrap()[..], pattern(1, 5000)[..]);
+    let mut listed = entry_names(&a, dir).await;
+    listed.sort();
+    assert_eq!(listed, vec!["first".to_string(), "x".to_string()]);
+    assert_eq!(a.lookup(dir, "x").await.unwrap().0, f);
+
+    // Removed and made again.
+    a.unlink(dir, "x").await.unwrap();
+    let again = a.create(dir, "x", 0o600).await.unwrap().handle;
+    assert_ne!(again, f);
+    a.fsync(again).await.unwrap();
+    settled_fsck(&a).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_creates_survive_a_restart_of_their_server() {
+    let mut cluster = cluster();
+    let a = cluster.client();
+    a.ping_all().await.unwrap();
+    let dir = delegated_dir(&a, "d").await;
+    let kept = names("k", 50);
+    let made = create_all(&a, dir, &kept).await;
+
+    let id = server_of(dir);
+    cluster.kill(id);
+    cluster.start_server(id);
+    // The fsync sends them once the server is back.
+    a.fsync(made[0]).await.unwrap();
+    let b = cluster.client();
+    let mut listed = entry_names(&b, dir).await;
+    listed.sort();
+    let mut expected = kept.clone();
+    expected.push("first".into());
+    expected.sort();
+    assert_eq!(listed, expected);
+    for (name, h) in kept.iter().zip(&made) {
+        assert_eq!(b.lookup(dir, name).await.unwrap().0, *h, "{name}");
+    }
+    settled_fsck(&b).await;
+}
