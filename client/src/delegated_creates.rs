@@ -248,8 +248,8 @@ impl DelegatedCreates {
         self.state().dirs.get(&dir).map(|d| d.sending.clone())
     }
 
-    /// Takes up to `max` of `dir`'s kept creates with one mode, oldest
-    /// first, and who they act for.
+    /// Takes up to `max` (at least one) of `dir`'s kept creates with one
+    /// mode, oldest first, and who they act for; None if none are kept.
     pub fn take(&self, dir: Handle, max: usize) -> Option<(Cred, Vec<Kept>)> {
         let mut st = self.state();
         let d = st.dirs.get_mut(&dir)?;

@@ -336,6 +336,27 @@ mod tests {
     }
 
     #[test]
+    fn a_pinned_directory_holds_its_answered_names_past_the_ttl() {
+        let k = KnownDirs::new(Duration::from_millis(1));
+        k.created(7, me());
+        assert_eq!(k.version(7, me()), Some(1));
+        assert_eq!(k.add_answered(7, "a", me()), None, "not pinned");
+        assert!(!k.pin(7, 2), "another count");
+        assert!(k.pin(7, 1));
+        assert_eq!(k.add_answered(7, "a", me()), Some(true));
+        assert_eq!(k.add_answered(7, "a", me()), Some(false), "taken");
+        assert_eq!(k.add_answered(7, "b", Cred::new(1001, 1001)), None);
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(k.absent(7, "b", me()), "pinned: no TTL");
+        assert!(!k.absent(7, "a", me()));
+        k.answered_failed(7, "a");
+        assert!(k.absent(7, "a", me()));
+        k.unpin(7);
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!k.absent(7, "b", me()), "the TTL again");
+    }
+
+    #[test]
     fn a_new_directory_is_empty_and_follows_its_own_changes() {
         let k = KnownDirs::new(Duration::from_secs(60));
         k.created(7, me());

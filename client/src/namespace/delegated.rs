@@ -3,6 +3,7 @@
 //! delegation, answering a create, sending what is kept, the fence every
 //! other request waits behind, and a recall.
 
+use std::ops::Range;
 use std::sync::{Arc, Weak};
 
 use futures::future::BoxFuture;
@@ -104,19 +105,7 @@ impl Client {
         }
         let c = self.clone();
         tokio::spawn(async move {
-            let asked = DelegateDirRequest {
-                dir,
-                entries_version: version,
-                handles: RESERVE,
-            };
-            let reply = c
-                .pool()
-                .call::<ops::DelegateDir>(server_of(dir), c.cred, &asked)
-                .await;
-            let handles = reply
-                .ok()
-                .filter(|r| r.granted)
-                .map(|r| r.first_handle..r.first_handle + r.handles as u64);
+            let handles = c.delegate(dir, version).await;
             // Held only if nothing changed the names known meanwhile.
             let pinned = handles.is_some() && c.inner.known_dirs.pin(dir, version);
             c.inner.delegated.granted(dir, c.cred, handles, pinned);
@@ -125,20 +114,27 @@ impl Client {
 
     /// Asks for more handles for `dir`'s delegation.
     async fn reserve_again(&self, dir: Handle) {
+        let handles = self.delegate(dir, 0).await;
+        self.inner.delegated.reserved(dir, handles);
+    }
+
+    /// One `DelegateDir` for `dir` as of `entries_version` (0: a holder
+    /// asking for handles): the handles reserved, None if refused or
+    /// failed.
+    async fn delegate(&self, dir: Handle, entries_version: u64) -> Option<Range<Handle>> {
         let asked = DelegateDirRequest {
             dir,
-            entries_version: 0,
+            entries_version,
             handles: RESERVE,
         };
         let reply = self
             .pool()
             .call::<ops::DelegateDir>(server_of(dir), self.cred, &asked)
             .await;
-        let handles = reply
+        reply
             .ok()
             .filter(|r| r.granted)
-            .map(|r| r.first_handle..r.first_handle + r.handles as u64);
-        self.inner.delegated.reserved(dir, handles);
+            .map(|r| r.first_handle..r.first_handle + r.handles as u64)
     }
 
     /// Sends every create kept in `dir`, after any message of `dir`'s
@@ -149,9 +145,6 @@ impl Client {
         };
         let guard = sending.lock().await;
         while let Some((who, kept)) = self.inner.delegated.take(dir, PER_MESSAGE) {
-            if kept.is_empty() {
-                break;
-            }
             let c = self.with_cred(who);
             let names: Vec<String> = kept.iter().map(|k| k.name.clone()).collect();
             let handles: Vec<Handle> = kept.iter().map(|k| k.handle).collect();
