@@ -17,6 +17,19 @@
 //! because the server recalls the delegation before their requests: the
 //! recall sends what is kept, then answers.
 //!
+//! Handle reservations: a server keeps `RESERVATIONS_KEPT` per client and
+//! drops the oldest for a new one, so this client keeps no more per server
+//! either, asks each server for one at a time (so that both sides agree on
+//! which is oldest), and before asking for one past the bound stops using
+//! its oldest and sends every create kept with it ([`make_room`]). A
+//! reservation whose ask failed without an answer counts as kept: the
+//! server may have made it.
+//!
+//! A recall may overtake the grant it recalls (the server grants, then
+//! syncs the reservation, and another client's read recalls in between): a
+//! directory recalled while its delegation is being asked for is not held
+//! when the grant comes back.
+//!
 //! A kept create that fails when it is sent (another client made the name
 //! while a restart of the server had ended the delegation, or the disk is
 //! full) was already answered
@@ -24,14 +37,17 @@
 //! report it (EIO), as a write-behind's failure is. A client that dies
 //! loses what it kept, as it loses unflushed writes.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use shoal_proto::error::ShoalError;
+use shoal_proto::handle::{server_of, RESERVATIONS_KEPT};
 use shoal_proto::{Cred, Handle};
+
+use crate::known_dirs::AddAnswered;
 
 /// Creates kept in one directory that are sent at once.
 pub const SEND_AT: usize = 256;
@@ -65,8 +81,15 @@ struct Dir {
 #[derive(Default)]
 struct State {
     dirs: HashMap<Handle, Dir>,
-    /// Directories whose delegation is being asked for.
-    asking: HashSet<Handle>,
+    /// Directories whose delegation is being asked for; true once recalled
+    /// meanwhile (the grant, if it comes, is void).
+    asking: HashMap<Handle, bool>,
+    /// Per server, the reservations it keeps for this client as far as
+    /// this client knows, oldest first (an empty range: an ask that failed
+    /// without an answer).
+    reservations: HashMap<u32, VecDeque<Range<Handle>>>,
+    /// Per server, held while a reservation is asked for.
+    asks: HashMap<u32, Arc<tokio::sync::Mutex<()>>>,
     failed: HashMap<Handle, ShoalError>,
     failed_order: VecDeque<Handle>,
 }
@@ -117,18 +140,27 @@ impl DelegatedCreates {
     /// being asked for); if so it counts as being asked for.
     pub fn begin_asking(&self, dir: Handle) -> bool {
         let mut st = self.state();
-        if st.dirs.get(&dir).is_some_and(|d| d.held) {
+        if st.dirs.get(&dir).is_some_and(|d| d.held) || st.asking.contains_key(&dir) {
             return false;
         }
-        st.asking.insert(dir)
+        st.asking.insert(dir, false);
+        true
     }
 
     /// The delegation of `dir` was granted to `who` (or not), with
-    /// `handles`; `pinned`: the names known are current.
-    pub fn granted(&self, dir: Handle, who: Cred, handles: Option<Range<Handle>>, pinned: bool) {
+    /// `handles`. It is held unless a recall came first, and only if `pin`
+    /// says the names known are current (it pins them, under this lock, so
+    /// that a recall cannot come between).
+    pub fn granted(
+        &self,
+        dir: Handle,
+        who: Cred,
+        handles: Option<Range<Handle>>,
+        pin: impl FnOnce() -> bool,
+    ) {
         let mut st = self.state();
-        st.asking.remove(&dir);
-        let Some(handles) = handles else {
+        let recalled = st.asking.remove(&dir).unwrap_or(true);
+        let Some(handles) = handles.filter(|_| !recalled) else {
             return;
         };
         let d = st.dirs.entry(dir).or_insert_with(|| Dir {
@@ -139,8 +171,8 @@ impl DelegatedCreates {
             sending: Arc::default(),
             reserving: false,
         });
-        d.free.push_back(handles);
-        if pinned && d.who == who {
+        if d.who == who && !d.held && pin() {
+            d.free.push_back(handles);
             d.held = true;
         }
     }
@@ -150,21 +182,61 @@ impl DelegatedCreates {
         let mut st = self.state();
         if let Some(d) = st.dirs.get_mut(&dir) {
             d.reserving = false;
-            d.free.extend(handles);
+            if d.held {
+                d.free.extend(handles);
+            }
+        }
+    }
+
+    /// The lock held while a reservation of `server`'s is asked for.
+    pub fn asks(&self, server: u32) -> Arc<tokio::sync::Mutex<()>> {
+        self.state().asks.entry(server).or_default().clone()
+    }
+
+    /// Before asking `server` for a reservation (holding [`Self::asks`]):
+    /// if it keeps as many for this client as it may, the oldest is no
+    /// longer used here; returns whether one was, so that the creates kept
+    /// with its handles are to be sent before the ask (the server drops it
+    /// once it makes the new one).
+    pub fn make_room(&self, server: u32) -> bool {
+        let mut st = self.state();
+        let kept = st.reservations.entry(server).or_default();
+        if kept.len() < RESERVATIONS_KEPT {
+            return false;
+        }
+        let oldest = kept.pop_front().expect("full");
+        for (_, d) in st.dirs.iter_mut().filter(|(h, _)| server_of(**h) == server) {
+            d.free
+                .retain(|f| !(oldest.start <= f.start && f.end <= oldest.end));
+        }
+        true
+    }
+
+    /// An ask of `server`'s for a reservation was answered: `reply` is
+    /// the range reserved (empty if refused), None if no answer came.
+    pub fn asked(&self, server: u32, reply: Option<Range<Handle>>) {
+        match reply {
+            Some(range) if range.is_empty() => {}
+            reply => {
+                let mut st = self.state();
+                let kept = st.reservations.entry(server).or_default();
+                assert!(kept.len() < RESERVATIONS_KEPT, "room made before asking");
+                kept.push_back(reply.unwrap_or(0..0));
+            }
         }
     }
 
     /// Answers a create of `name` in `dir` for `who` here if the delegation
     /// allows: `add` puts the name among the directory's known names
     /// (`known_dirs`, under this lock so that a recall cannot come
-    /// between): None if it is not pinned there, Some(false) if taken.
+    /// between).
     pub fn answer(
         &self,
         dir: Handle,
         name: &str,
         mode: u32,
         who: Cred,
-        add: impl FnOnce() -> Option<bool>,
+        add: impl FnOnce() -> AddAnswered,
     ) -> Answered {
         let mut st = self.state();
         let Some(d) = st.dirs.get_mut(&dir).filter(|d| d.held && d.who == who) else {
@@ -175,12 +247,13 @@ impl DelegatedCreates {
         };
         let handle = range.start;
         match add() {
-            None => {
+            AddAnswered::NotPinned => {
                 d.held = false;
                 return Answered::NotHeld;
             }
-            Some(false) => return Answered::Exists,
-            Some(true) => {}
+            AddAnswered::Busy => return Answered::NotHeld,
+            AddAnswered::Taken => return Answered::Exists,
+            AddAnswered::Added => {}
         }
         range.start += 1;
         if range.is_empty() {
@@ -208,6 +281,9 @@ impl DelegatedCreates {
     /// Returns whether it was held.
     pub fn ended(&self, dir: Handle) -> bool {
         let mut st = self.state();
+        if let Some(recalled) = st.asking.get_mut(&dir) {
+            *recalled = true;
+        }
         let Some(d) = st.dirs.get_mut(&dir) else {
             return false;
         };
@@ -221,6 +297,7 @@ impl DelegatedCreates {
     /// held.
     pub fn all_ended(&self) -> Vec<Handle> {
         let mut st = self.state();
+        st.asking.values_mut().for_each(|recalled| *recalled = true);
         let mut ended = Vec::new();
         for (h, d) in st.dirs.iter_mut() {
             if d.held {
@@ -301,5 +378,78 @@ impl DelegatedCreates {
     /// The failure of the create answered as `h`, if it failed when sent.
     pub fn failure(&self, h: Handle) -> Option<ShoalError> {
         self.state().failed.get(&h).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn me() -> Cred {
+        Cred::new(1000, 1000)
+    }
+
+    fn made(a: Answered) -> Handle {
+        match a {
+            Answered::Made { handle, .. } => handle,
+            _ => panic!("not answered here"),
+        }
+    }
+
+    #[test]
+    fn a_recall_that_overtakes_its_grant_voids_it() {
+        let d = DelegatedCreates::new(Duration::from_millis(5));
+        assert!(d.begin_asking(7));
+        assert!(!d.begin_asking(7), "asked already");
+        d.ended(7);
+        d.granted(7, me(), Some(100..200), || panic!("not pinned when void"));
+        assert!(!d.holds(7));
+        assert!(d.begin_asking(7));
+        d.granted(7, me(), Some(100..200), || true);
+        assert!(d.holds(7));
+        let h = made(d.answer(7, "a", 0o644, me(), || AddAnswered::Added));
+        assert_eq!(h, 100);
+        assert!(matches!(
+            d.answer(7, "b", 0o644, me(), || AddAnswered::Busy),
+            Answered::NotHeld
+        ));
+        assert!(d.holds(7), "busy is not the end of it");
+        assert_eq!(
+            made(d.answer(7, "b", 0o644, me(), || AddAnswered::Added)),
+            101
+        );
+        assert!(d.ended(7));
+        assert!(matches!(
+            d.answer(7, "c", 0o644, me(), || AddAnswered::Added),
+            Answered::NotHeld
+        ));
+    }
+
+    #[test]
+    fn reservations_per_server_are_bounded_oldest_out() {
+        let d = DelegatedCreates::new(Duration::from_millis(5));
+        let server = server_of(7);
+        for i in 0..RESERVATIONS_KEPT as u64 {
+            assert!(!d.make_room(server));
+            let start = 1000 + i * 10;
+            d.asked(server, Some(start..start + 10));
+        }
+        assert!(d.begin_asking(7));
+        d.granted(7, me(), Some(1000..1010), || true);
+        assert!(d.make_room(server), "full: the oldest goes");
+        assert!(
+            matches!(
+                d.answer(7, "a", 0o644, me(), || AddAnswered::Added),
+                Answered::NotHeld
+            ),
+            "its handles are no longer used"
+        );
+        d.asked(server, Some(5000..5010));
+        d.asked(server + 1, None);
+        assert!(d.make_room(server));
+        d.asked(server, None);
+        assert!(d.make_room(server), "an unanswered ask counts");
+        d.asked(server, Some(0..0));
+        assert!(!d.make_room(server), "a refusal does not");
     }
 }

@@ -52,6 +52,9 @@ pub enum EntryChange<'a> {
     /// Many entries added by one change (`create_files`): the count moves
     /// by one per name.
     AddedMany(Vec<&'a str>),
+    /// Creates answered here under a delegation, sent (the names are
+    /// already known): the count moves by one per name made.
+    Kept(Vec<&'a str>),
 }
 
 impl EntryChange<'_> {
@@ -59,9 +62,23 @@ impl EntryChange<'_> {
     fn steps(&self) -> u64 {
         match self {
             EntryChange::Added(_) | EntryChange::Removed(_) => 1,
-            EntryChange::AddedMany(names) => names.len() as u64,
+            EntryChange::AddedMany(names) | EntryChange::Kept(names) => names.len() as u64,
         }
     }
+}
+
+/// What [`KnownDirs::add_answered`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AddAnswered {
+    Added,
+    /// The name is in the directory.
+    Taken,
+    /// A change of this client's own other than kept creates is in flight
+    /// there (a rename onto the name, say): nothing is answered here until
+    /// it is answered.
+    Busy,
+    /// The directory is not pinned for that user (not held, or forgotten).
+    NotPinned,
 }
 
 struct Known {
@@ -74,6 +91,10 @@ struct Known {
     /// Changes sent and not yet answered: while any is, nothing is answered
     /// from here.
     in_flight: u32,
+    /// Of those, messages of creates answered here (`EntryChange::Kept`):
+    /// only these let a create still be answered here (their names are
+    /// known already; any other change might take the name).
+    kept_in_flight: u32,
     /// The user whose requests showed it.
     who: Cred,
     /// Held under a delegation: known without the TTL.
@@ -143,6 +164,7 @@ impl KnownDirs {
                     names: HashSet::new(),
                     confirmed: Instant::now(),
                     in_flight: 0,
+                    kept_in_flight: 0,
                     who,
                     pinned: false,
                 },
@@ -166,10 +188,12 @@ impl KnownDirs {
         }
     }
 
-    /// A change of `dir`'s entries is about to be sent.
-    pub fn begin(&self, dir: Handle) {
+    /// A change of `dir`'s entries is about to be sent (`kept`: creates
+    /// answered here, to be finished as `EntryChange::Kept`).
+    pub fn begin(&self, dir: Handle, kept: bool) {
         if let Some(k) = self.dirs().known.get_mut(&dir) {
             k.in_flight += 1;
+            k.kept_in_flight += kept as u32;
         }
     }
 
@@ -183,6 +207,9 @@ impl KnownDirs {
             return;
         };
         k.in_flight = k.in_flight.saturating_sub(1);
+        if let EntryChange::Kept(_) = change {
+            k.kept_in_flight = k.kept_in_flight.saturating_sub(1);
+        }
         let steps = change.steps();
         let next =
             after.filter(|rec| rec.handle == dir && rec.entries_version == k.version + steps);
@@ -198,7 +225,7 @@ impl KnownDirs {
             EntryChange::Removed(name) => {
                 k.names.remove(name);
             }
-            EntryChange::AddedMany(names) => {
+            EntryChange::AddedMany(names) | EntryChange::Kept(names) => {
                 k.names.extend(names.into_iter().map(str::to_string));
             }
         }
@@ -211,8 +238,8 @@ impl KnownDirs {
         }
     }
 
-    /// The change begun on `dir` was refused before it changed anything
-    /// (the server said so): what is known stands.
+    /// The change begun on `dir` (not kept creates) was refused before it
+    /// changed anything (the server said so): what is known stands.
     pub fn unchanged(&self, dir: Handle) {
         if let Some(k) = self.dirs().known.get_mut(&dir) {
             k.in_flight = k.in_flight.saturating_sub(1);
@@ -266,24 +293,28 @@ impl KnownDirs {
         }
     }
 
-    /// Adds `name` to pinned `dir` as a create answered here, for `who`:
-    /// None if `dir` is not pinned for `who`, Some(false) if the name is
-    /// taken.
-    pub fn add_answered(&self, dir: Handle, name: &str, who: Cred) -> Option<bool> {
+    /// Adds `name` to pinned `dir` as a create answered here, for `who`.
+    pub fn add_answered(&self, dir: Handle, name: &str, who: Cred) -> AddAnswered {
         let mut dirs = self.dirs();
-        let k = dirs
+        let Some(k) = dirs
             .known
             .get_mut(&dir)
-            .filter(|k| k.pinned && k.who == who)?;
+            .filter(|k| k.pinned && k.who == who)
+        else {
+            return AddAnswered::NotPinned;
+        };
+        if k.in_flight != k.kept_in_flight {
+            return AddAnswered::Busy;
+        }
         if !k.names.insert(name.to_string()) {
-            return Some(false);
+            return AddAnswered::Taken;
         }
         dirs.names += 1;
         if dirs.names > self.max_names {
             dirs.remove(dir);
-            return None;
+            return AddAnswered::NotPinned;
         }
-        Some(true)
+        AddAnswered::Added
     }
 
     /// A create answered here failed when sent: `name` is not in `dir`.
@@ -320,14 +351,14 @@ mod tests {
     fn names_added_at_once_move_the_count_by_as_many() {
         let k = KnownDirs::new(Duration::from_secs(60));
         k.created(7, me());
-        k.begin(7);
+        k.begin(7, false);
         k.finish(7, Some(&dir(7, 3)), EntryChange::AddedMany(vec!["a", "b"]));
         assert!(!k.absent(7, "b", me()));
         assert!(k.absent(7, "c", me()));
-        k.begin(7);
+        k.begin(7, false);
         k.finish(7, Some(&dir(7, 3)), EntryChange::AddedMany(vec![]));
         assert!(k.absent(7, "c", me()), "none made, no step");
-        k.begin(7);
+        k.begin(7, false);
         k.finish(7, Some(&dir(7, 4)), EntryChange::AddedMany(vec!["c", "d"]));
         assert!(
             !k.absent(7, "x", me()),
@@ -340,12 +371,27 @@ mod tests {
         let k = KnownDirs::new(Duration::from_millis(1));
         k.created(7, me());
         assert_eq!(k.version(7, me()), Some(1));
-        assert_eq!(k.add_answered(7, "a", me()), None, "not pinned");
+        use AddAnswered::*;
+        assert_eq!(k.add_answered(7, "a", me()), NotPinned);
         assert!(!k.pin(7, 2), "another count");
         assert!(k.pin(7, 1));
-        assert_eq!(k.add_answered(7, "a", me()), Some(true));
-        assert_eq!(k.add_answered(7, "a", me()), Some(false), "taken");
-        assert_eq!(k.add_answered(7, "b", Cred::new(1001, 1001)), None);
+        assert_eq!(k.add_answered(7, "a", me()), Added);
+        assert_eq!(k.add_answered(7, "a", me()), Taken);
+        assert_eq!(k.add_answered(7, "b", Cred::new(1001, 1001)), NotPinned);
+        k.begin(7, true);
+        assert_eq!(
+            k.add_answered(7, "c", me()),
+            Added,
+            "kept creates in flight"
+        );
+        k.begin(7, false);
+        assert_eq!(k.add_answered(7, "d", me()), Busy, "a change of its own");
+        k.finish(7, Some(&dir(7, 2)), EntryChange::Added("d"));
+        k.finish(7, Some(&dir(7, 4)), EntryChange::Kept(vec!["a", "c"]));
+        assert_eq!(k.add_answered(7, "d", me()), Taken);
+        assert_eq!(k.add_answered(7, "e", me()), Added);
+        k.answered_failed(7, "e");
+        k.answered_failed(7, "c");
         std::thread::sleep(Duration::from_millis(5));
         assert!(k.absent(7, "b", me()), "pinned: no TTL");
         assert!(!k.absent(7, "a", me()));
@@ -361,7 +407,7 @@ mod tests {
         let k = KnownDirs::new(Duration::from_secs(60));
         k.created(7, me());
         assert!(k.absent(7, "a", me()));
-        k.begin(7);
+        k.begin(7, false);
         assert!(!k.absent(7, "a", me()), "nothing answered while in flight");
         k.finish(7, Some(&dir(7, 2)), EntryChange::Added("a"));
         assert!(!k.absent(7, "a", me()));
@@ -370,7 +416,7 @@ mod tests {
             !k.absent(7, "b", Cred::new(1001, 1001)),
             "another user asks"
         );
-        k.begin(7);
+        k.begin(7, false);
         k.finish(7, Some(&dir(7, 3)), EntryChange::Removed("a"));
         assert!(k.absent(7, "a", me()));
     }
@@ -379,12 +425,12 @@ mod tests {
     fn a_gap_a_failure_or_a_foreign_change_forgets() {
         let k = KnownDirs::new(Duration::from_secs(60));
         k.created(7, me());
-        k.begin(7);
+        k.begin(7, false);
         k.finish(7, Some(&dir(7, 3)), EntryChange::Added("a"));
         assert!(!k.absent(7, "b", me()), "someone else changed it");
 
         k.created(8, me());
-        k.begin(8);
+        k.begin(8, false);
         k.finish(8, None, EntryChange::Added("a"));
         assert!(!k.absent(8, "b", me()), "a failed change");
 
@@ -405,8 +451,8 @@ mod tests {
     fn crossing_replies_and_age_forget() {
         let k = KnownDirs::new(Duration::from_secs(60));
         k.created(7, me());
-        k.begin(7);
-        k.begin(7);
+        k.begin(7, false);
+        k.begin(7, false);
         // The second change's reply comes first.
         k.finish(7, Some(&dir(7, 3)), EntryChange::Added("b"));
         k.finish(7, Some(&dir(7, 2)), EntryChange::Added("a"));
@@ -425,19 +471,19 @@ mod tests {
         k.created(3, me());
         assert!(!k.absent(3, "a", me()), "no room: not taken");
         for (v, name) in [(2, "a"), (3, "b"), (4, "c")] {
-            k.begin(1);
+            k.begin(1, false);
             k.finish(1, Some(&dir(1, v)), EntryChange::Added(name));
         }
         assert!(k.absent(1, "d", me()), "three names fit");
-        k.begin(2);
+        k.begin(2, false);
         k.finish(2, Some(&dir(2, 2)), EntryChange::Added("x"));
         assert!(
             !k.absent(2, "y", me()),
             "the fourth name forgets its directory"
         );
-        k.begin(1);
+        k.begin(1, false);
         k.finish(1, Some(&dir(1, 5)), EntryChange::Removed("a"));
-        k.begin(1);
+        k.begin(1, false);
         k.finish(1, Some(&dir(1, 6)), EntryChange::Added("e"));
         assert!(k.absent(1, "a", me()), "a removal makes room");
 

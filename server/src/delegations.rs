@@ -26,8 +26,9 @@
 //! client's claim to a free handle it handed out before it started
 //! (`MetaStore::from_before_this_start`), so kept creates survive a restart.
 //!
-//! Bounded: [`MAX_RESERVED`] reservations kept per client, the oldest
-//! dropped, for at most [`MAX_CLIENTS`] clients.
+//! Bounded: `RESERVATIONS_KEPT` reservations kept per client, the oldest
+//! dropped (the client holds to the same bound), for at most
+//! [`MAX_CLIENTS`] clients.
 //! Delegations live in memory only and end with the holder's connection.
 
 use std::cell::Cell;
@@ -37,10 +38,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::handle::RESERVATIONS_KEPT as MAX_RESERVED;
 use shoal_proto::Handle;
 
-/// Reservations kept per client (each a range of handles).
-pub const MAX_RESERVED: usize = 64;
 /// Clients whose reservations are kept.
 pub const MAX_CLIENTS: usize = 4096;
 

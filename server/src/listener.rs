@@ -3,7 +3,8 @@
 //! Per connection: one task reads frames. Requests that stay in memory
 //! (`Service::stays_in_memory`) are answered on that task; the others run on
 //! the blocking pool (they wait for disk syncs, local files or other
-//! servers). Replies are
+//! servers), as does one of the first kind that meets a directory
+//! delegation (it waits for the holder's recall). Replies are
 //! written by whoever produced them (`FrameSink`: no hand-off to a writer
 //! task unless the socket is full). At most `server_inflight` requests of
 //! one connection run at once. A malformed frame closes that connection
@@ -139,12 +140,13 @@ async fn serve_connection(
         // before the permit would be wrong: a frame waiting for a slot held
         // by deferred requests would keep them waiting for it.
         if service.stays_in_memory(&frame) {
-            let reply = service.handle(&frame);
-            drop(permit);
-            if sink.send(&reply).is_err() {
-                break;
+            if let Some(reply) = service.handle_in_memory(&frame) {
+                drop(permit);
+                if sink.send(&reply).is_err() {
+                    break;
+                }
+                continue;
             }
-            continue;
         }
         let ticket = service.commit.schedule(frame.header.op);
         let service = service.clone();

@@ -156,3 +156,33 @@ async fn kept_creates_survive_a_restart_of_their_server() {
     }
     settled_fsck(&b).await;
 }
+
+/// Two clients, each holding a delegation, list each other's directory at
+/// once on one server: each listing waits for the other's recall, whose
+/// answer comes over the connection the other listing arrived on. Neither
+/// may wait for the other's listing to end (the recalls would time out and
+/// both clients be evicted, with their kept creates missing from the
+/// listings).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_holders_list_each_others_directory_at_once() {
+    let cluster = Cluster::builder()
+        .servers(1)
+        .set("dir_delegations=true")
+        .set("delegated_flush_ms=60000")
+        .set("lease_recall_ms=5000")
+        .start();
+    let (a, b) = cluster.two_clients().await;
+    for round in 0..20 {
+        let x = delegated_dir(&a, &format!("x{round}")).await;
+        let y = delegated_dir(&b, &format!("y{round}")).await;
+        let in_x = names("a", 20);
+        let in_y = names("b", 20);
+        create_all(&a, x, &in_x).await;
+        create_all(&b, y, &in_y).await;
+        let (of_y, of_x) = tokio::join!(entry_names(&a, y), entry_names(&b, x));
+        assert_eq!(of_x.len(), 21, "round {round}: {of_x:?}");
+        assert_eq!(of_y.len(), 21, "round {round}: {of_y:?}");
+    }
+    let stats = a.server_stats(0).await.unwrap();
+    assert_eq!(stats.lease_recall_timeouts, 0, "no client was evicted");
+}

@@ -83,7 +83,8 @@ impl Client {
         };
         // As `change_entries`, but what the change did to the entries is
         // known only from the reply: the names it made.
-        self.inner.known_dirs.begin(dir);
+        let kept = !handles.is_empty();
+        self.inner.known_dirs.begin(dir, kept);
         let asked = Instant::now();
         let sent = self
             .pool()
@@ -101,13 +102,15 @@ impl Client {
             made.map(|(name, _)| name.as_str()).collect()
         });
         let after = answered.and_then(|(r, _)| r.dir.as_ref());
+        let change = match kept {
+            true => EntryChange::Kept(made),
+            false => EntryChange::AddedMany(made),
+        };
         match &sent {
-            // Refused before it changed anything: what is known stands.
-            Err(e) if e.errno == Errno::ENOTSUP => self.inner.known_dirs.unchanged(dir),
-            _ => self
-                .inner
-                .known_dirs
-                .finish(dir, after, EntryChange::AddedMany(made)),
+            // Refused before it changed anything: what is known stands
+            // (creates answered here were not made: it is forgotten).
+            Err(e) if e.errno == Errno::ENOTSUP && !kept => self.inner.known_dirs.unchanged(dir),
+            _ => self.inner.known_dirs.finish(dir, after, change),
         }
         let (reply, lease) = sent?;
         if reply.files.len() != names.len() {

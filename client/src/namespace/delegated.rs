@@ -107,8 +107,10 @@ impl Client {
         tokio::spawn(async move {
             let handles = c.delegate(dir, version).await;
             // Held only if nothing changed the names known meanwhile.
-            let pinned = handles.is_some() && c.inner.known_dirs.pin(dir, version);
-            c.inner.delegated.granted(dir, c.cred, handles, pinned);
+            let known = &c.inner.known_dirs;
+            c.inner
+                .delegated
+                .granted(dir, c.cred, handles, || known.pin(dir, version));
         });
     }
 
@@ -120,8 +122,15 @@ impl Client {
 
     /// One `DelegateDir` for `dir` as of `entries_version` (0: a holder
     /// asking for handles): the handles reserved, None if refused or
-    /// failed.
+    /// failed. One ask per server at a time, each after making room for
+    /// its reservation (see `delegated_creates`).
     async fn delegate(&self, dir: Handle, entries_version: u64) -> Option<Range<Handle>> {
+        let server = server_of(dir);
+        let asks = self.inner.delegated.asks(server);
+        let _one = asks.lock().await;
+        if self.inner.delegated.make_room(server) {
+            self.settle_kept_creates().await;
+        }
         let asked = DelegateDirRequest {
             dir,
             entries_version,
@@ -129,12 +138,14 @@ impl Client {
         };
         let reply = self
             .pool()
-            .call::<ops::DelegateDir>(server_of(dir), self.cred, &asked)
+            .call::<ops::DelegateDir>(server, self.cred, &asked)
             .await;
-        reply
-            .ok()
-            .filter(|r| r.granted)
-            .map(|r| r.first_handle..r.first_handle + r.handles as u64)
+        let reserved = reply.ok().map(|r| match r.granted {
+            true => r.first_handle..r.first_handle + r.handles as u64,
+            false => 0..0,
+        });
+        self.inner.delegated.asked(server, reserved.clone());
+        reserved.filter(|r| !r.is_empty())
     }
 
     /// Sends every create kept in `dir`, after any message of `dir`'s

@@ -64,7 +64,7 @@ impl Client {
         if !tracked {
             return send.await;
         }
-        self.inner.known_dirs.begin(dir);
+        self.inner.known_dirs.begin(dir, false);
         let reply = send.await;
         let after = reply.as_ref().ok().and_then(&dir_of);
         self.inner.known_dirs.finish(dir, after, change);

@@ -24,7 +24,7 @@ pub fn delegate_dir(
         // Whoever else cached the directory drops it first: from now on it
         // changes without this server hearing of it until the holder sends.
         s.leases.changed(&[q.dir]);
-        let _guard = s.meta.lock();
+        let guard = s.meta.lock();
         // A delegation another holds is recalled here (the read meets it).
         let dir = writable_dir(s, r, q.dir, "delegated files")?;
         let current = dir.entries_version == q.entries_version;
@@ -34,6 +34,12 @@ pub fn delegate_dir(
         {
             return refused();
         }
+        drop(guard);
+        // A read of the directory that began before the grant, and so did
+        // not meet it, may be granted a lease after it: stamping the
+        // directory again refuses that lease, or recalls it if granted
+        // already.
+        s.leases.changed(&[q.dir]);
     }
     let count = q.handles.clamp(1, MAX_HANDLES);
     let reserved = s.meta.reserve_handles(count as u64)?;

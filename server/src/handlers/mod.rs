@@ -201,6 +201,18 @@ impl Service {
         }
     }
 
+    /// Handles a request that stays in memory (see [`stays_in_memory`]) on
+    /// the connection's own task: None if it met a directory delegation.
+    /// Its recall must not be waited for there: the holder's answer, or the
+    /// creates it sends first, may have to come in over this very
+    /// connection (two holders reading each other's directory), so the
+    /// request runs again where waiting is safe (`handle_scheduled`).
+    pub fn handle_in_memory(&self, frame: &Frame) -> Option<Frame> {
+        let _asking = delegations::Asking::enter(frame.header.client.client);
+        let reply = self.handle_once(frame);
+        delegations::met().is_none().then_some(reply)
+    }
+
     fn handle_once(&self, frame: &Frame) -> Frame {
         if self.config.settings.sync != SyncMode::Replay {
             return self.answer(frame);
