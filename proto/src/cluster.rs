@@ -313,7 +313,7 @@ impl Default for Settings {
             lease_ms: 30_000,
             lease_recall_ms: 1_000,
             max_leases: 1_000_000,
-            dir_delegations: false,
+            dir_delegations: true,
             delegated_flush_ms: 5,
             restart_wait_ms: 60_000,
             replay_flush_ms: 5,

@@ -89,10 +89,19 @@ impl Drop for Asking {
     }
 }
 
+/// A delegation met: (directory, holder).
+pub type Met = (Handle, u64);
+
 /// The delegation the request's last attempt met, which must be recalled
 /// before it runs again (taken: asking again says None).
-pub fn met() -> Option<(Handle, u64)> {
+pub fn met() -> Option<Met> {
     MET.with(|m| m.take())
+}
+
+/// Whether the request's attempt so far met a delegation (its answer is
+/// then thrown away: it runs again).
+pub fn meeting() -> bool {
+    MET.with(|m| m.get().is_some())
 }
 
 impl Delegations {

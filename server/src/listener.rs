@@ -139,19 +139,26 @@ async fn serve_connection(
         // their sync to share it with this one (commit coalescing). Counting
         // before the permit would be wrong: a frame waiting for a slot held
         // by deferred requests would keep them waiting for it.
+        let mut met = None;
         if service.stays_in_memory(&frame) {
-            if let Some(reply) = service.handle_in_memory(&frame) {
-                drop(permit);
-                if sink.send(&reply).is_err() {
-                    break;
+            match service.handle_in_memory(&frame) {
+                Ok(reply) => {
+                    drop(permit);
+                    if sink.send(&reply).is_err() {
+                        break;
+                    }
+                    continue;
                 }
-                continue;
+                Err(delegation) => met = Some(delegation),
             }
         }
         let ticket = service.commit.schedule(frame.header.op);
         let service = service.clone();
         let sink = sink.clone();
         tokio::task::spawn_blocking(move || {
+            if let Some(met) = met {
+                service.recall_delegation(met);
+            }
             let reply = service.handle_scheduled(&frame, ticket);
             // A failed send means the connection is gone; the reader sees it.
             let _ = sink.send(&reply);

@@ -193,24 +193,34 @@ impl Service {
         let _asking = delegations::Asking::enter(frame.header.client.client);
         loop {
             let reply = self.handle_once(frame);
-            let Some((dir, holder)) = delegations::met() else {
+            let Some(met) = delegations::met() else {
                 return reply;
             };
-            self.leases.recall_delegation(dir, holder);
-            self.meta.delegations.end(dir, holder);
+            self.recall_delegation(met);
         }
     }
 
+    /// Recalls a delegation a request met (the holder sends what it kept,
+    /// then answers) and ends it.
+    pub fn recall_delegation(&self, (dir, holder): delegations::Met) {
+        self.leases.recall_delegation(dir, holder);
+        self.meta.delegations.end(dir, holder);
+    }
+
     /// Handles a request that stays in memory (see [`stays_in_memory`]) on
-    /// the connection's own task: None if it met a directory delegation.
-    /// Its recall must not be waited for there: the holder's answer, or the
+    /// the connection's own task; Err: it met a directory delegation. Its
+    /// recall must not be waited for there: the holder's answer, or the
     /// creates it sends first, may have to come in over this very
     /// connection (two holders reading each other's directory), so the
-    /// request runs again where waiting is safe (`handle_scheduled`).
-    pub fn handle_in_memory(&self, frame: &Frame) -> Option<Frame> {
+    /// caller recalls it and runs the request again where waiting is safe
+    /// ([`Service::recall_delegation`], `handle_scheduled`).
+    pub fn handle_in_memory(&self, frame: &Frame) -> std::result::Result<Frame, delegations::Met> {
         let _asking = delegations::Asking::enter(frame.header.client.client);
         let reply = self.handle_once(frame);
-        delegations::met().is_none().then_some(reply)
+        match delegations::met() {
+            None => Ok(reply),
+            Some(met) => Err(met),
+        }
     }
 
     fn handle_once(&self, frame: &Frame) -> Frame {
@@ -268,6 +278,10 @@ impl Service {
         let mut out = Frame::reply_to(&frame.header, status, reply.body, reply.payload);
         if status == 0 && self.leases.grant(leasing) {
             out = out.leased();
+        }
+        if delegations::meeting() {
+            // Not answered: it runs again once the delegation is recalled.
+            return out;
         }
         self.stats.record(
             frame.header.op,
