@@ -255,6 +255,7 @@ impl Client {
     /// file, so that its next data request has the rights the new mode
     /// gives.
     pub async fn setattr(&self, h: Handle, set: &SetAttr) -> Result<Attr> {
+        self.stop_answering(h);
         // No write in flight may land after a time set here.
         self.inner.write_behind.settle(h).await;
         self.settle(h, crate::write_path::Settle::Push).await?;
@@ -316,6 +317,7 @@ impl Client {
         create_only: bool,
         replace_only: bool,
     ) -> Result<()> {
+        self.stop_answering(h);
         if let Some(done) = self.threshold_xattr(h, name, Some(value)).await {
             return done;
         }
@@ -363,6 +365,7 @@ impl Client {
     }
 
     pub async fn removexattr(&self, h: Handle, name: &str) -> Result<()> {
+        self.stop_answering(h);
         if let Some(done) = self.threshold_xattr(h, name, None).await {
             return done;
         }

@@ -17,6 +17,12 @@
 //! because the server recalls the delegation before their requests: the
 //! recall sends what is kept, then answers.
 //!
+//! Unlinks too: while it holds the delegation, an unlink of a file this
+//! client made there under it (so it knows the name is a regular file it
+//! owns) is answered at once and kept; one of a create still kept cancels
+//! both. Kept unlinks go as `RemoveFiles` messages, before the kept creates
+//! (see [`DelegatedCreates::take`]).
+//!
 //! Handle reservations: a server keeps `RESERVATIONS_KEPT` per client and
 //! drops the oldest for a new one, so this client keeps no more per server
 //! either, asks each server for one at a time (so that both sides agree on
@@ -47,7 +53,7 @@ use shoal_proto::error::ShoalError;
 use shoal_proto::handle::{server_of, RESERVATIONS_KEPT};
 use shoal_proto::{Cred, Handle};
 
-use crate::known_dirs::AddAnswered;
+use crate::known_dirs::LocalChange;
 
 /// Creates kept in one directory that are sent at once.
 pub const SEND_AT: usize = 256;
@@ -57,6 +63,8 @@ pub const RESERVE: u32 = 1024;
 const RESERVE_AGAIN_UNDER: usize = 256;
 /// Failed creates remembered for their fsync and close.
 const MAX_FAILED: usize = 4096;
+/// Files made under one delegation whose unlink may be answered here.
+const MAX_MADE: usize = 1 << 16;
 
 /// One create answered here and not yet sent.
 pub struct Kept {
@@ -72,6 +80,12 @@ struct Dir {
     who: Cred,
     free: VecDeque<Range<Handle>>,
     kept: Vec<Kept>,
+    /// Regular files made here under this delegation, by name, whose
+    /// unlink this client can answer: it knows the name is theirs, that
+    /// they are no directory, and that it may remove them (it owns them).
+    made: HashMap<String, Handle>,
+    /// Unlinks answered here and not yet sent (of files of `made`).
+    unlinks: Vec<(String, Handle)>,
     /// Held while a message of this directory's is in flight: one at a
     /// time, so that whoever takes it next finds the ones before answered.
     sending: Arc<tokio::sync::Mutex<()>>,
@@ -96,19 +110,41 @@ struct State {
 
 /// What [`DelegatedCreates::answer`] did.
 pub enum Answered {
-    /// Made as `handle`; `first`: the first kept in its directory (the
-    /// send is to be scheduled), `full`: [`SEND_AT`] are kept there, `low`:
-    /// a new reservation is due.
+    /// Made as `handle`; `low`: a new reservation is due.
     Made {
         handle: Handle,
-        first: bool,
-        full: bool,
+        send: Send,
         low: bool,
     },
     /// The name is taken.
     Exists,
     /// Not answered here: the create goes to the server.
     NotHeld,
+}
+
+/// What a change answered here asks of the sending: `first`, the first
+/// kept in its directory (the send is to be scheduled); `full`, [`SEND_AT`]
+/// are kept there (it is due now).
+#[derive(Clone, Copy, Default)]
+pub struct Send {
+    pub first: bool,
+    pub full: bool,
+}
+
+/// What kept changes of one directory go next, in one message, for whom.
+pub enum Batch {
+    Creates(Cred, Vec<Kept>),
+    Unlinks(Cred, Vec<(String, Handle)>),
+}
+
+impl Dir {
+    fn send(&self) -> Send {
+        let pending = self.kept.len() + self.unlinks.len();
+        Send {
+            first: pending == 1,
+            full: pending == SEND_AT,
+        }
+    }
 }
 
 pub struct DelegatedCreates {
@@ -168,6 +204,8 @@ impl DelegatedCreates {
             who,
             free: VecDeque::new(),
             kept: Vec::new(),
+            made: HashMap::new(),
+            unlinks: Vec::new(),
             sending: Arc::default(),
             reserving: false,
         });
@@ -236,7 +274,7 @@ impl DelegatedCreates {
         name: &str,
         mode: u32,
         who: Cred,
-        add: impl FnOnce() -> AddAnswered,
+        add: impl FnOnce() -> LocalChange,
     ) -> Answered {
         let mut st = self.state();
         let Some(d) = st.dirs.get_mut(&dir).filter(|d| d.held && d.who == who) else {
@@ -247,13 +285,13 @@ impl DelegatedCreates {
         };
         let handle = range.start;
         match add() {
-            AddAnswered::NotPinned => {
+            LocalChange::NotPinned => {
                 d.held = false;
                 return Answered::NotHeld;
             }
-            AddAnswered::Busy => return Answered::NotHeld,
-            AddAnswered::Taken => return Answered::Exists,
-            AddAnswered::Added => {}
+            LocalChange::Busy => return Answered::NotHeld,
+            LocalChange::Conflict => return Answered::Exists,
+            LocalChange::Done => {}
         }
         range.start += 1;
         if range.is_empty() {
@@ -264,15 +302,62 @@ impl DelegatedCreates {
             handle,
             mode,
         });
+        if d.made.len() < MAX_MADE {
+            d.made.insert(name.to_string(), handle);
+        }
         self.unsettled.fetch_add(1, Ordering::SeqCst);
         let left: u64 = d.free.iter().map(|r| r.end - r.start).sum();
         let low = !d.reserving && left < RESERVE_AGAIN_UNDER as u64;
         d.reserving |= low;
         Answered::Made {
             handle,
-            first: d.kept.len() == 1,
-            full: d.kept.len() == SEND_AT,
+            send: d.send(),
             low,
+        }
+    }
+
+    /// Answers an unlink of `name` in `dir` for `who` here if the
+    /// delegation allows: `name` is a file made here under it. `remove`
+    /// takes the name out of the directory's known names (`known_dirs`,
+    /// under this lock). Returns the file's handle and what the sending is
+    /// to do; None: the unlink goes to the server. An unlink of a file
+    /// whose create is still kept cancels it: neither is sent.
+    pub fn answer_unlink(
+        &self,
+        dir: Handle,
+        name: &str,
+        who: Cred,
+        remove: impl FnOnce() -> LocalChange,
+    ) -> Option<(Handle, Send)> {
+        let mut st = self.state();
+        let d = st.dirs.get_mut(&dir).filter(|d| d.held && d.who == who)?;
+        let handle = *d.made.get(name)?;
+        match remove() {
+            LocalChange::Done => {}
+            LocalChange::NotPinned => {
+                d.held = false;
+                return None;
+            }
+            LocalChange::Conflict | LocalChange::Busy => return None,
+        }
+        d.made.remove(name);
+        if let Some(i) = d.kept.iter().position(|k| k.name == name) {
+            d.kept.remove(i);
+            let before = self.unsettled.fetch_sub(1, Ordering::SeqCst);
+            assert!(before >= 1, "a kept create counts as unsettled");
+            return Some((handle, Send::default()));
+        }
+        d.unlinks.push((name.to_string(), handle));
+        self.unsettled.fetch_add(1, Ordering::SeqCst);
+        Some((handle, d.send()))
+    }
+
+    /// This client is about to change `dir`'s entries itself, otherwise
+    /// than by a change kept here (a rename, a link): which names are
+    /// files made here is no longer known.
+    pub fn entries_changing(&self, dir: Handle) {
+        if let Some(d) = self.state().dirs.get_mut(&dir) {
+            d.made.clear();
         }
     }
 
@@ -290,6 +375,7 @@ impl DelegatedCreates {
         let was = d.held;
         d.held = false;
         d.free.clear();
+        d.made.clear();
         was
     }
 
@@ -305,14 +391,16 @@ impl DelegatedCreates {
             }
             d.held = false;
             d.free.clear();
+            d.made.clear();
         }
         ended
     }
 
-    /// The directories with creates kept or in flight.
+    /// The directories with changes kept or in flight.
     pub fn unsent_dirs(&self) -> Vec<Handle> {
         let st = self.state();
-        let busy = |d: &Dir| !d.kept.is_empty() || d.sending.try_lock().is_err();
+        let busy =
+            |d: &Dir| !d.kept.is_empty() || !d.unlinks.is_empty() || d.sending.try_lock().is_err();
         st.dirs
             .iter()
             .filter(|(_, d)| busy(d))
@@ -325,11 +413,19 @@ impl DelegatedCreates {
         self.state().dirs.get(&dir).map(|d| d.sending.clone())
     }
 
-    /// Takes up to `max` (at least one) of `dir`'s kept creates with one
-    /// mode, oldest first, and who they act for; None if none are kept.
-    pub fn take(&self, dir: Handle, max: usize) -> Option<(Cred, Vec<Kept>)> {
+    /// Takes the next message's worth of `dir`'s kept changes, oldest
+    /// first: up to `max` (at least one) unlinks, or while none are kept,
+    /// creates with one mode; None if nothing is kept. Unlinks go before
+    /// creates: an unlink kept here is of a file whose create was sent (one
+    /// still kept was cancelled with it), so the only order that matters,
+    /// a name unlinked and then made again, is kept.
+    pub fn take(&self, dir: Handle, max: usize) -> Option<Batch> {
         let mut st = self.state();
         let d = st.dirs.get_mut(&dir)?;
+        if !d.unlinks.is_empty() {
+            let n = d.unlinks.len().min(max);
+            return Some(Batch::Unlinks(d.who, d.unlinks.drain(..n).collect()));
+        }
         let mode = d.kept.first()?.mode;
         let n = d
             .kept
@@ -338,11 +434,11 @@ impl DelegatedCreates {
             .take_while(|k| k.mode == mode)
             .count();
         let taken = d.kept.drain(..n).collect();
-        Some((d.who, taken))
+        Some(Batch::Creates(d.who, taken))
     }
 
-    /// `count` creates taken were answered by their server; `failed` of
-    /// them failed.
+    /// `count` changes taken were answered by their server; `failed` of
+    /// them (creates) failed.
     pub fn settled(&self, count: usize, failed: Vec<(Handle, ShoalError)>) {
         let mut st = self.state();
         for (h, e) in failed {
@@ -362,10 +458,12 @@ impl DelegatedCreates {
     /// Drops `dir` once nothing is held, kept or sent there.
     pub fn tidy(&self, dir: Handle) {
         let mut st = self.state();
-        let idle = st
-            .dirs
-            .get(&dir)
-            .is_some_and(|d| !d.held && d.kept.is_empty() && Arc::strong_count(&d.sending) == 1);
+        let idle = st.dirs.get(&dir).is_some_and(|d| {
+            !d.held
+                && d.kept.is_empty()
+                && d.unlinks.is_empty()
+                && Arc::strong_count(&d.sending) == 1
+        });
         if idle {
             st.dirs.remove(&dir);
         }
@@ -407,22 +505,61 @@ mod tests {
         assert!(d.begin_asking(7));
         d.granted(7, me(), Some(100..200), || true);
         assert!(d.holds(7));
-        let h = made(d.answer(7, "a", 0o644, me(), || AddAnswered::Added));
+        let h = made(d.answer(7, "a", 0o644, me(), || LocalChange::Done));
         assert_eq!(h, 100);
         assert!(matches!(
-            d.answer(7, "b", 0o644, me(), || AddAnswered::Busy),
+            d.answer(7, "b", 0o644, me(), || LocalChange::Busy),
             Answered::NotHeld
         ));
         assert!(d.holds(7), "busy is not the end of it");
         assert_eq!(
-            made(d.answer(7, "b", 0o644, me(), || AddAnswered::Added)),
+            made(d.answer(7, "b", 0o644, me(), || LocalChange::Done)),
             101
         );
         assert!(d.ended(7));
         assert!(matches!(
-            d.answer(7, "c", 0o644, me(), || AddAnswered::Added),
+            d.answer(7, "c", 0o644, me(), || LocalChange::Done),
             Answered::NotHeld
         ));
+    }
+
+    #[test]
+    fn unlinks_are_answered_for_files_made_here_and_go_first() {
+        let d = DelegatedCreates::new(Duration::from_millis(5));
+        assert!(d.begin_asking(7));
+        d.granted(7, me(), Some(100..200), || true);
+        let done = || LocalChange::Done;
+        assert!(
+            d.answer_unlink(7, "old", me(), done).is_none(),
+            "not made here"
+        );
+        made(d.answer(7, "a", 0o644, me(), done));
+        made(d.answer(7, "b", 0o644, me(), done));
+        // b's create is still kept: both go, neither is sent.
+        let (h, _) = d.answer_unlink(7, "b", me(), done).unwrap();
+        assert_eq!(h, 101);
+        let Some(Batch::Creates(_, kept)) = d.take(7, 10) else {
+            panic!("a's create")
+        };
+        assert_eq!(kept.len(), 1);
+        assert!(d
+            .answer_unlink(7, "a", me(), || LocalChange::Busy)
+            .is_none());
+        assert!(d.holds(7), "busy is not the end of it");
+        assert!(d.answer_unlink(7, "a", me(), done).is_some());
+        assert!(d.answer_unlink(7, "a", me(), done).is_none(), "once");
+        made(d.answer(7, "a", 0o644, me(), done));
+        // The unlink of the sent create goes before the create again.
+        assert!(matches!(d.take(7, 10), Some(Batch::Unlinks(_, u)) if u[0].0 == "a"));
+        assert!(matches!(d.take(7, 10), Some(Batch::Creates(_, c)) if c[0].name == "a"));
+        assert!(d.take(7, 10).is_none());
+        d.settled(3, Vec::new());
+        assert!(!d.unsettled());
+        d.entries_changing(7);
+        assert!(
+            d.answer_unlink(7, "a", me(), done).is_none(),
+            "made is forgotten"
+        );
     }
 
     #[test]
@@ -439,7 +576,7 @@ mod tests {
         assert!(d.make_room(server), "full: the oldest goes");
         assert!(
             matches!(
-                d.answer(7, "a", 0o644, me(), || AddAnswered::Added),
+                d.answer(7, "a", 0o644, me(), || LocalChange::Done),
                 Answered::NotHeld
             ),
             "its handles are no longer used"

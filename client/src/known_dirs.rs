@@ -55,6 +55,9 @@ pub enum EntryChange<'a> {
     /// Creates answered here under a delegation, sent (the names are
     /// already known): the count moves by one per name made.
     Kept(Vec<&'a str>),
+    /// Unlinks answered here under a delegation, sent (the names are
+    /// already gone from what is known): one step per name removed.
+    KeptRemoved(Vec<&'a str>),
 }
 
 impl EntryChange<'_> {
@@ -62,17 +65,19 @@ impl EntryChange<'_> {
     fn steps(&self) -> u64 {
         match self {
             EntryChange::Added(_) | EntryChange::Removed(_) => 1,
-            EntryChange::AddedMany(names) | EntryChange::Kept(names) => names.len() as u64,
+            EntryChange::AddedMany(names)
+            | EntryChange::Kept(names)
+            | EntryChange::KeptRemoved(names) => names.len() as u64,
         }
     }
 }
 
-/// What [`KnownDirs::add_answered`] did.
+/// What [`KnownDirs::add_answered`] or [`KnownDirs::remove_answered`] did.
 #[derive(Debug, PartialEq, Eq)]
-pub enum AddAnswered {
-    Added,
-    /// The name is in the directory.
-    Taken,
+pub enum LocalChange {
+    Done,
+    /// The name is in the directory already (an add), or not (a remove).
+    Conflict,
     /// A change of this client's own other than kept creates is in flight
     /// there (a rename onto the name, say): nothing is answered here until
     /// it is answered.
@@ -207,7 +212,7 @@ impl KnownDirs {
             return;
         };
         k.in_flight = k.in_flight.saturating_sub(1);
-        if let EntryChange::Kept(_) = change {
+        if let EntryChange::Kept(_) | EntryChange::KeptRemoved(_) = change {
             k.kept_in_flight = k.kept_in_flight.saturating_sub(1);
         }
         let steps = change.steps();
@@ -227,6 +232,11 @@ impl KnownDirs {
             }
             EntryChange::AddedMany(names) | EntryChange::Kept(names) => {
                 k.names.extend(names.into_iter().map(str::to_string));
+            }
+            EntryChange::KeptRemoved(names) => {
+                for name in names {
+                    k.names.remove(name);
+                }
             }
         }
         k.version = version;
@@ -294,27 +304,44 @@ impl KnownDirs {
     }
 
     /// Adds `name` to pinned `dir` as a create answered here, for `who`.
-    pub fn add_answered(&self, dir: Handle, name: &str, who: Cred) -> AddAnswered {
+    pub fn add_answered(&self, dir: Handle, name: &str, who: Cred) -> LocalChange {
+        self.answer_here(dir, name, who, true)
+    }
+
+    /// Takes `name` out of pinned `dir` as an unlink answered here, for
+    /// `who`.
+    pub fn remove_answered(&self, dir: Handle, name: &str, who: Cred) -> LocalChange {
+        self.answer_here(dir, name, who, false)
+    }
+
+    fn answer_here(&self, dir: Handle, name: &str, who: Cred, add: bool) -> LocalChange {
         let mut dirs = self.dirs();
         let Some(k) = dirs
             .known
             .get_mut(&dir)
             .filter(|k| k.pinned && k.who == who)
         else {
-            return AddAnswered::NotPinned;
+            return LocalChange::NotPinned;
         };
         if k.in_flight != k.kept_in_flight {
-            return AddAnswered::Busy;
+            return LocalChange::Busy;
+        }
+        if !add {
+            if !k.names.remove(name) {
+                return LocalChange::Conflict;
+            }
+            dirs.names -= 1;
+            return LocalChange::Done;
         }
         if !k.names.insert(name.to_string()) {
-            return AddAnswered::Taken;
+            return LocalChange::Conflict;
         }
         dirs.names += 1;
         if dirs.names > self.max_names {
             dirs.remove(dir);
-            return AddAnswered::NotPinned;
+            return LocalChange::NotPinned;
         }
-        AddAnswered::Added
+        LocalChange::Done
     }
 
     /// A create answered here failed when sent: `name` is not in `dir`.
@@ -371,25 +398,25 @@ mod tests {
         let k = KnownDirs::new(Duration::from_millis(1));
         k.created(7, me());
         assert_eq!(k.version(7, me()), Some(1));
-        use AddAnswered::*;
+        use LocalChange::*;
         assert_eq!(k.add_answered(7, "a", me()), NotPinned);
         assert!(!k.pin(7, 2), "another count");
         assert!(k.pin(7, 1));
-        assert_eq!(k.add_answered(7, "a", me()), Added);
-        assert_eq!(k.add_answered(7, "a", me()), Taken);
+        assert_eq!(k.add_answered(7, "a", me()), Done);
+        assert_eq!(k.add_answered(7, "a", me()), Conflict);
         assert_eq!(k.add_answered(7, "b", Cred::new(1001, 1001)), NotPinned);
         k.begin(7, true);
-        assert_eq!(
-            k.add_answered(7, "c", me()),
-            Added,
-            "kept creates in flight"
-        );
+        assert_eq!(k.add_answered(7, "c", me()), Done, "kept creates in flight");
         k.begin(7, false);
         assert_eq!(k.add_answered(7, "d", me()), Busy, "a change of its own");
         k.finish(7, Some(&dir(7, 2)), EntryChange::Added("d"));
         k.finish(7, Some(&dir(7, 4)), EntryChange::Kept(vec!["a", "c"]));
-        assert_eq!(k.add_answered(7, "d", me()), Taken);
-        assert_eq!(k.add_answered(7, "e", me()), Added);
+        assert_eq!(k.add_answered(7, "d", me()), Conflict);
+        assert_eq!(k.add_answered(7, "e", me()), Done);
+        assert_eq!(k.remove_answered(7, "e", me()), Done);
+        assert_eq!(k.remove_answered(7, "e", me()), Conflict, "gone");
+        assert!(k.absent(7, "e", me()));
+        assert_eq!(k.add_answered(7, "e", me()), Done);
         k.answered_failed(7, "e");
         k.answered_failed(7, "c");
         std::thread::sleep(Duration::from_millis(5));

@@ -196,7 +196,8 @@ pub struct Settings {
     /// client sends what it kept) before anyone else reads or changes the
     /// directory. Needs leases. A create that fails when it is sent (a
     /// server that restarted meanwhile lost the handles it reserved) is
-    /// reported by the file's fsync and close (EIO). Default false.
+    /// reported by the file's fsync and close (EIO). Unlinks of files the
+    /// client made there are answered and sent the same way. Default true.
     pub dir_delegations: bool,
     /// How long a client keeps the creates it answered under a delegation
     /// before it sends them, in milliseconds (sooner when 256 wait in one

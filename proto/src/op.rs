@@ -143,6 +143,8 @@ ops! {
     41 => CreateFiles("create_files", CreateFilesRequest => CreateFilesReply, true),
     /// Asks for a directory's delegation and handles for new files in it.
     42 => DelegateDir("delegate_dir", DelegateDirRequest => DelegateDirReply, false),
+    /// Many unlinks in one directory, one transaction.
+    43 => RemoveFiles("remove_files", RemoveFilesRequest => RemoveFilesReply, true),
 }
 
 impl Op {
@@ -165,7 +167,7 @@ impl Op {
             | Recall | Lock | TestLock | DelegateDir => false,
             CreateObject | CreateDatafiles | SetDist | CrDirEnt | RmDirEnt | RenameEntry
             | Remove | RmdirPrepare | RmdirAbort | SetParent | SetXattr | RemoveXattr
-            | CreateFile | Link | CreateFiles => true,
+            | CreateFile | Link | CreateFiles | RemoveFiles => true,
         }
     }
 
@@ -246,6 +248,7 @@ mod tests {
             (40, "test_lock", false),
             (41, "create_files", true),
             (42, "delegate_dir", false),
+            (43, "remove_files", true),
         ];
         assert_eq!(table, expected);
     }

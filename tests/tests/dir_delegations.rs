@@ -186,3 +186,76 @@ async fn two_holders_list_each_others_directory_at_once() {
     let stats = a.server_stats(0).await.unwrap();
     assert_eq!(stats.lease_recall_timeouts, 0, "no client was evicted");
 }
+
+/// The stats' count of `op` messages `c` sent.
+async fn sent(cluster: &Cluster, c: &Client, op: &str) -> u64 {
+    let requests = cluster.requests(c).await;
+    requests
+        .iter()
+        .filter(|((_, o), _)| o == op)
+        .map(|(_, n)| *n)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlinks_of_files_made_here_are_answered_here_and_sent_together() {
+    let cluster = cluster();
+    let (a, b) = cluster.two_clients().await;
+    let dir = delegated_dir(&a, "d").await;
+    let files = names("f", 100);
+    let made = create_all(&a, dir, &files).await;
+    // A large one: its datafiles on other servers go with it.
+    a.write(made[0], 0, Bytes::from(pattern(3, 3 << 20)))
+        .await
+        .unwrap();
+    a.fsync(made[0]).await.unwrap();
+
+    // Unlinked here: no rmdirent, one remove_files, sent before the
+    // stats are read (the fence).
+    for f in &files[..90] {
+        a.unlink(dir, f).await.unwrap();
+    }
+    assert_eq!(sent(&cluster, &a, "rmdirent").await, 0);
+    assert_eq!(sent(&cluster, &a, "remove_files").await, 1);
+    let e = a.unlink(dir, "f1").await.unwrap_err();
+    assert_eq!(e.errno, Errno::ENOENT, "gone, answered here");
+    assert!(a.lookup(dir, "f1").await.is_err());
+
+    // Made again after its unlink: a new file.
+    let again = a.create(dir, "f2", 0o600).await.unwrap().handle;
+    assert_ne!(again, made[2]);
+
+    // Created and unlinked before either was sent: neither is.
+    let creates_before = sent(&cluster, &a, "create_files").await;
+    a.create(dir, "brief", 0o644).await.unwrap();
+    a.unlink(dir, "brief").await.unwrap();
+    assert_eq!(sent(&cluster, &a, "create_files").await, creates_before);
+
+    // Another client's listing recalls the delegation and sees exactly
+    // what a's callers were told.
+    let mut listed = entry_names(&b, dir).await;
+    listed.sort();
+    let mut expected: Vec<String> = files[90..].to_vec();
+    expected.extend(["first".to_string(), "f2".to_string()]);
+    expected.sort();
+    assert_eq!(listed, expected);
+    assert_eq!(b.lookup(dir, "f2").await.unwrap().0, again);
+    let report = settled_fsck(&b).await;
+    assert!(report.orphans.is_empty(), "{report:?}");
+    assert!(report.orphan_files.is_empty(), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlink_is_answered_here_only_for_a_file_made_here() {
+    let cluster = cluster();
+    let a = cluster.client();
+    // "first" is made by the server, before the delegation.
+    let dir = delegated_dir(&a, "d").await;
+    a.mkdir(dir, "sub", 0o755).await.unwrap();
+    let e = a.unlink(dir, "sub").await.unwrap_err();
+    assert_eq!(e.errno, Errno::EISDIR);
+    a.unlink(dir, "first").await.unwrap();
+    assert_eq!(sent(&cluster, &a, "rmdirent").await, 2, "neither made here");
+    assert_eq!(sent(&cluster, &a, "remove_files").await, 0);
+    assert!(a.lookup(dir, "first").await.is_err());
+}

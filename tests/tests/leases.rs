@@ -10,8 +10,15 @@ use shoal_proto::error::Errno;
 use shoal_proto::handle::ROOT;
 use shoal_tests::{eventually, Cluster};
 
+/// Without directory delegations: a delegation granted in the background
+/// after a create (tests/tests/dir_delegations.rs) stamps its directory, so
+/// that a read racing with the grant gets no lease and is cached for the
+/// TTL only; these tests count on every answer leasing.
 fn cluster() -> Cluster {
-    Cluster::builder().servers(2).start()
+    Cluster::builder()
+        .servers(2)
+        .set("dir_delegations=false")
+        .start()
 }
 
 /// Directory `d` and in it file `f`, holding "hello", made by `a`.

@@ -16,8 +16,8 @@ use shoal_proto::names::check_name;
 use shoal_proto::ops;
 
 use super::create_files::PER_MESSAGE;
-use crate::delegated_creates::{Answered, RESERVE};
-use crate::{Attr, Client, Inner};
+use crate::delegated_creates::{Answered, Batch, Send, RESERVE};
+use crate::{Attr, Client, Inner, Unlinked};
 
 tokio::task_local! {
     /// Set while kept creates are being sent: their own messages do not
@@ -57,24 +57,8 @@ impl Client {
                 known.add_answered(dir, name, self.cred)
             });
         match answered {
-            Answered::Made {
-                handle,
-                first,
-                full,
-                low,
-            } => {
-                if first {
-                    let c = self.clone();
-                    let delay = self.inner.delegated.delay;
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        c.send_kept_creates(dir).await;
-                    });
-                }
-                if full {
-                    let c = self.clone();
-                    tokio::spawn(async move { c.send_kept_creates(dir).await });
-                }
+            Answered::Made { handle, send, low } => {
+                self.schedule_send(dir, send);
                 if low {
                     let c = self.clone();
                     tokio::spawn(async move { c.reserve_again(dir).await });
@@ -86,6 +70,45 @@ impl Client {
                 format!("{name}: file exists"),
             ))),
             Answered::NotHeld => None,
+        }
+    }
+
+    /// Answers an unlink of `name` in `dir` here if this client holds the
+    /// directory's delegation and made the file under it (None: it goes to
+    /// the server). The caller does not hold the file open.
+    pub(crate) fn unlink_delegated(&self, dir: Handle, name: &str) -> Option<Result<Unlinked>> {
+        if !self.config().settings.dir_delegations {
+            return None;
+        }
+        if let Err(e) = check_name(name) {
+            return Some(Err(e));
+        }
+        let known = &self.inner.known_dirs;
+        let (handle, send) = self
+            .inner
+            .delegated
+            .answer_unlink(dir, name, self.cred, || {
+                known.remove_answered(dir, name, self.cred)
+            })?;
+        self.inner.names.remove(dir, name);
+        self.forget(handle);
+        self.schedule_send(dir, send);
+        Some(Ok(Unlinked::Removed))
+    }
+
+    /// Sends `dir`'s kept changes as a change answered here asks.
+    fn schedule_send(&self, dir: Handle, send: Send) {
+        if send.first {
+            let c = self.clone();
+            let delay = self.inner.delegated.delay;
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                c.send_kept_creates(dir).await;
+            });
+        }
+        if send.full {
+            let c = self.clone();
+            tokio::spawn(async move { c.send_kept_creates(dir).await });
         }
     }
 
@@ -148,14 +171,25 @@ impl Client {
         reserved.filter(|r| !r.is_empty())
     }
 
-    /// Sends every create kept in `dir`, after any message of `dir`'s
+    /// Sends every change kept in `dir`, after any message of `dir`'s
     /// already in flight.
     pub(crate) async fn send_kept_creates(&self, dir: Handle) {
         let Some(sending) = self.inner.delegated.sending(dir) else {
             return;
         };
         let guard = sending.lock().await;
-        while let Some((who, kept)) = self.inner.delegated.take(dir, PER_MESSAGE) {
+        while let Some(batch) = self.inner.delegated.take(dir, PER_MESSAGE) {
+            let (who, kept) = match batch {
+                Batch::Creates(who, kept) => (who, kept),
+                Batch::Unlinks(who, unlinks) => {
+                    let c = self.with_cred(who);
+                    SENDING_KEPT
+                        .scope((), c.send_kept_unlinks(dir, &unlinks))
+                        .await;
+                    self.inner.delegated.settled(unlinks.len(), Vec::new());
+                    continue;
+                }
+            };
             let c = self.with_cred(who);
             let names: Vec<String> = kept.iter().map(|k| k.name.clone()).collect();
             let handles: Vec<Handle> = kept.iter().map(|k| k.handle).collect();
@@ -193,10 +227,50 @@ impl Client {
         self.inner.delegated.tidy(dir);
     }
 
+    /// Sends unlinks answered here of `dir`'s files, then removes the
+    /// datafiles elsewhere of those that went (as an unlink does). One
+    /// that fails was answered as done: it is logged, and the directory's
+    /// names are no longer taken as known.
+    async fn send_kept_unlinks(&self, dir: Handle, unlinks: &[(String, Handle)]) {
+        let names: Vec<String> = unlinks.iter().map(|(n, _)| n.clone()).collect();
+        let expected: Vec<Handle> = unlinks.iter().map(|(_, h)| *h).collect();
+        let done = self.remove_batch(dir, &names, &expected).await;
+        for (i, (name, h)) in unlinks.iter().enumerate() {
+            let result = match &done {
+                Err(e) => Err(e.clone()),
+                Ok(results) => results[i].clone(),
+            };
+            match result {
+                Ok(entry) if entry.removed => {
+                    if let Err(e) = self.removed(*h, entry.dist).await {
+                        tracing::warn!("removing the datafiles of {name:?} ({h:#x}): {e}");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(
+                        "the unlink of {name:?} in directory {dir:#x}, answered as done, \
+                         failed when sent: {e}"
+                    );
+                    self.inner.known_dirs.forget(dir);
+                }
+            }
+        }
+    }
+
     /// Sends every create kept anywhere and waits for their answers.
     pub(crate) async fn settle_kept_creates(&self) {
         let dirs = self.inner.delegated.unsent_dirs();
         futures::future::join_all(dirs.into_iter().map(|d| self.send_kept_creates(d))).await;
+    }
+
+    /// `h`'s attributes or extended attributes are about to change: if it
+    /// is a directory whose delegation this client holds, it stops
+    /// answering changes there, which its mode, owner, ACL or layout hints
+    /// might now refuse (the server still counts it as the holder until it
+    /// recalls; a later create there asks again, and is checked again).
+    pub(crate) fn stop_answering(&self, h: Handle) {
+        self.inner.delegated.ended(h);
     }
 
     /// Whether this client holds `dir`'s delegation (answers creates there).

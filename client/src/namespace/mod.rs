@@ -65,6 +65,7 @@ impl Client {
             return send.await;
         }
         self.inner.known_dirs.begin(dir, false);
+        self.inner.delegated.entries_changing(dir);
         let reply = send.await;
         let after = reply.as_ref().ok().and_then(&dir_of);
         self.inner.known_dirs.finish(dir, after, change);

@@ -30,6 +30,11 @@ impl Client {
     /// name stays, for [`Client::reclaim`] at its last close (POSIX: an open
     /// file stays readable after unlink until it is closed).
     pub async fn unlink_keeping(&self, dir: Handle, name: &str, keep: bool) -> Result<Unlinked> {
+        if !keep {
+            if let Some(answered) = self.unlink_delegated(dir, name) {
+                return answered;
+            }
+        }
         check_name(name)?;
         let (reply, _) = self
             .remove_entry_reply(RmDirEntRequest {
@@ -182,6 +187,55 @@ impl Client {
             .await?;
         self.forget(h);
         Ok(reply)
+    }
+
+    /// One `RemoveFiles` message: unlinks of `names` in `dir`, each of the
+    /// object `expected` says (unlinks answered here under a delegation:
+    /// the names are already out of what `known_dirs` holds). Returns one
+    /// result per name, in order; the outer error fails the message whole.
+    pub(super) async fn remove_batch(
+        &self,
+        dir: Handle,
+        names: &[String],
+        expected: &[Handle],
+    ) -> Result<Vec<Result<RmDirEntReply>>> {
+        let request = RemoveFilesRequest {
+            dir,
+            names: names.to_vec(),
+            expected: expected.to_vec(),
+        };
+        self.inner.known_dirs.begin(dir, true);
+        let asked = Instant::now();
+        let sent = self
+            .pool()
+            .call::<ops::RemoveFiles>(server_of(dir), self.cred, &request)
+            .await;
+        let answered = sent.as_ref().ok().filter(|r| r.files.len() == names.len());
+        let removed: Vec<&str> = answered.map_or_else(Vec::new, |r| {
+            let removed = names
+                .iter()
+                .zip(&r.files)
+                .filter(|(_, f)| f.entry.is_some());
+            removed.map(|(name, _)| name.as_str()).collect()
+        });
+        let after = answered.and_then(|r| r.dir.as_ref());
+        self.inner
+            .known_dirs
+            .finish(dir, after, EntryChange::KeptRemoved(removed));
+        let reply = sent?;
+        if reply.files.len() != names.len() {
+            return Err(ShoalError::protocol(format!(
+                "remove_files answered {} of {} names",
+                reply.files.len(),
+                names.len()
+            )));
+        }
+        self.refresh_dir(reply.dir, asked);
+        let results = reply.files.into_iter().map(|f| match f.entry {
+            Some(entry) => Ok(entry),
+            None => Err(ShoalError::new(Errno(f.errno), f.error)),
+        });
+        Ok(results.collect())
     }
 
     /// Removes an object outright (one that no entry names: a create's

@@ -17,6 +17,7 @@ mod listattr;
 mod locks;
 mod namespace;
 mod recover;
+mod remove_files;
 mod scan;
 
 use std::time::Instant;
@@ -133,6 +134,7 @@ handlers! {
     TestLock => locks::test_lock, decoded, always;
     CreateFiles => create_files::create_files, decoded, (create_files::creates_in_memory);
     DelegateDir => delegate_dir::delegate_dir, decoded, never;
+    RemoveFiles => remove_files::remove_files, decoded, (remove_files::removes_in_memory);
 }
 
 impl Service {

@@ -25,7 +25,7 @@ use crate::auth::access::{record_anywhere, Owners};
 use crate::auth::caps;
 use crate::auth::perms::{self, R, W, X};
 use crate::leases;
-use crate::meta_store::{new_attrs, touch_ctime};
+use crate::meta_store::{new_attrs, touch_ctime, Txn};
 use crate::service::{Reply, Request, Service};
 
 /// Most datafiles one CreateDatafiles request may ask for.
@@ -250,7 +250,7 @@ pub fn crdirent(s: &Service, r: &Request, q: CrDirEntRequest) -> Result<Reply<Cr
 /// `Service::stays_in_memory`): a change answered before its sync, in a
 /// directory whose sticky rule cannot send it to another server to learn
 /// who owns an entry.
-fn changes_dir_in_memory(s: &Service, r: &Request, dir: Handle) -> bool {
+pub(super) fn changes_dir_in_memory(s: &Service, r: &Request, dir: Handle) -> bool {
     s.answers_before_sync(r) && !sticky_or_unknown(s, r, dir)
 }
 
@@ -287,7 +287,7 @@ fn sticky_or_unknown(s: &Service, r: &Request, dir: Handle) -> bool {
 /// Whether removing entry `name` of `dir` could delete a local file: it
 /// names an object of this server that keeps bytes in one. A failed read
 /// counts as yes.
-fn may_free_local_files(s: &Service, dir: Handle, name: &str) -> bool {
+pub(super) fn may_free_local_files(s: &Service, dir: Handle, name: &str) -> bool {
     let handle = match s.meta.lookup(dir, name) {
         Ok(Some((h, _))) => h,
         Ok(None) => return false,
@@ -332,30 +332,48 @@ pub fn rmdirent(s: &Service, r: &Request, q: RmDirEntRequest) -> Result<Reply<Rm
                 format!("{}: is a directory", q.name),
             ));
         }
-        txn.delete_entry(q.dir, &q.name);
-        let mut reply = RmDirEntReply {
-            handle,
-            kind: kind as i32,
-            dir: Some(txn.touch_dir(dir, None, Some(kind))),
-            ..Default::default()
-        };
-        let mut gone = Vec::new();
-        if q.drop_local_link && !is_dir && handle::server_of(handle) == s.id {
-            if let Some(rec) = s.meta.try_get(handle)? {
-                let dropped = links::drop_link(s, txn, rec, q.keep_unlinked)?;
-                reply.dropped = true;
-                reply.links = dropped.kept.as_ref().map_or(0, |k| k.links);
-                reply.removed = dropped.kept.is_none();
-                reply.dist = dropped.dist;
-                gone = dropped.gone;
-            }
-        }
+        let (reply, gone) = remove_entry(s, txn, dir, &q.name, (handle, kind), &q)?;
         txn.record_reply(&reply);
         Ok((reply, gone))
     })?;
     let (reply, gone) = reply;
     s.data.remove_files(&gone)?;
     Ok(Reply::new(reply).with_syncs(syncs))
+}
+
+/// Removes entry `name` of directory `dir` (its record as the transaction
+/// has it), which names `object`: with `q.drop_local_link`, the object's
+/// link too if it lives here (with its last link, the object). Returns the
+/// reply, whose `dir` is the directory's new record, and the local files
+/// to delete once the transaction is applied.
+pub(super) fn remove_entry(
+    s: &Service,
+    txn: &mut Txn,
+    dir: ObjectRecord,
+    name: &str,
+    (handle, kind): (Handle, ObjectKind),
+    q: &RmDirEntRequest,
+) -> Result<(RmDirEntReply, Vec<ObjectRecord>)> {
+    txn.delete_entry(dir.handle, name);
+    let mut reply = RmDirEntReply {
+        handle,
+        kind: kind as i32,
+        dir: Some(txn.touch_dir(dir, None, Some(kind))),
+        ..Default::default()
+    };
+    let mut gone = Vec::new();
+    let is_dir = kind == ObjectKind::Directory;
+    if q.drop_local_link && !is_dir && handle::server_of(handle) == s.id {
+        if let Some(rec) = s.meta.try_get(handle)? {
+            let dropped = links::drop_link(s, txn, rec, q.keep_unlinked)?;
+            reply.dropped = true;
+            reply.links = dropped.kept.as_ref().map_or(0, |k| k.links);
+            reply.removed = dropped.kept.is_none();
+            reply.dist = dropped.dist;
+            gone = dropped.gone;
+        }
+    }
+    Ok((reply, gone))
 }
 
 /// Directory `dir` and what its entry `name` names, for a request that
