@@ -46,15 +46,6 @@ async fn create_all(c: &Client, dir: Handle, names: &[String]) -> Vec<Handle> {
     made
 }
 
-async fn create_files_sent(cluster: &Cluster, c: &Client) -> u64 {
-    let requests = cluster.requests(c).await;
-    requests
-        .iter()
-        .filter(|((_, op), _)| op == "create_files")
-        .map(|(_, n)| *n)
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn creates_are_answered_here_and_another_client_sees_them_all() {
     let cluster = cluster();
@@ -69,7 +60,7 @@ async fn creates_are_answered_here_and_another_client_sees_them_all() {
     // The stats the count asks for go behind the fence: the 200 went
     // first, as one message.
     assert!(messages <= 3, "{messages} messages for 200 creates");
-    assert_eq!(create_files_sent(&cluster, &a).await, 1);
+    assert_eq!(sent(&cluster, &a, "create_files").await, 1);
     assert!(made.iter().all(|h| server_of(*h) == server_of(dir)));
 
     // Kept, not sent: another client's listing recalls the delegation,
