@@ -230,14 +230,13 @@ impl KnownDirs {
             EntryChange::Removed(name) => {
                 k.names.remove(name);
             }
-            EntryChange::AddedMany(names) | EntryChange::Kept(names) => {
+            EntryChange::AddedMany(names) => {
                 k.names.extend(names.into_iter().map(str::to_string));
             }
-            EntryChange::KeptRemoved(names) => {
-                for name in names {
-                    k.names.remove(name);
-                }
-            }
+            // The names changed when the changes were answered here; later
+            // answers (a name unlinked and made again) may have changed
+            // them since.
+            EntryChange::Kept(_) | EntryChange::KeptRemoved(_) => {}
         }
         k.version = version;
         k.confirmed = Instant::now();
@@ -323,7 +322,11 @@ impl KnownDirs {
         else {
             return LocalChange::NotPinned;
         };
-        if k.in_flight != k.kept_in_flight {
+        // A create may be answered while kept creates are in flight (their
+        // names are taken already); an unlink only with nothing in flight,
+        // so that no reply still to come names the file.
+        let others = if add { k.kept_in_flight } else { 0 };
+        if k.in_flight != others {
             return LocalChange::Busy;
         }
         if !add {
@@ -407,6 +410,11 @@ mod tests {
         assert_eq!(k.add_answered(7, "b", Cred::new(1001, 1001)), NotPinned);
         k.begin(7, true);
         assert_eq!(k.add_answered(7, "c", me()), Done, "kept creates in flight");
+        assert_eq!(
+            k.remove_answered(7, "a", me()),
+            Busy,
+            "no unlink while a reply may still name the file"
+        );
         k.begin(7, false);
         assert_eq!(k.add_answered(7, "d", me()), Busy, "a change of its own");
         k.finish(7, Some(&dir(7, 2)), EntryChange::Added("d"));

@@ -92,6 +92,8 @@ impl Client {
             })?;
         self.inner.names.remove(dir, name);
         self.forget(handle);
+        self.inner.uncommitted_writes.forget(handle);
+        self.discard_kept(handle);
         self.schedule_send(dir, send);
         Some(Ok(Unlinked::Removed))
     }

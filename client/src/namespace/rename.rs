@@ -125,6 +125,10 @@ impl Client {
     ) -> Result<Option<Unlinked>> {
         check_name(name)?;
         check_name(new_name)?;
+        // Its steps are not tracked as the directories' entry changes: no
+        // create or unlink may be answered locally there meanwhile.
+        self.stop_answering(dir);
+        self.stop_answering(new_dir);
         let (h, entry) = self.lookup_entry(dir, name).await?;
         let kind = file_kind(entry)?;
         let target = match self.lookup(new_dir, new_name).await {

@@ -92,10 +92,14 @@ pub fn remove_files(
                             format!("{name}: is a directory"),
                         ));
                     }
-                    remove_entry(s, txn, dir.clone(), name, (handle, kind), &single)
+                    Ok((handle, kind))
                 });
-            match removed {
-                Ok((entry, freed)) => {
+            // A refusal is the name's own; a failure once its entry is
+            // removed fails the whole batch (nothing applied), as it fails
+            // an rmdirent.
+            match removed.map(|object| remove_entry(s, txn, dir.clone(), name, object, &single)) {
+                Ok(done) => {
+                    let (entry, freed) = done?;
                     dir = entry.dir.clone().expect("remove_entry gives the directory");
                     gone.extend(freed);
                     files.push(RemovedFile {
