@@ -376,6 +376,14 @@ impl Cluster {
         out
     }
 
+    /// Requests of operation `op` (its name, as `shoal stats` shows it)
+    /// every server received from anyone (see [`requests`](Self::requests)).
+    pub async fn requests_of(&self, client: &Client, op: &str) -> u64 {
+        let requests = self.requests(client).await;
+        let of_op = requests.iter().filter(|((_, o), _)| o == op);
+        of_op.map(|(_, n)| *n).sum()
+    }
+
     /// Two clients, each connected to every server, once the servers'
     /// precreate pools are full (see [`wait_for_pools`](Self::wait_for_pools)).
     pub async fn two_clients(&self) -> (Client, Client) {

@@ -60,7 +60,7 @@ async fn creates_are_answered_here_and_another_client_sees_them_all() {
     // The stats the count asks for go behind the fence: the 200 went
     // first, as one message.
     assert!(messages <= 3, "{messages} messages for 200 creates");
-    assert_eq!(sent(&cluster, &a, "create_files").await, 1);
+    assert_eq!(cluster.requests_of(&a, "create_files").await, 1);
     assert!(made.iter().all(|h| server_of(*h) == server_of(dir)));
 
     // Kept, not sent: another client's listing recalls the delegation,
@@ -178,16 +178,6 @@ async fn two_holders_list_each_others_directory_at_once() {
     assert_eq!(stats.lease_recall_timeouts, 0, "no client was evicted");
 }
 
-/// The stats' count of `op` messages `c` sent.
-async fn sent(cluster: &Cluster, c: &Client, op: &str) -> u64 {
-    let requests = cluster.requests(c).await;
-    requests
-        .iter()
-        .filter(|((_, o), _)| o == op)
-        .map(|(_, n)| *n)
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unlinks_of_files_made_here_are_answered_here_and_sent_together() {
     let cluster = cluster();
@@ -206,8 +196,8 @@ async fn unlinks_of_files_made_here_are_answered_here_and_sent_together() {
     for f in &files[..90] {
         a.unlink(dir, f).await.unwrap();
     }
-    assert_eq!(sent(&cluster, &a, "rmdirent").await, 0);
-    assert_eq!(sent(&cluster, &a, "remove_files").await, 1);
+    assert_eq!(cluster.requests_of(&a, "rmdirent").await, 0);
+    assert_eq!(cluster.requests_of(&a, "remove_files").await, 1);
     let e = a.unlink(dir, "f1").await.unwrap_err();
     assert_eq!(e.errno, Errno::ENOENT, "gone, answered here");
     assert!(a.lookup(dir, "f1").await.is_err());
@@ -217,10 +207,13 @@ async fn unlinks_of_files_made_here_are_answered_here_and_sent_together() {
     assert_ne!(again, made[2]);
 
     // Created and unlinked before either was sent: neither is.
-    let creates_before = sent(&cluster, &a, "create_files").await;
+    let creates_before = cluster.requests_of(&a, "create_files").await;
     a.create(dir, "brief", 0o644).await.unwrap();
     a.unlink(dir, "brief").await.unwrap();
-    assert_eq!(sent(&cluster, &a, "create_files").await, creates_before);
+    assert_eq!(
+        cluster.requests_of(&a, "create_files").await,
+        creates_before
+    );
 
     // Another client's listing recalls the delegation and sees exactly
     // what a's callers were told.
@@ -246,7 +239,11 @@ async fn an_unlink_is_answered_here_only_for_a_file_made_here() {
     let e = a.unlink(dir, "sub").await.unwrap_err();
     assert_eq!(e.errno, Errno::EISDIR);
     a.unlink(dir, "first").await.unwrap();
-    assert_eq!(sent(&cluster, &a, "rmdirent").await, 2, "neither made here");
-    assert_eq!(sent(&cluster, &a, "remove_files").await, 0);
+    assert_eq!(
+        cluster.requests_of(&a, "rmdirent").await,
+        2,
+        "neither made here"
+    );
+    assert_eq!(cluster.requests_of(&a, "remove_files").await, 0);
     assert!(a.lookup(dir, "first").await.is_err());
 }

@@ -13,13 +13,7 @@ const SOFT: &str = "restart_wait_ms=0";
 
 /// Writes to the servers counted by `requests` (every server's "write").
 async fn writes_sent(cluster: &Cluster, client: &shoal_client::Client) -> u64 {
-    cluster
-        .requests(client)
-        .await
-        .iter()
-        .filter(|((_, op), _)| op == "write")
-        .map(|(_, n)| *n)
-        .sum()
+    cluster.requests_of(client, "write").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -101,13 +101,7 @@ async fn creates_refill_pools_in_the_background_and_never_reuse_a_datafile() {
     .collect();
     let seen = all_datafiles(&client, &files).await;
     assert_eq!(seen.len(), 60 * 3);
-    let batches: u64 = cluster
-        .requests(&client)
-        .await
-        .iter()
-        .filter(|((_, op), _)| op == "create_datafiles")
-        .map(|(_, c)| *c)
-        .sum();
+    let batches: u64 = cluster.requests_of(&client, "create_datafiles").await;
     assert!(
         batches >= 60 * 2 / 8,
         "each server needed refills from both peers: {batches}"
@@ -153,13 +147,7 @@ async fn pools_persist_across_a_clean_restart() {
     }
     // Give a (wrong) refill time to show up in the counters.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let batches: u64 = cluster
-        .requests(&client)
-        .await
-        .iter()
-        .filter(|((_, op), _)| op == "create_datafiles")
-        .map(|(_, c)| *c)
-        .sum();
+    let batches: u64 = cluster.requests_of(&client, "create_datafiles").await;
     assert_eq!(
         batches, 0,
         "the pools came back from the store, full enough"

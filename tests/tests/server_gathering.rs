@@ -43,13 +43,6 @@ async fn assert_whole(cluster: &Cluster, h: u64) {
     }
 }
 
-/// Requests of operation `op` every server received.
-async fn count(cluster: &Cluster, client: &Client, op: &str) -> u64 {
-    let requests = cluster.requests(client).await;
-    let of_op = requests.iter().filter(|((_, o), _)| o == op);
-    of_op.map(|(_, n)| *n).sum()
-}
-
 /// Clients that send what they keep of a file each time it reaches 4 KiB
 /// (five pieces or more: always scattered, so always to the gathering
 /// server), to a cluster whose servers hold gathered bytes for a minute:
@@ -95,7 +88,7 @@ async fn ten_clients_scattered_writes_reach_the_strips_as_a_few_large_writes() {
     let (cluster, clients, h) = written_and_sent(4).await;
     let writes = || async {
         let c = &clients[0];
-        count(&cluster, c, "write").await + count(&cluster, c, "write_extents").await
+        cluster.requests_of(c, "write").await + cluster.requests_of(c, "write_extents").await
     };
     // Nothing reached the strips' servers yet (creating the file did not
     // write either).
@@ -114,7 +107,7 @@ async fn ten_clients_scattered_writes_reach_the_strips_as_a_few_large_writes() {
     }
     // How many depends on how far each client's background sends took its
     // buffer: at least one each.
-    let gathers = count(&cluster, &clients[0], "gather_write").await;
+    let gathers = cluster.requests_of(&clients[0], "gather_write").await;
     assert!(gathers >= CLIENTS as u64, "{gathers} gather_writes");
     assert_whole(&cluster, h).await;
 }
@@ -130,7 +123,7 @@ async fn a_restarted_gathering_server_gets_the_clients_copies_again() {
         c.fsync(h).await.unwrap();
     }
     let fresh = cluster.client();
-    let resent = count(&cluster, &fresh, "gather_write").await;
+    let resent = cluster.requests_of(&fresh, "gather_write").await;
     assert!(
         resent >= CLIENTS as u64,
         "each client sent its copy to the new server ({resent} gather_writes)"

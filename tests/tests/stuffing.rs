@@ -133,13 +133,7 @@ async fn stuffing_only_stat_is_1_and_unstuff_creates_the_datafiles_itself() {
     assert_eq!(client.read(h, 0, model.len() + 50).await.unwrap(), model);
     assert_eq!(client.getattr(h).await.unwrap().size, model.len() as u64);
     // No CreateDatafiles were left unused: 3 peers, one datafile each.
-    let created: u64 = cluster
-        .requests(&client)
-        .await
-        .iter()
-        .filter(|((_, op), _)| op == "create_datafiles")
-        .map(|(_, c)| *c)
-        .sum();
+    let created: u64 = cluster.requests_of(&client, "create_datafiles").await;
     assert_eq!(created, 3);
 }
 
