@@ -438,6 +438,23 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_batchs_reply_leaves_the_names_as_later_answers_left_them() {
+        use LocalChange::*;
+        let k = KnownDirs::new(Duration::from_secs(60));
+        k.created(7, me());
+        assert!(k.pin(7, 1));
+        // "a" made here and sent; then unlinked here and made again.
+        assert_eq!(k.add_answered(7, "a", me()), Done);
+        assert_eq!(k.remove_answered(7, "a", me()), Done);
+        assert_eq!(k.add_answered(7, "a", me()), Done);
+        // The unlink's message comes back: "a" is still there.
+        k.begin(7, true);
+        k.finish(7, Some(&dir(7, 2)), EntryChange::KeptRemoved(vec!["a"]));
+        assert!(!k.absent(7, "a", me()), "made again after the unlink");
+        assert_eq!(k.add_answered(7, "a", me()), Conflict);
+    }
+
+    #[test]
     fn a_new_directory_is_empty_and_follows_its_own_changes() {
         let k = KnownDirs::new(Duration::from_secs(60));
         k.created(7, me());

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use shoal_client::{Client, Errno};
+use shoal_client::{Client, Errno, SetAttr};
 use shoal_proto::handle::{server_of, Handle, ROOT};
 use shoal_tests::{entry_names, pattern, settled_fsck, Cluster};
 
@@ -246,4 +246,27 @@ async fn an_unlink_is_answered_here_only_for_a_file_made_here() {
     );
     assert_eq!(cluster.requests_of(&a, "remove_files").await, 0);
     assert!(a.lookup(dir, "first").await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holders_own_changes_of_the_directory_stop_local_answers() {
+    let cluster = cluster();
+    let a = cluster.client();
+    let dir = delegated_dir(&a, "d").await;
+    let chmod = SetAttr {
+        mode: Some(0o555),
+        ..Default::default()
+    };
+    a.setattr(dir, &chmod).await.unwrap();
+    assert!(!a.holds_delegation(dir), "a mode change might refuse them");
+    let before = cluster.requests_of(&a, "create_file").await;
+    a.create(dir, "f", 0o644).await.unwrap();
+    let after = cluster.requests_of(&a, "create_file").await;
+    assert_eq!(after, before + 1, "the next create asks the server");
+
+    let other = delegated_dir(&a, "e").await;
+    a.rename(other, "first", other, "second", false)
+        .await
+        .unwrap();
+    assert!(!a.holds_delegation(other), "nor during a rename");
 }
