@@ -49,6 +49,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::sync::watch;
+
 use shoal_proto::error::ShoalError;
 use shoal_proto::handle::{server_of, RESERVATIONS_KEPT};
 use shoal_proto::{Cred, Handle};
@@ -92,12 +94,26 @@ struct Dir {
     reserving: bool,
 }
 
+/// An ask for a directory's delegation, in flight.
+struct Asking {
+    /// Recalled meanwhile: the grant, if it comes, is void.
+    recalled: bool,
+    /// Closed when the ask ends (its [`AskInFlight`] dropped), for creates
+    /// there to wait on.
+    ended: watch::Receiver<()>,
+}
+
+/// Held while a directory's delegation is asked for: creates there wait
+/// until it is dropped.
+pub struct AskInFlight {
+    _ends_when_dropped: watch::Sender<()>,
+}
+
 #[derive(Default)]
 struct State {
     dirs: HashMap<Handle, Dir>,
-    /// Directories whose delegation is being asked for; true once recalled
-    /// meanwhile (the grant, if it comes, is void).
-    asking: HashMap<Handle, bool>,
+    /// Directories whose delegation is being asked for.
+    asking: HashMap<Handle, Asking>,
     /// Per server, the reservations it keeps for this client as far as
     /// this client knows, oldest first (an empty range: an ask that failed
     /// without an answer).
@@ -173,14 +189,30 @@ impl DelegatedCreates {
     }
 
     /// Whether asking for `dir`'s delegation may start now (not held, not
-    /// being asked for); if so it counts as being asked for.
-    pub fn begin_asking(&self, dir: Handle) -> bool {
+    /// being asked for); if so it counts as being asked for until
+    /// [`Self::granted`], and creates there wait until the [`AskInFlight`]
+    /// returned is dropped.
+    pub fn begin_asking(&self, dir: Handle) -> Option<AskInFlight> {
         let mut st = self.state();
         if st.dirs.get(&dir).is_some_and(|d| d.held) || st.asking.contains_key(&dir) {
-            return false;
+            return None;
         }
-        st.asking.insert(dir, false);
-        true
+        let (ask, ended) = watch::channel(());
+        let recalled = false;
+        st.asking.insert(dir, Asking { recalled, ended });
+        Some(AskInFlight {
+            _ends_when_dropped: ask,
+        })
+    }
+
+    /// Waits for the end of an ask for `dir`'s delegation, if one is in
+    /// flight.
+    pub async fn ask_ended(&self, dir: Handle) {
+        let Some(mut ended) = self.state().asking.get(&dir).map(|a| a.ended.clone()) else {
+            return;
+        };
+        // Err once its sender is dropped: the only way it ends.
+        let _ = ended.changed().await;
     }
 
     /// The delegation of `dir` was granted to `who` (or not), with
@@ -195,7 +227,7 @@ impl DelegatedCreates {
         pin: impl FnOnce() -> bool,
     ) {
         let mut st = self.state();
-        let recalled = st.asking.remove(&dir).unwrap_or(true);
+        let recalled = st.asking.remove(&dir).is_none_or(|a| a.recalled);
         let Some(handles) = handles.filter(|_| !recalled) else {
             return;
         };
@@ -352,12 +384,23 @@ impl DelegatedCreates {
         Some((handle, d.send()))
     }
 
-    /// This client is about to change `dir`'s entries itself, otherwise
-    /// than by a change kept here (a rename, a link): which names are
-    /// files made here is no longer known.
-    pub fn entries_changing(&self, dir: Handle) {
+    /// This client is about to change `names` of `dir` itself, by the
+    /// server (a create or unlink not answered here): they are no longer
+    /// files made here. (A rename in or out of `dir` ends the delegation.)
+    pub fn entries_changing(&self, dir: Handle, names: &[&str]) {
         if let Some(d) = self.state().dirs.get_mut(&dir) {
-            d.made.clear();
+            for name in names {
+                d.made.remove(*name);
+            }
+        }
+    }
+
+    /// File `h` is getting another name: an unlink of one of its names is
+    /// no longer an unlink of the file (its other name keeps it, and its
+    /// writes), so none is answered here.
+    pub fn linked(&self, h: Handle) {
+        for d in self.state().dirs.values_mut() {
+            d.made.retain(|_, made| *made != h);
         }
     }
 
@@ -366,8 +409,8 @@ impl DelegatedCreates {
     /// Returns whether it was held.
     pub fn ended(&self, dir: Handle) -> bool {
         let mut st = self.state();
-        if let Some(recalled) = st.asking.get_mut(&dir) {
-            *recalled = true;
+        if let Some(a) = st.asking.get_mut(&dir) {
+            a.recalled = true;
         }
         let Some(d) = st.dirs.get_mut(&dir) else {
             return false;
@@ -383,7 +426,7 @@ impl DelegatedCreates {
     /// held.
     pub fn all_ended(&self) -> Vec<Handle> {
         let mut st = self.state();
-        st.asking.values_mut().for_each(|recalled| *recalled = true);
+        st.asking.values_mut().for_each(|a| a.recalled = true);
         let mut ended = Vec::new();
         for (h, d) in st.dirs.iter_mut() {
             if d.held {
@@ -497,12 +540,12 @@ mod tests {
     #[test]
     fn a_recall_that_overtakes_its_grant_voids_it() {
         let d = DelegatedCreates::new(Duration::from_millis(5));
-        assert!(d.begin_asking(7));
-        assert!(!d.begin_asking(7), "asked already");
+        assert!(d.begin_asking(7).is_some());
+        assert!(d.begin_asking(7).is_none(), "asked already");
         d.ended(7);
         d.granted(7, me(), Some(100..200), || panic!("not pinned when void"));
         assert!(!d.holds(7));
-        assert!(d.begin_asking(7));
+        assert!(d.begin_asking(7).is_some());
         d.granted(7, me(), Some(100..200), || true);
         assert!(d.holds(7));
         let h = made(d.answer(7, "a", 0o644, me(), || LocalChange::Done));
@@ -526,7 +569,7 @@ mod tests {
     #[test]
     fn unlinks_are_answered_for_files_made_here_and_go_first() {
         let d = DelegatedCreates::new(Duration::from_millis(5));
-        assert!(d.begin_asking(7));
+        assert!(d.begin_asking(7).is_some());
         d.granted(7, me(), Some(100..200), || true);
         let done = || LocalChange::Done;
         assert!(
@@ -555,7 +598,7 @@ mod tests {
         assert!(d.take(7, 10).is_none());
         d.settled(3, Vec::new());
         assert!(!d.unsettled());
-        d.entries_changing(7);
+        d.entries_changing(7, &["a"]);
         assert!(
             d.answer_unlink(7, "a", me(), done).is_none(),
             "made is forgotten"
@@ -571,7 +614,7 @@ mod tests {
             let start = 1000 + i * 10;
             d.asked(server, Some(start..start + 10));
         }
-        assert!(d.begin_asking(7));
+        assert!(d.begin_asking(7).is_some());
         d.granted(7, me(), Some(1000..1010), || true);
         assert!(d.make_room(server), "full: the oldest goes");
         assert!(

@@ -60,7 +60,17 @@ pub enum EntryChange<'a> {
     KeptRemoved(Vec<&'a str>),
 }
 
-impl EntryChange<'_> {
+impl<'a> EntryChange<'a> {
+    /// The names the change adds or removes.
+    pub fn names(&self) -> &[&'a str] {
+        match self {
+            EntryChange::Added(name) | EntryChange::Removed(name) => std::slice::from_ref(name),
+            EntryChange::AddedMany(names)
+            | EntryChange::Kept(names)
+            | EntryChange::KeptRemoved(names) => names,
+        }
+    }
+
     /// How far the change moves the directory's entries_version.
     fn steps(&self) -> u64 {
         match self {

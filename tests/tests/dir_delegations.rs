@@ -235,6 +235,8 @@ async fn an_unlink_is_answered_here_only_for_a_file_made_here() {
     let a = cluster.client();
     // "first" is made by the server, before the delegation.
     let dir = delegated_dir(&a, "d").await;
+    a.create(dir, "mine", 0o644).await.unwrap();
+    let linked = a.create(dir, "linked", 0o644).await.unwrap().handle;
     a.mkdir(dir, "sub", 0o755).await.unwrap();
     let e = a.unlink(dir, "sub").await.unwrap_err();
     assert_eq!(e.errno, Errno::EISDIR);
@@ -244,8 +246,27 @@ async fn an_unlink_is_answered_here_only_for_a_file_made_here() {
         2,
         "neither made here"
     );
-    assert_eq!(cluster.requests_of(&a, "remove_files").await, 0);
     assert!(a.lookup(dir, "first").await.is_err());
+
+    // A file with a name elsewhere too: its other name keeps it, so the
+    // unlink is the server's.
+    a.link(linked, ROOT, "elsewhere").await.unwrap();
+    a.write(linked, 0, Bytes::from(pattern(5, 100)))
+        .await
+        .unwrap();
+    a.unlink(dir, "linked").await.unwrap();
+    assert_eq!(cluster.requests_of(&a, "rmdirent").await, 3);
+    assert_eq!(
+        a.read(linked, 0, 101).await.unwrap()[..],
+        pattern(5, 100)[..]
+    );
+
+    // The server's changes of other names leave a file made here to be
+    // unlinked here.
+    a.unlink(dir, "mine").await.unwrap();
+    assert_eq!(cluster.requests_of(&a, "rmdirent").await, 3);
+    assert_eq!(cluster.requests_of(&a, "remove_files").await, 1);
+    assert!(a.lookup(dir, "mine").await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,4 +290,20 @@ async fn the_holders_own_changes_of_the_directory_stop_local_answers() {
         .await
         .unwrap();
     assert!(!a.holds_delegation(other), "nor during a rename");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_one_after_another_wait_for_the_delegation_asked_for() {
+    let cluster = cluster();
+    let a = cluster.client();
+    let dir = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
+    // The first create goes to the server and asks for the delegation;
+    // the next ones, straight after it, wait for that answer rather than
+    // race it to the server (each would move the directory on and void
+    // the grant).
+    create_all(&a, dir, &names("f", 50)).await;
+    assert!(a.holds_delegation(dir));
+    assert_eq!(cluster.requests_of(&a, "create_file").await, 1);
+    assert_eq!(cluster.requests_of(&a, "create_files").await, 1);
+    assert_eq!(entry_names(&a, dir).await.len(), 50);
 }

@@ -122,7 +122,7 @@ impl Client {
     /// Creates a regular file, laid out as `dir`'s hints say ([Kuhn 2008]),
     /// by the protocol the settings and those hints choose ([`Protocol`]).
     pub async fn create(&self, dir: Handle, name: &str, mode: u32) -> Result<Attr> {
-        if let Some(answered) = self.create_delegated(dir, name, mode) {
+        if let Some(answered) = self.create_delegated(dir, name, mode).await {
             return answered;
         }
         let made = self

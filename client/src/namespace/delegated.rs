@@ -37,7 +37,7 @@ fn batched(settings: &shoal_proto::cluster::Settings, layout: &NewFile) -> bool 
 impl Client {
     /// Answers a create of `name` in `dir` here if this client holds the
     /// directory's delegation (None: it goes to the server).
-    pub(crate) fn create_delegated(
+    pub(crate) async fn create_delegated(
         &self,
         dir: Handle,
         name: &str,
@@ -46,6 +46,11 @@ impl Client {
         if !self.config().settings.dir_delegations {
             return None;
         }
+        // A create of this client's sent while the delegation it asked for
+        // is on its way would move the directory on and void the grant;
+        // creates one after another would then never see it held. The
+        // answer comes in about one round trip, once per directory.
+        self.inner.delegated.ask_ended(dir).await;
         if let Err(e) = check_name(name) {
             return Some(Err(e));
         }
@@ -125,9 +130,12 @@ impl Client {
             return;
         };
         let layout = new_file(&self.known_hints(dir), self.config());
-        if !batched(&self.config().settings, &layout) || !self.inner.delegated.begin_asking(dir) {
+        if !batched(&self.config().settings, &layout) {
             return;
         }
+        let Some(in_flight) = self.inner.delegated.begin_asking(dir) else {
+            return;
+        };
         let c = self.clone();
         tokio::spawn(async move {
             let handles = c.delegate(dir, version).await;
@@ -136,6 +144,7 @@ impl Client {
             c.inner
                 .delegated
                 .granted(dir, c.cred, handles, || known.pin(dir, version));
+            drop(in_flight);
         });
     }
 

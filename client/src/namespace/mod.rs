@@ -21,7 +21,7 @@ mod rename;
 use std::future::Future;
 use std::time::Instant;
 
-use shoal_proto::error::{Result, ShoalError};
+use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ops, ObjectKind};
@@ -65,10 +65,24 @@ impl Client {
             return send.await;
         }
         self.inner.known_dirs.begin(dir, false);
-        self.inner.delegated.entries_changing(dir);
+        self.inner.delegated.entries_changing(dir, change.names());
         let reply = send.await;
-        let after = reply.as_ref().ok().and_then(&dir_of);
-        self.inner.known_dirs.finish(dir, after, change);
+        match &reply {
+            // Refused, and the refusal agrees with the names known (an
+            // unlink of a directory, a permission): nothing changed. One
+            // that may have been applied, or that a name is there or not
+            // against what is known, or that the hints moved, forgets them.
+            Err(e)
+                if !e.may_have_been_applied()
+                    && !matches!(e.errno, Errno::ENOENT | Errno::EEXIST | Errno::ESTALE) =>
+            {
+                self.inner.known_dirs.unchanged(dir)
+            }
+            _ => {
+                let after = reply.as_ref().ok().and_then(&dir_of);
+                self.inner.known_dirs.finish(dir, after, change)
+            }
+        }
         reply
     }
 
