@@ -43,7 +43,7 @@
 //! report it (EIO), as a write-behind's failure is. A client that dies
 //! loses what it kept, as it loses unflushed writes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -67,6 +67,9 @@ const RESERVE_AGAIN_UNDER: usize = 256;
 const MAX_FAILED: usize = 4096;
 /// Files made under one delegation whose unlink may be answered here.
 const MAX_MADE: usize = 1 << 16;
+/// Directories whose last ask was refused, remembered so that creates there
+/// do not wait for the next (past it, all are forgotten).
+const MAX_REFUSED: usize = 4096;
 
 /// One create answered here and not yet sent.
 pub struct Kept {
@@ -99,8 +102,9 @@ struct Asking {
     /// Recalled meanwhile: the grant, if it comes, is void.
     recalled: bool,
     /// Closed when the ask ends (its [`AskInFlight`] dropped), for creates
-    /// there to wait on.
-    ended: watch::Receiver<()>,
+    /// there to wait on; None where the last ask was refused (it likely
+    /// will be again: creates go on to the server meanwhile).
+    ended: Option<watch::Receiver<()>>,
 }
 
 /// Held while a directory's delegation is asked for: creates there wait
@@ -122,6 +126,8 @@ struct State {
     asks: HashMap<u32, Arc<tokio::sync::Mutex<()>>>,
     failed: HashMap<Handle, ShoalError>,
     failed_order: VecDeque<Handle>,
+    /// Directories whose last ask was refused or failed.
+    refused: HashSet<Handle>,
 }
 
 /// What [`DelegatedCreates::answer`] did.
@@ -191,13 +197,14 @@ impl DelegatedCreates {
     /// Whether asking for `dir`'s delegation may start now (not held, not
     /// being asked for); if so it counts as being asked for until
     /// [`Self::granted`], and creates there wait until the [`AskInFlight`]
-    /// returned is dropped.
+    /// returned is dropped (unless the last ask there was refused).
     pub fn begin_asking(&self, dir: Handle) -> Option<AskInFlight> {
         let mut st = self.state();
         if st.dirs.get(&dir).is_some_and(|d| d.held) || st.asking.contains_key(&dir) {
             return None;
         }
         let (ask, ended) = watch::channel(());
+        let ended = (!st.refused.contains(&dir)).then_some(ended);
         let recalled = false;
         st.asking.insert(dir, Asking { recalled, ended });
         Some(AskInFlight {
@@ -208,7 +215,7 @@ impl DelegatedCreates {
     /// Waits for the end of an ask for `dir`'s delegation, if one is in
     /// flight.
     pub async fn ask_ended(&self, dir: Handle) {
-        let Some(mut ended) = self.state().asking.get(&dir).map(|a| a.ended.clone()) else {
+        let Some(mut ended) = self.state().asking.get(&dir).and_then(|a| a.ended.clone()) else {
             return;
         };
         // Err once its sender is dropped: the only way it ends.
@@ -228,6 +235,14 @@ impl DelegatedCreates {
     ) {
         let mut st = self.state();
         let recalled = st.asking.remove(&dir).is_none_or(|a| a.recalled);
+        if handles.is_none() {
+            if st.refused.len() == MAX_REFUSED {
+                st.refused.clear();
+            }
+            st.refused.insert(dir);
+        } else {
+            st.refused.remove(&dir);
+        }
         let Some(handles) = handles.filter(|_| !recalled) else {
             return;
         };
@@ -525,6 +540,7 @@ impl DelegatedCreates {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::FutureExt;
 
     fn me() -> Cred {
         Cred::new(1000, 1000)
@@ -564,6 +580,20 @@ mod tests {
             d.answer(7, "c", 0o644, me(), || LocalChange::Done),
             Answered::NotHeld
         ));
+    }
+
+    #[test]
+    fn creates_wait_for_an_ask_unless_the_last_was_refused() {
+        let d = DelegatedCreates::new(Duration::from_millis(5));
+        assert!(d.ask_ended(7).now_or_never().is_some(), "none in flight");
+        let ask = d.begin_asking(7).unwrap();
+        assert!(d.ask_ended(7).now_or_never().is_none(), "waits");
+        d.granted(7, me(), None, || panic!("refused"));
+        drop(ask);
+        let _again = d.begin_asking(7).unwrap();
+        assert!(d.ask_ended(7).now_or_never().is_some(), "refused before");
+        d.granted(7, me(), Some(100..200), || true);
+        assert!(d.holds(7));
     }
 
     #[test]

@@ -292,12 +292,19 @@ impl DataStore {
         Ok(())
     }
 
-    /// Deletes a datafile's local file, if it has one.
     /// Removes the local files of datafiles a transaction deleted
-    /// (`MetaStore::remove_object`), once it is applied.
+    /// (`MetaStore::remove_object`), once it is applied. A failure is
+    /// reported as EIO: the change it follows stands, and a client takes
+    /// any other errno for a refusal that changed nothing (the files left
+    /// are fsck's orphans).
     pub fn remove_files(&self, gone: &[ObjectRecord]) -> Result<()> {
         for df in gone {
-            self.remove_file(df)?;
+            self.remove_file(df).map_err(|e| {
+                ShoalError::new(
+                    Errno::EIO,
+                    format!("removing the file of {:#x}: {e}", df.handle),
+                )
+            })?;
         }
         Ok(())
     }
@@ -350,6 +357,7 @@ impl DataStore {
         Ok(sizes)
     }
 
+    /// Deletes a datafile's local file, if it has one.
     fn remove_file(&self, rec: &ObjectRecord) -> Result<()> {
         self.open.lock().unwrap().remove(&rec.handle);
         if rec.in_file {

@@ -123,14 +123,16 @@ impl Client {
     /// on, this client knows all its entries and `CreateFiles` can make its
     /// files (after a create there went to the server).
     pub(crate) fn ask_delegation(&self, dir: Handle) {
-        if !self.config().settings.dir_delegations {
+        let settings = &self.config().settings;
+        // Without leases this client cannot be recalled: never granted.
+        if !settings.dir_delegations || settings.lease_ms == 0 {
             return;
         }
         let Some(version) = self.inner.known_dirs.version(dir, self.cred) else {
             return;
         };
         let layout = new_file(&self.known_hints(dir), self.config());
-        if !batched(&self.config().settings, &layout) {
+        if !batched(settings, &layout) {
             return;
         }
         let Some(in_flight) = self.inner.delegated.begin_asking(dir) else {

@@ -68,13 +68,23 @@ impl Client {
         self.inner.delegated.entries_changing(dir, change.names());
         let reply = send.await;
         match &reply {
-            // Refused, and the refusal agrees with the names known (an
-            // unlink of a directory, a permission): nothing changed. One
-            // that may have been applied, or that a name is there or not
-            // against what is known, or that the hints moved, forgets them.
+            // Refused before anything changed, for a reason that agrees
+            // with the names known (an unlink of a directory, a
+            // permission): they stay known. Any other failure forgets them:
+            // it may follow a change applied (ENOSPC at the commit, EIO),
+            // or say that a name is there or not against what is known, or
+            // that the hints moved (ESTALE).
             Err(e)
-                if !e.may_have_been_applied()
-                    && !matches!(e.errno, Errno::ENOENT | Errno::EEXIST | Errno::ESTALE) =>
+                if matches!(
+                    e.errno,
+                    Errno::EACCES
+                        | Errno::EPERM
+                        | Errno::EISDIR
+                        | Errno::ENOTDIR
+                        | Errno::ENOTEMPTY
+                        | Errno::EINVAL
+                        | Errno::ENAMETOOLONG
+                ) =>
             {
                 self.inner.known_dirs.unchanged(dir)
             }
