@@ -256,6 +256,11 @@ impl Client {
     /// gives.
     pub async fn setattr(&self, h: Handle, set: &SetAttr) -> Result<Attr> {
         self.stop_answering(h);
+        if set.uid.is_some() || set.gid.is_some() {
+            // A file made here whose owner changes may not be this
+            // client's to unlink any more (a sticky directory).
+            self.inner.delegated.not_made_here(h);
+        }
         // No write in flight may land after a time set here.
         self.inner.write_behind.settle(h).await;
         self.settle(h, crate::write_path::Settle::Push).await?;

@@ -410,10 +410,10 @@ impl DelegatedCreates {
         }
     }
 
-    /// File `h` is getting another name: an unlink of one of its names is
-    /// no longer an unlink of the file (its other name keeps it, and its
-    /// writes), so none is answered here.
-    pub fn linked(&self, h: Handle) {
+    /// File `h` is getting another name (an unlink of one of its names is
+    /// no longer an unlink of the file: its other name keeps it, and its
+    /// writes) or another owner: none of its unlinks is answered here.
+    pub fn not_made_here(&self, h: Handle) {
         for d in self.state().dirs.values_mut() {
             d.made.retain(|_, made| *made != h);
         }

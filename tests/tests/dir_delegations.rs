@@ -261,10 +261,21 @@ async fn an_unlink_is_answered_here_only_for_a_file_made_here() {
         pattern(5, 100)[..]
     );
 
+    // Nor one whose owner changed: in a sticky directory it may not be
+    // this user's to remove any more.
+    let given = a.create(dir, "given", 0o644).await.unwrap().handle;
+    let chown = SetAttr {
+        uid: Some(4321),
+        ..Default::default()
+    };
+    a.setattr(given, &chown).await.unwrap();
+    a.unlink(dir, "given").await.unwrap();
+    assert_eq!(cluster.requests_of(&a, "rmdirent").await, 4);
+
     // The server's changes of other names leave a file made here to be
     // unlinked here.
     a.unlink(dir, "mine").await.unwrap();
-    assert_eq!(cluster.requests_of(&a, "rmdirent").await, 3);
+    assert_eq!(cluster.requests_of(&a, "rmdirent").await, 4);
     assert_eq!(cluster.requests_of(&a, "remove_files").await, 1);
     assert!(a.lookup(dir, "mine").await.is_err());
 }

@@ -18,7 +18,7 @@ impl Client {
     /// leaves a count one too high for fsck, never a name the count misses.
     pub async fn link(&self, h: Handle, new_dir: Handle, new_name: &str) -> Result<Attr> {
         check_name(new_name)?;
-        self.inner.delegated.linked(h);
+        self.inner.delegated.not_made_here(h);
         let reply = self.count_link(h).await?;
         self.forget(h);
         let rec = reply
