@@ -318,3 +318,26 @@ async fn creates_one_after_another_wait_for_the_delegation_asked_for() {
     assert_eq!(cluster.requests_of(&a, "create_files").await, 1);
     assert_eq!(entry_names(&a, dir).await.len(), 50);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_leases_never_asks() {
+    // It could not be recalled: a server would refuse every ask, and each
+    // create would wait for the refusal.
+    let cluster = Cluster::builder()
+        .servers(2)
+        .set("dir_delegations=true")
+        .set("lease_ms=0")
+        .start();
+    let a = cluster.client();
+    let dir = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
+    create_all(&a, dir, &names("f", 20)).await;
+    assert!(!a.holds_delegation(dir));
+    assert_eq!(cluster.requests_of(&a, "create_file").await, 20);
+    let mut asks = 0;
+    for s in cluster.server_ids() {
+        let stats = a.server_stats(s).await.unwrap();
+        let of_op = stats.ops.iter().filter(|o| o.op == "delegate_dir");
+        asks += of_op.map(|o| o.requests).sum::<u64>();
+    }
+    assert_eq!(asks, 0);
+}
