@@ -5,7 +5,6 @@ bin=$1
 w=$(mktemp -d /tmp/cpusplit.XXXXXX); mkdir -p $w/mnt
 "$bin" up --data $w/data --mount $w/mnt --detach ${SETS:-} >/dev/null
 trap '"$bin" down --data $w/data >/dev/null 2>&1; rm -rf $w' EXIT
-snap() { for p in /proc/[0-9]*; do [ -r $p/stat ] && awk -v pid=${p#/proc/} '{c=$2; for(i=3;i<=NF;i++){ if ($i ~ /\)$/) {break}; c=c" "$i}; n=split($0,f," "); print pid, c, f[14+(NF-n)]+0}' $p/stat 2>/dev/null; done; }
 snapall() { for p in /proc/[0-9]*; do t=$(cat $p/stat 2>/dev/null) || continue; echo "$t" | sed -E 's/^([0-9]+) \((.*)\) (.*)$/\1 \2|\3/' | awk -F'|' '{split($2,f," "); print $1"|"f[12]+f[13]}'; done; }
 for i in 1 2 3 4; do dd if=/dev/zero of=$w/mnt/f$i bs=1M count=512 conv=fsync status=none & done; wait
 sync; echo 3 > /proc/sys/vm/drop_caches; sleep 1

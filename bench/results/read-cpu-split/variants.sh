@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Same-run rounds of cold 4-reader reads over N variants: variants.sh ROUNDS "name|bin|ENV=1|--set k=v" ...
+# Same-run rounds of cold 4-reader reads over N variants: variants.sh ROUNDS "name|bin|[ENV=v]|[--set k=v ...]" ...
 set -euo pipefail
 rounds=$1; shift
 w=$(mktemp -d /tmp/variants.XXXXXX)
