@@ -14,16 +14,75 @@ use prost::Message;
 use shoal_net::sink::FrameSink;
 use shoal_proto::auth::Secret;
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::frame::{read_frame, ClientRef, Frame, Kind};
+use shoal_proto::frame::{read_frame_head, ClientRef, Frame, FrameError, FrameHead, Kind};
 use shoal_proto::msg::{ErrorReply, RecallRequest};
 use shoal_proto::{Cred, Op};
-use tokio::io::BufReader;
+use tokio::io::{AsyncRead, BufReader};
 use tokio::sync::{oneshot, Notify, Semaphore};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const BUFFER: usize = 256 << 10;
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Frame>>>>;
+use crate::landing::{Landing, Lent};
+
+type Pending = Arc<Mutex<HashMap<u64, Waiter>>>;
+
+/// A caller waiting for its reply, with the memory its payload may land in.
+struct Waiter {
+    reply: oneshot::Sender<Arrival>,
+    landing: Option<Box<dyn Landing>>,
+}
+
+/// What a waiter gets: its reply (None: the connection ended first), and
+/// its landing back, holding `landed` bytes of the reply's payload if the
+/// payload went there (the reply's own payload is then empty).
+struct Arrival {
+    reply: Option<Frame>,
+    landing: Option<Box<dyn Landing>>,
+    landed: Option<usize>,
+}
+
+impl Waiter {
+    /// Reads the rest of the reply `head` from `r`, its payload into the
+    /// waiter's landing if it has one with room for it and the reply
+    /// succeeded, and hands it over. An error ends the connection; the
+    /// waiter then learns it lost the reply, and gets its landing back.
+    async fn receive<R: AsyncRead + Unpin>(
+        mut self,
+        head: FrameHead,
+        r: &mut R,
+    ) -> std::result::Result<(), FrameError> {
+        let n = head.payload_len;
+        let room = self.landing.as_mut().map_or(0, |l| l.space().len());
+        let fits = head.header.status == 0 && n <= room;
+        let read = match self.landing.as_mut().filter(|_| fits) {
+            Some(l) => head
+                .read_payload_into(r, &mut l.space()[..n])
+                .await
+                .map(|frame| (frame, Some(n))),
+            _ => head.read_payload(r).await.map(|frame| (frame, None)),
+        };
+        match read {
+            Ok((frame, landed)) => {
+                self.arrive(Some(frame), landed);
+                Ok(())
+            }
+            Err(e) => {
+                self.arrive(None, None);
+                Err(e)
+            }
+        }
+    }
+
+    fn arrive(self, reply: Option<Frame>, landed: Option<usize>) {
+        // A caller that gave up drops what arrives, its landing with it.
+        let _ = self.reply.send(Arrival {
+            reply,
+            landing: self.landing,
+            landed,
+        });
+    }
+}
 
 /// What a server's lease recall asks of the client (see `leases`): drop
 /// what it caches of some objects, or, when the connection ended, of every
@@ -122,7 +181,10 @@ impl Connection {
     /// Sends one request, `id` (unique among the requests in flight on this
     /// connection) from `client`, and waits for its reply; a failed reply
     /// becomes the error it carries. A reply's lease is kept only if no
-    /// recall arrived while the request was out.
+    /// recall arrived while the request was out. With `lent`, the reply's
+    /// payload lands in the caller's memory if it fits (see `landing`; the
+    /// landing is back in `lent` when this returns).
+    #[allow(clippy::too_many_arguments)]
     pub async fn call(
         &self,
         op: Op,
@@ -131,6 +193,7 @@ impl Connection {
         cred: Cred,
         body: Bytes,
         payload: Bytes,
+        lent: Option<&Lent>,
     ) -> Result<Frame> {
         // A request that may wait at the server (a lock another process
         // holds) takes no slot: enough waiters would leave none for the
@@ -142,14 +205,23 @@ impl Connection {
         };
         let recalls = self.recalls.load(Ordering::SeqCst);
         let (reply_tx, reply_rx) = oneshot::channel();
-        let clash = self.pending.lock().unwrap().insert(id, reply_tx);
+        let waiter = Waiter {
+            reply: reply_tx,
+            landing: lent.and_then(Lent::take),
+        };
+        let clash = self.pending.lock().unwrap().insert(id, waiter);
         assert!(clash.is_none(), "request id {id} sent twice at once");
         let frame = Frame::request(op, id, cred, body, payload).from_client(client);
         if self.sink.send(&frame).is_err() {
-            self.pending.lock().unwrap().remove(&id);
-            return Err(self.lost());
+            if let Some(waiter) = self.pending.lock().unwrap().remove(&id) {
+                waiter.arrive(None, None);
+            }
         }
-        let mut reply = reply_rx.await.map_err(|_| self.lost())?;
+        let arrival = reply_rx.await.map_err(|_| self.lost())?;
+        if let (Some(lent), Some(landing)) = (lent, arrival.landing) {
+            lent.give_back(landing, arrival.landed);
+        }
+        let mut reply = arrival.reply.ok_or_else(|| self.lost())?;
         if reply.header.leased && self.recalls.load(Ordering::SeqCst) != recalls {
             reply.header.leased = false;
         }
@@ -209,34 +281,55 @@ impl Reader {
     async fn route<R: tokio::io::AsyncRead + Unpin>(self, mut r: R) {
         let addr = self.addr;
         loop {
-            match read_frame(&mut r).await {
-                Ok(frame) if frame.header.kind == Kind::Reply => {
-                    let waiter = self.pending.lock().unwrap().remove(&frame.header.id);
-                    if let Some(waiter) = waiter {
-                        let _ = waiter.send(frame);
-                    }
-                }
-                Ok(frame) if frame.header.op == Op::Recall => {
-                    if let Err(e) = self.recall(frame) {
-                        tracing::warn!("server at {addr} sent a bad recall ({e}); closing");
-                        break;
-                    }
-                }
-                Ok(frame) => {
-                    let op = frame.header.op.name();
-                    tracing::warn!("server at {addr} sent a {op} request; closing");
-                    break;
-                }
+            let head = match read_frame_head(&mut r).await {
+                Ok(head) => head,
                 Err(e) => {
                     tracing::debug!("connection to {addr} ended: {e}");
                     break;
                 }
+            };
+            let read = match head.header.kind {
+                Kind::Reply => {
+                    let waiter = self.pending.lock().unwrap().remove(&head.header.id);
+                    match waiter {
+                        Some(waiter) => waiter.receive(head, &mut r).await,
+                        // Its caller gave up: read past it.
+                        None => head.read_payload(&mut r).await.map(drop),
+                    }
+                }
+                Kind::Request if head.header.op == Op::Recall => {
+                    match head.read_payload(&mut r).await {
+                        Ok(frame) => {
+                            if let Err(e) = self.recall(frame) {
+                                tracing::warn!("server at {addr} sent a bad recall ({e}); closing");
+                                break;
+                            }
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                Kind::Request => {
+                    let op = head.header.op.name();
+                    tracing::warn!("server at {addr} sent a {op} request; closing");
+                    break;
+                }
+            };
+            if let Err(e) = read {
+                tracing::debug!("connection to {addr} ended: {e}");
+                break;
             }
         }
         self.alive.store(false, Ordering::Relaxed);
         self.sink.close();
-        // Dropping the senders wakes every waiter with an error.
-        self.pending.lock().unwrap().clear();
+        // Every waiter learns its reply is lost, and gets its landing back.
+        let waiters: Vec<Waiter> = {
+            let mut pending = self.pending.lock().unwrap();
+            pending.drain().map(|(_, w)| w).collect()
+        };
+        for waiter in waiters {
+            waiter.arrive(None, None);
+        }
         // The server forgets this client's leases with the connection.
         tokio::spawn((self.on_recall)(Recalled::Everything));
         // One watcher at most (the pool's): notify_one keeps the wake-up for
@@ -264,5 +357,90 @@ impl Reader {
             let _ = sink.send(&answer);
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::landing::Memory;
+    use shoal_proto::frame::write_frame;
+
+    /// A read reply's bytes on the wire, with `status` and `payload`.
+    async fn wire(status: i32, payload: &[u8]) -> Vec<u8> {
+        let request = Frame::request(Op::Read, 9, Cred::new(0, 0), Bytes::new(), Bytes::new());
+        let reply = Frame::reply_to(
+            &request.header,
+            status,
+            Bytes::from_static(b"body"),
+            Bytes::copy_from_slice(payload),
+        );
+        let mut w = Vec::new();
+        write_frame(&mut w, &reply).await.unwrap();
+        w
+    }
+
+    /// What a waiter with a landing of `room` bytes gets from `wire`, cut
+    /// after `cut` bytes.
+    async fn arrive(wire: &[u8], room: usize, cut: usize) -> (bool, Arrival) {
+        let (tx, rx) = oneshot::channel();
+        let waiter = Waiter {
+            reply: tx,
+            landing: Some(Box::new(Memory(vec![b'.'; room]))),
+        };
+        let mut r = &wire[..cut];
+        let head = read_frame_head(&mut r).await.unwrap();
+        let ok = waiter.receive(head, &mut r).await.is_ok();
+        (ok, rx.await.unwrap())
+    }
+
+    fn landed_bytes(a: Arrival) -> Vec<u8> {
+        let any: Box<dyn std::any::Any> = a.landing.expect("the landing comes back");
+        any.downcast::<Memory>().unwrap().0
+    }
+
+    #[tokio::test]
+    async fn a_reply_payload_lands_where_it_fits() {
+        let w = wire(0, b"hello").await;
+        let (ok, a) = arrive(&w, 8, w.len()).await;
+        assert!(ok);
+        assert_eq!(a.landed, Some(5));
+        let frame = a.reply.as_ref().unwrap();
+        assert!(
+            frame.payload.is_empty(),
+            "a landed payload is not also kept"
+        );
+        assert_eq!(&frame.body[..], b"body");
+        assert_eq!(landed_bytes(a), b"hello...");
+    }
+
+    #[tokio::test]
+    async fn a_payload_too_large_or_an_error_stays_in_the_reply() {
+        let w = wire(0, b"hello").await;
+        let (ok, a) = arrive(&w, 4, w.len()).await;
+        assert!(ok);
+        assert_eq!(a.landed, None);
+        assert_eq!(&a.reply.as_ref().unwrap().payload[..], b"hello");
+        assert_eq!(landed_bytes(a), b"....", "the landing is untouched");
+
+        let w = wire(Errno::EIO.0, b"").await;
+        let (ok, a) = arrive(&w, 4, w.len()).await;
+        assert!(ok);
+        assert_eq!(a.landed, None, "a failed reply lands nothing");
+        assert_eq!(a.reply.unwrap().header.status, Errno::EIO.0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_lost_mid_payload_gives_the_landing_back() {
+        let w = wire(0, b"hello").await;
+        let (ok, a) = arrive(&w, 8, w.len() - 2).await;
+        assert!(!ok, "a cut frame ends the connection");
+        assert!(a.reply.is_none(), "the waiter learns its reply is lost");
+        assert_eq!(a.landed, None);
+        assert_eq!(
+            landed_bytes(a).len(),
+            8,
+            "and has its landing back, to send again"
+        );
     }
 }

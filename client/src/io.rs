@@ -26,6 +26,7 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ops, ObjectKind};
 
+use crate::landing::{Landing, Lent, ReadData};
 use crate::uncommitted_writes::{Change, Changes, Verdict};
 use crate::write_path::Settle;
 use crate::Client;
@@ -226,25 +227,56 @@ impl Client {
 
     /// Reads up to `len` bytes at `offset` of file `h`; short only at the end
     /// of the file. Holes read as zeros.
-    pub async fn read(&self, h: Handle, offset: u64, mut len: usize) -> Result<Bytes> {
+    pub async fn read(&self, h: Handle, offset: u64, len: usize) -> Result<Bytes> {
+        match self.read_lent(h, offset, len, None).await? {
+            ReadData::Bytes(data) => Ok(data),
+            ReadData::Landed(_) => unreachable!("a read with no landing lent lands nowhere"),
+        }
+    }
+
+    /// [`read`](Self::read), with the data landing in `landing` (whose
+    /// space holds `len` bytes) where it comes from one server: received
+    /// there straight from the socket (see `landing`). Gives `landing` back,
+    /// whatever the outcome.
+    pub async fn read_into<L: Landing>(
+        &self,
+        h: Handle,
+        offset: u64,
+        len: usize,
+        landing: L,
+    ) -> (L, Result<ReadData>) {
+        let lent = Lent::new(Box::new(landing));
+        let read = self.read_lent(h, offset, len, Some(&lent)).await;
+        (lent.into_inner(), read)
+    }
+
+    async fn read_lent(
+        &self,
+        h: Handle,
+        offset: u64,
+        mut len: usize,
+        lent: Option<&Lent>,
+    ) -> Result<ReadData> {
         // Nothing lies past the largest file size: that is end of file.
         if len == 0 || offset >= dist::MAX_FILE_SIZE {
-            return Ok(Bytes::new());
+            return Ok(ReadData::Bytes(Bytes::new()));
         }
         len = len.min((dist::MAX_FILE_SIZE - offset) as usize);
         self.settle_for_read(h, offset).await?;
-        self.with_capability(h, READ, |cap| self.read_with(h, offset, len, cap))
+        self.with_capability(h, READ, |cap| self.read_with(h, offset, len, cap, lent))
             .await
     }
 
-    /// A read of `len` bytes at `offset` with capability `cap`.
+    /// A read of `len` bytes at `offset` with capability `cap`, landing in
+    /// `lent` if it is one piece from one server.
     async fn read_with(
         &self,
         h: Handle,
         offset: u64,
         mut len: usize,
         mut cap: Option<Capability>,
-    ) -> Result<Bytes> {
+        lent: Option<&Lent>,
+    ) -> Result<ReadData> {
         let end = offset + len as u64;
         let mut dist = self.dist_upto(h, end).await?;
         if dist.stuffed && end > dist.strip_size {
@@ -254,31 +286,45 @@ impl Client {
             cap = self.capability(h, READ).await?;
             if dist.stuffed {
                 if offset >= dist.strip_size {
-                    return Ok(Bytes::new());
+                    return Ok(ReadData::Bytes(Bytes::new()));
                 }
                 len = len.min((dist.strip_size - offset) as usize);
             }
         }
         let chunks = self.chunks(&dist, offset, len);
         let cap = &cap;
+        // Only a read of one piece lands: pieces from several servers are
+        // joined here, which is a copy anyway.
+        let lent = lent.filter(|_| chunks.len() == 1);
         let parts = futures::future::try_join_all(chunks.iter().map(|c| async move {
             if !self.is_eager(c.len) && self.rendezvous(c, false, cap).await? == 0 {
-                return Ok(Bytes::new());
+                return Ok(ReadData::Bytes(Bytes::new()));
             }
-            let (_, data) = self
-                .pool()
-                .call_with_payload::<ops::Read>(
-                    server_of(c.datafile),
-                    self.cred,
-                    &ReadRequest {
-                        handle: c.datafile,
-                        offset: c.local_offset,
-                        length: c.len as u64,
-                        cap: cap.clone(),
-                    },
-                    Bytes::new(),
-                )
-                .await?;
+            let server = server_of(c.datafile);
+            let request = ReadRequest {
+                handle: c.datafile,
+                offset: c.local_offset,
+                length: c.len as u64,
+                cap: cap.clone(),
+            };
+            let data = match lent {
+                Some(lent) => {
+                    let pool = self.pool();
+                    pool.call_landing::<ops::Read>(server, self.cred, &request, lent)
+                        .await?
+                        .1
+                }
+                None => {
+                    let pool = self.pool();
+                    let call = pool.call_with_payload::<ops::Read>(
+                        server,
+                        self.cred,
+                        &request,
+                        Bytes::new(),
+                    );
+                    ReadData::Bytes(call.await?.1)
+                }
+            };
             if data.len() > c.len {
                 return Err(ShoalError::protocol("read reply longer than asked"));
             }
@@ -287,7 +333,7 @@ impl Client {
         .await?;
         let all_full = chunks.iter().zip(&parts).all(|(c, p)| p.len() == c.len);
         if all_full && parts.len() == 1 {
-            return Ok(parts.into_iter().next().unwrap_or_default());
+            return Ok(parts.into_iter().next().expect("one part"));
         }
         // Where a piece came back short, the file has a hole or ends: zeros up to
         // the file size, nothing past it.
@@ -303,18 +349,27 @@ impl Client {
             let size = self.getattr(h).await?.size.max(furthest);
             end = end.min(size);
             if end <= offset {
-                return Ok(Bytes::new());
+                return Ok(ReadData::Bytes(Bytes::new()));
             }
         }
-        let mut out = BytesMut::zeroed((end - offset) as usize);
+        let want = (end - offset) as usize;
+        if let (Some(lent), [ReadData::Landed(n)]) = (lent, &parts[..]) {
+            // One short piece, in place: zeros after it, up to the end.
+            lent.with_space(|space| space[(*n).min(want)..want].fill(0));
+            return Ok(ReadData::Landed(want));
+        }
+        let mut out = BytesMut::zeroed(want);
         for (c, p) in chunks.iter().zip(&parts) {
+            let ReadData::Bytes(p) = p else {
+                unreachable!("only a read of one piece lands");
+            };
             let room = out.len().saturating_sub(c.buf_offset);
             let n = p.len().min(room);
             if n > 0 {
                 out[c.buf_offset..c.buf_offset + n].copy_from_slice(&p[..n]);
             }
         }
-        Ok(out.freeze())
+        Ok(ReadData::Bytes(out.freeze()))
     }
 
     /// Sets the size of file `h`: every datafile gets the local size that

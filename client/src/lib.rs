@@ -26,6 +26,7 @@ mod hints;
 mod io;
 mod kept_changes;
 mod known_dirs;
+mod landing;
 mod leases;
 mod listings_ahead;
 mod locks;
@@ -51,6 +52,7 @@ use shoal_proto::msg::{DirHints, Distribution, PingReply};
 use shoal_proto::{ops, Handle, Operation};
 
 pub use conn::Recalled;
+pub use landing::{Landing, ReadData};
 pub use leases::RecallHook;
 pub use listings_ahead::ReadAhead;
 pub use locks::{LockAsk, LockConflict, LockKind};

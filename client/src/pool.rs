@@ -37,6 +37,7 @@ use tokio::sync::Mutex;
 use crate::conn::{Connection, OnRecall};
 use crate::held_locks::HeldLocks;
 use crate::kept_changes::KeptChanges;
+use crate::landing::{Lent, ReadData};
 use crate::types::Cred;
 
 /// The first pause before connecting again to a server that was
@@ -364,7 +365,7 @@ impl Pool {
         let client = self.client_ref(server, O::OP, id, false);
         let body = Bytes::from(request.encode_to_vec());
         let reply = c
-            .call(O::OP, id, client, Cred::new(0, 0), body, Bytes::new())
+            .call(O::OP, id, client, Cred::new(0, 0), body, Bytes::new(), None)
             .await?;
         O::Reply::decode(reply.body).map_err(|e| {
             ShoalError::protocol(format!("{} reply from server {server}: {e}", O::OP.name()))
@@ -402,8 +403,28 @@ impl Pool {
         request: &O::Request,
         payload: Bytes,
     ) -> Result<(O::Reply, Bytes)> {
-        let (reply, payload, _) = self.send::<O>(server, cred, request, payload).await?;
+        let (reply, payload, _) = self.send::<O>(server, cred, request, payload, None).await?;
         Ok((reply, payload))
+    }
+
+    /// [`call`](Self::call), with the reply's payload landing in the memory
+    /// `lent` if it fits there (`landing`): returns the decoded reply and
+    /// where its payload is.
+    pub(crate) async fn call_landing<O: Operation>(
+        &self,
+        server: u32,
+        cred: Cred,
+        request: &O::Request,
+        lent: &Lent,
+    ) -> Result<(O::Reply, ReadData)> {
+        let (reply, payload, _) = self
+            .send::<O>(server, cred, request, Bytes::new(), Some(lent))
+            .await?;
+        let data = match lent.landed() {
+            Some(n) => ReadData::Landed(n),
+            None => ReadData::Bytes(payload),
+        };
+        Ok((reply, data))
     }
 
     /// How long a lease lasts from the sending of the request it answers.
@@ -419,19 +440,23 @@ impl Pool {
         cred: Cred,
         request: &O::Request,
     ) -> Result<(O::Reply, Option<Instant>)> {
-        let (reply, _, lease) = self.send::<O>(server, cred, request, Bytes::new()).await?;
+        let (reply, _, lease) = self
+            .send::<O>(server, cred, request, Bytes::new(), None)
+            .await?;
         Ok((reply, lease))
     }
 
     /// Sends operation `O` with `request` and raw `payload` (see the module
     /// doc for resending); returns the decoded reply, its payload and until
-    /// when its lease lasts, if it grants one.
+    /// when its lease lasts, if it grants one. With `lent`, the payload may
+    /// land there instead (`Connection::call`).
     async fn send<O: Operation>(
         &self,
         server: u32,
         cred: Cred,
         request: &O::Request,
         payload: Bytes,
+        lent: Option<&Lent>,
     ) -> Result<(O::Reply, Bytes, Option<Instant>)> {
         if let Some(wait) = self.fence.get().and_then(|fence| fence()) {
             wait.await;
@@ -460,7 +485,7 @@ impl Pool {
                 self.kept[server as usize].sending_change();
             }
             match conn
-                .call(op, id, client, cred, body.clone(), payload.clone())
+                .call(op, id, client, cred, body.clone(), payload.clone(), lent)
                 .await
             {
                 // The connection broke (the server died or restarted): the

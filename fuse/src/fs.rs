@@ -40,6 +40,7 @@ use crate::inline_task;
 use crate::locks::{self, KernelLock};
 use crate::read_streams::ReadStreams;
 use crate::readdir;
+use crate::reads_in_place::{self, EntryLanding};
 use crate::shared::Shared;
 use crate::stats::{self, MountStats};
 use crate::xattr::{name_list, reply_value, xattr_name};
@@ -315,8 +316,9 @@ impl ShoalFs {
         });
     }
 
-    /// Runs a listing task, counting its wait as `op`.
-    fn run_listing(&self, op: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+    /// Runs a task that answers its reply itself (a listing, a read in
+    /// place), counting its wait as `op`.
+    fn run_answering(&self, op: &'static str, task: impl Future<Output = ()> + Send + 'static) {
         let t0 = Instant::now();
         let stats = self.stats.clone();
         inline_task::spawn(&self.rt, async move {
@@ -782,9 +784,23 @@ impl Filesystem for ShoalFs {
                 s.streams.read(&c, fh.0, ino.0, offset, size as usize).await
             });
         }
-        self.serve(req, "read", reply, |c, _| async move {
-            c.read(ino.0, offset, size as usize).await
-        });
+        let size = size as usize;
+        match reply.into_buffer(size) {
+            Ok(buffer) => {
+                let c = self.caller(req);
+                let stats = self.stats.clone();
+                self.run_answering("read", async move {
+                    let landing = EntryLanding(buffer);
+                    let (landing, read) = c.read_into(ino.0, offset, size, landing).await;
+                    reads_in_place::answer(landing, read, &stats);
+                });
+            }
+            Err(reply) => {
+                self.serve(req, "read", reply, |c, _| async move {
+                    c.read(ino.0, offset, size).await
+                });
+            }
+        }
     }
 
     fn write(
@@ -977,7 +993,7 @@ impl Filesystem for ShoalFs {
         reply: ReplyDirectory,
     ) {
         let read = self.dir_read(req, ino, fh, offset);
-        self.run_listing("readdir", readdir::readdir(read, reply));
+        self.run_answering("readdir", readdir::readdir(read, reply));
     }
 
     fn readdirplus(
@@ -989,7 +1005,7 @@ impl Filesystem for ShoalFs {
         reply: ReplyDirectoryPlus,
     ) {
         let read = self.dir_read(req, ino, fh, offset);
-        self.run_listing("readdirplus", readdir::readdirplus(read, reply));
+        self.run_answering("readdirplus", readdir::readdirplus(read, reply));
     }
 
     fn releasedir(
@@ -1076,9 +1092,9 @@ impl Filesystem for ShoalFs {
         let name = or_reply!("getxattr", xattr_name(name), reply);
         if ino == INodeNo::ROOT && name == stats::XATTR {
             // `shoal stats --mount DIR`: the table, not counted, and which
-            // path the mount's writes took.
+            // path the mount's writes took and how its read replies were filled.
             let paths = stats::write_paths_line(&self.shared.client.write_paths());
-            let text = self.stats.table() + &paths;
+            let text = self.stats.table() + &paths + &self.stats.ring_reads_line();
             return reply_value(reply, size, text.as_bytes());
         }
         self.serve_then(

@@ -31,6 +31,7 @@ mod locks;
 mod read_streams;
 mod readahead;
 mod readdir;
+mod reads_in_place;
 mod shared;
 mod stats;
 mod xattr;

@@ -115,7 +115,8 @@ impl Commit {
     }
 }
 
-/// A decoded frame. `body` and `payload` share the receive buffer (no copies).
+/// A decoded frame. `body` and `payload` are the bytes as they were
+/// received, never copied.
 #[derive(Clone, Debug)]
 pub struct Frame {
     pub header: Header,
@@ -251,18 +252,7 @@ impl Frame {
         }
         let (mut header, lens) = parse_header(&buf[..HEADER_LEN], buf.len())?;
         buf.advance(HEADER_LEN);
-        let groups: Vec<u32> = buf
-            .split_to(4 * lens.groups)
-            .chunks_exact(4)
-            .map(|g| u32::from_be_bytes([g[0], g[1], g[2], g[3]]))
-            .collect();
-        let c = header.cred;
-        header.cred = Cred::from_wire(c.uid, c.gid, &groups).ok_or_else(|| {
-            FrameError::Malformed(format!(
-                "supplementary groups {groups:?} repeat one or hold the primary gid {}",
-                c.gid
-            ))
-        })?;
+        add_groups(&mut header, &buf.split_to(4 * lens.groups))?;
         let body = buf.split_to(lens.body);
         Ok(Frame {
             header,
@@ -270,6 +260,61 @@ impl Frame {
             payload: buf,
         })
     }
+}
+
+/// A frame read up to its payload ([`read_frame_head`]), so that the reader
+/// can say where the payload goes before it arrives.
+#[derive(Debug)]
+pub struct FrameHead {
+    pub header: Header,
+    pub body: Bytes,
+    /// Bytes of payload that follow on the stream.
+    pub payload_len: usize,
+}
+
+impl FrameHead {
+    /// Reads the payload into a buffer of its own: the whole frame.
+    pub async fn read_payload<R: AsyncRead + Unpin>(self, r: &mut R) -> Result<Frame, FrameError> {
+        let payload = read_exactly(r, self.payload_len).await?;
+        Ok(Frame {
+            header: self.header,
+            body: self.body,
+            payload: payload.freeze(),
+        })
+    }
+
+    /// Reads the payload into `into` (exactly [`FrameHead::payload_len`]
+    /// bytes, the caller's memory, copied into by nobody but the socket);
+    /// the frame then has an empty payload.
+    pub async fn read_payload_into<R: AsyncRead + Unpin>(
+        self,
+        r: &mut R,
+        into: &mut [u8],
+    ) -> Result<Frame, FrameError> {
+        assert_eq!(into.len(), self.payload_len, "a payload lands whole");
+        r.read_exact(into).await?;
+        Ok(Frame {
+            header: self.header,
+            body: self.body,
+            payload: Bytes::new(),
+        })
+    }
+}
+
+/// Sets `header`'s supplementary groups from their wire form, `wire`.
+fn add_groups(header: &mut Header, wire: &[u8]) -> Result<(), FrameError> {
+    let groups: Vec<u32> = wire
+        .chunks_exact(4)
+        .map(|g| u32::from_be_bytes([g[0], g[1], g[2], g[3]]))
+        .collect();
+    let c = header.cred;
+    header.cred = Cred::from_wire(c.uid, c.gid, &groups).ok_or_else(|| {
+        FrameError::Malformed(format!(
+            "supplementary groups {groups:?} repeat one or hold the primary gid {}",
+            c.gid
+        ))
+    })?;
+    Ok(())
 }
 
 /// How many supplementary groups and body bytes follow a frame's header.
@@ -373,12 +418,18 @@ fn parse_header(mut h: &[u8], len: usize) -> Result<(Header, Lengths), FrameErro
 
 /// Reads one frame. `Closed` means the peer closed cleanly between frames.
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Frame, FrameError> {
+    read_frame_head(r).await?.read_payload(r).await
+}
+
+/// Reads one frame up to its payload (see [`FrameHead`]). `Closed` means
+/// the peer closed cleanly between frames.
+pub async fn read_frame_head<R: AsyncRead + Unpin>(r: &mut R) -> Result<FrameHead, FrameError> {
     let len = match r.read_u32().await {
         Ok(n) => n as usize,
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
         Err(e) => return Err(e.into()),
     };
-    read_frame_rest(r, len).await
+    read_head_rest(r, len).await
 }
 
 /// Like [`read_frame`], but once the first byte of a frame has arrived the
@@ -398,7 +449,7 @@ pub async fn read_frame_timeout<R: AsyncRead + Unpin>(
         let mut more = [0u8; 3];
         r.read_exact(&mut more).await?;
         let len = u32::from_be_bytes([first, more[0], more[1], more[2]]) as usize;
-        read_frame_rest(r, len).await
+        read_head_rest(r, len).await?.read_payload(r).await
     };
     tokio::time::timeout(limit, rest).await.map_err(|_| {
         FrameError::Io(std::io::Error::new(
@@ -408,8 +459,12 @@ pub async fn read_frame_timeout<R: AsyncRead + Unpin>(
     })?
 }
 
-/// Reads what follows a frame's length field, which said `len`.
-async fn read_frame_rest<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> Result<Frame, FrameError> {
+/// Reads what follows a frame's length field, which said `len`, up to the
+/// payload.
+async fn read_head_rest<R: AsyncRead + Unpin>(
+    r: &mut R,
+    len: usize,
+) -> Result<FrameHead, FrameError> {
     if !(HEADER_LEN..=HEADER_LEN + 4 * MAX_GROUPS + MAX_BODY + MAX_PAYLOAD).contains(&len) {
         return Err(FrameError::Malformed(format!(
             "frame length {len} out of range"
@@ -419,9 +474,20 @@ async fn read_frame_rest<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> Result<
     // waiting for (or allocating) the rest of a frame that will be refused.
     let mut head = [0u8; HEADER_LEN];
     r.read_exact(&mut head).await?;
-    parse_header(&head, len)?;
+    let (mut header, lens) = parse_header(&head, len)?;
+    let groups = 4 * lens.groups;
+    let mut rest = read_exactly(r, groups + lens.body).await?;
+    add_groups(&mut header, &rest.split_to(groups))?;
+    Ok(FrameHead {
+        header,
+        body: rest.freeze(),
+        payload_len: len - HEADER_LEN - groups - lens.body,
+    })
+}
+
+/// Reads `len` bytes into a buffer of their own.
+async fn read_exactly<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> Result<BytesMut, FrameError> {
     let mut buf = BytesMut::with_capacity(len);
-    buf.extend_from_slice(&head);
     // Into the spare capacity as it is: zeroing a MiB of payload first
     // only to overwrite it cost about 1% of a streaming read's CPU.
     while buf.len() < len {
@@ -430,8 +496,8 @@ async fn read_frame_rest<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> Result<
             return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
         }
     }
-    debug_assert_eq!(buf.len(), len, "take() bounds the frame");
-    Frame::decode(buf.freeze())
+    debug_assert_eq!(buf.len(), len, "take() bounds what is read");
+    Ok(buf)
 }
 
 /// Writes one frame (not flushed: the caller batches flushes).

@@ -60,6 +60,7 @@ pub use crate::rename_flags::RenameFlags;
 pub use crate::reply::ReplyAttr;
 pub use crate::reply::ReplyBmap;
 pub use crate::reply::ReplyCreate;
+pub use crate::reply::ReplyBuffer;
 pub use crate::reply::ReplyData;
 pub use crate::reply::ReplyDirectory;
 pub use crate::reply::ReplyDirectoryPlus;

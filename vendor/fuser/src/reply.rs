@@ -222,6 +222,72 @@ impl ReplyData {
     pub fn error(self, err: Errno) {
         self.reply.error(err);
     }
+
+    /// This reply as a buffer of `len` bytes to write the data into in place,
+    /// if the request came through a FUSE-over-io_uring entry whose payload
+    /// buffer holds that many (the kernel then copies the reply from the
+    /// entry's own buffer, so data written straight into it is copied once
+    /// less than data handed to [`ReplyData::data`]); else the reply as it was.
+    pub fn into_buffer(mut self, len: usize) -> Result<ReplyBuffer, ReplyData> {
+        #[cfg(target_os = "linux")]
+        if let Some(ReplySender::Ring(ring)) = self.reply.sender.as_mut()
+            && ring.payload().len() >= len
+        {
+            return Ok(ReplyBuffer { reply: self, len });
+        }
+        Err(self)
+    }
+}
+
+///
+/// Data reply written in place
+///
+/// A [`ReplyData`] whose data is written into the buffer the kernel copies
+/// the reply from (see [`ReplyData::into_buffer`]). Dropped unanswered, it
+/// answers EIO, as every reply does.
+#[derive(Debug)]
+pub struct ReplyBuffer {
+    reply: ReplyData,
+    len: usize,
+}
+
+impl ReplyBuffer {
+    /// The buffer: the `len` bytes asked for, to be filled from the start.
+    /// Its bytes are those of earlier requests until written.
+    pub fn space(&mut self) -> &mut [u8] {
+        match self.reply.reply.sender.as_mut() {
+            #[cfg(target_os = "linux")]
+            Some(ReplySender::Ring(ring)) => &mut ring.payload()[..self.len],
+            _ => unreachable!("a reply buffer is made only from a ring reply"),
+        }
+    }
+
+    /// Reply with the first `len` bytes of [`ReplyBuffer::space`].
+    pub fn ok(mut self, len: usize) {
+        assert!(len <= self.len, "a reply of {len} bytes from a buffer of {}", self.len);
+        let raw = &mut self.reply.reply;
+        let res = match raw.sender.take() {
+            #[cfg(target_os = "linux")]
+            Some(ReplySender::Ring(ring)) => ring.send_in_place(raw.unique.0, len),
+            _ => unreachable!("a reply buffer is made only from a ring reply"),
+        };
+        if let Err(err) = res {
+            error!("Failed to send FUSE reply: {err}");
+        }
+    }
+
+    /// Reply with `data`, copied into the buffer (for data that could not be
+    /// written there in the first place).
+    pub fn data(mut self, data: &[u8]) {
+        let n = data.len().min(self.len);
+        self.space()[..n].copy_from_slice(&data[..n]);
+        self.ok(n);
+    }
+
+    /// Reply to the request with the given error code.
+    pub fn error(self, err: Errno) {
+        self.reply.error(err);
+    }
 }
 
 ///

@@ -87,6 +87,8 @@ const OUT_HEADER: usize = size_of::<abi::fuse_out_header>();
 const PREFIX: usize = 256;
 const _: () = assert!(PREFIX >= IN_HEADER + 128);
 const _: () = assert!(size_of::<ReqHeader>() == 288);
+// `send_in_place` writes the out header's three fields (len, error, unique).
+const _: () = assert!(OUT_HEADER == 16);
 const _: () = assert!(size_of::<squeue::Entry128>() == 128);
 
 /// Where an entry is: with the kernel, in a filesystem method on the ring
@@ -99,7 +101,13 @@ const REPLIED_IN_DISPATCH: u8 = 3;
 struct Entry {
     header: UnsafeCell<Box<ReqHeader>>,
     /// `PREFIX` bytes, then the payload buffer; u64s for the headers' alignment.
-    buf: UnsafeCell<Box<[u64]>>,
+    /// Owned here and never touched through this field after it is made:
+    /// every access goes through `base`, so that the ring thread (reading a
+    /// request's headers in the prefix) and a reply filling the payload in
+    /// place on another thread never hold references to the same bytes.
+    _buf: Box<[u64]>,
+    /// The first byte of `_buf` (a heap allocation: it does not move).
+    base: *mut u8,
     iov: UnsafeCell<[libc::iovec; 2]>,
     state: AtomicU8,
     commit_id: UnsafeCell<u64>,
@@ -124,7 +132,8 @@ pub(crate) struct Queue {
 
 const WAKE_TAG: u64 = u64::MAX;
 
-// SAFETY: an entry's cells are touched only by whoever holds the entry: the
+// SAFETY: an entry's cells (and the buffer behind `base`) are touched only
+// by whoever holds the entry: the
 // ring thread from its completion until the request is dispatched, the
 // request's reply until it commits (the `state` handover orders the two), and
 // the kernel in between. The ring's submission side is used under `submit`,
@@ -174,6 +183,43 @@ impl RingReply {
             }
             header.ring_ent_in_out.payload_sz = (total - OUT_HEADER) as u32;
         }
+        self.hand_back()
+    }
+
+    /// The entry's payload buffer, for a reply to be written into in place
+    /// (see [`RingReply::send_in_place`]): the kernel copies the reply from
+    /// there, so bytes received straight into it are copied by nobody else.
+    pub(crate) fn payload(&mut self) -> &mut [u8] {
+        // SAFETY: this reply holds the entry (see `Queue`), and `&mut self`
+        // lends its payload to one caller at a time.
+        unsafe { self.queue.payload(self.entry) }
+    }
+
+    /// Answers request `unique` with the first `len` bytes of the payload
+    /// buffer, written there through [`RingReply::payload`], and commits.
+    pub(crate) fn send_in_place(&self, unique: u64, len: usize) -> io::Result<()> {
+        let q = &self.queue;
+        if len > q.payload_len {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let total = (OUT_HEADER + len) as u32;
+        // SAFETY: this reply holds the entry (see `Queue`).
+        unsafe {
+            let header = &mut *q.entries[self.entry].header.get();
+            let out = &mut header.in_out[..OUT_HEADER];
+            out[0..4].copy_from_slice(&total.to_ne_bytes());
+            out[4..8].copy_from_slice(&0i32.to_ne_bytes());
+            out[8..16].copy_from_slice(&unique.to_ne_bytes());
+            header.ring_ent_in_out.payload_sz = len as u32;
+        }
+        self.hand_back()
+    }
+
+    /// Gives the answered entry back: committed by the ring thread once the
+    /// method that got the request returns, or at once through `handoff`.
+    fn hand_back(&self) -> io::Result<()> {
+        let q = &self.queue;
+        let e = &q.entries[self.entry];
         match e.state.compare_exchange(
             DISPATCHING,
             REPLIED_IN_DISPATCH,
@@ -212,7 +258,7 @@ impl Queue {
             .setup_cqsize(4 * QUEUE_DEPTH as u32)
             .build(2 * QUEUE_DEPTH as u32)?;
         let words = (PREFIX + payload_len).div_ceil(8);
-        let entries = (0..QUEUE_DEPTH)
+        let mut entries = (0..QUEUE_DEPTH)
             .map(|_| Entry {
                 header: UnsafeCell::new(Box::new(ReqHeader {
                     in_out: [0; 128],
@@ -225,7 +271,8 @@ impl Queue {
                         reserved: 0,
                     },
                 })),
-                buf: UnsafeCell::new(vec![0u64; words].into_boxed_slice()),
+                _buf: vec![0u64; words].into_boxed_slice(),
+                base: std::ptr::null_mut(),
                 iov: UnsafeCell::new(
                     [libc::iovec {
                         iov_base: std::ptr::null_mut(),
@@ -235,7 +282,10 @@ impl Queue {
                 state: AtomicU8::new(WITH_KERNEL),
                 commit_id: UnsafeCell::new(0),
             })
-            .collect();
+            .collect::<Box<[Entry]>>();
+        for e in entries.iter_mut() {
+            e.base = e._buf.as_mut_ptr().cast();
+        }
         // SAFETY: eventfd returns a new descriptor or -1.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if wake < 0 {
@@ -259,9 +309,8 @@ impl Queue {
     /// SAFETY: the caller holds the entry.
     #[allow(clippy::mut_from_ref)]
     unsafe fn payload(&self, entry: usize) -> &mut [u8] {
-        let buf = unsafe { &mut *self.entries[entry].buf.get() };
-        let bytes = buf.as_mut_ptr().cast::<u8>();
-        unsafe { std::slice::from_raw_parts_mut(bytes.add(PREFIX), self.payload_len) }
+        let base = self.entries[entry].base;
+        unsafe { std::slice::from_raw_parts_mut(base.add(PREFIX), self.payload_len) }
     }
 
     /// The 128-byte submission for `cmd` on `entry`.
@@ -356,10 +405,7 @@ impl Queue {
             return None;
         }
         let start = PREFIX - IN_HEADER - op_len;
-        let buf = unsafe { &mut *e.buf.get() };
-        let bytes = unsafe {
-            std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), PREFIX + payload_sz)
-        };
+        let bytes = unsafe { std::slice::from_raw_parts_mut(e.base, PREFIX + payload_sz) };
         bytes[start..start + IN_HEADER].copy_from_slice(&header.in_out[..IN_HEADER]);
         bytes[start + IN_HEADER..PREFIX].copy_from_slice(&header.op_in[..op_len]);
         Some(&bytes[start..])
