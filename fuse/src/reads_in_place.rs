@@ -9,7 +9,8 @@
 //! into the entry was 7% of the machine's CPU in a cold read through the
 //! mount, and the mount spent 0.61-0.77 ms per MiB over io_uring against
 //! 0.47-0.51 through `/dev/fuse`, which copies the reply straight from the
-//! mount's buffer.
+//! mount's buffer. Built, in the same run as the build before: four cold
+//! readers 1.09x at 0.84-0.88x of the machine's CPU per MiB.
 
 use fuser::ReplyBuffer;
 use shoal_client::{Landing, ReadData};

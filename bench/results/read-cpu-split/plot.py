@@ -21,7 +21,7 @@ parts = [
     ("mount", "mount_cpu_ms_per_mib", 1.0),
     ("readers (dd)", "readers_sys_s", 1000 / 2048),
 ]
-fig, axes = plt.subplots(1, 3, figsize=(16, 5))
+fig, axes = plt.subplots(1, 4, figsize=(21, 5))
 ax = axes[0]
 bottom = [0.0] * len(names)
 for label, col, scale in parts:
@@ -33,7 +33,7 @@ ax.set_title("Cold read, 4 x 512 MiB: CPU by process")
 ax.tick_params(axis="x", labelsize=7)
 ax.legend()
 
-for ax, name in zip(axes[1:], ["variants-server-reads.csv", "variants-mount.csv"]):
+for ax, name in zip(axes[1:], ["variants-server-reads.csv", "variants-mount.csv", "variants-landed.csv"]):
     data = defaultdict(list)
     for r in csv.DictReader(open(f"{here}/{name}")):
         data[r["variant"]].append(float(r["four_readers_mib_s"]))
