@@ -28,8 +28,11 @@ use crate::landing::{Landing, Lent};
 type Pending = Arc<Mutex<HashMap<u64, Waiter>>>;
 
 /// A caller waiting for its reply, with the memory its payload may land in.
+/// Dropped without an arrival (a reader that panicked), it tells its caller
+/// the reply is lost and gives the landing back.
 struct Waiter {
-    reply: oneshot::Sender<Arrival>,
+    /// None once the arrival is sent.
+    reply: Option<oneshot::Sender<Arrival>>,
     landing: Option<Box<dyn Landing>>,
 }
 
@@ -74,13 +77,25 @@ impl Waiter {
         }
     }
 
-    fn arrive(self, reply: Option<Frame>, landed: Option<usize>) {
-        // A caller that gave up drops what arrives, its landing with it.
-        let _ = self.reply.send(Arrival {
-            reply,
-            landing: self.landing,
-            landed,
-        });
+    fn arrive(mut self, reply: Option<Frame>, landed: Option<usize>) {
+        self.send(reply, landed);
+    }
+
+    fn send(&mut self, reply: Option<Frame>, landed: Option<usize>) {
+        if let Some(tx) = self.reply.take() {
+            // A caller that gave up drops what arrives, its landing with it.
+            let _ = tx.send(Arrival {
+                reply,
+                landing: self.landing.take(),
+                landed,
+            });
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        self.send(None, None);
     }
 }
 
@@ -206,7 +221,7 @@ impl Connection {
         let recalls = self.recalls.load(Ordering::SeqCst);
         let (reply_tx, reply_rx) = oneshot::channel();
         let waiter = Waiter {
-            reply: reply_tx,
+            reply: Some(reply_tx),
             landing: lent.and_then(Lent::take),
         };
         let clash = self.pending.lock().unwrap().insert(id, waiter);
@@ -385,7 +400,7 @@ mod tests {
     async fn arrive(wire: &[u8], room: usize, cut: usize) -> (bool, Arrival) {
         let (tx, rx) = oneshot::channel();
         let waiter = Waiter {
-            reply: tx,
+            reply: Some(tx),
             landing: Some(Box::new(Memory(vec![b'.'; room]))),
         };
         let mut r = &wire[..cut];
@@ -442,5 +457,17 @@ mod tests {
             8,
             "and has its landing back, to send again"
         );
+    }
+
+    #[tokio::test]
+    async fn a_waiter_dropped_unanswered_gives_its_landing_back() {
+        let (tx, rx) = oneshot::channel();
+        drop(Waiter {
+            reply: Some(tx),
+            landing: Some(Box::new(Memory(vec![1; 3]))),
+        });
+        let a = rx.await.expect("an arrival, not a dropped channel");
+        assert!(a.reply.is_none());
+        assert_eq!(landed_bytes(a), [1, 1, 1]);
     }
 }

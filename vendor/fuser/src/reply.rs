@@ -231,7 +231,7 @@ impl ReplyData {
     pub fn into_buffer(mut self, len: usize) -> Result<ReplyBuffer, ReplyData> {
         #[cfg(target_os = "linux")]
         if let Some(ReplySender::Ring(ring)) = self.reply.sender.as_mut()
-            && ring.payload().len() >= len
+            && ring.payload().is_some_and(|p| p.len() >= len)
         {
             return Ok(ReplyBuffer { reply: self, len });
         }
@@ -257,7 +257,10 @@ impl ReplyBuffer {
     pub fn space(&mut self) -> &mut [u8] {
         match self.reply.reply.sender.as_mut() {
             #[cfg(target_os = "linux")]
-            Some(ReplySender::Ring(ring)) => &mut ring.payload()[..self.len],
+            Some(ReplySender::Ring(ring)) => match ring.payload() {
+                Some(payload) => &mut payload[..self.len],
+                None => unreachable!("a reply buffer is made only where there is one"),
+            },
             _ => unreachable!("a reply buffer is made only from a ring reply"),
         }
     }
@@ -277,11 +280,15 @@ impl ReplyBuffer {
     }
 
     /// Reply with `data`, copied into the buffer (for data that could not be
-    /// written there in the first place).
+    /// written there in the first place). More than the buffer holds is
+    /// answered with EIO: cut short, it would read as the end of the file.
     pub fn data(mut self, data: &[u8]) {
-        let n = data.len().min(self.len);
-        self.space()[..n].copy_from_slice(&data[..n]);
-        self.ok(n);
+        if data.len() > self.len {
+            error!("a reply of {} bytes to a read of {}", data.len(), self.len);
+            return self.error(Errno::EIO);
+        }
+        self.space()[..data.len()].copy_from_slice(data);
+        self.ok(data.len());
     }
 
     /// Reply to the request with the given error code.

@@ -152,6 +152,9 @@ impl std::fmt::Debug for Queue {
 pub(crate) struct RingReply {
     queue: Arc<Queue>,
     entry: usize,
+    /// Whether the request carried a payload, which then sits in the
+    /// payload buffer and is being read while the request is dispatched.
+    request_payload: bool,
 }
 
 impl RingReply {
@@ -189,10 +192,16 @@ impl RingReply {
     /// The entry's payload buffer, for a reply to be written into in place
     /// (see [`RingReply::send_in_place`]): the kernel copies the reply from
     /// there, so bytes received straight into it are copied by nobody else.
-    pub(crate) fn payload(&mut self) -> &mut [u8] {
+    /// None if the request carried a payload of its own (a write's data):
+    /// the method given the request may still be reading it there.
+    pub(crate) fn payload(&mut self) -> Option<&mut [u8]> {
+        if self.request_payload {
+            return None;
+        }
         // SAFETY: this reply holds the entry (see `Queue`), and `&mut self`
-        // lends its payload to one caller at a time.
-        unsafe { self.queue.payload(self.entry) }
+        // lends its payload to one caller at a time; the request's own bytes
+        // lie in the prefix, apart from it.
+        Some(unsafe { self.queue.payload(self.entry) })
     }
 
     /// Answers request `unique` with the first `len` bytes of the payload
@@ -481,9 +490,12 @@ impl Queue {
     ) {
         let e = &self.entries[entry];
         e.state.store(DISPATCHING, Ordering::Release);
+        // SAFETY: the completion gave this thread the entry.
+        let request_payload = unsafe { (*e.header.get()).ring_ent_in_out.payload_sz } != 0;
         let reply = RingReply {
             queue: self.clone(),
             entry,
+            request_payload,
         };
         // SAFETY: the completion gave this thread the entry.
         let unparsed = match unsafe { self.request(entry) } {
