@@ -243,6 +243,15 @@ pub struct Settings {
     /// every file is read through the page cache with the kernel's
     /// readahead.
     pub stream_reads: u32,
+    /// Server reads of at least this many bytes of a datafile pass through
+    /// the page cache without staying there (`RWF_DONTCACHE`, Linux 6.14+;
+    /// an older kernel, or a file system without it, caches them as any
+    /// other read), so that large streams leave the servers' memory to
+    /// small files and small reads; clients cache what they read
+    /// themselves. A large file read again from another client comes from
+    /// the servers' disks again (`bench/results/uncached-reads/`). 0: every
+    /// read stays in the page cache. Default 256 KiB.
+    pub uncached_reads: u32,
     /// Scattered kept writes (a buffer of several extents) go to the
     /// file's gathering server, its metafile's, which merges every
     /// client's into strip-aligned large writes; off, each extent goes
@@ -325,6 +334,7 @@ impl Default for Settings {
             gather_delay_ms: 20,
             write_behind: 8 << 20,
             stream_reads: 0,
+            uncached_reads: 256 << 10,
             gather_on_server: true,
             fuse_io_uring: true,
             precreate: true,

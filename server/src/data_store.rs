@@ -49,6 +49,9 @@ pub fn reserve_for(total: u64) -> u64 {
 pub struct DataStore {
     files_dir: PathBuf,
     inline_max: u64,
+    /// Reads of at least this many bytes of a local file do not stay in
+    /// the page cache (`LocalFile::read_upto`); 0: every read does.
+    uncached_reads: u64,
     open: Mutex<HashMap<Handle, Arc<LocalFile>>>,
     /// Bytes of data writes under way (admitted by `room_for`, not done).
     writing: AtomicU64,
@@ -67,7 +70,7 @@ impl Drop for Admitted<'_> {
 }
 
 impl DataStore {
-    pub fn new(data_dir: &Path, inline_max: u64) -> Result<DataStore> {
+    pub fn new(data_dir: &Path, inline_max: u64, uncached_reads: u64) -> Result<DataStore> {
         let files_dir = data_dir.join("files");
         std::fs::create_dir_all(&files_dir).map_err(|e| {
             ShoalError::from(e).context(format!("creating {}", files_dir.display()))
@@ -75,6 +78,7 @@ impl DataStore {
         Ok(DataStore {
             files_dir,
             inline_max,
+            uncached_reads,
             open: Mutex::new(HashMap::new()),
             writing: AtomicU64::new(0),
         })
@@ -176,7 +180,10 @@ impl DataStore {
             }
             return Ok(Bytes::from(out));
         }
-        let out = self.file(rec.handle, false)?.read_upto(offset, len)?;
+        let uncached = self.uncached_reads != 0 && len as u64 >= self.uncached_reads;
+        let out = self
+            .file(rec.handle, false)?
+            .read_upto(offset, len, uncached)?;
         Ok(Bytes::from(out))
     }
 
@@ -389,7 +396,8 @@ mod tests {
     fn setup(inline_max: u64) -> (tempfile::TempDir, MetaStore, DataStore, Handle) {
         let dir = tempfile::tempdir().unwrap();
         let meta = MetaStore::open(Arc::new(MemEngine::default()), 1).unwrap();
-        let data = DataStore::new(dir.path(), inline_max).unwrap();
+        let uncached = shoal_proto::cluster::Settings::default().uncached_reads;
+        let data = DataStore::new(dir.path(), inline_max, uncached.into()).unwrap();
         let mut txn = Txn::default();
         let h = meta.alloc(&mut txn);
         txn.insert_object(&ObjectRecord {

@@ -164,7 +164,11 @@ impl Service {
         } else {
             Recovery::none()
         };
-        let data = DataStore::new(data_dir, config.settings.inline_max)?;
+        let data = DataStore::new(
+            data_dir,
+            config.settings.inline_max,
+            config.settings.uncached_reads.into(),
+        )?;
         let pools = Arc::new(Pools::open(&config, id, &meta)?);
         Ok(Service {
             pools,
