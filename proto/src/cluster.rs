@@ -248,9 +248,10 @@ pub struct Settings {
     /// an older kernel, or a file system without it, caches them as any
     /// other read), so that large streams leave the servers' memory to
     /// small files and small reads; clients cache what they read
-    /// themselves. A large file read again from another client comes from
-    /// the servers' disks again (`bench/results/uncached-reads/`). 0: every
-    /// read stays in the page cache. Default 256 KiB.
+    /// themselves. Cold streaming reads through the mount 2.11x
+    /// (`bench/results/uncached-reads/`); a large file read again from
+    /// another client comes from the servers' disks again. 0: every read
+    /// stays in the page cache. Default 256 KiB.
     pub uncached_reads: u32,
     /// Scattered kept writes (a buffer of several extents) go to the
     /// file's gathering server, its metafile's, which merges every

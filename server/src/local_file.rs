@@ -230,6 +230,7 @@ impl Deref for LocalFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shoal_tests::page_cache::{evict, resident_pages};
     use std::io::Read;
 
     fn open_rw(path: &Path) -> LocalFile {
@@ -300,28 +301,6 @@ mod tests {
         assert!(back.iter().all(|b| *b == 7));
     }
 
-    /// Pages of `f`'s first `len` bytes in the page cache (mincore).
-    fn resident_pages(f: &File, len: usize) -> usize {
-        // SAFETY: a shared read-only mapping of `len` bytes of an open file
-        // of at least that length, unmapped before returning; mincore
-        // writes one byte per page into `vec`, which holds that many.
-        unsafe {
-            let map = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            );
-            assert_ne!(map, libc::MAP_FAILED, "mapping the file");
-            let mut vec = vec![0u8; len.div_ceil(4096)];
-            assert_eq!(libc::mincore(map, len, vec.as_mut_ptr()), 0, "mincore");
-            libc::munmap(map, len);
-            vec.iter().filter(|b| *b & 1 == 1).count()
-        }
-    }
-
     #[test]
     fn an_uncached_read_leaves_no_new_pages_and_the_cached_ones_in_place() {
         let dir = tempfile::tempdir().unwrap();
@@ -330,8 +309,7 @@ mod tests {
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         f.file.write_all_at(&data, 0).unwrap();
         f.sync_all().unwrap();
-        // SAFETY: an advice on an open descriptor: clean pages leave the cache.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        evict(&f);
         assert_eq!(resident_pages(&f, len), 0, "the clean file left the cache");
 
         assert!(f.read_upto(0, len, true).unwrap() == data, "uncached bytes");

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use shoal_proto::handle::ROOT;
+use shoal_tests::page_cache::{evict, resident_pages};
 use shoal_tests::{pattern, Cluster};
 
 const MIB: usize = 1 << 20;
@@ -32,34 +33,7 @@ fn datafiles(dir: &Path) -> Vec<PathBuf> {
 fn resident(path: &Path) -> (usize, usize) {
     let f = std::fs::File::open(path).unwrap();
     let len = f.metadata().unwrap().len() as usize;
-    if len == 0 {
-        return (0, 0);
-    }
-    let pages = len.div_ceil(4096);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: a shared read-only mapping of the file's `len` bytes, unmapped
-    // before returning; mincore writes one byte per page into `vec`.
-    unsafe {
-        let map = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(map, libc::MAP_FAILED);
-        assert_eq!(libc::mincore(map, len, vec.as_mut_ptr()), 0);
-        libc::munmap(map, len);
-    }
-    (vec.iter().filter(|b| *b & 1 == 1).count(), pages)
-}
-
-/// Takes every page of `path` out of the page cache (they are clean).
-fn evict(path: &Path) {
-    let f = std::fs::File::open(path).unwrap();
-    // SAFETY: an advice on an open descriptor.
-    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    (resident_pages(&f, len), len.div_ceil(4096))
 }
 
 /// Whether this kernel takes uncached reads of a file in `dir`.
@@ -95,7 +69,7 @@ async fn cached_after_a_read(cluster: &Cluster) -> (usize, usize) {
     let files = datafiles(cluster.dir());
     assert!(files.len() >= 2, "a datafile on each server: {files:?}");
     for f in &files {
-        evict(f);
+        evict(&std::fs::File::open(f).unwrap());
     }
     let reader = cluster.uncached_client();
     for i in 0..8 {
