@@ -21,7 +21,6 @@ use tokio::io::{AsyncRead, BufReader};
 use tokio::sync::{oneshot, Notify, Semaphore};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const BUFFER: usize = 256 << 10;
 
 use crate::landing::{Landing, Lent};
 
@@ -159,7 +158,10 @@ impl Connection {
             recalls: recalls.clone(),
             on_recall,
         };
-        tokio::spawn(reader.route(BufReader::with_capacity(BUFFER, read_half)));
+        tokio::spawn(reader.route(BufReader::with_capacity(
+            shoal_net::receive::READ_AHEAD,
+            read_half,
+        )));
         Ok(Connection {
             server,
             addr,

@@ -32,7 +32,6 @@ use tokio::sync::Semaphore;
 
 use crate::service::Service;
 
-const READ_BUFFER: usize = 256 << 10;
 /// How long the rest of a frame may take once its first byte has arrived.
 pub const FRAME_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -80,7 +79,7 @@ async fn serve_connection(
         }
     }
     let (read_half, write_half) = stream.into_split();
-    let mut reader = BufReader::with_capacity(READ_BUFFER, read_half);
+    let mut reader = BufReader::with_capacity(shoal_net::receive::READ_AHEAD, read_half);
     let inflight = service.config.settings.server_inflight as usize;
     let sink = Arc::new(FrameSink::new(write_half));
     let flusher = tokio::spawn({
