@@ -159,7 +159,7 @@ impl Connection {
             on_recall,
         };
         tokio::spawn(reader.route(BufReader::with_capacity(
-            shoal_net::receive::READ_AHEAD,
+            shoal_net::receive::RECEIVE_BUFFER,
             read_half,
         )));
         Ok(Connection {

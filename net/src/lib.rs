@@ -2,8 +2,8 @@
 //! (`shoal-proto`): opening a connection to a server ([`connect`], used by
 //! the client's connections and a server's connections to its peers), the
 //! sending side of a connection ([`sink`], used by the client's connections
-//! and the server's listener), how far the receiving side of those reads
-//! ahead ([`receive`]), TCP keepalive on a server's connections
+//! and the server's listener), how much the receiving side of those buffers
+//! ([`receive`]), TCP keepalive on a server's connections
 //! ([`keepalive`]) and free loopback ports for local clusters ([`ports`],
 //! used by `shoal up` and the test kit).
 

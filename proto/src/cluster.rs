@@ -238,20 +238,24 @@ pub struct Settings {
     /// (`fuse/src/read_streams.rs`). Ahead for four cold readers of 1 MiB
     /// pieces (1.08x-2.01x, `bench/results/stream-reads-on-ab.csv`), but
     /// re-reads of files the page cache would hold go to the servers again
-    /// (5-8x slower) and a first open read in pieces of a few KiB is far
-    /// behind (`bench/results/read-streams-ab.md`), so off by default: 0,
+    /// (5-8x slower; with `uncached_reads`, to their disks) and a first open
+    /// read in pieces of a few KiB is far behind (`bench/results/read-streams-ab.md`), so off by default: 0,
     /// every file is read through the page cache with the kernel's
     /// readahead.
     pub stream_reads: u32,
     /// Server reads of at least this many bytes of a datafile pass through
-    /// the page cache without staying there (`RWF_DONTCACHE`, Linux 6.14+;
-    /// an older kernel, or a file system without it, caches them as any
-    /// other read), so that large streams leave the servers' memory to
-    /// small files and small reads; clients cache what they read
-    /// themselves. Cold streaming reads through the mount 2.11x
-    /// (`bench/results/uncached-reads/`); a large file read again from
-    /// another client comes from the servers' disks again. 0: every read
-    /// stays in the page cache. Default 256 KiB.
+    /// the page cache without staying there (`RWF_DONTCACHE`, asked of Linux
+    /// 6.16 and later; an older kernel, or a file system without it, caches
+    /// them as any other read), so that large streams leave the servers'
+    /// memory to small files and small reads. A read is at most a strip and
+    /// `max_transfer` long, so only strips at least this big qualify. On
+    /// this machine's VM, where a first touch of memory freed long ago costs
+    /// a fault in the host, cold streaming reads through the mount went
+    /// 2.1x-2.2x; where memory is warm the kernel reads ahead less for them
+    /// (0.8x-0.85x), and a large file read again by another client (or
+    /// through `stream_reads`) comes from the servers' disks again
+    /// (`bench/results/uncached-reads/`). 0: every read stays in the page
+    /// cache. Default 256 KiB.
     pub uncached_reads: u32,
     /// Scattered kept writes (a buffer of several extents) go to the
     /// file's gathering server, its metafile's, which merges every
@@ -496,6 +500,10 @@ impl Settings {
         check(
             self.stream_reads <= 64 << 20,
             "stream_reads must be at most 64 MiB",
+        )?;
+        check(
+            self.uncached_reads <= self.max_transfer,
+            "uncached_reads must be at most max_transfer (no read is longer; 0 turns it off)",
         )
     }
 }
@@ -707,6 +715,22 @@ mod tests {
             .unwrap_err();
         assert!(e.message.contains("write_behind"), "{e}");
         assert_eq!(s.write_behind, 8 << 20, "a refused value changes nothing");
+    }
+
+    #[test]
+    fn uncached_reads_longer_than_any_read_are_refused_by_name() {
+        let mut s = Settings::default();
+        s.set("uncached_reads=0").unwrap();
+        s.set(&format!("uncached_reads={}", s.max_transfer))
+            .unwrap();
+        let e = s
+            .set(&format!("uncached_reads={}", s.max_transfer + 1))
+            .unwrap_err();
+        assert!(e.message.contains("uncached_reads"), "{e}");
+        assert_eq!(
+            s.uncached_reads, s.max_transfer,
+            "a refused value changes nothing"
+        );
     }
 
     #[test]

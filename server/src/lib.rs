@@ -33,6 +33,7 @@ pub mod replay;
 pub mod reply_cache;
 pub mod service;
 pub mod stats;
+pub mod uncached;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -79,7 +79,7 @@ async fn serve_connection(
         }
     }
     let (read_half, write_half) = stream.into_split();
-    let mut reader = BufReader::with_capacity(shoal_net::receive::READ_AHEAD, read_half);
+    let mut reader = BufReader::with_capacity(shoal_net::receive::RECEIVE_BUFFER, read_half);
     let inflight = service.config.settings.server_inflight as usize;
     let sink = Arc::new(FrameSink::new(write_half));
     let flusher = tokio::spawn({

@@ -12,19 +12,8 @@
 //! and a frame's payload is not) and the disk reads them from there: no
 //! page cache to fill, nothing left for the fsync but the device's flush.
 //!
-//! Uncached reads: a large read goes through the page cache without staying
-//! there (`RWF_DONTCACHE`, Linux 6.14+): the kernel drops the pages it
-//! brought in for the read once they are copied out, and leaves pages that
-//! were cached before alone. A stream through a server then cycles a few
-//! megabytes of page cache instead of filling gigabytes of it, which on this
-//! machine's VM is what a cold read cost most: sixteen local readers of 2 GiB
-//! just written with O_DIRECT spent 5.4-6.3 s of system time through the
-//! page cache and 0.5-0.7 s uncached, in half the wall time
-//! (`bench/results/uncached-reads/`), because every page the guest touches
-//! for the first time in a while costs a fault in the host. Clients keep
-//! what they read in their own caches; the server's cache is kept for small
-//! files and small reads, which are the ones read again by other clients
-//! (Lustre's `readcache_max_filesize` makes the same split).
+//! Uncached reads: a large read may pass through the page cache without
+//! staying there (`crate::uncached`).
 //!
 //! Write-out: without it, bytes written through the page cache sit there
 //! until the writer's fsync (the kernel starts write-out only once dirty pages pass
@@ -42,10 +31,12 @@ use std::ops::Deref;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use aligned_vec::{AVec, ConstAlign};
+
+use crate::uncached;
 
 /// Bytes written to one local file after which its write-out is started.
 /// Large enough that the disk gets long runs, small enough that a 1 GiB
@@ -62,11 +53,6 @@ pub const DIRECT_MIN: usize = 256 << 10;
 /// The alignment of offset, length and memory a direct write keeps to: the
 /// page size, which every Linux block device and file system accepts.
 pub const DIRECT_ALIGN: usize = 4096;
-
-/// Whether the kernel takes `RWF_DONTCACHE` reads; cleared, for the life of
-/// the process, by the first refusal (an older kernel, or a file system
-/// without it), after which uncached reads are read as any other.
-static UNCACHED_OFFERED: AtomicBool = AtomicBool::new(true);
 
 thread_local! {
     /// The aligned copy of a direct write's bytes, reused by each of the
@@ -116,29 +102,23 @@ impl LocalFile {
 
     /// Up to `len` bytes from `offset`, fewer only at the end of the file,
     /// read into fresh memory without zeroing it first (a MiB of memset
-    /// per read was 2.5% of a streaming read's CPU); with `uncached`, the
-    /// pages the read brings into the page cache leave it again (see the
-    /// module's documentation).
+    /// per read was 2.5% of a streaming read's CPU); `uncached` asks that
+    /// the pages the read brings into the page cache leave it again
+    /// (`crate::uncached`: a request the kernel may not take).
     pub fn read_upto(&self, offset: u64, len: usize, uncached: bool) -> std::io::Result<Vec<u8>> {
         let mut out = Vec::<u8>::with_capacity(len);
         while out.len() < len {
             let done = out.len();
             let at = libc::off_t::try_from(offset + done as u64)
                 .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-            let flags = if uncached && UNCACHED_OFFERED.load(Ordering::Relaxed) {
-                libc::RWF_DONTCACHE
-            } else {
-                0
-            };
+            let flags = uncached::flags(uncached);
             let spare = libc::iovec {
-                // SAFETY: within the spare capacity, which holds `len - done`
-                // bytes past `done`.
-                iov_base: unsafe { out.as_mut_ptr().add(done).cast() },
+                iov_base: out.spare_capacity_mut().as_mut_ptr().cast(),
                 iov_len: len - done,
             };
             // SAFETY: the kernel writes at most `len - done` bytes into the
-            // spare capacity, which holds that many; only the bytes it says
-            // it wrote become part of `out`.
+            // spare capacity, which holds at least that many; only the bytes
+            // it says it wrote become part of `out`.
             let n = unsafe { libc::preadv2(self.file.as_raw_fd(), &spare, 1, at, flags) };
             match n {
                 0 => break,
@@ -146,14 +126,8 @@ impl LocalFile {
                 n if n > 0 => unsafe { out.set_len(done + n as usize) },
                 _ => {
                     let e = std::io::Error::last_os_error();
-                    if flags != 0 && e.raw_os_error() == Some(libc::EOPNOTSUPP) {
-                        if UNCACHED_OFFERED.swap(false, Ordering::Relaxed) {
-                            tracing::info!(
-                                "the kernel or file system refuses uncached reads (RWF_DONTCACHE): \
-                                 large reads stay in the page cache"
-                            );
-                        }
-                    } else if e.kind() != std::io::ErrorKind::Interrupted {
+                    if !uncached::refused(flags, &e) && e.kind() != std::io::ErrorKind::Interrupted
+                    {
                         return Err(e);
                     }
                 }
@@ -230,7 +204,7 @@ impl Deref for LocalFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_tests::page_cache::{evict, resident_pages};
+    use shoal_tests::page_cache::{evict, page_size, resident_pages};
     use std::io::Read;
 
     fn open_rw(path: &Path) -> LocalFile {
@@ -310,13 +284,13 @@ mod tests {
         f.file.write_all_at(&data, 0).unwrap();
         f.sync_all().unwrap();
         evict(&f);
-        assert_eq!(resident_pages(&f, len), 0, "the clean file left the cache");
-
+        let uncached_reads_here = resident_pages(&f, len) == 0 && uncached::offered();
         assert!(f.read_upto(0, len, true).unwrap() == data, "uncached bytes");
-        if !UNCACHED_OFFERED.load(Ordering::Relaxed) {
-            // This kernel or the temporary directory's file system has no
-            // uncached reads: they are read as any other, which is all the
-            // server asks of them there.
+        if !uncached_reads_here || !uncached::offered() {
+            // The temporary directory's file system keeps pages against
+            // advice (tmpfs), or this kernel or file system has no uncached
+            // reads: they are read as any other, which is all the server
+            // asks of them there.
             return;
         }
         assert_eq!(
@@ -326,7 +300,7 @@ mod tests {
         );
         assert!(f.read_upto(0, len, false).unwrap() == data, "cached bytes");
         let cached = resident_pages(&f, len);
-        assert_eq!(cached, len / 4096, "a cached read keeps its pages");
+        assert_eq!(cached, len / page_size(), "a cached read keeps its pages");
         assert!(f.read_upto(0, len, true).unwrap() == data);
         assert_eq!(
             resident_pages(&f, len),

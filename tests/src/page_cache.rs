@@ -4,13 +4,20 @@
 use std::fs::File;
 use std::os::fd::AsRawFd;
 
+/// The size of a page of the page cache.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).expect("a page size")
+}
+
 /// Pages of the first `len` bytes of `file` (which has at least that many)
 /// that are in the page cache, by mincore.
 pub fn resident_pages(file: &File, len: usize) -> usize {
     if len == 0 {
         return 0;
     }
-    let mut vec = vec![0u8; len.div_ceil(4096)];
+    let mut vec = vec![0u8; len.div_ceil(page_size())];
     // SAFETY: a shared read-only mapping of `len` bytes of an open file of
     // at least that length, unmapped before returning; mincore writes one
     // byte per page into `vec`, which holds that many.
