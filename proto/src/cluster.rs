@@ -239,9 +239,9 @@ pub struct Settings {
     /// pieces (1.08x-2.01x, `bench/results/stream-reads-on-ab.csv`), but
     /// re-reads of files the page cache would hold go to the servers again
     /// (5-8x slower; with `uncached_reads`, to their disks) and a first open
-    /// read in pieces of a few KiB is far behind (`bench/results/read-streams-ab.md`), so off by default: 0,
-    /// every file is read through the page cache with the kernel's
-    /// readahead.
+    /// read in pieces of a few KiB is far behind
+    /// (`bench/results/read-streams-ab.md`), so off by default: 0, every
+    /// file is read through the page cache with the kernel's readahead.
     pub stream_reads: u32,
     /// Server reads of at least this many bytes of a datafile pass through
     /// the page cache without staying there (`RWF_DONTCACHE`, asked of Linux

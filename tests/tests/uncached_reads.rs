@@ -42,13 +42,13 @@ fn resident(path: &Path) -> (usize, usize) {
 /// Whether the servers ask for uncached reads here: a kernel they ask it of,
 /// which takes it for a file in `dir`.
 fn kernel_has_uncached_reads(dir: &Path) -> bool {
+    if !shoal_server::uncached::kernel_new_enough() {
+        return false;
+    }
     let path = dir.join("probe");
     std::fs::write(&path, [1u8; 4096]).unwrap();
     let f = std::fs::File::open(&path).unwrap();
     let mut buf = [0u8; 4096];
-    if !shoal_server::uncached::kernel_new_enough() {
-        return false;
-    }
     let iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
