@@ -627,6 +627,11 @@ pub fn access(path: &str, mode: i32) -> Result<()> {
 }
 
 pub fn mkdir(path: &str, mode: u32) -> Result<()> {
+    if path.trim_matches('/').is_empty() {
+        // The root is there already, as mkdir(2) of a mount point answers
+        // (fio makes each directory of its file names, ignoring EEXIST).
+        return Err(err(libc::EEXIST, format!("{path}: file exists")));
+    }
     let s = session()?;
     s.run(async {
         let (dir, name) = resolve_parent(&s.client, path).await?;
