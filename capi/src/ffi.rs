@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use libc::c_char;
 use shoal_client::{Errno, ShoalError};
 
-use crate::held_attrs;
+use crate::{held_attrs, session};
 
 pub type Result<T> = std::result::Result<T, ShoalError>;
 
@@ -54,7 +54,18 @@ pub fn call<T>(name: &str, failed: T, body: impl FnOnce() -> Result<T>) -> T {
 /// [`call`] for the entry points that send a held attribute change
 /// themselves: those that may add to it, and close (which closes even if
 /// sending it fails).
+///
+/// After the process's exit handler sent what was held back
+/// ([`session::exited`]), a call sends what it kept before it returns, and
+/// fails if that fails.
 pub fn call_keeping_held<T>(name: &str, failed: T, body: impl FnOnce() -> Result<T>) -> T {
+    let body = || -> Result<T> {
+        let v = body()?;
+        if session::exited() {
+            session::send_kept()?;
+        }
+        Ok(v)
+    };
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => {

@@ -575,9 +575,9 @@ impl Target<'_> {
     }
 
     /// Runs `f` on the object's handle.
-    pub fn with<T, F>(&self, f: impl FnOnce(Client, Handle) -> F) -> Result<T>
+    pub fn with<T: Send, F>(&self, f: impl FnOnce(Client, Handle) -> F + Send) -> Result<T>
     where
-        F: std::future::Future<Output = shoal_proto::error::Result<T>>,
+        F: std::future::Future<Output = shoal_proto::error::Result<T>> + Send,
     {
         let s = session()?;
         s.run(async {

@@ -15,6 +15,7 @@
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, MutexGuard, Once, RwLock, RwLockWriteGuard};
 
 use shoal_client::{Client, Recalled};
@@ -111,7 +112,7 @@ impl Session {
     }
 
     /// Runs `fut` to completion on the calling thread.
-    pub fn run<T>(&self, fut: impl std::future::Future<Output = T>) -> T {
+    pub fn run<T: Send>(&self, fut: impl std::future::Future<Output = T> + Send) -> T {
         let out = self.run_quietly(fut);
         if let Some(listener) = &self.listener {
             listener.after_call(self);
@@ -120,8 +121,36 @@ impl Session {
     }
 
     /// [`run`](Self::run), without waking the recall listener (its own).
-    pub(crate) fn run_quietly<T>(&self, fut: impl std::future::Future<Output = T>) -> T {
-        self.rt.block_on(fut)
+    ///
+    /// On a thread whose thread-locals are gone, on a thread of its own:
+    /// glibc's exit(3) runs the exiting thread's thread-local destructors
+    /// first, then the program's atexit handlers and stdio's last flush, so a
+    /// handler that writes to a Shoal file, or a stream left open on one,
+    /// calls here after the runtime's context (a thread-local) was dropped,
+    /// where `block_on` would panic and the bytes be lost.
+    pub(crate) fn run_quietly<T: Send>(
+        &self,
+        fut: impl std::future::Future<Output = T> + Send,
+    ) -> T {
+        let gone =
+            tokio::runtime::Handle::try_current().is_err_and(|e| e.is_thread_local_destroyed());
+        if !gone {
+            return self.rt.block_on(fut);
+        }
+        let run = || self.rt.block_on(fut);
+        // SAFETY: the thread is joined before this function returns, so
+        // nothing it borrows (self, the future's captures) ends before it.
+        let thread = unsafe {
+            std::thread::Builder::new()
+                .name("shoal-late".into())
+                .spawn_unchecked(run)
+        };
+        match thread.map(|t| t.join()) {
+            Ok(Ok(out)) => out,
+            // The caller's catch_unwind turns either into EIO.
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(e) => panic!("no thread to finish a call at exit on: {e}"),
+        }
     }
 }
 
@@ -178,26 +207,38 @@ fn ours() -> Option<Arc<Session>> {
     (c.session.pid == std::process::id()).then(|| c.session.clone())
 }
 
+/// Set when the atexit handler below has run.
+static EXITED: AtomicBool = AtomicBool::new(false);
+
+/// Whether [`register_exit_send`]'s handler has run: what a call keeps
+/// after that (a program's own atexit handler registered before the first
+/// Shoal call, stdio's last flush of a stream left open) would never be
+/// sent, so every call then sends it before it returns
+/// ([`crate::ffi::call`]).
+pub fn exited() -> bool {
+    EXITED.load(Ordering::Acquire)
+}
+
+/// [`send_everything`], if anything is held back.
+pub fn send_kept() -> Result<()> {
+    let keeps = ours().is_some_and(|s| s.client.keeps_writes());
+    if keeps || held_attrs::holding() {
+        send_everything()
+    } else {
+        Ok(())
+    }
+}
+
 /// What is held back goes at exit(3) (not at `_exit`, which skips atexit
-/// handlers: a program that ends so calls shoal_flush first).
-///
-/// From a thread of its own: glibc runs the exiting thread's thread-local
-/// destructors before the atexit handlers, so on that thread the runtime's
-/// context (a thread-local) is gone and waiting on it would panic.
+/// handlers: a program that ends so calls shoal_flush first). The exiting
+/// thread's runtime context is gone by then: [`Session::run_quietly`] waits
+/// on a thread of its own.
 fn register_exit_send() {
     static ONCE: Once = Once::new();
     extern "C" fn at_exit() {
-        let keeps = ours().is_some_and(|s| s.client.keeps_writes());
-        if !keeps && !held_attrs::holding() {
-            return;
-        }
-        let sent = std::panic::catch_unwind(|| {
-            std::thread::Builder::new()
-                .name("shoal-exit".into())
-                .spawn(send_everything)
-                .map(|t| t.join())
-        });
-        if !matches!(sent, Ok(Ok(Ok(Ok(()))))) {
+        EXITED.store(true, Ordering::Release);
+        let sent = std::panic::catch_unwind(send_kept);
+        if !matches!(sent, Ok(Ok(()))) {
             eprintln!("libshoal: at exit, sending kept writes or attribute changes failed");
         }
     }
