@@ -1,7 +1,8 @@
 //! open and the calls on an open file's data: close, read, write and their
-//! positioned and vectored forms, lseek, fsync, truncate, and the calls that
-//! would otherwise reach the /dev/null stand-in (sendfile, copy_file_range,
-//! fadvise, fallocate, flock, mmap).
+//! positioned and vectored forms (preadv2/pwritev2, the _FORTIFY_SOURCE
+//! `_chk` twins), lseek, fsync, sync_file_range, syncfs, truncate, and the
+//! hints and allocations that would otherwise reach the /dev/null stand-in
+//! (fadvise, readahead, fallocate, mmap).
 
 use libc::{c_char, c_int, c_uint, c_void, mode_t, off64_t, off_t, size_t, ssize_t};
 
@@ -308,6 +309,94 @@ exported! {
         pwritev_any(fd, iov, n, off);
 }
 
+/// The preadv2/pwritev2 flags served: RWF_HIPRI (polling: a hint), and on
+/// writes RWF_DSYNC and RWF_SYNC (an fdatasync or fsync after the write).
+/// RWF_NOWAIT, RWF_APPEND and any later flag are EOPNOTSUPP, the kernel's
+/// answer for a flag a file does not support.
+const RWF_SERVED: c_int = libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC;
+
+/// preadv2/pwritev2's offset: -1 is the descriptor's own.
+fn v2_offset(off: off64_t) -> Option<off64_t> {
+    (off != -1).then_some(off)
+}
+
+unsafe fn preadv2_any(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    off: off64_t,
+    flags: c_int,
+) -> ssize_t {
+    match state::fd(fd) {
+        // SAFETY: preadv2's contract.
+        Fd::Kernel => unsafe { real::preadv64v2(fd, iov, n, off, flags) },
+        Fd::Shoal(_) if flags & !libc::RWF_HIPRI != 0 => fail(libc::EOPNOTSUPP),
+        // SAFETY: preadv2's contract.
+        Fd::Shoal(s) => unsafe { readv_shoal(s, iov, n, v2_offset(off)) },
+        Fd::Busy => busy(),
+    }
+}
+
+unsafe fn pwritev2_any(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    off: off64_t,
+    flags: c_int,
+) -> ssize_t {
+    match state::fd(fd) {
+        // SAFETY: pwritev2's contract.
+        Fd::Kernel => unsafe { real::pwritev64v2(fd, iov, n, off, flags) },
+        Fd::Shoal(_) if flags & !RWF_SERVED != 0 => fail(libc::EOPNOTSUPP),
+        Fd::Shoal(s) => {
+            // SAFETY: pwritev2's contract.
+            let r = unsafe { writev_shoal(s, iov, n, v2_offset(off)) };
+            let synced = match flags {
+                _ if r < 0 => 0,
+                f if f & libc::RWF_SYNC != 0 => fsync(fd),
+                f if f & libc::RWF_DSYNC != 0 => fdatasync(fd),
+                _ => 0,
+            };
+            if synced < 0 {
+                -1
+            } else {
+                r
+            }
+        }
+        Fd::Busy => busy(),
+    }
+}
+
+exported! {
+    [preadv2, preadv64v2] (fd: c_int, iov: *const libc::iovec, n: c_int, off: off_t, flags: c_int) -> ssize_t =>
+        preadv2_any(fd, iov, n, off, flags);
+    [pwritev2, pwritev64v2] (fd: c_int, iov: *const libc::iovec, n: c_int, off: off_t, flags: c_int) -> ssize_t =>
+        pwritev2_any(fd, iov, n, off, flags);
+}
+
+extern "C" {
+    /// glibc's report of a buffer overflow caught by _FORTIFY_SOURCE: it
+    /// ends the process, as the `_chk` functions would have.
+    fn __chk_fail() -> !;
+}
+
+/// The `_chk` twins that programs built with _FORTIFY_SOURCE call in
+/// place of read and pread: glibc's would reach the kernel with its own
+/// internal call.
+unsafe fn checked(n: size_t, buflen: size_t) {
+    if n > buflen {
+        // SAFETY: no arguments; does not return.
+        unsafe { __chk_fail() }
+    }
+}
+
+exported! {
+    [__read_chk] (fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t =>
+        { checked(n, buflen); read(fd, buf, n) };
+    [__pread_chk, __pread64_chk] (fd: c_int, buf: *mut c_void, n: size_t, off: off64_t, buflen: size_t) -> ssize_t =>
+        { checked(n, buflen); pread_any(fd, buf, n, off) };
+}
+
 fn lseek_any(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
     match state::fd(fd) {
         // SAFETY: lseek's contract.
@@ -350,6 +439,54 @@ pub extern "C" fn fdatasync(fd: c_int) -> c_int {
         Fd::Shoal(s) => serve(Op::Fsync, || shoal::shoal_fdatasync(s)),
         Fd::Busy => busy(),
     }
+}
+
+/// sync_file_range(2): on a Shoal descriptor, asking that the range be
+/// written (SYNC_FILE_RANGE_WRITE or _WAIT_AFTER) sends and waits as
+/// fdatasync does; the range is not narrowed (libshoal syncs a file whole).
+#[no_mangle]
+pub extern "C" fn sync_file_range(fd: c_int, off: off64_t, n: off64_t, flags: c_uint) -> c_int {
+    const ALL: c_uint = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    super::guarded(
+        || -1,
+        || match state::fd(fd) {
+            // SAFETY: plain integers.
+            Fd::Kernel => unsafe { real::sync_file_range(fd, off, n, flags) },
+            Fd::Shoal(_) if flags & !ALL != 0 || off < 0 || n < 0 => fail(libc::EINVAL),
+            Fd::Shoal(_) if flags & !libc::SYNC_FILE_RANGE_WAIT_BEFORE == 0 => 0,
+            Fd::Shoal(s) => serve(Op::Fsync, || shoal::shoal_fdatasync(s)),
+            Fd::Busy => busy(),
+        },
+    )
+}
+
+/// syncfs(2) of a Shoal descriptor: what this process keeps is sent
+/// (`shoal_flush`), and every Shoal file it has open is fsynced (the
+/// file system is all of Shoal; files other processes or clients wrote
+/// are theirs to sync).
+#[no_mangle]
+pub extern "C" fn syncfs(fd: c_int) -> c_int {
+    super::guarded(
+        || -1,
+        || match state::fd(fd) {
+            // SAFETY: a plain integer.
+            Fd::Kernel => unsafe { real::syncfs(fd) },
+            Fd::Shoal(_) => serve(Op::Fsync, || {
+                let mut r = shoal::shoal_flush();
+                for kfd in state::all_fds() {
+                    let sfd = state::with_info(kfd, |i| i.sfd);
+                    if let Some(sfd) = sfd.filter(|_| r == 0) {
+                        // A directory's fsync is a no-op in libshoal.
+                        r = shoal::shoal_fsync(sfd);
+                    }
+                }
+                r
+            }),
+            Fd::Busy => busy(),
+        },
+    )
 }
 
 fn ftruncate_any(fd: c_int, len: off64_t) -> c_int {
@@ -398,114 +535,6 @@ exported! {
     [truncate64] (path: *const c_char, len: off64_t) -> c_int => truncate_any(path, len);
 }
 
-/// Copies up to `n` bytes between two descriptors of which at least one is
-/// Shoal's, through a buffer, with this library's own read/write/pread/
-/// pwrite (so each side goes where it belongs). `off_*` as sendfile and
-/// copy_file_range take them: NULL means the descriptor's offset.
-unsafe fn copy_through(
-    inp: c_int,
-    off_in: *mut off64_t,
-    out: c_int,
-    off_out: *mut off64_t,
-    n: size_t,
-) -> ssize_t {
-    const CHUNK: usize = 1 << 20;
-    let mut buf = vec![0u8; n.min(CHUNK)];
-    let mut done: usize = 0;
-    while done < n {
-        let want = (n - done).min(buf.len());
-        let p = buf.as_mut_ptr() as *mut c_void;
-        // SAFETY: our buffer; the offsets are the caller's.
-        let got = unsafe {
-            if off_in.is_null() {
-                read(inp, p, want)
-            } else {
-                pread64(inp, p, want, *off_in)
-            }
-        };
-        if got < 0 {
-            return if done > 0 { done as ssize_t } else { -1 };
-        }
-        if got == 0 {
-            break;
-        }
-        let mut put = 0usize;
-        while put < got as usize {
-            let q = buf[put..].as_ptr() as *const c_void;
-            let len = got as usize - put;
-            // SAFETY: our buffer; the offsets are the caller's.
-            let w = unsafe {
-                if off_out.is_null() {
-                    write(out, q, len)
-                } else {
-                    pwrite64(out, q, len, *off_out + put as off64_t)
-                }
-            };
-            if w <= 0 {
-                return if done + put > 0 {
-                    (done + put) as ssize_t
-                } else {
-                    -1
-                };
-            }
-            put += w as usize;
-        }
-        // SAFETY: the caller's offsets, advanced as the calls promise.
-        unsafe {
-            if !off_in.is_null() {
-                *off_in += got as off64_t;
-            }
-            if !off_out.is_null() {
-                *off_out += got as off64_t;
-            }
-        }
-        done += got as usize;
-        if (got as usize) < want {
-            break;
-        }
-    }
-    done as ssize_t
-}
-
-unsafe fn sendfile_any(out: c_int, inp: c_int, off: *mut off64_t, n: size_t) -> ssize_t {
-    if state::is_ours(out) || state::is_ours(inp) {
-        // SAFETY: sendfile's contract.
-        unsafe { copy_through(inp, off, out, std::ptr::null_mut(), n) }
-    } else {
-        // SAFETY: sendfile's contract.
-        unsafe { real::sendfile64(out, inp, off, n) }
-    }
-}
-
-exported! {
-    [sendfile] (out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t => sendfile_any(out, inp, off as *mut off64_t, n);
-}
-
-exported! {
-    [sendfile64] (out: c_int, inp: c_int, off: *mut off64_t, n: size_t) -> ssize_t => sendfile_any(out, inp, off, n);
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn copy_file_range(
-    inp: c_int,
-    off_in: *mut off64_t,
-    out: c_int,
-    off_out: *mut off64_t,
-    n: size_t,
-    flags: c_uint,
-) -> ssize_t {
-    if state::is_ours(out) || state::is_ours(inp) {
-        if flags != 0 {
-            return fail(libc::EINVAL);
-        }
-        // SAFETY: copy_file_range's contract.
-        unsafe { copy_through(inp, off_in, out, off_out, n) }
-    } else {
-        // SAFETY: copy_file_range's contract.
-        unsafe { real::copy_file_range(inp, off_in, out, off_out, n, flags) }
-    }
-}
-
 fn fadvise_any(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int {
     if state::is_ours(fd) {
         0
@@ -516,11 +545,27 @@ fn fadvise_any(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int {
 }
 
 exported! {
-    [posix_fadvise] (fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int => fadvise_any(fd, off, len, advice);
+    [posix_fadvise] (fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int => fadvise_any(fd, off, len, advice), else libc::EIO;
 }
 
 exported! {
-    [posix_fadvise64] (fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int => fadvise_any(fd, off, len, advice);
+    [posix_fadvise64] (fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int => fadvise_any(fd, off, len, advice), else libc::EIO;
+}
+
+/// readahead(2) of a Shoal descriptor: a hint, accepted (libshoal reads
+/// ahead on its own when reads are sequential).
+#[no_mangle]
+pub extern "C" fn readahead(fd: c_int, off: off64_t, n: size_t) -> ssize_t {
+    super::guarded(
+        || -1,
+        || match state::fd(fd) {
+            // SAFETY: plain integers.
+            Fd::Kernel => unsafe { real::readahead(fd, off, n) },
+            Fd::Shoal(_) if off < 0 => fail(libc::EINVAL),
+            Fd::Shoal(_) => 0,
+            Fd::Busy => busy(),
+        },
+    )
 }
 
 /// Grows Shoal file `s` to at least `end` bytes (what allocating means on
@@ -573,23 +618,11 @@ fn posix_fallocate_any(fd: c_int, off: off64_t, len: off64_t) -> c_int {
 }
 
 exported! {
-    [posix_fallocate] (fd: c_int, off: off_t, len: off_t) -> c_int => posix_fallocate_any(fd, off, len);
+    [posix_fallocate] (fd: c_int, off: off_t, len: off_t) -> c_int => posix_fallocate_any(fd, off, len), else libc::EIO;
 }
 
 exported! {
-    [posix_fallocate64] (fd: c_int, off: off64_t, len: off64_t) -> c_int => posix_fallocate_any(fd, off, len);
-}
-
-/// flock(2): on Shoal's descriptors, a whole-file lock for the whole
-/// cluster (libshoal's `shoal_flock`).
-#[no_mangle]
-pub extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
-    match state::fd(fd) {
-        Fd::Shoal(s) => serve(Op::Lock, || shoal::shoal_flock(s, op)),
-        Fd::Busy => busy(),
-        // SAFETY: plain integers.
-        Fd::Kernel => unsafe { real::flock(fd, op) },
-    }
+    [posix_fallocate64] (fd: c_int, off: off64_t, len: off64_t) -> c_int => posix_fallocate_any(fd, off, len), else libc::EIO;
 }
 
 /// mmap of a Shoal file: a private copy of its bytes (read with pread into
