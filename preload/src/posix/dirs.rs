@@ -13,7 +13,7 @@ use super::files::{busy, close_ours, open_target};
 use crate::cache;
 use crate::listed::Batch;
 use crate::real;
-use crate::state::{self, fail, serve, Fd, Where};
+use crate::state::{self, fail, serve, Fd, Target, Where};
 use crate::stats::Op;
 
 /// A directory stream of the library's; a `DIR *` points at one.
@@ -108,18 +108,21 @@ fn stream(kfd: c_int) -> *mut DIR {
     d
 }
 
+/// A stream on Shoal directory `t`, or NULL and errno.
+fn stream_of(t: &Target) -> *mut DIR {
+    let kfd = open_target(t, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0);
+    if kfd < 0 {
+        return std::ptr::null_mut();
+    }
+    stream(kfd)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
     // SAFETY: opendir's contract.
     let w = unsafe { state::classify_at(libc::AT_FDCWD, path) };
     match w {
-        Where::Shoal(t) => {
-            let kfd = open_target(&t, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0);
-            if kfd < 0 {
-                return std::ptr::null_mut();
-            }
-            stream(kfd)
-        }
+        Where::Shoal(t) => stream_of(&t),
         Where::Fail(e) => {
             state::set_errno(e);
             std::ptr::null_mut()
@@ -424,4 +427,143 @@ pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> s
         _ if no_room => fail(libc::EINVAL),
         _ => used as ssize_t,
     }
+}
+
+/// getdirentries(3): getdents64, with `*basep` set (glibc's would call
+/// its internal getdents64). A Shoal listing has no position but its start,
+/// the one lseek can return to: `*basep` is 0.
+unsafe fn getdirentries_any(fd: c_int, buf: *mut c_char, n: size_t, basep: *mut i64) -> ssize_t {
+    if !state::is_ours(fd) {
+        // SAFETY: getdirentries's contract.
+        return unsafe { real::getdirentries64(fd, buf, n, basep) };
+    }
+    if !basep.is_null() {
+        // SAFETY: the caller's offset.
+        unsafe { *basep = 0 };
+    }
+    // SAFETY: getdents64's contract.
+    unsafe { getdents64(fd, buf as *mut c_void, n) }
+}
+
+exported! {
+    [getdirentries, getdirentries64] (fd: c_int, buf: *mut c_char, n: size_t, basep: *mut i64) -> ssize_t =>
+        getdirentries_any(fd, buf, n, basep);
+}
+
+type Select = Option<unsafe extern "C" fn(*const libc::dirent64) -> c_int>;
+type Compare =
+    Option<unsafe extern "C" fn(*mut *const libc::dirent64, *mut *const libc::dirent64) -> c_int>;
+
+/// scandir(3) of a Shoal directory (glibc's opens and reads it with its
+/// internal calls): listed with this library's stream, each entry `select`
+/// keeps copied into memory of the program's malloc (which it frees),
+/// sorted with `compare` as glibc sorts (qsort).
+unsafe fn scan(
+    d: *mut DIR,
+    list: *mut *mut *mut libc::dirent64,
+    select: Select,
+    compare: Compare,
+) -> c_int {
+    let mut kept: Vec<*mut libc::dirent64> = Vec::new();
+    let free_all = |kept: &[*mut libc::dirent64]| {
+        // SAFETY: each was malloc'd below.
+        kept.iter()
+            .for_each(|&e| unsafe { libc::free(e as *mut c_void) });
+    };
+    let size = std::mem::size_of::<libc::dirent64>();
+    loop {
+        state::set_errno(0);
+        // SAFETY: one of our streams.
+        let e = unsafe { readdir_any(d) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: the program's filter, given the entry readdir gave.
+        if select.is_some_and(|f| unsafe { f(e) } == 0) {
+            continue;
+        }
+        // SAFETY: a copy of the entry in memory of the program's malloc.
+        let copy = unsafe { libc::malloc(size) } as *mut libc::dirent64;
+        if copy.is_null() {
+            free_all(&kept);
+            return fail(libc::ENOMEM);
+        }
+        // SAFETY: both hold one dirent64.
+        unsafe { std::ptr::copy_nonoverlapping(e, copy, 1) };
+        kept.push(copy);
+    }
+    let e = state::errno();
+    if e != 0 {
+        free_all(&kept);
+        return fail(e);
+    }
+    let bytes = kept.len().max(1) * std::mem::size_of::<*mut libc::dirent64>();
+    // SAFETY: the array the program frees.
+    let array = unsafe { libc::malloc(bytes) } as *mut *mut libc::dirent64;
+    if array.is_null() {
+        free_all(&kept);
+        return fail(libc::ENOMEM);
+    }
+    // SAFETY: room for kept.len() pointers.
+    unsafe { std::ptr::copy_nonoverlapping(kept.as_ptr(), array, kept.len()) };
+    if let Some(cmp) = compare {
+        // SAFETY: qsort calls the program's comparison with pointers to
+        // two elements, as scandir's contract has it.
+        unsafe {
+            libc::qsort(
+                array as *mut c_void,
+                kept.len(),
+                std::mem::size_of::<*mut libc::dirent64>(),
+                Some(std::mem::transmute::<
+                    unsafe extern "C" fn(
+                        *mut *const libc::dirent64,
+                        *mut *const libc::dirent64,
+                    ) -> c_int,
+                    unsafe extern "C" fn(*const c_void, *const c_void) -> c_int,
+                >(cmp)),
+            )
+        };
+    }
+    // SAFETY: the caller's result pointer.
+    unsafe { *list = array };
+    kept.len() as c_int
+}
+
+unsafe fn scandirat_any(
+    dirfd: c_int,
+    path: *const c_char,
+    list: *mut *mut *mut libc::dirent64,
+    select: Select,
+    compare: Compare,
+) -> c_int {
+    // SAFETY: scandir's contract.
+    let w = unsafe { state::classify_at(dirfd, path) };
+    match w {
+        Where::Shoal(t) => {
+            let d = stream_of(&t);
+            if d.is_null() {
+                return -1;
+            }
+            // SAFETY: our stream; the caller's pointers.
+            let n = unsafe { scan(d, list, select, compare) };
+            let e = state::errno();
+            // SAFETY: our stream.
+            unsafe { closedir(d) };
+            state::set_errno(e);
+            n
+        }
+        Where::Fail(e) => fail(e),
+        Where::Kernel(_) => {
+            let (d, p) = w.kernel_args(dirfd, path);
+            // SAFETY: scandirat's contract.
+            unsafe { real::scandirat64(d, p, list, select, compare) }
+        }
+    }
+}
+
+exported! {
+    [scandir, scandir64] (path: *const c_char, list: *mut *mut *mut libc::dirent64, select: Select, compare: Compare) -> c_int =>
+        scandirat_any(libc::AT_FDCWD, path, list, select, compare);
+    [scandirat, scandirat64] (dirfd: c_int, path: *const c_char, list: *mut *mut *mut libc::dirent64, select: Select, compare: Compare) -> c_int =>
+        scandirat_any(dirfd, path, list, select, compare);
 }

@@ -383,7 +383,7 @@ extern "C" {
 /// The `_chk` twins that programs built with _FORTIFY_SOURCE call in
 /// place of read and pread: glibc's would reach the kernel with its own
 /// internal call.
-unsafe fn checked(n: size_t, buflen: size_t) {
+pub(crate) unsafe fn checked(n: size_t, buflen: size_t) {
     if n > buflen {
         // SAFETY: no arguments; does not return.
         unsafe { __chk_fail() }

@@ -890,3 +890,163 @@ statfs_calls!(
     statvfs64,
     fstatvfs64
 );
+
+// ---------------------------------------------------------------- more names
+
+/// mknod and mkfifo: Shoal has no device or FIFO nodes of libshoal's own;
+/// on a mount the kernel makes them there, through the mount (so each is
+/// made at the local path the library resolved, relative paths from a
+/// Shoal directory included); under a bare SHOAL_PREFIX they are EPERM
+/// ("the file system does not support the type of node requested").
+unsafe fn mknodat_any(dirfd: c_int, path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int {
+    // SAFETY: mknodat's contract.
+    unsafe {
+        at(
+            dirfd,
+            path,
+            |t| match std::ffi::CString::new(t.local.clone()) {
+                Ok(local) if t.mounted => {
+                    cache::clear();
+                    real::mknodat(libc::AT_FDCWD, local.as_ptr(), mode, dev)
+                }
+                _ => fail(libc::EPERM),
+            },
+            |d, p| real::mknodat(d, p, mode, dev),
+        )
+    }
+}
+
+exported! {
+    [mknod] (path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int => mknodat_any(libc::AT_FDCWD, path, mode, dev);
+    [mknodat] (dirfd: c_int, path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int => mknodat_any(dirfd, path, mode, dev);
+    [mkfifo] (path: *const c_char, mode: mode_t) -> c_int => mknodat_any(libc::AT_FDCWD, path, mode | libc::S_IFIFO, 0);
+    [mkfifoat] (dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int => mknodat_any(dirfd, path, mode | libc::S_IFIFO, 0);
+}
+
+/// remove(3), as glibc's: unlink, and rmdir if that says it is a
+/// directory (glibc's would call its internal unlink).
+unsafe fn remove_any(path: *const c_char) -> c_int {
+    // SAFETY: remove's contract.
+    let r = unsafe { unlinkat_any(libc::AT_FDCWD, path, 0) };
+    if r < 0 && state::errno() == libc::EISDIR {
+        // SAFETY: as above.
+        return unsafe { unlinkat_any(libc::AT_FDCWD, path, libc::AT_REMOVEDIR) };
+    }
+    r
+}
+
+exported! {
+    [remove] (path: *const c_char) -> c_int => remove_any(path);
+    [lchmod] (path: *const c_char, mode: mode_t) -> c_int => fchmodat_any(libc::AT_FDCWD, path, mode, libc::AT_SYMLINK_NOFOLLOW);
+    [__readlink_chk] (path: *const c_char, buf: *mut c_char, size: size_t, buflen: size_t) -> ssize_t =>
+        { super::files::checked(size, buflen); readlinkat_any(libc::AT_FDCWD, path, buf, size) };
+    [__readlinkat_chk] (dirfd: c_int, path: *const c_char, buf: *mut c_char, size: size_t, buflen: size_t) -> ssize_t =>
+        { super::files::checked(size, buflen); readlinkat_any(dirfd, path, buf, size) };
+}
+
+/// futimesat(2): utimes relative to a directory descriptor (NULL path: of
+/// the descriptor itself).
+unsafe fn futimesat_any(dirfd: c_int, path: *const c_char, tv: *const libc::timeval) -> c_int {
+    // SAFETY: the caller's timevals.
+    let ts = unsafe { timespecs(tv) };
+    let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+    if path.is_null() {
+        // SAFETY: futimens's contract.
+        return unsafe { futimens_any(dirfd, p) };
+    }
+    // SAFETY: utimensat's contract.
+    unsafe { utimensat(dirfd, path, p, 0) }
+}
+
+exported! {
+    [futimesat] (dirfd: c_int, path: *const c_char, tv: *const libc::timeval) -> c_int => futimesat_any(dirfd, path, tv);
+}
+
+/// pathconf/fpathconf on Shoal: the limits glibc gives for a Linux file
+/// system it has no table for (its own would ask the kernel's statfs of the
+/// path or stand-in), with Shoal's name length.
+fn shoal_pathconf(name: c_int) -> libc::c_long {
+    match name {
+        libc::_PC_LINK_MAX => 127,
+        libc::_PC_NAME_MAX => 255,
+        libc::_PC_PATH_MAX => libc::PATH_MAX as libc::c_long,
+        libc::_PC_PIPE_BUF => libc::PIPE_BUF as libc::c_long,
+        libc::_PC_CHOWN_RESTRICTED | libc::_PC_NO_TRUNC | libc::_PC_2_SYMLINKS => 1,
+        libc::_PC_VDISABLE => 0,
+        libc::_PC_FILESIZEBITS => 64,
+        libc::_PC_MAX_CANON | libc::_PC_MAX_INPUT => 255,
+        // No limit, or not known: -1 with errno unchanged, as POSIX asks.
+        libc::_PC_SYNC_IO
+        | libc::_PC_ASYNC_IO
+        | libc::_PC_PRIO_IO
+        | libc::_PC_SOCK_MAXBUF
+        | libc::_PC_REC_INCR_XFER_SIZE
+        | libc::_PC_REC_MAX_XFER_SIZE
+        | libc::_PC_REC_MIN_XFER_SIZE
+        | libc::_PC_REC_XFER_ALIGN
+        | libc::_PC_SYMLINK_MAX => -1,
+        libc::_PC_ALLOC_SIZE_MIN => 4096,
+        _ => fail(libc::EINVAL),
+    }
+}
+
+exported! {
+    [pathconf] (path: *const c_char, name: c_int) -> libc::c_long =>
+        at(libc::AT_FDCWD, path, |_| shoal_pathconf(name), |_, p| real::pathconf(p, name));
+    [fpathconf] (fd: c_int, name: c_int) -> libc::c_long => match state::fd(fd) {
+        Fd::Kernel => real::fpathconf(fd, name),
+        Fd::Shoal(_) => shoal_pathconf(name),
+        Fd::Busy => busy(),
+    };
+}
+
+/// isfdtype(3): whether `fd` is of file type `kind` (S_IFREG & co).
+fn isfdtype_any(fd: c_int, kind: c_int) -> c_int {
+    if !state::is_ours(fd) {
+        // SAFETY: plain integers.
+        return unsafe { real::isfdtype(fd, kind) };
+    }
+    // SAFETY: a zeroed stat is valid; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if fstat_any(fd, &mut st) < 0 {
+        return -1;
+    }
+    (st.st_mode & libc::S_IFMT == kind as mode_t) as c_int
+}
+
+/// name_to_handle_at(2) of a Shoal path or descriptor: EOPNOTSUPP, "the
+/// file system does not support decoding of a path name to a file handle"
+/// (programs such as `tar --xattrs` and systemd then go by path). A handle
+/// given to open_by_handle_at with a Shoal descriptor cannot be Shoal's:
+/// ESTALE.
+unsafe fn name_to_handle_at_any(
+    dirfd: c_int,
+    path: *const c_char,
+    handle: *mut c_void,
+    mount_id: *mut c_int,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the call's path.
+    if unsafe { empty_path(path, flags) } && state::is_ours(dirfd) {
+        return fail(libc::EOPNOTSUPP);
+    }
+    // SAFETY: name_to_handle_at's contract.
+    unsafe {
+        at(
+            dirfd,
+            path,
+            |_| fail(libc::EOPNOTSUPP),
+            |d, p| real::name_to_handle_at(d, p, handle, mount_id, flags),
+        )
+    }
+}
+
+exported! {
+    [isfdtype] (fd: c_int, kind: c_int) -> c_int => isfdtype_any(fd, kind);
+    [name_to_handle_at] (dirfd: c_int, path: *const c_char, handle: *mut c_void, mount_id: *mut c_int, flags: c_int) -> c_int =>
+        name_to_handle_at_any(dirfd, path, handle, mount_id, flags);
+    [open_by_handle_at] (mount_fd: c_int, handle: *mut c_void, flags: c_int) -> c_int => match state::is_ours(mount_fd) {
+        true => fail(libc::ESTALE),
+        false => real::open_by_handle_at(mount_fd, handle, flags),
+    };
+}

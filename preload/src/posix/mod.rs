@@ -90,6 +90,8 @@ mod files;
 mod ioctl;
 mod locks;
 mod meta;
+mod not_files;
+mod printf;
 mod process;
 mod stdio;
 mod temp;

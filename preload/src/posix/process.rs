@@ -573,3 +573,70 @@ pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
     after_failed_exec(replaced);
     r
 }
+
+exported! {
+    [__getcwd_chk] (buf: *mut c_char, size: size_t, buflen: size_t) -> *mut c_char =>
+        { super::files::checked(size, buflen); getcwd(buf, size) };
+}
+
+/// execveat(2): a Shoal directory descriptor is resolved to its local
+/// path first (the kernel could not walk from its stand-in), then exec'd
+/// as execve does it; AT_EMPTY_PATH on a Shoal descriptor is fexecve.
+unsafe fn execveat_any(
+    dirfd: c_int,
+    path: *const c_char,
+    argv: Argv,
+    envp: Argv,
+    flags: c_int,
+) -> c_int {
+    if !state::is_ours(dirfd) {
+        // SAFETY: execveat's contract.
+        return unsafe { real::execveat(dirfd, path, argv, envp, flags) };
+    }
+    // SAFETY: the call's path, read only if not NULL.
+    if flags & libc::AT_EMPTY_PATH != 0 && !path.is_null() && unsafe { *path } == 0 {
+        // SAFETY: fexecve's contract.
+        return unsafe { fexecve(dirfd, argv, envp) };
+    }
+    // SAFETY: the call's path.
+    let w = unsafe { state::classify_at(dirfd, path) };
+    let local = match w {
+        Where::Shoal(t) => std::ffi::CString::new(t.local).ok(),
+        Where::Kernel(Some(abs)) => Some(abs),
+        Where::Kernel(None) => None,
+        Where::Fail(e) => return fail(e),
+    };
+    match local {
+        // SAFETY: execve's contract; a NUL-terminated path.
+        Some(p) => unsafe { execve(p.as_ptr(), argv, envp) },
+        // SAFETY: execveat's contract (an absolute path: dirfd unused).
+        None => unsafe { real::execveat(dirfd, path, argv, envp, flags) },
+    }
+}
+
+exported! {
+    [execveat] (dirfd: c_int, path: *const c_char, argv: Argv, envp: Argv, flags: c_int) -> c_int =>
+        execveat_any(dirfd, path, argv, envp, flags);
+}
+
+// posix_spawn's file actions run in the child with glibc's internal calls:
+// a Shoal descriptor there would be its stand-in. A dup2 of one, an fchdir
+// to one, or one as the child's terminal is refused as a descriptor the
+// child cannot have (EBADF, returned); addopen of a path reaches the mount.
+exported! {
+    [posix_spawn_file_actions_adddup2] (fa: *mut libc::posix_spawn_file_actions_t, fd: c_int, to: c_int) -> c_int =>
+        match state::is_ours(fd) {
+            true => libc::EBADF,
+            false => real::posix_spawn_file_actions_adddup2(fa, fd, to),
+        }, else libc::EIO;
+    [posix_spawn_file_actions_addfchdir_np] (fa: *mut libc::posix_spawn_file_actions_t, fd: c_int) -> c_int =>
+        match state::is_ours(fd) {
+            true => libc::EBADF,
+            false => real::posix_spawn_file_actions_addfchdir_np(fa, fd),
+        }, else libc::EIO;
+    [posix_spawn_file_actions_addtcsetpgrp_np] (fa: *mut libc::posix_spawn_file_actions_t, fd: c_int) -> c_int =>
+        match state::is_ours(fd) {
+            true => libc::EBADF,
+            false => real::posix_spawn_file_actions_addtcsetpgrp_np(fa, fd),
+        }, else libc::EIO;
+}
