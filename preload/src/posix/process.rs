@@ -327,8 +327,10 @@ fn fcntl_any(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
             // SAFETY: fcntl's contract: a struct flock (libshoal checks null).
             unsafe { shoal::shoal_fcntl_lock(s, cmd, arg as *mut libc::flock) }
         }),
-        // SAFETY: fcntl's contract; answered by the stand-in.
-        _ => unsafe { real::fcntl64(fd, cmd, arg) },
+        // Leases, dnotify, seals, pipe sizes, signal ownership, hints:
+        // nothing a Shoal file has. EINVAL, "not recognized", rather than
+        // the stand-in's answer.
+        _ => fail(libc::EINVAL),
     }
 }
 
