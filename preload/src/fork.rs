@@ -49,35 +49,60 @@ thread_local! {
 // the locks are then let go at once rather than the process aborted in a
 // handler.
 extern "C" fn before_fork() {
-    let mut others = crate::state::hold_for_fork();
-    others.extend(crate::posix::hold_for_fork());
-    others.push(crate::statahead::hold_for_fork());
-    let held = Held {
-        cache: cache::hold_for_fork(),
-        others,
-    };
-    let _ = HELD.try_with(|h| *h.borrow_mut() = Some(held));
+    crate::unwind::guarded(
+        || (),
+        || {
+            let mut others = crate::state::hold_for_fork();
+            others.extend(crate::posix::hold_for_fork());
+            others.push(crate::statahead::hold_for_fork());
+            let held = Held {
+                cache: cache::hold_for_fork(),
+                others,
+            };
+            let _ = HELD.try_with(|h| *h.borrow_mut() = Some(held));
+        },
+    )
 }
 
 extern "C" fn after_fork_in_parent() {
-    let _ = HELD.try_with(|h| h.borrow_mut().take());
+    crate::unwind::guarded(
+        || (),
+        || {
+            let _ = HELD.try_with(|h| h.borrow_mut().take());
+        },
+    )
 }
 
 extern "C" fn after_fork_in_child() {
-    crate::state::owned_here();
-    if let Ok(Some(held)) = HELD.try_with(|h| h.borrow_mut().take()) {
-        held.cache.empty_in_child();
-        drop(held.others);
-    }
+    crate::unwind::guarded(
+        || (),
+        || {
+            crate::state::owned_here();
+            if let Ok(Some(held)) = HELD.try_with(|h| h.borrow_mut().take()) {
+                held.cache.empty_in_child();
+                drop(held.others);
+            }
+        },
+    )
 }
 
 extern "C" fn before_fork_connecting() {
-    let held = crate::state::hold_connecting_for_fork();
-    let _ = CONNECTING.try_with(|h| *h.borrow_mut() = Some(held));
+    crate::unwind::guarded(
+        || (),
+        || {
+            let held = crate::state::hold_connecting_for_fork();
+            let _ = CONNECTING.try_with(|h| *h.borrow_mut() = Some(held));
+        },
+    )
 }
 
 extern "C" fn after_fork_connecting() {
-    let _ = CONNECTING.try_with(|h| h.borrow_mut().take());
+    crate::unwind::guarded(
+        || (),
+        || {
+            let _ = CONNECTING.try_with(|h| h.borrow_mut().take());
+        },
+    )
 }
 
 /// Installs the handlers, libshoal's between the library's two (once, when

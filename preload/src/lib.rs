@@ -38,6 +38,7 @@ mod real;
 mod statahead;
 mod state;
 mod stats;
+mod unwind;
 
 use std::ffi::OsString;
 use std::sync::OnceLock;
@@ -46,6 +47,10 @@ static STATS_FILE: OnceLock<OsString> = OnceLock::new();
 
 /// Runs when the library is loaded, before `main`.
 extern "C" fn start() {
+    unwind::guarded(|| (), start_library)
+}
+
+fn start_library() {
     if let Some(file) = std::env::var_os("SHOAL_STATS").filter(|f| !f.is_empty()) {
         let _ = STATS_FILE.set(file);
         stats::enable();
@@ -80,6 +85,10 @@ fn command() -> String {
 
 /// At exit: appends this process's table to SHOAL_STATS.
 extern "C" fn write_stats() {
+    unwind::guarded(|| (), append_stats)
+}
+
+fn append_stats() {
     let _g = state::Guard::enter();
     let Some(file) = STATS_FILE.get() else {
         return;

@@ -120,9 +120,14 @@ pub fn enabled() -> bool {
 
 /// Forgets every count (a forked child starts its own table).
 pub extern "C" fn reset() {
-    for c in &COUNTERS {
-        c.reset();
-    }
+    crate::unwind::guarded(
+        || (),
+        || {
+            for c in &COUNTERS {
+                c.reset();
+            }
+        },
+    )
 }
 
 /// Calls counted so far.

@@ -106,16 +106,18 @@ pub unsafe extern "C" fn copy_file_range(
     n: size_t,
     flags: c_uint,
 ) -> ssize_t {
-    if state::is_ours(out) || state::is_ours(inp) {
-        if flags != 0 {
-            return fail(libc::EINVAL);
+    super::guarded(<ssize_t as super::Failed>::failed, || {
+        if state::is_ours(out) || state::is_ours(inp) {
+            if flags != 0 {
+                return fail(libc::EINVAL);
+            }
+            // SAFETY: copy_file_range's contract.
+            unsafe { copy_through(inp, off_in, out, off_out, n) }
+        } else {
+            // SAFETY: copy_file_range's contract.
+            unsafe { real::copy_file_range(inp, off_in, out, off_out, n, flags) }
         }
-        // SAFETY: copy_file_range's contract.
-        unsafe { copy_through(inp, off_in, out, off_out, n) }
-    } else {
-        // SAFETY: copy_file_range's contract.
-        unsafe { real::copy_file_range(inp, off_in, out, off_out, n, flags) }
-    }
+    })
 }
 
 /// splice(2): EINVAL on a Shoal descriptor ("the target file system does

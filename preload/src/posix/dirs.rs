@@ -119,45 +119,49 @@ fn stream_of(t: &Target) -> *mut DIR {
 
 #[no_mangle]
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
-    // SAFETY: opendir's contract.
-    let w = unsafe { state::classify_at(libc::AT_FDCWD, path) };
-    match w {
-        Where::Shoal(t) => stream_of(&t),
-        Where::Fail(e) => {
-            state::set_errno(e);
-            std::ptr::null_mut()
+    super::guarded(<*mut DIR as super::Failed>::failed, || {
+        // SAFETY: opendir's contract.
+        let w = unsafe { state::classify_at(libc::AT_FDCWD, path) };
+        match w {
+            Where::Shoal(t) => stream_of(&t),
+            Where::Fail(e) => {
+                state::set_errno(e);
+                std::ptr::null_mut()
+            }
+            Where::Kernel(_) => {
+                let (_, p) = w.kernel_args(libc::AT_FDCWD, path);
+                // SAFETY: opendir's contract.
+                unsafe { real::opendir(p) }
+            }
         }
-        Where::Kernel(_) => {
-            let (_, p) = w.kernel_args(libc::AT_FDCWD, path);
-            // SAFETY: opendir's contract.
-            unsafe { real::opendir(p) }
-        }
-    }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
-    match state::fd(fd) {
-        // SAFETY: fdopendir's contract.
-        Fd::Kernel => unsafe { real::fdopendir(fd) },
-        Fd::Shoal(s) => {
-            // SAFETY: a zeroed stat is valid.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            // SAFETY: our own struct.
-            if serve(Op::Stat, || unsafe { shoal::shoal_fstat(s, &mut st) }) < 0 {
-                return std::ptr::null_mut();
+    super::guarded(<*mut DIR as super::Failed>::failed, || {
+        match state::fd(fd) {
+            // SAFETY: fdopendir's contract.
+            Fd::Kernel => unsafe { real::fdopendir(fd) },
+            Fd::Shoal(s) => {
+                // SAFETY: a zeroed stat is valid.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: our own struct.
+                if serve(Op::Stat, || unsafe { shoal::shoal_fstat(s, &mut st) }) < 0 {
+                    return std::ptr::null_mut();
+                }
+                if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                    state::set_errno(libc::ENOTDIR);
+                    return std::ptr::null_mut();
+                }
+                stream(fd)
             }
-            if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-                state::set_errno(libc::ENOTDIR);
-                return std::ptr::null_mut();
+            Fd::Busy => {
+                state::set_errno(libc::EIO);
+                std::ptr::null_mut()
             }
-            stream(fd)
         }
-        Fd::Busy => {
-            state::set_errno(libc::EIO);
-            std::ptr::null_mut()
-        }
-    }
+    })
 }
 
 /// Entries asked of libshoal per call: at first, and by a stream that has
@@ -280,91 +284,105 @@ unsafe fn readdir_any(d: *mut DIR) -> *mut libc::dirent64 {
 
 #[no_mangle]
 pub unsafe extern "C" fn readdir(d: *mut DIR) -> *mut libc::dirent64 {
-    // SAFETY: readdir's contract (dirent and dirent64 are one layout here).
-    unsafe { readdir_any(d) }
+    super::guarded(<*mut libc::dirent64 as super::Failed>::failed, || {
+        // SAFETY: readdir's contract (dirent and dirent64 are one layout here).
+        unsafe { readdir_any(d) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn readdir64(d: *mut DIR) -> *mut libc::dirent64 {
-    // SAFETY: readdir's contract.
-    unsafe { readdir_any(d) }
+    super::guarded(<*mut libc::dirent64 as super::Failed>::failed, || {
+        // SAFETY: readdir's contract.
+        unsafe { readdir_any(d) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn closedir(d: *mut DIR) -> c_int {
-    if !ours(d) {
-        // SAFETY: closedir's contract.
-        return unsafe { real::closedir(d) };
-    }
-    DIRS.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_mut()
-        .map(|s| s.remove(&(d as usize)));
-    let _ = LAST_FOUND.compare_exchange(d as usize, 0, Ordering::AcqRel, Ordering::Acquire);
-    DIRS_OPEN.fetch_sub(1, Ordering::AcqRel);
-    // SAFETY: made by Box::into_raw in stream(), removed from DIRS above so
-    // freed once.
-    let sd = unsafe { Box::from_raw(d as *mut ShoalDir) };
-    if state::is_ours(sd.kfd) {
-        close_ours(sd.kfd)
-    } else {
-        fail(libc::EBADF)
-    }
+    super::guarded(<c_int as super::Failed>::failed, || {
+        if !ours(d) {
+            // SAFETY: closedir's contract.
+            return unsafe { real::closedir(d) };
+        }
+        DIRS.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .map(|s| s.remove(&(d as usize)));
+        let _ = LAST_FOUND.compare_exchange(d as usize, 0, Ordering::AcqRel, Ordering::Acquire);
+        DIRS_OPEN.fetch_sub(1, Ordering::AcqRel);
+        // SAFETY: made by Box::into_raw in stream(), removed from DIRS above so
+        // freed once.
+        let sd = unsafe { Box::from_raw(d as *mut ShoalDir) };
+        if state::is_ours(sd.kfd) {
+            close_ours(sd.kfd)
+        } else {
+            fail(libc::EBADF)
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dirfd(d: *mut DIR) -> c_int {
-    if ours(d) {
-        // SAFETY: one of our streams.
-        unsafe { (*(d as *mut ShoalDir)).kfd }
-    } else {
-        // SAFETY: dirfd's contract.
-        unsafe { real::dirfd(d) }
-    }
+    super::guarded(<c_int as super::Failed>::failed, || {
+        if ours(d) {
+            // SAFETY: one of our streams.
+            unsafe { (*(d as *mut ShoalDir)).kfd }
+        } else {
+            // SAFETY: dirfd's contract.
+            unsafe { real::dirfd(d) }
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rewinddir(d: *mut DIR) {
-    if !ours(d) {
-        // SAFETY: rewinddir's contract.
-        return unsafe { real::rewinddir(d) };
-    }
-    // SAFETY: one of our streams.
-    let sd = unsafe { &mut *(d as *mut ShoalDir) };
-    if let Fd::Shoal(s) = state::fd(sd.kfd) {
-        shoal::shoal_rewinddir(s);
-        forget_listed(sd.kfd);
-        sd.batch.clear();
-        (sd.pos, sd.asked) = (0, 0);
-    }
+    super::guarded(<() as super::Failed>::failed, || {
+        if !ours(d) {
+            // SAFETY: rewinddir's contract.
+            return unsafe { real::rewinddir(d) };
+        }
+        // SAFETY: one of our streams.
+        let sd = unsafe { &mut *(d as *mut ShoalDir) };
+        if let Fd::Shoal(s) = state::fd(sd.kfd) {
+            shoal::shoal_rewinddir(s);
+            forget_listed(sd.kfd);
+            sd.batch.clear();
+            (sd.pos, sd.asked) = (0, 0);
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn telldir(d: *mut DIR) -> c_long {
-    if ours(d) {
-        // SAFETY: one of our streams.
-        unsafe { (*(d as *mut ShoalDir)).pos }
-    } else {
-        // SAFETY: telldir's contract.
-        unsafe { real::telldir(d) }
-    }
+    super::guarded(<c_long as super::Failed>::failed, || {
+        if ours(d) {
+            // SAFETY: one of our streams.
+            unsafe { (*(d as *mut ShoalDir)).pos }
+        } else {
+            // SAFETY: telldir's contract.
+            unsafe { real::telldir(d) }
+        }
+    })
 }
 
 /// seekdir to a position telldir gave: rewinds and reads that many entries.
 #[no_mangle]
 pub unsafe extern "C" fn seekdir(d: *mut DIR, pos: c_long) {
-    if !ours(d) {
-        // SAFETY: seekdir's contract.
-        return unsafe { real::seekdir(d, pos) };
-    }
-    // SAFETY: seekdir's contract.
-    unsafe { rewinddir(d) };
-    for _ in 0..pos {
-        // SAFETY: one of our streams.
-        if unsafe { readdir_any(d) }.is_null() {
-            break;
+    super::guarded(<() as super::Failed>::failed, || {
+        if !ours(d) {
+            // SAFETY: seekdir's contract.
+            return unsafe { real::seekdir(d, pos) };
         }
-    }
+        // SAFETY: seekdir's contract.
+        unsafe { rewinddir(d) };
+        for _ in 0..pos {
+            // SAFETY: one of our streams.
+            if unsafe { readdir_any(d) }.is_null() {
+                break;
+            }
+        }
+    })
 }
 
 /// The size of a linux_dirent64 record for a name of `len` bytes.
@@ -375,58 +393,61 @@ fn reclen(len: usize) -> usize {
 
 #[no_mangle]
 pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    let sfd = match state::fd(fd) {
-        // SAFETY: getdents64's contract.
-        Fd::Kernel => return unsafe { real::getdents64(fd, buf, n) },
-        Fd::Busy => return busy(),
-        Fd::Shoal(s) => s,
-    };
-    let Some(base) = base_of(fd) else {
-        return fail(libc::EBADF);
-    };
-    // The batch being returned, out of the descriptor's table meanwhile
-    // (a program does not list one descriptor from two threads at once).
-    let mut batch = state::with_info(fd, |i| std::mem::take(&mut i.pending)).unwrap_or_default();
-    let mut used = 0usize;
-    let mut failed = false;
-    loop {
-        if batch.left() == 0 {
-            match fetch(fd, sfd, &base, None, &mut batch, FIRST_BATCH) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(()) => {
-                    failed = true;
-                    break;
+    super::guarded(<ssize_t as super::Failed>::failed, || {
+        let sfd = match state::fd(fd) {
+            // SAFETY: getdents64's contract.
+            Fd::Kernel => return unsafe { real::getdents64(fd, buf, n) },
+            Fd::Busy => return busy(),
+            Fd::Shoal(s) => s,
+        };
+        let Some(base) = base_of(fd) else {
+            return fail(libc::EBADF);
+        };
+        // The batch being returned, out of the descriptor's table meanwhile
+        // (a program does not list one descriptor from two threads at once).
+        let mut batch =
+            state::with_info(fd, |i| std::mem::take(&mut i.pending)).unwrap_or_default();
+        let mut used = 0usize;
+        let mut failed = false;
+        loop {
+            if batch.left() == 0 {
+                match fetch(fd, sfd, &base, None, &mut batch, FIRST_BATCH) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(()) => {
+                        failed = true;
+                        break;
+                    }
                 }
             }
+            let Some((ino, kind, name)) = batch.peek() else {
+                break;
+            };
+            let len = reclen(name.len());
+            if used + len > n {
+                break;
+            }
+            // SAFETY: `len` bytes at `used` are inside the caller's buffer.
+            unsafe {
+                let rec = (buf as *mut u8).add(used);
+                std::ptr::write_bytes(rec, 0, len);
+                std::ptr::write_unaligned(rec as *mut u64, ino);
+                std::ptr::write_unaligned(rec.add(8) as *mut i64, (used + len) as i64);
+                std::ptr::write_unaligned(rec.add(16) as *mut u16, len as u16);
+                *rec.add(18) = kind;
+                std::ptr::copy_nonoverlapping(name.as_ptr(), rec.add(19), name.len());
+            }
+            batch.take();
+            used += len;
         }
-        let Some((ino, kind, name)) = batch.peek() else {
-            break;
-        };
-        let len = reclen(name.len());
-        if used + len > n {
-            break;
+        let no_room = used == 0 && !failed && batch.left() > 0;
+        state::with_info(fd, |i| i.pending = batch);
+        match (used, failed) {
+            (0, true) => -1,
+            _ if no_room => fail(libc::EINVAL),
+            _ => used as ssize_t,
         }
-        // SAFETY: `len` bytes at `used` are inside the caller's buffer.
-        unsafe {
-            let rec = (buf as *mut u8).add(used);
-            std::ptr::write_bytes(rec, 0, len);
-            std::ptr::write_unaligned(rec as *mut u64, ino);
-            std::ptr::write_unaligned(rec.add(8) as *mut i64, (used + len) as i64);
-            std::ptr::write_unaligned(rec.add(16) as *mut u16, len as u16);
-            *rec.add(18) = kind;
-            std::ptr::copy_nonoverlapping(name.as_ptr(), rec.add(19), name.len());
-        }
-        batch.take();
-        used += len;
-    }
-    let no_room = used == 0 && !failed && batch.left() > 0;
-    state::with_info(fd, |i| i.pending = batch);
-    match (used, failed) {
-        (0, true) => -1,
-        _ if no_room => fail(libc::EINVAL),
-        _ => used as ssize_t,
-    }
+    })
 }
 
 /// getdirentries(3): getdents64, with `*basep` set (glibc's would call

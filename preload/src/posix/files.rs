@@ -103,39 +103,45 @@ pub(crate) fn close_ours(kfd: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    match state::fd(fd) {
-        // SAFETY: close's contract.
-        Fd::Kernel => unsafe { real::close(fd) },
-        // SAFETY: as above; the child's own descriptor table.
-        Fd::Shoal(_) if state::in_vfork_child() => unsafe { real::close(fd) },
-        Fd::Shoal(_) => close_ours(fd),
-        Fd::Busy => busy(),
-    }
+    super::guarded(<c_int as super::Failed>::failed, || {
+        match state::fd(fd) {
+            // SAFETY: close's contract.
+            Fd::Kernel => unsafe { real::close(fd) },
+            // SAFETY: as above; the child's own descriptor table.
+            Fd::Shoal(_) if state::in_vfork_child() => unsafe { real::close(fd) },
+            Fd::Shoal(_) => close_ours(fd),
+            Fd::Busy => busy(),
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    match state::fd(fd) {
-        // SAFETY: read's contract.
-        Fd::Kernel => unsafe { real::read(fd, buf, n) },
-        // SAFETY: read's contract.
-        Fd::Shoal(s) => serve(Op::Read, || unsafe { shoal::shoal_read(s, buf, n) }),
-        Fd::Busy => busy(),
-    }
+    super::guarded(<ssize_t as super::Failed>::failed, || {
+        match state::fd(fd) {
+            // SAFETY: read's contract.
+            Fd::Kernel => unsafe { real::read(fd, buf, n) },
+            // SAFETY: read's contract.
+            Fd::Shoal(s) => serve(Op::Read, || unsafe { shoal::shoal_read(s, buf, n) }),
+            Fd::Busy => busy(),
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    match state::fd(fd) {
-        // SAFETY: write's contract.
-        Fd::Kernel => unsafe { real::write(fd, buf, n) },
-        Fd::Shoal(s) => serve(Op::Write, || {
-            cache::clear();
+    super::guarded(<ssize_t as super::Failed>::failed, || {
+        match state::fd(fd) {
             // SAFETY: write's contract.
-            unsafe { shoal::shoal_write(s, buf, n) }
-        }),
-        Fd::Busy => busy(),
-    }
+            Fd::Kernel => unsafe { real::write(fd, buf, n) },
+            Fd::Shoal(s) => serve(Op::Write, || {
+                cache::clear();
+                // SAFETY: write's contract.
+                unsafe { shoal::shoal_write(s, buf, n) }
+            }),
+            Fd::Busy => busy(),
+        }
+    })
 }
 
 unsafe fn pread_any(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
@@ -262,24 +268,28 @@ unsafe fn writev_shoal(
 
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    match state::fd(fd) {
-        // SAFETY: readv's contract.
-        Fd::Kernel => unsafe { real::readv(fd, iov, n) },
-        // SAFETY: readv's contract.
-        Fd::Shoal(s) => unsafe { readv_shoal(s, iov, n, None) },
-        Fd::Busy => busy(),
-    }
+    super::guarded(<ssize_t as super::Failed>::failed, || {
+        match state::fd(fd) {
+            // SAFETY: readv's contract.
+            Fd::Kernel => unsafe { real::readv(fd, iov, n) },
+            // SAFETY: readv's contract.
+            Fd::Shoal(s) => unsafe { readv_shoal(s, iov, n, None) },
+            Fd::Busy => busy(),
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    match state::fd(fd) {
-        // SAFETY: writev's contract.
-        Fd::Kernel => unsafe { real::writev(fd, iov, n) },
-        // SAFETY: writev's contract.
-        Fd::Shoal(s) => unsafe { writev_shoal(s, iov, n, None) },
-        Fd::Busy => busy(),
-    }
+    super::guarded(<ssize_t as super::Failed>::failed, || {
+        match state::fd(fd) {
+            // SAFETY: writev's contract.
+            Fd::Kernel => unsafe { real::writev(fd, iov, n) },
+            // SAFETY: writev's contract.
+            Fd::Shoal(s) => unsafe { writev_shoal(s, iov, n, None) },
+            Fd::Busy => busy(),
+        }
+    })
 }
 
 unsafe fn preadv_any(fd: c_int, iov: *const libc::iovec, n: c_int, off: off64_t) -> ssize_t {
@@ -423,22 +433,26 @@ exported! {
 
 #[no_mangle]
 pub extern "C" fn fsync(fd: c_int) -> c_int {
-    match state::fd(fd) {
-        // SAFETY: fsync's contract.
-        Fd::Kernel => unsafe { real::fsync(fd) },
-        Fd::Shoal(s) => serve(Op::Fsync, || shoal::shoal_fsync(s)),
-        Fd::Busy => busy(),
-    }
+    super::guarded(<c_int as super::Failed>::failed, || {
+        match state::fd(fd) {
+            // SAFETY: fsync's contract.
+            Fd::Kernel => unsafe { real::fsync(fd) },
+            Fd::Shoal(s) => serve(Op::Fsync, || shoal::shoal_fsync(s)),
+            Fd::Busy => busy(),
+        }
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn fdatasync(fd: c_int) -> c_int {
-    match state::fd(fd) {
-        // SAFETY: fdatasync's contract.
-        Fd::Kernel => unsafe { real::fdatasync(fd) },
-        Fd::Shoal(s) => serve(Op::Fsync, || shoal::shoal_fdatasync(s)),
-        Fd::Busy => busy(),
-    }
+    super::guarded(<c_int as super::Failed>::failed, || {
+        match state::fd(fd) {
+            // SAFETY: fdatasync's contract.
+            Fd::Kernel => unsafe { real::fdatasync(fd) },
+            Fd::Shoal(s) => serve(Op::Fsync, || shoal::shoal_fdatasync(s)),
+            Fd::Busy => busy(),
+        }
+    })
 }
 
 /// sync_file_range(2): on a Shoal descriptor, asking that the range be
@@ -446,20 +460,19 @@ pub extern "C" fn fdatasync(fd: c_int) -> c_int {
 /// fdatasync does; the range is not narrowed (libshoal syncs a file whole).
 #[no_mangle]
 pub extern "C" fn sync_file_range(fd: c_int, off: off64_t, n: off64_t, flags: c_uint) -> c_int {
-    const ALL: c_uint = libc::SYNC_FILE_RANGE_WAIT_BEFORE
-        | libc::SYNC_FILE_RANGE_WRITE
-        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-    super::guarded(
-        || -1,
-        || match state::fd(fd) {
+    super::guarded(<c_int as super::Failed>::failed, || {
+        const ALL: c_uint = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        match state::fd(fd) {
             // SAFETY: plain integers.
             Fd::Kernel => unsafe { real::sync_file_range(fd, off, n, flags) },
             Fd::Shoal(_) if flags & !ALL != 0 || off < 0 || n < 0 => fail(libc::EINVAL),
             Fd::Shoal(_) if flags & !libc::SYNC_FILE_RANGE_WAIT_BEFORE == 0 => 0,
             Fd::Shoal(s) => serve(Op::Fsync, || shoal::shoal_fdatasync(s)),
             Fd::Busy => busy(),
-        },
-    )
+        }
+    })
 }
 
 /// syncfs(2) of a Shoal descriptor: what this process keeps is sent
@@ -468,9 +481,8 @@ pub extern "C" fn sync_file_range(fd: c_int, off: off64_t, n: off64_t, flags: c_
 /// are theirs to sync).
 #[no_mangle]
 pub extern "C" fn syncfs(fd: c_int) -> c_int {
-    super::guarded(
-        || -1,
-        || match state::fd(fd) {
+    super::guarded(<c_int as super::Failed>::failed, || {
+        match state::fd(fd) {
             // SAFETY: a plain integer.
             Fd::Kernel => unsafe { real::syncfs(fd) },
             Fd::Shoal(_) => serve(Op::Fsync, || {
@@ -485,8 +497,8 @@ pub extern "C" fn syncfs(fd: c_int) -> c_int {
                 r
             }),
             Fd::Busy => busy(),
-        },
-    )
+        }
+    })
 }
 
 fn ftruncate_any(fd: c_int, len: off64_t) -> c_int {
@@ -556,16 +568,15 @@ exported! {
 /// ahead on its own when reads are sequential).
 #[no_mangle]
 pub extern "C" fn readahead(fd: c_int, off: off64_t, n: size_t) -> ssize_t {
-    super::guarded(
-        || -1,
-        || match state::fd(fd) {
+    super::guarded(<ssize_t as super::Failed>::failed, || {
+        match state::fd(fd) {
             // SAFETY: plain integers.
             Fd::Kernel => unsafe { real::readahead(fd, off, n) },
             Fd::Shoal(_) if off < 0 => fail(libc::EINVAL),
             Fd::Shoal(_) => 0,
             Fd::Busy => busy(),
-        },
-    )
+        }
+    })
 }
 
 /// Grows Shoal file `s` to at least `end` bytes (what allocating means on
@@ -698,8 +709,13 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: off_t,
 ) -> *mut c_void {
-    // SAFETY: mmap's contract.
-    unsafe { mmap_any(addr, len, prot, flags, fd, off) }
+    super::guarded(
+        || libc::MAP_FAILED,
+        || {
+            // SAFETY: mmap's contract.
+            unsafe { mmap_any(addr, len, prot, flags, fd, off) }
+        },
+    )
 }
 
 #[no_mangle]
@@ -711,6 +727,11 @@ pub unsafe extern "C" fn mmap64(
     fd: c_int,
     off: off64_t,
 ) -> *mut c_void {
-    // SAFETY: mmap's contract.
-    unsafe { mmap_any(addr, len, prot, flags, fd, off) }
+    super::guarded(
+        || libc::MAP_FAILED,
+        || {
+            // SAFETY: mmap's contract.
+            unsafe { mmap_any(addr, len, prot, flags, fd, off) }
+        },
+    )
 }

@@ -234,45 +234,47 @@ pub unsafe extern "C" fn statx(
     mask: c_uint,
     stx: *mut libc::statx,
 ) -> c_int {
-    if stx.is_null() {
-        // SAFETY: statx's contract; the kernel reports EFAULT.
-        return unsafe { real::statx(dirfd, path, flags, mask, stx) };
-    }
-    // SAFETY: statx's contract (an empty path is not absolute: not this).
-    if let Some(found) = unsafe { stat_next_listed(path, flags) } {
-        // SAFETY: checked not NULL; the caller's struct.
-        unsafe { *stx = statx_of(&found) };
-        return 0;
-    }
-    // SAFETY: a plain C struct; all zeroes is valid.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: statx's contract.
-    let r = if unsafe { empty_path(path, flags) } {
-        match state::fd(dirfd) {
-            // SAFETY: statx's contract.
-            Fd::Kernel => return unsafe { real::statx(dirfd, path, flags, mask, stx) },
-            // SAFETY: our own struct.
-            Fd::Shoal(s) => serve(Op::Stat, || unsafe { shoal::shoal_fstat(s, &mut st) }),
-            Fd::Busy => return busy(),
+    super::guarded(<c_int as super::Failed>::failed, || {
+        if stx.is_null() {
+            // SAFETY: statx's contract; the kernel reports EFAULT.
+            return unsafe { real::statx(dirfd, path, flags, mask, stx) };
         }
-    } else {
-        // SAFETY: the caller's path.
-        let w = unsafe { state::classify_at(dirfd, path) };
-        match w {
-            Where::Shoal(t) => stat_target(&t, flags & libc::AT_SYMLINK_NOFOLLOW == 0, &mut st),
-            Where::Fail(e) => return fail(e),
-            Where::Kernel(_) => {
-                let (d, p) = w.kernel_args(dirfd, path);
+        // SAFETY: statx's contract (an empty path is not absolute: not this).
+        if let Some(found) = unsafe { stat_next_listed(path, flags) } {
+            // SAFETY: checked not NULL; the caller's struct.
+            unsafe { *stx = statx_of(&found) };
+            return 0;
+        }
+        // SAFETY: a plain C struct; all zeroes is valid.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: statx's contract.
+        let r = if unsafe { empty_path(path, flags) } {
+            match state::fd(dirfd) {
                 // SAFETY: statx's contract.
-                return unsafe { real::statx(d, p, flags, mask, stx) };
+                Fd::Kernel => return unsafe { real::statx(dirfd, path, flags, mask, stx) },
+                // SAFETY: our own struct.
+                Fd::Shoal(s) => serve(Op::Stat, || unsafe { shoal::shoal_fstat(s, &mut st) }),
+                Fd::Busy => return busy(),
             }
+        } else {
+            // SAFETY: the caller's path.
+            let w = unsafe { state::classify_at(dirfd, path) };
+            match w {
+                Where::Shoal(t) => stat_target(&t, flags & libc::AT_SYMLINK_NOFOLLOW == 0, &mut st),
+                Where::Fail(e) => return fail(e),
+                Where::Kernel(_) => {
+                    let (d, p) = w.kernel_args(dirfd, path);
+                    // SAFETY: statx's contract.
+                    return unsafe { real::statx(d, p, flags, mask, stx) };
+                }
+            }
+        };
+        if r == 0 {
+            // SAFETY: checked not NULL; the caller's struct.
+            unsafe { *stx = statx_of(&st) };
         }
-    };
-    if r == 0 {
-        // SAFETY: checked not NULL; the caller's struct.
-        unsafe { *stx = statx_of(&st) };
-    }
-    r
+        r
+    })
 }
 
 // ---------------------------------------------------------------- access
@@ -558,12 +560,14 @@ exported! {
 
 #[no_mangle]
 pub extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
-    match state::fd(fd) {
-        // SAFETY: plain integers.
-        Fd::Kernel => unsafe { real::fchmod(fd, mode) },
-        Fd::Shoal(s) => change(Op::Setattr, || shoal::shoal_fchmod(s, mode)),
-        Fd::Busy => busy(),
-    }
+    super::guarded(<c_int as super::Failed>::failed, || {
+        match state::fd(fd) {
+            // SAFETY: plain integers.
+            Fd::Kernel => unsafe { real::fchmod(fd, mode) },
+            Fd::Shoal(s) => change(Op::Setattr, || shoal::shoal_fchmod(s, mode)),
+            Fd::Busy => busy(),
+        }
+    })
 }
 
 unsafe fn fchownat_any(
@@ -610,12 +614,14 @@ exported! {
 
 #[no_mangle]
 pub extern "C" fn fchown(fd: c_int, uid: uid_t, gid: gid_t) -> c_int {
-    match state::fd(fd) {
-        // SAFETY: plain integers.
-        Fd::Kernel => unsafe { real::fchown(fd, uid, gid) },
-        Fd::Shoal(s) => change(Op::Setattr, || shoal::shoal_fchown(s, uid, gid)),
-        Fd::Busy => busy(),
-    }
+    super::guarded(<c_int as super::Failed>::failed, || {
+        match state::fd(fd) {
+            // SAFETY: plain integers.
+            Fd::Kernel => unsafe { real::fchown(fd, uid, gid) },
+            Fd::Shoal(s) => change(Op::Setattr, || shoal::shoal_fchown(s, uid, gid)),
+            Fd::Busy => busy(),
+        }
+    })
 }
 
 unsafe fn futimens_any(fd: c_int, times: *const libc::timespec) -> c_int {
@@ -639,29 +645,31 @@ pub unsafe extern "C" fn utimensat(
     times: *const libc::timespec,
     flags: c_int,
 ) -> c_int {
-    if path.is_null() {
-        // Linux: utimensat(fd, NULL, ...) is futimens(fd, ...).
+    super::guarded(<c_int as super::Failed>::failed, || {
+        if path.is_null() {
+            // Linux: utimensat(fd, NULL, ...) is futimens(fd, ...).
+            // SAFETY: utimensat's contract.
+            return unsafe { futimens_any(dirfd, times) };
+        }
         // SAFETY: utimensat's contract.
-        return unsafe { futimens_any(dirfd, times) };
-    }
-    // SAFETY: utimensat's contract.
-    if unsafe { empty_path(path, flags) } {
+        if unsafe { empty_path(path, flags) } {
+            // SAFETY: utimensat's contract.
+            return unsafe { futimens_any(dirfd, times) };
+        }
         // SAFETY: utimensat's contract.
-        return unsafe { futimens_any(dirfd, times) };
-    }
-    // SAFETY: utimensat's contract.
-    unsafe {
-        at(
-            dirfd,
-            path,
-            |t| {
-                change(Op::Setattr, || {
-                    shoal::shoal_utimens(t.shoal.as_ptr(), times, flags)
-                })
-            },
-            |d, p| real::utimensat(d, p, times, flags),
-        )
-    }
+        unsafe {
+            at(
+                dirfd,
+                path,
+                |t| {
+                    change(Op::Setattr, || {
+                        shoal::shoal_utimens(t.shoal.as_ptr(), times, flags)
+                    })
+                },
+                |d, p| real::utimensat(d, p, times, flags),
+            )
+        }
+    })
 }
 
 /// `struct timeval[2]` as `struct timespec[2]` (NULL stays NULL: now).
@@ -695,32 +703,36 @@ exported! {
 
 #[no_mangle]
 pub unsafe extern "C" fn futimes(fd: c_int, tv: *const libc::timeval) -> c_int {
-    // SAFETY: the caller's timevals.
-    let ts = unsafe { timespecs(tv) };
-    let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
-    // SAFETY: futimens's contract.
-    unsafe { futimens_any(fd, p) }
+    super::guarded(<c_int as super::Failed>::failed, || {
+        // SAFETY: the caller's timevals.
+        let ts = unsafe { timespecs(tv) };
+        let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+        // SAFETY: futimens's contract.
+        unsafe { futimens_any(fd, p) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn utime(path: *const c_char, times: *const libc::utimbuf) -> c_int {
-    let ts = (!times.is_null()).then(|| {
-        // SAFETY: the caller's struct.
-        let t = unsafe { &*times };
-        [
-            libc::timespec {
-                tv_sec: t.actime,
-                tv_nsec: 0,
-            },
-            libc::timespec {
-                tv_sec: t.modtime,
-                tv_nsec: 0,
-            },
-        ]
-    });
-    let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
-    // SAFETY: utimensat's contract.
-    unsafe { utimensat(libc::AT_FDCWD, path, p, 0) }
+    super::guarded(<c_int as super::Failed>::failed, || {
+        let ts = (!times.is_null()).then(|| {
+            // SAFETY: the caller's struct.
+            let t = unsafe { &*times };
+            [
+                libc::timespec {
+                    tv_sec: t.actime,
+                    tv_nsec: 0,
+                },
+                libc::timespec {
+                    tv_sec: t.modtime,
+                    tv_nsec: 0,
+                },
+            ]
+        });
+        let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+        // SAFETY: utimensat's contract.
+        unsafe { utimensat(libc::AT_FDCWD, path, p, 0) }
+    })
 }
 
 // ---------------------------------------------------------------- xattrs
@@ -742,32 +754,38 @@ macro_rules! xattr_path {
     ($name:ident, $shoal:ident, ($($a:ident: $t:ty),*) -> $r:ty) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, $($a: $t),*) -> $r {
-            // SAFETY: the call's contract.
-            unsafe {
-                at(
-                    libc::AT_FDCWD,
-                    path,
-                    |t| serve(Op::Xattr, || shoal::$shoal(t.shoal.as_ptr(), $($a),*)),
-                    |_, p| real::$name(p, $($a),*),
-                )
-            }
+            super::guarded(<$r as super::Failed>::failed, || {
+                // SAFETY: the call's contract.
+                unsafe {
+                    at(
+                        libc::AT_FDCWD,
+                        path,
+                        |t| serve(Op::Xattr, || shoal::$shoal(t.shoal.as_ptr(), $($a),*)),
+                        |_, p| real::$name(p, $($a),*),
+                    )
+                }
+
+            })
         }
     };
     ($name:ident, $shoal:ident, named ($($a:ident: $t:ty),*) -> $r:ty) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, name: *const c_char, $($a: $t),*) -> $r {
-            // SAFETY: the call's contract.
-            unsafe {
-                at(
-                    libc::AT_FDCWD,
-                    path,
-                    |t| match refused(name) {
-                        true => fail(libc::EOPNOTSUPP),
-                        false => serve(Op::Xattr, || shoal::$shoal(t.shoal.as_ptr(), name, $($a),*)),
-                    },
-                    |_, p| real::$name(p, name, $($a),*),
-                )
-            }
+            super::guarded(<$r as super::Failed>::failed, || {
+                // SAFETY: the call's contract.
+                unsafe {
+                    at(
+                        libc::AT_FDCWD,
+                        path,
+                        |t| match refused(name) {
+                            true => fail(libc::EOPNOTSUPP),
+                            false => serve(Op::Xattr, || shoal::$shoal(t.shoal.as_ptr(), name, $($a),*)),
+                        },
+                        |_, p| real::$name(p, name, $($a),*),
+                    )
+                }
+
+            })
         }
     };
 }
@@ -776,27 +794,33 @@ macro_rules! xattr_fd {
     ($name:ident, $shoal:ident, ($($a:ident: $t:ty),*) -> $r:ty) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, $($a: $t),*) -> $r {
-            match state::fd(fd) {
-                // SAFETY: the call's contract.
-                Fd::Kernel => unsafe { real::$name(fd, $($a),*) },
-                // SAFETY: the call's contract.
-                Fd::Shoal(s) => serve(Op::Xattr, || unsafe { shoal::$shoal(s, $($a),*) }),
-                Fd::Busy => busy(),
-            }
+            super::guarded(<$r as super::Failed>::failed, || {
+                match state::fd(fd) {
+                    // SAFETY: the call's contract.
+                    Fd::Kernel => unsafe { real::$name(fd, $($a),*) },
+                    // SAFETY: the call's contract.
+                    Fd::Shoal(s) => serve(Op::Xattr, || unsafe { shoal::$shoal(s, $($a),*) }),
+                    Fd::Busy => busy(),
+                }
+
+            })
         }
     };
     ($name:ident, $shoal:ident, named ($($a:ident: $t:ty),*) -> $r:ty) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, name: *const c_char, $($a: $t),*) -> $r {
-            match state::fd(fd) {
-                // SAFETY: the call's contract.
-                Fd::Kernel => unsafe { real::$name(fd, name, $($a),*) },
-                // SAFETY: the call's contract.
-                Fd::Shoal(_) if unsafe { refused(name) } => fail(libc::EOPNOTSUPP),
-                // SAFETY: the call's contract.
-                Fd::Shoal(s) => serve(Op::Xattr, || unsafe { shoal::$shoal(s, name, $($a),*) }),
-                Fd::Busy => busy(),
-            }
+            super::guarded(<$r as super::Failed>::failed, || {
+                match state::fd(fd) {
+                    // SAFETY: the call's contract.
+                    Fd::Kernel => unsafe { real::$name(fd, name, $($a),*) },
+                    // SAFETY: the call's contract.
+                    Fd::Shoal(_) if unsafe { refused(name) } => fail(libc::EOPNOTSUPP),
+                    // SAFETY: the call's contract.
+                    Fd::Shoal(s) => serve(Op::Xattr, || unsafe { shoal::$shoal(s, name, $($a),*) }),
+                    Fd::Busy => busy(),
+                }
+
+            })
         }
     };
 }
@@ -825,35 +849,39 @@ macro_rules! statfs_calls {
     ($path_fn:ident, $fd_fn:ident, $ty:ty, $shoal:ident, $real_path:ident, $real_fd:ident) => {
         #[no_mangle]
         pub unsafe extern "C" fn $path_fn(path: *const c_char, buf: *mut $ty) -> c_int {
-            // SAFETY: the call's contract.
-            unsafe {
-                at(
-                    libc::AT_FDCWD,
-                    path,
-                    |t| {
-                        serve(Op::Statfs, || {
-                            shoal::$shoal(t.shoal.as_ptr(), buf as *mut _)
-                        })
-                    },
-                    |_, p| real::$real_path(p, buf as *mut _),
-                )
-            }
+            super::guarded(<c_int as super::Failed>::failed, || {
+                // SAFETY: the call's contract.
+                unsafe {
+                    at(
+                        libc::AT_FDCWD,
+                        path,
+                        |t| {
+                            serve(Op::Statfs, || {
+                                shoal::$shoal(t.shoal.as_ptr(), buf as *mut _)
+                            })
+                        },
+                        |_, p| real::$real_path(p, buf as *mut _),
+                    )
+                }
+            })
         }
 
         #[no_mangle]
         pub unsafe extern "C" fn $fd_fn(fd: c_int, buf: *mut $ty) -> c_int {
-            match state::fd(fd) {
-                // SAFETY: the call's contract.
-                Fd::Kernel => unsafe { real::$real_fd(fd, buf as *mut _) },
-                Fd::Shoal(_) => match fd_shoal_path(fd) {
-                    // SAFETY: a NUL-terminated path; the caller's buffer.
-                    Some(p) => serve(Op::Statfs, || unsafe {
-                        shoal::$shoal(p.as_ptr(), buf as *mut _)
-                    }),
-                    None => fail(libc::EBADF),
-                },
-                Fd::Busy => busy(),
-            }
+            super::guarded(<c_int as super::Failed>::failed, || {
+                match state::fd(fd) {
+                    // SAFETY: the call's contract.
+                    Fd::Kernel => unsafe { real::$real_fd(fd, buf as *mut _) },
+                    Fd::Shoal(_) => match fd_shoal_path(fd) {
+                        // SAFETY: a NUL-terminated path; the caller's buffer.
+                        Some(p) => serve(Op::Statfs, || unsafe {
+                            shoal::$shoal(p.as_ptr(), buf as *mut _)
+                        }),
+                        None => fail(libc::EBADF),
+                    },
+                    Fd::Busy => busy(),
+                }
+            })
         }
     };
 }

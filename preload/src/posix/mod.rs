@@ -9,8 +9,9 @@
 /// 64-bit target). On the 64-bit targets the library builds for, `off_t` and
 /// `off64_t`, `struct stat` and `struct stat64` are the same.
 ///
-/// Each body runs under [`guarded`]; `else VALUE` names what it returns if
-/// it panics when that is not [`Failed`]'s answer for its type.
+/// Each body runs under [`crate::unwind::guarded`]; `else VALUE` names what
+/// it returns if it panics when that is not [`crate::unwind::Failed`]'s
+/// answer for its type.
 macro_rules! exported {
     ($([$($name:ident),+] $params:tt -> $ret:ty => $body:expr $(, else $failed:expr)?;)+) => {
         $(exported_names!([$($name),+] $params $ret => $body; { $($failed)? });)+
@@ -27,12 +28,12 @@ macro_rules! exported_names {
 /// One of [`exported`]'s names.
 macro_rules! exported_as {
     ($name:ident $params:tt $ret:ty => $body:expr; {}) => {
-        exported_as!($name $params $ret => $body; { <$ret as $crate::posix::Failed>::failed() });
+        exported_as!($name $params $ret => $body; { <$ret as $crate::unwind::Failed>::failed() });
     };
     ($name:ident ($($arg:ident: $ty:ty),*) $ret:ty => $body:expr; { $failed:expr }) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            $crate::posix::guarded(
+            $crate::unwind::guarded(
                 || $failed,
                 // SAFETY: the caller keeps the call's contract (valid
                 // pointers and lengths, NUL-terminated paths).
@@ -43,45 +44,7 @@ macro_rules! exported_as {
     };
 }
 
-/// What an entry point returns when it fails: -1 for a count, an offset or
-/// a descriptor, NULL for a pointer (errno says why).
-pub trait Failed {
-    fn failed() -> Self;
-}
-
-macro_rules! failed_is_minus_one {
-    ($($t:ty),*) => {
-        $(impl Failed for $t {
-            fn failed() -> Self {
-                -1
-            }
-        })*
-    };
-}
-failed_is_minus_one!(i32, i64, isize);
-
-impl<T> Failed for *mut T {
-    fn failed() -> Self {
-        std::ptr::null_mut()
-    }
-}
-
-impl Failed for () {
-    fn failed() -> Self {}
-}
-
-/// Runs an entry point's body. A panic (a bug of the library's) must not
-/// unwind into the program, which Rust would turn into an abort of the
-/// whole process: the call fails with EIO instead (`failed`'s value).
-pub fn guarded<T>(failed: impl FnOnce() -> T, body: impl FnOnce() -> T) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
-        Ok(v) => v,
-        Err(_) => {
-            crate::state::set_errno(libc::EIO);
-            failed()
-        }
-    }
-}
+use crate::unwind::{guarded, Failed};
 
 mod aio;
 mod copy;

@@ -22,10 +22,15 @@ use crate::stats::Op;
 /// reading /proc each time.
 #[no_mangle]
 pub extern "C" fn umask(mask: mode_t) -> mode_t {
-    // SAFETY: umask cannot fail.
-    let old = unsafe { real::umask(mask) };
-    shoal::track_umask(mask);
-    old
+    super::guarded(
+        || 0o022,
+        || {
+            // SAFETY: umask cannot fail.
+            let old = unsafe { real::umask(mask) };
+            shoal::track_umask(mask);
+            old
+        },
+    )
 }
 
 // ---------------------------------------------------------------- cwd
@@ -56,99 +61,105 @@ fn enter(local: Vec<u8>, mounted: bool) {
 
 #[no_mangle]
 pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
-    // SAFETY: chdir's contract.
-    let w = unsafe { state::classify_at(libc::AT_FDCWD, path) };
-    match w {
-        Where::Shoal(t) => serve(Op::Chdir, || {
-            // SAFETY: a zeroed stat is valid.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            // SAFETY: a NUL-terminated path; our own struct.
-            if unsafe { shoal::shoal_stat(t.shoal.as_ptr(), &mut st) } < 0 {
-                return -1;
+    super::guarded(<c_int as super::Failed>::failed, || {
+        // SAFETY: chdir's contract.
+        let w = unsafe { state::classify_at(libc::AT_FDCWD, path) };
+        match w {
+            Where::Shoal(t) => serve(Op::Chdir, || {
+                // SAFETY: a zeroed stat is valid.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: a NUL-terminated path; our own struct.
+                if unsafe { shoal::shoal_stat(t.shoal.as_ptr(), &mut st) } < 0 {
+                    return -1;
+                }
+                if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                    return fail(libc::ENOTDIR);
+                }
+                enter(t.local, t.mounted);
+                0
+            }),
+            Where::Fail(e) => fail(e),
+            Where::Kernel(_) => {
+                let (_, p) = w.kernel_args(libc::AT_FDCWD, path);
+                // SAFETY: chdir's contract.
+                let r = unsafe { real::chdir(p) };
+                if r == 0 {
+                    state::set_cwd(None);
+                }
+                r
             }
-            if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-                return fail(libc::ENOTDIR);
-            }
-            enter(t.local, t.mounted);
-            0
-        }),
-        Where::Fail(e) => fail(e),
-        Where::Kernel(_) => {
-            let (_, p) = w.kernel_args(libc::AT_FDCWD, path);
-            // SAFETY: chdir's contract.
-            let r = unsafe { real::chdir(p) };
-            if r == 0 {
-                state::set_cwd(None);
-            }
-            r
         }
-    }
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn fchdir(fd: c_int) -> c_int {
-    match state::fd(fd) {
-        Fd::Kernel => {
-            // SAFETY: an integer.
-            let r = unsafe { real::fchdir(fd) };
-            if r == 0 {
-                state::set_cwd(None);
-            }
-            r
-        }
-        Fd::Shoal(s) => serve(Op::Chdir, || match is_dir(s) {
-            Err(e) => fail(e),
-            Ok(false) => fail(libc::ENOTDIR),
-            Ok(true) => match state::with_info(fd, |i| (i.local.clone(), i.mounted)) {
-                Some((local, mounted)) => {
-                    enter(local, mounted);
-                    0
+    super::guarded(<c_int as super::Failed>::failed, || {
+        match state::fd(fd) {
+            Fd::Kernel => {
+                // SAFETY: an integer.
+                let r = unsafe { real::fchdir(fd) };
+                if r == 0 {
+                    state::set_cwd(None);
                 }
-                None => fail(libc::EBADF),
-            },
-        }),
-        Fd::Busy => busy(),
-    }
+                r
+            }
+            Fd::Shoal(s) => serve(Op::Chdir, || match is_dir(s) {
+                Err(e) => fail(e),
+                Ok(false) => fail(libc::ENOTDIR),
+                Ok(true) => match state::with_info(fd, |i| (i.local.clone(), i.mounted)) {
+                    Some((local, mounted)) => {
+                        enter(local, mounted);
+                        0
+                    }
+                    None => fail(libc::EBADF),
+                },
+            }),
+            Fd::Busy => busy(),
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
-    let Some(dir) = (if state::in_lib() { None } else { state::cwd() }) else {
-        // SAFETY: getcwd's contract.
-        return unsafe { real::getcwd(buf, size) };
-    };
-    let need = dir.len() + 1;
-    let out = if buf.is_null() {
-        // glibc: NULL asks for a buffer of `size` bytes, or as big as
-        // needed if `size` is 0.
-        if size != 0 && size < need {
-            state::set_errno(libc::ERANGE);
-            return std::ptr::null_mut();
+    super::guarded(<*mut c_char as super::Failed>::failed, || {
+        let Some(dir) = (if state::in_lib() { None } else { state::cwd() }) else {
+            // SAFETY: getcwd's contract.
+            return unsafe { real::getcwd(buf, size) };
+        };
+        let need = dir.len() + 1;
+        let out = if buf.is_null() {
+            // glibc: NULL asks for a buffer of `size` bytes, or as big as
+            // needed if `size` is 0.
+            if size != 0 && size < need {
+                state::set_errno(libc::ERANGE);
+                return std::ptr::null_mut();
+            }
+            // SAFETY: plain allocation; the caller frees it.
+            let p = unsafe { libc::malloc(size.max(need)) } as *mut c_char;
+            if p.is_null() {
+                state::set_errno(libc::ENOMEM);
+                return p;
+            }
+            p
+        } else {
+            if size == 0 {
+                state::set_errno(libc::EINVAL);
+                return std::ptr::null_mut();
+            }
+            if size < need {
+                state::set_errno(libc::ERANGE);
+                return std::ptr::null_mut();
+            }
+            buf
+        };
+        // SAFETY: `out` has room for `need` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(dir.as_ptr(), out as *mut u8, dir.len());
+            *out.add(dir.len()) = 0;
         }
-        // SAFETY: plain allocation; the caller frees it.
-        let p = unsafe { libc::malloc(size.max(need)) } as *mut c_char;
-        if p.is_null() {
-            state::set_errno(libc::ENOMEM);
-            return p;
-        }
-        p
-    } else {
-        if size == 0 {
-            state::set_errno(libc::EINVAL);
-            return std::ptr::null_mut();
-        }
-        if size < need {
-            state::set_errno(libc::ERANGE);
-            return std::ptr::null_mut();
-        }
-        buf
-    };
-    // SAFETY: `out` has room for `need` bytes.
-    unsafe {
-        std::ptr::copy_nonoverlapping(dir.as_ptr(), out as *mut u8, dir.len());
-        *out.add(dir.len()) = 0;
-    }
-    out
+        out
+    })
 }
 
 // ---------------------------------------------------------------- dup
@@ -202,19 +213,21 @@ fn release(kfd: c_int) {
 
 #[no_mangle]
 pub extern "C" fn dup(fd: c_int) -> c_int {
-    match state::fd(fd) {
-        // SAFETY: an integer.
-        Fd::Kernel => unsafe { real::dup(fd) },
-        Fd::Shoal(s) => {
-            // SAFETY: integers.
-            let k2 = unsafe { real::fcntl64(fd, libc::F_DUPFD_CLOEXEC, 0) };
-            if k2 < 0 {
-                return -1;
+    super::guarded(<c_int as super::Failed>::failed, || {
+        match state::fd(fd) {
+            // SAFETY: an integer.
+            Fd::Kernel => unsafe { real::dup(fd) },
+            Fd::Shoal(s) => {
+                // SAFETY: integers.
+                let k2 = unsafe { real::fcntl64(fd, libc::F_DUPFD_CLOEXEC, 0) };
+                if k2 < 0 {
+                    return -1;
+                }
+                duplicate(fd, s, k2, false)
             }
-            duplicate(fd, s, k2, false)
+            Fd::Busy => busy(),
         }
-        Fd::Busy => busy(),
-    }
+    })
 }
 
 fn dup3_any(old: c_int, new: c_int, flags: c_int, dup2_semantics: bool) -> c_int {
@@ -276,12 +289,16 @@ fn dup3_any(old: c_int, new: c_int, flags: c_int, dup2_semantics: bool) -> c_int
 
 #[no_mangle]
 pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    dup3_any(old, new, 0, true)
+    super::guarded(<c_int as super::Failed>::failed, || {
+        dup3_any(old, new, 0, true)
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    dup3_any(old, new, flags, false)
+    super::guarded(<c_int as super::Failed>::failed, || {
+        dup3_any(old, new, flags, false)
+    })
 }
 
 /// The flags F_SETFL may change.
@@ -342,34 +359,38 @@ exported! {
 }
 #[no_mangle]
 pub extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    if state::ready() && !state::in_lib() && !state::in_vfork_child() {
-        for kfd in state::all_fds() {
-            let k = kfd as c_uint;
-            if k < first || k > last {
-                continue;
-            }
-            if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 {
-                state::with_info(kfd, |i| i.cloexec = true);
-            } else {
-                release(kfd);
+    super::guarded(<c_int as super::Failed>::failed, || {
+        if state::ready() && !state::in_lib() && !state::in_vfork_child() {
+            for kfd in state::all_fds() {
+                let k = kfd as c_uint;
+                if k < first || k > last {
+                    continue;
+                }
+                if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 {
+                    state::with_info(kfd, |i| i.cloexec = true);
+                } else {
+                    release(kfd);
+                }
             }
         }
-    }
-    // SAFETY: integers.
-    unsafe { real::close_range(first, last, flags) }
+        // SAFETY: integers.
+        unsafe { real::close_range(first, last, flags) }
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn closefrom(first: c_int) {
-    if state::ready() && !state::in_lib() && !state::in_vfork_child() {
-        for kfd in state::all_fds() {
-            if kfd >= first {
-                release(kfd);
+    super::guarded(<() as super::Failed>::failed, || {
+        if state::ready() && !state::in_lib() && !state::in_vfork_child() {
+            for kfd in state::all_fds() {
+                if kfd >= first {
+                    release(kfd);
+                }
             }
         }
-    }
-    // SAFETY: an integer.
-    unsafe { real::closefrom(first) }
+        // SAFETY: an integer.
+        unsafe { real::closefrom(first) }
+    })
 }
 
 // ---------------------------------------------------------------- exec
@@ -523,32 +544,38 @@ macro_rules! exec_call {
     ($name:ident($($a:ident: $t:ty),*), env) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t,)* envp: Argv) -> c_int {
-            if !state::ready() || state::in_lib() {
-                // SAFETY: the call's contract.
-                return unsafe { real::$name($($a,)* envp) };
-            }
-            let replaced = before_exec();
-            // SAFETY: the caller's environment.
-            let (_entry, env) = unsafe { with_cwd_entry(envp) };
-            // SAFETY: the call's contract; `env` is a NULL-terminated array.
-            let r = unsafe { real::$name($($a,)* env.as_ptr()) };
-            after_failed_exec(replaced);
-            r
+            super::guarded(<c_int as super::Failed>::failed, || {
+                if !state::ready() || state::in_lib() {
+                    // SAFETY: the call's contract.
+                    return unsafe { real::$name($($a,)* envp) };
+                }
+                let replaced = before_exec();
+                // SAFETY: the caller's environment.
+                let (_entry, env) = unsafe { with_cwd_entry(envp) };
+                // SAFETY: the call's contract; `env` is a NULL-terminated array.
+                let r = unsafe { real::$name($($a,)* env.as_ptr()) };
+                after_failed_exec(replaced);
+                r
+
+            })
         }
     };
     ($name:ident($($a:ident: $t:ty),*)) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
-            if !state::ready() || state::in_lib() {
+            super::guarded(<c_int as super::Failed>::failed, || {
+                if !state::ready() || state::in_lib() {
+                    // SAFETY: the call's contract.
+                    return unsafe { real::$name($($a),*) };
+                }
+                let replaced = before_exec();
+                set_cwd_env();
                 // SAFETY: the call's contract.
-                return unsafe { real::$name($($a),*) };
-            }
-            let replaced = before_exec();
-            set_cwd_env();
-            // SAFETY: the call's contract.
-            let r = unsafe { real::$name($($a),*) };
-            after_failed_exec(replaced);
-            r
+                let r = unsafe { real::$name($($a),*) };
+                after_failed_exec(replaced);
+                r
+
+            })
         }
     };
 }
@@ -562,18 +589,20 @@ exec_call!(execvpe(file: *const c_char, argv: Argv), env);
 
 #[no_mangle]
 pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
-    if state::is_ours(fd) {
-        // The program's bytes are in Shoal; the kernel cannot run a
-        // /dev/null stand-in.
-        return fail(libc::ENOEXEC);
-    }
-    let replaced = before_exec();
-    // SAFETY: the caller's environment.
-    let (_entry, env) = unsafe { with_cwd_entry(envp) };
-    // SAFETY: fexecve's contract.
-    let r = unsafe { real::fexecve(fd, argv, env.as_ptr()) };
-    after_failed_exec(replaced);
-    r
+    super::guarded(<c_int as super::Failed>::failed, || {
+        if state::is_ours(fd) {
+            // The program's bytes are in Shoal; the kernel cannot run a
+            // /dev/null stand-in.
+            return fail(libc::ENOEXEC);
+        }
+        let replaced = before_exec();
+        // SAFETY: the caller's environment.
+        let (_entry, env) = unsafe { with_cwd_entry(envp) };
+        // SAFETY: fexecve's contract.
+        let r = unsafe { real::fexecve(fd, argv, env.as_ptr()) };
+        after_failed_exec(replaced);
+        r
+    })
 }
 
 exported! {

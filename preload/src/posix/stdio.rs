@@ -138,34 +138,42 @@ unsafe fn fopen_any(path: *const c_char, mode: *const c_char) -> *mut FILE {
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
-    // SAFETY: fopen's contract.
-    unsafe { fopen_any(path, mode) }
+    super::guarded(<*mut FILE as super::Failed>::failed, || {
+        // SAFETY: fopen's contract.
+        unsafe { fopen_any(path, mode) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
-    // SAFETY: fopen's contract.
-    unsafe { fopen_any(path, mode) }
+    super::guarded(<*mut FILE as super::Failed>::failed, || {
+        // SAFETY: fopen's contract.
+        unsafe { fopen_any(path, mode) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
-    if state::is_ours(fd) && !state::in_lib() {
-        // SAFETY: our descriptor and the caller's mode.
-        unsafe { stream(fd, mode) }
-    } else {
-        // SAFETY: fdopen's contract.
-        unsafe { real::fdopen(fd, mode) }
-    }
+    super::guarded(<*mut FILE as super::Failed>::failed, || {
+        if state::is_ours(fd) && !state::in_lib() {
+            // SAFETY: our descriptor and the caller's mode.
+            unsafe { stream(fd, mode) }
+        } else {
+            // SAFETY: fdopen's contract.
+            unsafe { real::fdopen(fd, mode) }
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fileno(f: *mut FILE) -> c_int {
-    match stream_fd(f) {
-        Some(fd) => fd,
-        // SAFETY: fileno's contract.
-        None => unsafe { real::fileno(f) },
-    }
+    super::guarded(<c_int as super::Failed>::failed, || {
+        match stream_fd(f) {
+            Some(fd) => fd,
+            // SAFETY: fileno's contract.
+            None => unsafe { real::fileno(f) },
+        }
+    })
 }
 
 exported! {
@@ -174,12 +182,14 @@ exported! {
 
 #[no_mangle]
 pub unsafe extern "C" fn fclose(f: *mut FILE) -> c_int {
-    if stream_fd(f).is_some() {
-        let mut s = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
-        if s.as_mut().and_then(|m| m.remove(&(f as usize))).is_some() {
-            STREAMS_OPEN.fetch_sub(1, Ordering::AcqRel);
+    super::guarded(<c_int as super::Failed>::failed, || {
+        if stream_fd(f).is_some() {
+            let mut s = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
+            if s.as_mut().and_then(|m| m.remove(&(f as usize))).is_some() {
+                STREAMS_OPEN.fetch_sub(1, Ordering::AcqRel);
+            }
         }
-    }
-    // SAFETY: fclose's contract (a cookie stream closes through cookie_close).
-    unsafe { real::fclose(f) }
+        // SAFETY: fclose's contract (a cookie stream closes through cookie_close).
+        unsafe { real::fclose(f) }
+    })
 }

@@ -96,31 +96,33 @@ exported! {
 }
 #[no_mangle]
 pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
-    // SAFETY: the caller's template.
-    match unsafe { state::classify_at(libc::AT_FDCWD, template) } {
-        // SAFETY: the call's contract.
-        Where::Kernel(None) => return unsafe { real::mkdtemp(template) },
-        Where::Fail(e) => {
-            state::set_errno(e);
+    super::guarded(<*mut c_char as super::Failed>::failed, || {
+        // SAFETY: the caller's template.
+        match unsafe { state::classify_at(libc::AT_FDCWD, template) } {
+            // SAFETY: the call's contract.
+            Where::Kernel(None) => return unsafe { real::mkdtemp(template) },
+            Where::Fail(e) => {
+                state::set_errno(e);
+                return std::ptr::null_mut();
+            }
+            _ => {}
+        }
+        // SAFETY: the caller's template.
+        let Some(x) = (unsafe { xs(template, 0) }) else {
+            state::set_errno(libc::EINVAL);
             return std::ptr::null_mut();
+        };
+        for _ in 0..ATTEMPTS {
+            letters(x);
+            // SAFETY: the template, now a full path (mkdir is this library's).
+            if unsafe { super::meta::mkdir(template, 0o700) } == 0 {
+                return template;
+            }
+            if state::errno() != libc::EEXIST {
+                return std::ptr::null_mut();
+            }
         }
-        _ => {}
-    }
-    // SAFETY: the caller's template.
-    let Some(x) = (unsafe { xs(template, 0) }) else {
-        state::set_errno(libc::EINVAL);
-        return std::ptr::null_mut();
-    };
-    for _ in 0..ATTEMPTS {
-        letters(x);
-        // SAFETY: the template, now a full path (mkdir is this library's).
-        if unsafe { super::meta::mkdir(template, 0o700) } == 0 {
-            return template;
-        }
-        if state::errno() != libc::EEXIST {
-            return std::ptr::null_mut();
-        }
-    }
-    state::set_errno(libc::EEXIST);
-    std::ptr::null_mut()
+        state::set_errno(libc::EEXIST);
+        std::ptr::null_mut()
+    })
 }
