@@ -97,8 +97,9 @@ exported! {
     [sendfile64] (out: c_int, inp: c_int, off: *mut off64_t, n: size_t) -> ssize_t => sendfile_any(out, inp, off, n);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn copy_file_range(
+/// copy_file_range(2): through a buffer when a side is Shoal's (no flag
+/// is defined: any is EINVAL, as the kernel says).
+unsafe fn copy_file_range_any(
     inp: c_int,
     off_in: *mut off64_t,
     out: c_int,
@@ -106,18 +107,15 @@ pub unsafe extern "C" fn copy_file_range(
     n: size_t,
     flags: c_uint,
 ) -> ssize_t {
-    super::guarded(<ssize_t as super::Failed>::failed, || {
-        if state::is_ours(out) || state::is_ours(inp) {
-            if flags != 0 {
-                return fail(libc::EINVAL);
-            }
-            // SAFETY: copy_file_range's contract.
-            unsafe { copy_through(inp, off_in, out, off_out, n) }
-        } else {
-            // SAFETY: copy_file_range's contract.
-            unsafe { real::copy_file_range(inp, off_in, out, off_out, n, flags) }
-        }
-    })
+    if !(state::is_ours(out) || state::is_ours(inp)) {
+        // SAFETY: copy_file_range's contract.
+        return unsafe { real::copy_file_range(inp, off_in, out, off_out, n, flags) };
+    }
+    if flags != 0 {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: copy_file_range's contract.
+    unsafe { copy_through(inp, off_in, out, off_out, n) }
 }
 
 /// splice(2): EINVAL on a Shoal descriptor ("the target file system does
@@ -138,6 +136,8 @@ unsafe fn splice_any(
 }
 
 exported! {
+    [copy_file_range] (inp: c_int, off_in: *mut off64_t, out: c_int, off_out: *mut off64_t, n: size_t, flags: c_uint) -> ssize_t =>
+        copy_file_range_any(inp, off_in, out, off_out, n, flags);
     [splice] (inp: c_int, off_in: *mut off64_t, out: c_int, off_out: *mut off64_t, n: size_t, flags: c_uint) -> ssize_t =>
         splice_any(inp, off_in, out, off_out, n, flags);
     // Both sides of a tee are pipes: a Shoal file is not (EINVAL).
