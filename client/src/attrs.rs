@@ -310,6 +310,7 @@ impl Client {
             // owner may take search away.
             self.inner.names.remove_dir(h);
         }
+        self.inner.changed_here(h);
         self.forget(h);
         self.getattr(h).await
     }

@@ -392,6 +392,7 @@ impl Client {
         self.with_capability(h, WRITE, |cap| self.truncate_with(h, size, cap))
             .await?;
         self.kept_truncated(h, size);
+        self.inner.changed_here(h);
         let now = shoal_proto::time::now_ns();
         self.inner.attrs.update(&h, |a| {
             a.size = size;
@@ -623,6 +624,7 @@ impl Client {
         verifier: u64,
         cap: &Option<Capability>,
     ) -> Result<()> {
+        self.inner.changed_here(h);
         self.send_again_if_restarted(server_of(d), verifier).await;
         if self
             .inner

@@ -29,6 +29,19 @@
 //! request went out; if so it drops what it cached. Cached first, asked
 //! second: a recall either comes before the question and is seen, or after
 //! the caching and drops it.
+//!
+//! This client's own changes outdate an answer the same way, and no server
+//! recalls for them (the changer keeps its leases): a reply read before
+//! this client's write of a file reached its server, and cached after the
+//! write's own update of the cache, would put back the size from before
+//! the write, trusted for the whole lease (a file `cp` had just written,
+//! listed as empty for 30 s). So each change of an object's data or
+//! attributes is noted as it is made here and again as its server
+//! acknowledges it ([`Inner::changed_here`]), before the change updates
+//! the cache: an answer whose request went out before either is undone.
+//! The change's update and the answer's caching then meet in either
+//! order: the update runs after the caching and corrects it, or the
+//! question after the caching sees the note.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,8 +91,9 @@ struct Held {
     until: HashMap<Handle, Instant>,
     /// The end of the latest lease noted: until then a server may recall.
     latest: Option<Instant>,
-    /// When each object was last recalled. An entry older than a lease can
-    /// go: every grant whose request went out before it has ended.
+    /// When each object was last recalled, or changed by this client (see
+    /// the module doc). An entry older than a lease can go: every grant
+    /// whose request went out before it has ended.
     recalled: HashMap<Handle, Instant>,
     /// When a connection last ended, recalling all its server had leased.
     all_recalled: Option<Instant>,
@@ -207,6 +221,25 @@ pub(crate) fn on_recall(inner: Weak<Inner>) -> OnRecall {
 }
 
 impl Inner {
+    /// This client changes `h` (its data, size or attributes), or its
+    /// server has just acknowledged such a change: an answer about `h`
+    /// whose request went out before now describes it as it was, and is
+    /// not to be cached (see the module doc). Called before the change
+    /// updates what is cached of `h`.
+    pub(crate) fn changed_here(&self, h: Handle) {
+        let lease = self.pool.lease();
+        if lease.is_zero() {
+            // Nothing is cached under a lease: nothing to outdate.
+            return;
+        }
+        let now = Instant::now();
+        let mut held = self.leases.held.lock().unwrap();
+        self.leases
+            .last_recall
+            .store(since_epoch(now) + 1, Ordering::SeqCst);
+        held.note_recall(Some(&[h]), now, lease);
+    }
+
     fn drop_recalled(&self, what: &Recalled) {
         let lease = self.pool.lease();
         let now = Instant::now();

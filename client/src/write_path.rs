@@ -211,6 +211,7 @@ impl Client {
             g.direct_writes.fetch_add(1, Ordering::Relaxed);
             g.direct_bytes.fetch_add(n, Ordering::Relaxed);
         }
+        self.inner.changed_here(h);
         let now = shoal_proto::time::now_ns();
         self.inner.attrs.update(&h, |a| {
             a.size = a.size.max(end);
@@ -488,6 +489,8 @@ impl Client {
         };
         drop(gate);
         buffer.tidy(h);
+        // The kept bytes now count at the servers, no longer here.
+        self.inner.changed_here(h);
         pushed.map_err(|e| as_reported(h, e))
     }
 

@@ -41,6 +41,14 @@ pub const LINK_BEFORE_ENTRY: &str = "link-before-entry";
 /// and their clients must replay them.
 pub const GROUP_FLUSH: &str = "group-flush";
 
+/// Client, a batch of creates this client answered itself came back from
+/// its server: the files' attributes are read off the reply, not yet
+/// cached. Not a crash point but a pause point: a test holds the client
+/// here (`fail::cfg_callback`) to make its own write of such a file land
+/// before the reply is cached, which must not put back the size from
+/// before the write.
+pub const CREATE_FILES_BEFORE_CACHING: &str = "create-files-before-caching";
+
 pub const ALL: [&str; 11] = [
     COMMIT_AFTER_APPLY,
     COMMIT_BEFORE_REPLY,

@@ -138,6 +138,7 @@ impl Client {
                     continue;
                 }
             };
+            shoal_proto::fail::fail_point!(shoal_proto::crash_points::CREATE_FILES_BEFORE_CACHING);
             self.inner
                 .names
                 .put(dir, name, self.cred, (h, rec.kind()), dir_lease);
