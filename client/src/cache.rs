@@ -41,6 +41,21 @@ pub fn bounded<K: Eq + Hash, V>(max: usize) -> Bounded<K, V> {
     )
 }
 
+/// `map` rebuilt with only the entries `keep` keeps: its storage sized to
+/// them (quick_cache keeps its largest otherwise).
+pub fn compacted<K: Eq + Hash, V>(
+    map: &mut Bounded<K, V>,
+    mut keep: impl FnMut(&K, &V) -> bool,
+) {
+    let mut fresh = bounded(map.capacity() as usize);
+    for (k, v) in map.drain() {
+        if keep(&k, &v) {
+            fresh.insert(k, v);
+        }
+    }
+    *map = fresh;
+}
+
 pub struct TtlCache<K, V> {
     ttl: Duration,
     /// Each value and until when it may be used.
@@ -153,6 +168,12 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
     /// Drops every entry (a server's leases all ended).
     pub(crate) fn clear(&self) {
         self.map().clear();
+    }
+
+    /// Drops the expired entries and gives back the room of those gone.
+    pub(crate) fn compact(&self) {
+        let now = Instant::now();
+        compacted(&mut self.map(), |_, (_, until)| *until > now);
     }
 
     /// Entries held now, expired or not (for the mount's stats).

@@ -39,7 +39,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use shoal_proto::Handle;
 
-use crate::cache::{bounded, Bounded};
+use crate::cache::{bounded, compacted, Bounded};
 use crate::conn::{OnRecall, Recalled};
 use crate::Inner;
 
@@ -195,6 +195,12 @@ impl Ledger {
         for h in handles {
             held.until.remove(h);
         }
+    }
+
+    /// Drops the leases that ended and gives back their room.
+    pub fn compact(&self) {
+        let now = Instant::now();
+        compacted(&mut self.held.lock().unwrap().until, |_, until| *until > now);
     }
 
     /// Objects noted now (for the mount's stats).

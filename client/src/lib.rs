@@ -264,6 +264,18 @@ impl Client {
         inner.delegated.forget(handles);
     }
 
+    /// Drops what has expired from the caches and gives back the room of
+    /// what was evicted or forgotten (after the kernel forgot many inodes).
+    pub fn compact(&self) {
+        let inner = &self.inner;
+        inner.names.compact();
+        inner.attrs.compact();
+        inner.dists.map.compact();
+        inner.hints.compact();
+        inner.caps.compact();
+        inner.leases.compact();
+    }
+
     /// The size of each of the client's bounded caches and tables, with
     /// its bound, for the mount's stats.
     pub fn table_sizes(&self) -> Vec<TableSize> {

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use quick_cache::Equivalent;
 use shoal_proto::{Cred, Handle, ObjectKind};
 
-use crate::cache::{bounded, Bounded};
+use crate::cache::{bounded, compacted, Bounded};
 
 /// Callers remembered per entry; the oldest goes when another comes.
 const MAX_CALLERS: usize = 8;
@@ -199,6 +199,21 @@ impl NameCache {
         let mut map = self.map();
         map.entries.clear();
         map.dropped.clear();
+    }
+
+    /// Drops the void and expired names, and gives back their room.
+    pub fn compact(&self) {
+        let mut map = self.map();
+        let now = Instant::now();
+        let names = &mut *map;
+        let (floor, dropped) = (names.floor, &names.dropped);
+        compacted(&mut names.entries, |Key(dir, _), e| {
+            let current = e.stamp >= floor.max(dropped.get(dir).copied().unwrap_or(0));
+            current && e.seen_by.iter().any(|(_, until)| *until > now)
+        });
+        // Every entry left is current: no drop needs remembering.
+        names.dropped = Default::default();
+        names.floor = 0;
     }
 
     /// Names held now, void or expired ones too (for the mount's stats).

@@ -211,6 +211,15 @@ impl KernelLeases {
         client.on_recall(Arc::new(move |what: &Recalled| me.recall(what)));
     }
 
+    /// Forgets what the kernel has dropped by itself (timeouts ended) and
+    /// gives back the tables' spare room.
+    pub fn sweep(&self) {
+        let mut r = self.remembered.lock().unwrap();
+        r.sweep();
+        r.names.shrink_to_fit();
+        r.inodes.shrink_to_fit();
+    }
+
     /// Names and inodes remembered now, and the bound of each.
     pub fn sizes(&self) -> [shoal_client::TableSize; 2] {
         let r = self.remembered.lock().unwrap();

@@ -18,6 +18,7 @@ use crate::dirs::{OpenDirs, Parents};
 use crate::groups::CallerGroups;
 use crate::kernel_leases::KernelLeases;
 use crate::read_streams::ReadStreams;
+use crate::sweeps::Sweeps;
 
 pub struct Shared {
     pub client: Client,
@@ -41,6 +42,8 @@ pub struct Shared {
     /// A record lock was asked for through this mount: opens send their
     /// FLUSH from then on (`locks`).
     pub locking: AtomicBool,
+    /// Memory given back after many forgets.
+    pub sweeps: Sweeps,
 }
 
 impl Shared {
@@ -63,6 +66,7 @@ impl Shared {
             streams,
             hardlinks_protected: crate::access::hardlinks_protected(),
             locking: AtomicBool::new(false),
+            sweeps: Sweeps::default(),
         }
     }
 
