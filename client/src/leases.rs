@@ -200,7 +200,9 @@ impl Ledger {
     /// Drops the leases that ended and gives back their room.
     pub fn compact(&self) {
         let now = Instant::now();
-        compacted(&mut self.held.lock().unwrap().until, |_, until| *until > now);
+        compacted(&mut self.held.lock().unwrap().until, |_, until| {
+            *until > now
+        });
     }
 
     /// Objects noted now (for the mount's stats).

@@ -285,10 +285,10 @@ impl Client {
         let (known_dirs, known_names) = inner.known_dirs.len();
         vec![
             TableSize::new("names", inner.names.len(), entries),
-            TableSize::new("attrs", inner.attrs.len(), entries),
-            TableSize::new("layouts", inner.dists.map.len(), entries),
-            TableSize::new("hints", inner.hints.len(), entries),
-            TableSize::new("capabilities", inner.caps.len(), entries),
+            TableSize::new("attrs", inner.attrs.entries(), entries),
+            TableSize::new("layouts", inner.dists.map.entries(), entries),
+            TableSize::new("hints", inner.hints.entries(), entries),
+            TableSize::new("capabilities", inner.caps.entries(), entries),
             TableSize::new("leases", inner.leases.len(), entries),
             TableSize::new("known_dirs", known_dirs, known_dirs::MAX_DIRS),
             TableSize::new("known_names", known_names, settings.known_names as usize),
