@@ -71,8 +71,11 @@ impl Remembered {
     /// Remembers `name` in `dir` as given a long timeout, until `until`;
     /// false (give the TTL) when full.
     fn name(&mut self, dir: Handle, name: &str, until: Instant) -> bool {
-        if self.count >= self.max && !self.sweep() {
-            return false;
+        if self.count >= self.max {
+            self.sweep();
+            if self.count >= self.max {
+                return false;
+            }
         }
         let names = self.names.entry(dir).or_default();
         match names.get_mut(name) {
@@ -89,8 +92,11 @@ impl Remembered {
     /// Remembers inode `h` as given a long timeout, until `until`; false
     /// when full.
     fn inode(&mut self, h: Handle, until: Instant) -> bool {
-        if self.inodes.len() >= self.max && !self.inodes.contains_key(&h) && !self.sweep() {
-            return false;
+        if self.inodes.len() >= self.max && !self.inodes.contains_key(&h) {
+            self.sweep();
+            if self.inodes.len() >= self.max {
+                return false;
+            }
         }
         let at = self.inodes.entry(h).or_insert(until);
         *at = (*at).max(until);
@@ -99,13 +105,12 @@ impl Remembered {
     }
 
     /// Forgets what the kernel has dropped by itself (its timeout ran
-    /// out), if anything can have; whether room was made.
-    fn sweep(&mut self) -> bool {
+    /// out), if anything can have.
+    fn sweep(&mut self) {
         let now = Instant::now();
         if self.earliest.is_none_or(|e| e > now) {
-            return false;
+            return;
         }
-        let before = (self.count, self.inodes.len());
         let mut earliest: Option<Instant> = None;
         let mut keep = |until: &Instant| {
             let live = *until > now;
@@ -121,7 +126,6 @@ impl Remembered {
         self.names.retain(|_, names| !names.is_empty());
         self.count = self.names.values().map(HashMap::len).sum();
         self.earliest = earliest;
-        (self.count, self.inodes.len()) != before
     }
 
     /// Names and inodes remembered now.

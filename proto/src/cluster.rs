@@ -130,9 +130,10 @@ pub struct Settings {
     /// kernel was given under leases. Past it the least used go (an
     /// evicted entry is asked for again); an inode the kernel forgets
     /// (FUSE FORGET) goes at once. Each table's size is in `shoal stats
-    /// --mount`. About 200 bytes an entry and table: the mount's resident
-    /// memory stays under 256 MiB at the default however many files it
-    /// sees (`bench/results/mount-memory.md`). Default 65536.
+    /// --mount`. A few hundred bytes an entry and table: at the default
+    /// the mount's resident memory stays under 256 MiB however many files
+    /// it sees (185 MiB after 1,000,000, `bench/results/mount-memory.md`).
+    /// Default 65536.
     pub cache_entries: u32,
     /// Names a client keeps of the directories it made and follows change
     /// by change (`client/src/known_dirs.rs`: negative lookups without a
