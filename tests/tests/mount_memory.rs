@@ -25,7 +25,10 @@ fn tables(mnt: &Path) -> BTreeMap<String, (usize, usize)> {
         .map(|t| {
             let (name, sizes) = t.split_once(' ').unwrap();
             let (len, max) = sizes.split_once('/').unwrap();
-            (name.to_string(), (len.parse().unwrap(), max.parse().unwrap()))
+            (
+                name.to_string(),
+                (len.parse().unwrap(), max.parse().unwrap()),
+            )
         })
         .collect()
 }
@@ -58,7 +61,10 @@ fn tables_stay_under_their_bounds_and_let_forgotten_inodes_go() {
 
     let t = tables(&mnt);
     for (name, (len, max)) in &t {
-        assert!(len <= max, "{name}: {len} entries past its bound {max}: {t:?}");
+        assert!(
+            len <= max,
+            "{name}: {len} entries past its bound {max}: {t:?}"
+        );
     }
     for name in ["names", "attrs", "layouts", "leases", "parents"] {
         assert_eq!(t[name].1, ENTRIES, "{name} is bounded by cache_entries");
