@@ -3,27 +3,60 @@
 //! seen within that time, and this client drops what its own changes outdate.
 //! An entry a server leased (`leases`) lives until its lease ends, unless
 //! the server recalls it first (the client then removes it).
+//!
+//! Each cache holds at most a bound of entries (the setting `cache_entries`
+//! for the client's own): past it, quick_cache's S3-FIFO policy evicts one
+//! that was used least (an entry used once goes before one used again), so a
+//! walk of millions of files costs the bound, not the walk. An evicted entry
+//! is simply asked for again. Expired entries are not swept: they wait their
+//! turn to be evicted, or to be replaced by a fresh answer.
 
 use std::hash::Hash;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-// A fast hash: a listing looks up and inserts a batch's handles at once.
-use foldhash::HashMap;
-
-/// Entries kept before the cache is emptied and starts again (unless the
-/// cache is made with another bound).
-const MAX_ENTRIES: usize = 200_000;
 
 /// The lifetime of a cache whose entries are replaced when they change,
 /// never expired by age.
 pub(crate) const FOREVER: Duration = Duration::from_secs(u64::MAX / 4);
 
+/// A bounded map with quick_cache's eviction, hashed as the rest of the
+/// client hashes (foldhash: a listing looks up and inserts a batch at once).
+pub type Bounded<K, V> = quick_cache::unsync::Cache<
+    K,
+    V,
+    quick_cache::UnitWeighter,
+    foldhash::fast::RandomState,
+    quick_cache::unsync::DefaultLifecycle<K, V>,
+>;
+
+/// An empty [`Bounded`] map of at most `max` entries (at least one).
+pub fn bounded<K: Eq + Hash, V>(max: usize) -> Bounded<K, V> {
+    let max = max.max(1);
+    Bounded::with(
+        max,
+        max as u64,
+        quick_cache::UnitWeighter,
+        Default::default(),
+        Default::default(),
+    )
+}
+
+/// `map` rebuilt with only the entries `keep` keeps: its storage sized to
+/// them (quick_cache keeps its largest otherwise).
+pub fn compacted<K: Eq + Hash, V>(map: &mut Bounded<K, V>, mut keep: impl FnMut(&K, &V) -> bool) {
+    let mut fresh = bounded(map.capacity() as usize);
+    for (k, v) in map.drain() {
+        if keep(&k, &v) {
+            fresh.insert(k, v);
+        }
+    }
+    *map = fresh;
+}
+
 pub struct TtlCache<K, V> {
     ttl: Duration,
-    max: usize,
     /// Each value and until when it may be used.
-    map: Mutex<HashMap<K, (V, Instant)>>,
+    map: Mutex<Bounded<K, (V, Instant)>>,
 }
 
 /// `now + ttl`, or a century from now for a cache kept "forever".
@@ -33,24 +66,23 @@ pub(crate) fn expiry(now: Instant, ttl: Duration) -> Instant {
 }
 
 impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
-    pub(crate) fn new(ttl: Duration) -> Self {
-        Self::bounded(ttl, MAX_ENTRIES)
-    }
-
-    /// A cache emptied whenever it reaches `max` entries.
+    /// A cache of at most `max` entries, each kept `ttl`.
     pub fn bounded(ttl: Duration, max: usize) -> Self {
         TtlCache {
             ttl,
-            max,
-            map: Mutex::new(HashMap::default()),
+            map: Mutex::new(bounded(max)),
         }
+    }
+
+    fn map(&self) -> MutexGuard<'_, Bounded<K, (V, Instant)>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn get(&self, key: &K) -> Option<V> {
         if self.ttl.is_zero() {
             return None;
         }
-        let map = self.map.lock().unwrap();
+        let map = self.map();
         let now = Instant::now();
         map.get(key)
             .filter(|(_, until)| now < *until)
@@ -66,7 +98,7 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
         if self.ttl.is_zero() {
             return keys.map(|_| None).collect();
         }
-        let map = self.map.lock().unwrap();
+        let map = self.map();
         let now = Instant::now();
         keys.map(|k| {
             map.get(k)
@@ -99,13 +131,10 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
         if self.ttl.is_zero() {
             return;
         }
-        let mut map = self.map.lock().unwrap();
+        let mut map = self.map();
         let now = Instant::now();
         let ttl_end = expiry(now, self.ttl);
         for (key, value, lease) in entries {
-            if map.len() >= self.max {
-                map.clear();
-            }
             let until = lease.map_or(ttl_end, |l| l.max(ttl_end));
             map.insert(key, (value, until));
         }
@@ -113,18 +142,40 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
 
     /// Changes a cached value in place, if present (keeps its age).
     pub(crate) fn update(&self, key: &K, f: impl FnOnce(&mut V)) {
-        if let Some((v, _)) = self.map.lock().unwrap().get_mut(key) {
-            f(v);
+        if let Some(mut e) = self.map().peek_mut(key) {
+            f(&mut e.0);
         }
     }
 
     pub(crate) fn remove(&self, key: &K) {
-        self.map.lock().unwrap().remove(key);
+        self.map().remove(key);
+    }
+
+    /// Drops the entries of `keys`, under one lock.
+    pub(crate) fn remove_many<'a>(&self, keys: impl IntoIterator<Item = &'a K>)
+    where
+        K: 'a,
+    {
+        let mut map = self.map();
+        for k in keys {
+            map.remove(k);
+        }
     }
 
     /// Drops every entry (a server's leases all ended).
     pub(crate) fn clear(&self) {
-        self.map.lock().unwrap().clear();
+        self.map().clear();
+    }
+
+    /// Drops the expired entries and gives back the room of those gone.
+    pub(crate) fn compact(&self) {
+        let now = Instant::now();
+        compacted(&mut self.map(), |_, (_, until)| *until > now);
+    }
+
+    /// Entries held now, expired or not (for the mount's stats).
+    pub fn entries(&self) -> usize {
+        self.map().len()
     }
 }
 
@@ -134,7 +185,7 @@ mod tests {
 
     #[test]
     fn entries_expire_and_zero_ttl_disables() {
-        let c = TtlCache::new(Duration::from_millis(30));
+        let c = TtlCache::bounded(Duration::from_millis(30), 100);
         c.put(1, "a");
         assert_eq!(c.get(&1), Some("a"));
         c.update(&1, |v| *v = "b");
@@ -143,7 +194,7 @@ mod tests {
         assert_eq!(c.get(&1), None);
         c.put_many([(2, "c"), (3, "d")]);
         assert_eq!(c.get_many([&3, &1, &2]), vec![Some("d"), None, Some("c")]);
-        let off = TtlCache::new(Duration::ZERO);
+        let off = TtlCache::bounded(Duration::ZERO, 100);
         off.put(1, "a");
         assert_eq!(off.get(&1), None);
         assert_eq!(off.get_many([&1]), vec![None]);
@@ -151,12 +202,26 @@ mod tests {
 
     #[test]
     fn a_leased_entry_outlives_the_ttl_until_removed() {
-        let c = TtlCache::new(Duration::from_millis(10));
+        let c = TtlCache::bounded(Duration::from_millis(10), 100);
         c.put_leased(1, "a", Some(Instant::now() + Duration::from_secs(60)));
         c.put_leased(2, "b", None);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(c.get_many([&1, &2]), vec![Some("a"), None]);
         c.remove(&1);
         assert_eq!(c.get(&1), None, "a recall removes it");
+    }
+
+    #[test]
+    fn holds_at_most_its_bound_and_keeps_what_is_used() {
+        let c = TtlCache::bounded(FOREVER, 100);
+        c.put(-1, -1);
+        for i in 0..1000 {
+            c.put(i, i);
+            assert_eq!(c.get(&-1), Some(-1), "used again and again");
+        }
+        assert!(c.entries() <= 100, "{} entries", c.entries());
+        assert_eq!(c.get(&999), Some(999), "the newest stays");
+        c.remove_many([&999, &-1]);
+        assert_eq!(c.get_many([&999, &-1]), vec![None, None]);
     }
 }

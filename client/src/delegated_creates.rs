@@ -67,6 +67,9 @@ const RESERVE_AGAIN_UNDER: usize = 256;
 const MAX_FAILED: usize = 4096;
 /// Files made under one delegation whose unlink may be answered here.
 const MAX_MADE: usize = 1 << 16;
+// And in all directories together, the setting `known_names` (a client
+// holding delegations on many directories would keep every name made in
+// each): past it, unlinks of files made since go to the server.
 /// Directories whose last ask was refused, remembered so that creates there
 /// do not wait for the next (past it, all are forgotten).
 const MAX_REFUSED: usize = 4096;
@@ -175,14 +178,40 @@ pub struct DelegatedCreates {
     /// Creates answered here and not yet answered by their server (kept or
     /// in flight): the fence waits while there are any.
     unsettled: AtomicUsize,
+    /// Files in every directory's `made`, and their bound.
+    made: AtomicUsize,
+    max_made: usize,
 }
 
 impl DelegatedCreates {
-    pub fn new(delay: Duration) -> DelegatedCreates {
+    pub fn new(delay: Duration, max_made: usize) -> DelegatedCreates {
         DelegatedCreates {
             delay,
             state: Mutex::default(),
             unsettled: AtomicUsize::new(0),
+            made: AtomicUsize::new(0),
+            max_made,
+        }
+    }
+
+    /// Forgets the files made in `d` (unlinks there go to the server).
+    fn clear_made(&self, d: &mut Dir) {
+        self.made.fetch_sub(d.made.len(), Ordering::SeqCst);
+        d.made.clear();
+    }
+
+    /// Files remembered as made here, in all directories.
+    pub fn made(&self) -> usize {
+        self.made.load(Ordering::SeqCst)
+    }
+
+    /// The kernel forgot `dirs`: the files made there are forgotten too.
+    pub fn forget(&self, dirs: &[Handle]) {
+        let mut st = self.state();
+        for dir in dirs {
+            if let Some(d) = st.dirs.get_mut(dir) {
+                self.clear_made(d);
+            }
         }
     }
 
@@ -349,8 +378,9 @@ impl DelegatedCreates {
             handle,
             mode,
         });
-        if d.made.len() < MAX_MADE {
-            d.made.insert(name.to_string(), handle);
+        let room = d.made.len() < MAX_MADE && self.made() < self.max_made;
+        if room && d.made.insert(name.to_string(), handle).is_none() {
+            self.made.fetch_add(1, Ordering::SeqCst);
         }
         self.unsettled.fetch_add(1, Ordering::SeqCst);
         let left: u64 = d.free.iter().map(|r| r.end - r.start).sum();
@@ -388,6 +418,7 @@ impl DelegatedCreates {
             LocalChange::Conflict | LocalChange::Busy => return None,
         }
         d.made.remove(name);
+        self.made.fetch_sub(1, Ordering::SeqCst);
         if let Some(i) = d.kept.iter().position(|k| k.name == name) {
             d.kept.remove(i);
             let before = self.unsettled.fetch_sub(1, Ordering::SeqCst);
@@ -405,7 +436,9 @@ impl DelegatedCreates {
     pub fn entries_changing(&self, dir: Handle, names: &[&str]) {
         if let Some(d) = self.state().dirs.get_mut(&dir) {
             for name in names {
-                d.made.remove(*name);
+                if d.made.remove(*name).is_some() {
+                    self.made.fetch_sub(1, Ordering::SeqCst);
+                }
             }
         }
     }
@@ -415,7 +448,9 @@ impl DelegatedCreates {
     /// writes) or another owner: none of its unlinks is answered here.
     pub fn not_made_here(&self, h: Handle) {
         for d in self.state().dirs.values_mut() {
+            let before = d.made.len();
             d.made.retain(|_, made| *made != h);
+            self.made.fetch_sub(before - d.made.len(), Ordering::SeqCst);
         }
     }
 
@@ -433,7 +468,7 @@ impl DelegatedCreates {
         let was = d.held;
         d.held = false;
         d.free.clear();
-        d.made.clear();
+        self.clear_made(d);
         was
     }
 
@@ -449,7 +484,7 @@ impl DelegatedCreates {
             }
             d.held = false;
             d.free.clear();
-            d.made.clear();
+            self.clear_made(d);
         }
         ended
     }
@@ -522,8 +557,8 @@ impl DelegatedCreates {
                 && d.unlinks.is_empty()
                 && Arc::strong_count(&d.sending) == 1
         });
-        if idle {
-            st.dirs.remove(&dir);
+        if let Some(mut d) = idle.then(|| st.dirs.remove(&dir)).flatten() {
+            self.clear_made(&mut d);
         }
     }
 
@@ -555,7 +590,7 @@ mod tests {
 
     #[test]
     fn a_recall_that_overtakes_its_grant_voids_it() {
-        let d = DelegatedCreates::new(Duration::from_millis(5));
+        let d = DelegatedCreates::new(Duration::from_millis(5), 1 << 20);
         assert!(d.begin_asking(7).is_some());
         assert!(d.begin_asking(7).is_none(), "asked already");
         d.ended(7);
@@ -584,7 +619,7 @@ mod tests {
 
     #[test]
     fn creates_wait_for_an_ask_unless_the_last_was_refused() {
-        let d = DelegatedCreates::new(Duration::from_millis(5));
+        let d = DelegatedCreates::new(Duration::from_millis(5), 1 << 20);
         assert!(d.ask_ended(7).now_or_never().is_some(), "none in flight");
         let ask = d.begin_asking(7).unwrap();
         assert!(d.ask_ended(7).now_or_never().is_none(), "waits");
@@ -598,7 +633,7 @@ mod tests {
 
     #[test]
     fn unlinks_are_answered_for_files_made_here_and_go_first() {
-        let d = DelegatedCreates::new(Duration::from_millis(5));
+        let d = DelegatedCreates::new(Duration::from_millis(5), 1 << 20);
         assert!(d.begin_asking(7).is_some());
         d.granted(7, me(), Some(100..200), || true);
         let done = || LocalChange::Done;
@@ -637,7 +672,7 @@ mod tests {
 
     #[test]
     fn reservations_per_server_are_bounded_oldest_out() {
-        let d = DelegatedCreates::new(Duration::from_millis(5));
+        let d = DelegatedCreates::new(Duration::from_millis(5), 1 << 20);
         let server = server_of(7);
         for i in 0..RESERVATIONS_KEPT as u64 {
             assert!(!d.make_room(server));

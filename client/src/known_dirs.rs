@@ -30,8 +30,12 @@
 //! answered itself are among its names before they are sent.
 //!
 //! Bounded: at most [`MAX_DIRS`] directories (those not confirmed within
-//! the TTL make room for new ones) and [`MAX_NAMES`] names in all (a
-//! directory that would pass it is forgotten).
+//! the TTL make room for new ones) and the setting `known_names` names in
+//! all: a change that passes it forgets the other directories least lately
+//! confirmed (neither pinned nor with a change in flight) until the names
+//! fit, and if they still do not, its own. A directory the kernel forgot
+//! goes too unless pinned or changing ([`KnownDirs::evict`]). A forgotten
+//! directory only costs its lookups a message again.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -42,8 +46,6 @@ use shoal_proto::{Cred, Handle, ObjectKind};
 
 /// Directories known at once (beyond, new ones are not taken).
 pub const MAX_DIRS: usize = 1024;
-/// Names known in all directories together.
-pub const MAX_NAMES: usize = 1 << 20;
 
 /// What one of this client's changes did to a directory's entries.
 pub enum EntryChange<'a> {
@@ -136,11 +138,36 @@ impl Dirs {
             self.names -= k.names.len();
         }
     }
+
+    /// Makes the names fit under `max` after a change to `dir`: the other
+    /// directories that may go, least lately confirmed first, then `dir`.
+    fn fit(&mut self, dir: Handle, max: usize) {
+        if self.names <= max {
+            return;
+        }
+        let mut others: Vec<(Instant, Handle)> = self
+            .known
+            .iter()
+            .filter(|(h, k)| **h != dir && !k.pinned && k.in_flight == 0)
+            .map(|(h, k)| (k.confirmed, *h))
+            .collect();
+        others.sort_unstable();
+        for (_, h) in others {
+            if self.names <= max {
+                return;
+            }
+            self.remove(h);
+        }
+        if self.names > max {
+            self.remove(dir);
+        }
+    }
 }
 
 impl KnownDirs {
-    pub fn new(ttl: Duration) -> KnownDirs {
-        Self::bounded(ttl, MAX_DIRS, MAX_NAMES)
+    /// Known directories of at most `max_names` names in all.
+    pub fn new(ttl: Duration, max_names: usize) -> KnownDirs {
+        Self::bounded(ttl, MAX_DIRS, max_names)
     }
 
     fn bounded(ttl: Duration, max_dirs: usize, max_names: usize) -> KnownDirs {
@@ -252,9 +279,7 @@ impl KnownDirs {
         k.confirmed = Instant::now();
         let after = k.names.len();
         dirs.names = dirs.names + after - before;
-        if dirs.names > self.max_names {
-            dirs.remove(dir);
-        }
+        dirs.fit(dir, self.max_names);
     }
 
     /// The change begun on `dir` (not kept creates) was refused before it
@@ -269,6 +294,28 @@ impl KnownDirs {
     /// follow, such as a move).
     pub fn forget(&self, dir: Handle) {
         self.dirs().remove(dir);
+    }
+
+    /// Stops answering for each of `dirs` that is neither pinned nor
+    /// changing (the kernel forgot them: their names are memory to give
+    /// back).
+    pub fn evict(&self, dirs: &[Handle]) {
+        let mut known = self.dirs();
+        for dir in dirs {
+            if known
+                .known
+                .get(dir)
+                .is_some_and(|k| !k.pinned && k.in_flight == 0)
+            {
+                known.remove(*dir);
+            }
+        }
+    }
+
+    /// Directories and names known now (for the mount's stats).
+    pub fn len(&self) -> (usize, usize) {
+        let dirs = self.dirs();
+        (dirs.known.len(), dirs.names)
     }
 
     /// Whether `name` is certainly not in `dir` for user `who`, as of less
@@ -350,8 +397,8 @@ impl KnownDirs {
             return LocalChange::Conflict;
         }
         dirs.names += 1;
-        if dirs.names > self.max_names {
-            dirs.remove(dir);
+        dirs.fit(dir, self.max_names);
+        if !dirs.known.contains_key(&dir) {
             return LocalChange::NotPinned;
         }
         LocalChange::Done
@@ -389,7 +436,7 @@ mod tests {
 
     #[test]
     fn names_added_at_once_move_the_count_by_as_many() {
-        let k = KnownDirs::new(Duration::from_secs(60));
+        let k = KnownDirs::new(Duration::from_secs(60), 1 << 20);
         k.created(7, me());
         k.begin(7, false);
         k.finish(7, Some(&dir(7, 3)), EntryChange::AddedMany(vec!["a", "b"]));
@@ -408,7 +455,7 @@ mod tests {
 
     #[test]
     fn a_pinned_directory_holds_its_answered_names_past_the_ttl() {
-        let k = KnownDirs::new(Duration::from_millis(1));
+        let k = KnownDirs::new(Duration::from_millis(1), 1 << 20);
         k.created(7, me());
         assert_eq!(k.version(7, me()), Some(1));
         use LocalChange::*;
@@ -450,7 +497,7 @@ mod tests {
     #[test]
     fn a_kept_batchs_reply_leaves_the_names_as_later_answers_left_them() {
         use LocalChange::*;
-        let k = KnownDirs::new(Duration::from_secs(60));
+        let k = KnownDirs::new(Duration::from_secs(60), 1 << 20);
         k.created(7, me());
         assert!(k.pin(7, 1));
         // "a" made here and sent; then unlinked here and made again.
@@ -466,7 +513,7 @@ mod tests {
 
     #[test]
     fn a_new_directory_is_empty_and_follows_its_own_changes() {
-        let k = KnownDirs::new(Duration::from_secs(60));
+        let k = KnownDirs::new(Duration::from_secs(60), 1 << 20);
         k.created(7, me());
         assert!(k.absent(7, "a", me()));
         k.begin(7, false);
@@ -485,7 +532,7 @@ mod tests {
 
     #[test]
     fn a_gap_a_failure_or_a_foreign_change_forgets() {
-        let k = KnownDirs::new(Duration::from_secs(60));
+        let k = KnownDirs::new(Duration::from_secs(60), 1 << 20);
         k.created(7, me());
         k.begin(7, false);
         k.finish(7, Some(&dir(7, 3)), EntryChange::Added("a"));
@@ -511,7 +558,7 @@ mod tests {
 
     #[test]
     fn crossing_replies_and_age_forget() {
-        let k = KnownDirs::new(Duration::from_secs(60));
+        let k = KnownDirs::new(Duration::from_secs(60), 1 << 20);
         k.created(7, me());
         k.begin(7, false);
         k.begin(7, false);
@@ -520,7 +567,7 @@ mod tests {
         k.finish(7, Some(&dir(7, 2)), EntryChange::Added("a"));
         assert!(!k.absent(7, "c", me()));
 
-        let k = KnownDirs::new(Duration::ZERO);
+        let k = KnownDirs::new(Duration::ZERO, 1 << 20);
         k.created(7, me());
         assert!(!k.absent(7, "a", me()), "older than the TTL");
     }
@@ -537,17 +584,37 @@ mod tests {
             k.finish(1, Some(&dir(1, v)), EntryChange::Added(name));
         }
         assert!(k.absent(1, "d", me()), "three names fit");
-        k.begin(2, false);
-        k.finish(2, Some(&dir(2, 2)), EntryChange::Added("x"));
-        assert!(
-            !k.absent(2, "y", me()),
-            "the fourth name forgets its directory"
-        );
         k.begin(1, false);
         k.finish(1, Some(&dir(1, 5)), EntryChange::Removed("a"));
         k.begin(1, false);
         k.finish(1, Some(&dir(1, 6)), EntryChange::Added("e"));
         assert!(k.absent(1, "a", me()), "a removal makes room");
+        k.begin(2, false);
+        k.finish(2, Some(&dir(2, 2)), EntryChange::Added("x"));
+        assert!(k.absent(2, "y", me()), "the fourth name...");
+        assert!(
+            !k.absent(1, "d", me()),
+            "... forgets the directory least lately confirmed"
+        );
+        k.created(4, me());
+        for (v, name) in [(2, "a"), (3, "b"), (4, "c"), (5, "d")] {
+            k.begin(4, false);
+            k.finish(4, Some(&dir(4, v)), EntryChange::Added(name));
+        }
+        assert!(!k.absent(4, "e", me()), "more than fit alone: forgotten");
+        assert_eq!(k.len(), (0, 0), "the others made room in vain");
+
+        k.created(5, me());
+        k.begin(5, false);
+        k.evict(&[5]);
+        assert_eq!(k.len(), (1, 0), "not while a change is in flight");
+        k.finish(5, Some(&dir(5, 2)), EntryChange::Added("a"));
+        assert!(k.pin(5, 2));
+        k.evict(&[5]);
+        assert!(k.absent(5, "b", me()), "nor while pinned");
+        k.unpin(5);
+        k.evict(&[5]);
+        assert!(!k.absent(5, "b", me()), "the kernel forgot it");
 
         let k = KnownDirs::bounded(Duration::ZERO, 1, 10);
         k.created(1, me());

@@ -52,12 +52,9 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use shoal_proto::Handle;
 
+use crate::cache::{bounded, compacted, Bounded};
 use crate::conn::{OnRecall, Recalled};
 use crate::Inner;
-
-/// Objects remembered as leased at most; past it the ledger starts again
-/// (front ends then treat those objects as not leased: safe).
-const MAX_LEDGER: usize = 1 << 20;
 
 /// Recall times kept at most: past it the ledger drops those older than a
 /// lease, and if that is not enough, counts every object as recalled now
@@ -75,7 +72,6 @@ fn since_epoch(t: Instant) -> u64 {
 /// A front end's part of a recall (see [`crate::Client::on_recall`]).
 pub type RecallHook = Arc<dyn Fn(&Recalled) -> BoxFuture<'static, ()> + Send + Sync>;
 
-#[derive(Default)]
 pub struct Ledger {
     held: Mutex<Held>,
     hook: OnceLock<RecallHook>,
@@ -85,10 +81,11 @@ pub struct Ledger {
     last_recall: AtomicU64,
 }
 
-#[derive(Default)]
 struct Held {
-    /// Until when each object is leased.
-    until: HashMap<Handle, Instant>,
+    /// Until when each object is leased, for at most the setting
+    /// `cache_entries` objects: past it the least used go (front ends then
+    /// treat them as not leased: safe).
+    until: Bounded<Handle, Instant>,
     /// The end of the latest lease noted: until then a server may recall.
     latest: Option<Instant>,
     /// When each object was last recalled, or changed by this client (see
@@ -100,6 +97,15 @@ struct Held {
 }
 
 impl Held {
+    fn new(max: usize) -> Held {
+        Held {
+            until: bounded(max),
+            latest: None,
+            recalled: HashMap::new(),
+            all_recalled: None,
+        }
+    }
+
     /// Notes a recall of `handles` (every object if `None`) at `now`.
     fn note_recall(&mut self, handles: Option<&[Handle]>, now: Instant, lease: Duration) {
         if self
@@ -137,6 +143,15 @@ impl Held {
 }
 
 impl Ledger {
+    /// A ledger of at most `max` objects.
+    pub fn new(max: usize) -> Ledger {
+        Ledger {
+            held: Mutex::new(Held::new(max)),
+            hook: OnceLock::new(),
+            last_recall: AtomicU64::new(0),
+        }
+    }
+
     /// `h` is leased until `until` (if a lease was granted).
     pub fn note(&self, h: Handle, until: Option<Instant>) {
         self.note_many([(h, until)]);
@@ -153,11 +168,10 @@ impl Ledger {
         }
         let mut held = self.held.lock().unwrap();
         for (h, until) in leases {
-            if held.until.len() >= MAX_LEDGER {
-                held.until.clear();
+            match held.until.get_mut(&h) {
+                Some(mut e) => *e = (*e).max(until),
+                None => held.until.insert(h, until),
             }
-            let e = held.until.entry(h).or_insert(until);
-            *e = (*e).max(until);
             held.latest = held.latest.max(Some(until));
         }
     }
@@ -186,6 +200,28 @@ impl Ledger {
             .iter()
             .map(|h| held.until.get(h).copied().filter(|u| *u > now))
             .collect()
+    }
+
+    /// Drops the objects of `handles` (the front end forgot them): they
+    /// count as not leased from now on.
+    pub fn forget(&self, handles: &[Handle]) {
+        let mut held = self.held.lock().unwrap();
+        for h in handles {
+            held.until.remove(h);
+        }
+    }
+
+    /// Drops the leases that ended and gives back their room.
+    pub fn compact(&self) {
+        let now = Instant::now();
+        compacted(&mut self.held.lock().unwrap().until, |_, until| {
+            *until > now
+        });
+    }
+
+    /// Objects noted now (for the mount's stats).
+    pub fn len(&self) -> usize {
+        self.held.lock().unwrap().until.len()
     }
 
     pub fn set_hook(&self, hook: RecallHook) {
@@ -350,7 +386,7 @@ mod tests {
 
     #[test]
     fn a_grant_counts_as_recalled_only_if_its_request_went_out_before_the_recall() {
-        let mut held = Held::default();
+        let mut held = Held::new(16);
         let before = Instant::now();
         let recall = before + Duration::from_millis(1);
         let after = recall + Duration::from_millis(1);
@@ -372,7 +408,7 @@ mod tests {
 
     #[test]
     fn recall_times_are_kept_a_lease_long_and_bounded() {
-        let mut held = Held::default();
+        let mut held = Held::new(16);
         let sent = Instant::now();
         let now = sent + Duration::from_secs(1);
         let many: Vec<Handle> = (0..MAX_RECALLED as u64).collect();

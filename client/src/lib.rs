@@ -107,23 +107,25 @@ impl Client {
     /// call [`Client::ping_all`] to check that every server answers.
     pub fn new(config: ClusterConfig) -> Client {
         let ttl = Duration::from_millis(config.settings.cache_ttl_ms);
+        let entries = config.settings.cache_entries as usize;
+        let known_names = config.settings.known_names as usize;
         let first = std::process::id() % config.num_servers();
         let delay = Duration::from_millis(config.settings.delegated_flush_ms as u64);
         let client = Client {
             inner: Arc::new_cyclic(|me| Inner {
-                names: name_cache::NameCache::new(ttl),
-                attrs: TtlCache::new(ttl),
-                hints: TtlCache::new(cache::FOREVER),
-                dists: DistCache::new(ttl),
-                caps: TtlCache::new(caps::keep_for(config.settings.capability_ttl_s)),
-                known_dirs: known_dirs::KnownDirs::new(ttl),
+                names: name_cache::NameCache::new(ttl, entries),
+                attrs: TtlCache::bounded(ttl, entries),
+                hints: TtlCache::bounded(cache::FOREVER, entries),
+                dists: DistCache::new(ttl, entries),
+                caps: TtlCache::bounded(caps::keep_for(config.settings.capability_ttl_s), entries),
+                known_dirs: known_dirs::KnownDirs::new(ttl, known_names),
                 next_server: AtomicU32::new(first),
                 uncommitted_writes: Default::default(),
                 gathering: Default::default(),
                 write_behind: Default::default(),
                 listings_ahead: Default::default(),
-                leases: Default::default(),
-                delegated: delegated_creates::DelegatedCreates::new(delay),
+                leases: leases::Ledger::new(entries),
+                delegated: delegated_creates::DelegatedCreates::new(delay, known_names),
                 pool: Pool::new(config, leases::on_recall(me.clone())),
             }),
             cred: current_cred(),
@@ -243,6 +245,74 @@ impl Client {
         self.inner.attrs.remove(&handle);
         self.inner.known_dirs.forget(handle);
     }
+
+    /// Gives back what is kept of objects a front end no longer knows (the
+    /// kernel forgot their inodes): their attributes, layouts, leases
+    /// noted, a directory's hints and names, what is known of a directory
+    /// unless a delegation or a change of its own needs it, and the files
+    /// made there under its delegation. Each is fetched again if asked for
+    /// (an unlink of a file made here goes to the server). Capabilities, kept per caller, go by
+    /// eviction.
+    pub fn forget_many(&self, handles: &[Handle]) {
+        let inner = &self.inner;
+        inner.attrs.remove_many(handles);
+        inner.dists.map.remove_many(handles);
+        inner.hints.remove_many(handles);
+        inner.leases.forget(handles);
+        inner.names.remove_dirs(handles);
+        inner.known_dirs.evict(handles);
+        inner.delegated.forget(handles);
+    }
+
+    /// Drops what has expired from the caches and gives back the room of
+    /// what was evicted or forgotten (after the kernel forgot many inodes).
+    pub fn compact(&self) {
+        let inner = &self.inner;
+        inner.names.compact();
+        inner.attrs.compact();
+        inner.dists.map.compact();
+        inner.hints.compact();
+        inner.caps.compact();
+        inner.leases.compact();
+    }
+
+    /// The size of each of the client's bounded caches and tables, with
+    /// its bound, for the mount's stats.
+    pub fn table_sizes(&self) -> Vec<TableSize> {
+        let inner = &self.inner;
+        let settings = &self.config().settings;
+        let entries = settings.cache_entries as usize;
+        let (known_dirs, known_names) = inner.known_dirs.len();
+        vec![
+            TableSize::new("names", inner.names.len(), entries),
+            TableSize::new("attrs", inner.attrs.entries(), entries),
+            TableSize::new("layouts", inner.dists.map.entries(), entries),
+            TableSize::new("hints", inner.hints.entries(), entries),
+            TableSize::new("capabilities", inner.caps.entries(), entries),
+            TableSize::new("leases", inner.leases.len(), entries),
+            TableSize::new("known_dirs", known_dirs, known_dirs::MAX_DIRS),
+            TableSize::new("known_names", known_names, settings.known_names as usize),
+            TableSize::new(
+                "made_here",
+                inner.delegated.made(),
+                settings.known_names as usize,
+            ),
+        ]
+    }
+}
+
+/// One bounded table's size and bound (entries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableSize {
+    pub name: &'static str,
+    pub len: usize,
+    pub max: usize,
+}
+
+impl TableSize {
+    pub fn new(name: &'static str, len: usize, max: usize) -> TableSize {
+        TableSize { name, len, max }
+    }
 }
 
 /// Cached distributions. A distribution never changes once set, except that a
@@ -260,10 +330,10 @@ pub(crate) struct DistCache {
 }
 
 impl DistCache {
-    fn new(stuffed_ttl: Duration) -> DistCache {
+    fn new(stuffed_ttl: Duration, max: usize) -> DistCache {
         DistCache {
             ttl: stuffed_ttl,
-            map: TtlCache::new(cache::FOREVER),
+            map: TtlCache::bounded(cache::FOREVER, max),
         }
     }
 

@@ -13,36 +13,72 @@
 //!
 //! A name the directory's server leased (`leases`) lives until the lease
 //! ends; a recall of the directory drops all its names at once.
+//!
+//! Bounded: at most the setting `cache_entries` names, the least used
+//! evicted past it (quick_cache's S3-FIFO, as `cache::TtlCache`). Names are
+//! kept one entry per (directory, name), so that eviction can take any one
+//! of them; dropping a whole directory's (a recall, or the kernel forgetting
+//! the directory) stamps the directory instead of searching every entry:
+//! each entry carries the count of such drops when it was put, and one put
+//! before its directory's latest drop is void, and replaced at its next put
+//! or evicted in its turn.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-// A fast hash: a listing puts a batch of hundreds of names at once.
-use foldhash::HashMap;
-
+use quick_cache::Equivalent;
 use shoal_proto::{Cred, Handle, ObjectKind};
 
-/// Entries kept before the cache is emptied and starts again.
-const MAX_ENTRIES: usize = 200_000;
+use crate::cache::{bounded, compacted, Bounded};
+
 /// Callers remembered per entry; the oldest goes when another comes.
 const MAX_CALLERS: usize = 8;
+/// Directories whose drop is remembered one by one; past it, every entry
+/// put so far is void at once.
+const MAX_DROPPED_DIRS: usize = 4096;
 
 /// What an entry names: the handle and the kind of object (a file is a
 /// metafile, or a datafile without one).
 pub type Named = (Handle, ObjectKind);
 
+#[derive(PartialEq, Eq, Hash)]
+struct Key(Handle, String);
+
+/// A [`Key`] to look up without making a `String`: hashed alike.
+#[derive(Hash)]
+struct KeyRef<'a>(Handle, &'a str);
+
+impl Equivalent<Key> for KeyRef<'_> {
+    fn equivalent(&self, key: &Key) -> bool {
+        self.0 == key.0 && self.1 == key.1
+    }
+}
+
 struct Entry {
     named: Named,
+    /// [`Names::drops`] when the entry was put: void if its directory was
+    /// dropped since.
+    stamp: u64,
     /// The callers the servers answered with `named`, and until when each
     /// may use it.
     seen_by: Vec<(Cred, Instant)>,
 }
 
-#[derive(Default)]
 struct Names {
-    /// Per directory, its names.
-    dirs: HashMap<Handle, HashMap<String, Entry>>,
-    count: usize,
+    entries: Bounded<Key, Entry>,
+    /// Whole directories dropped so far (recalls, forgets, clears).
+    drops: u64,
+    /// Per directory dropped, [`Names::drops`] just after its drop.
+    dropped: foldhash::HashMap<Handle, u64>,
+    /// Entries stamped before this are void whatever their directory.
+    floor: u64,
+}
+
+impl Names {
+    /// Entries of `dir` stamped before this are void.
+    fn void_before(&self, dir: Handle) -> u64 {
+        self.floor.max(self.dropped.get(&dir).copied().unwrap_or(0))
+    }
 }
 
 pub struct NameCache {
@@ -51,11 +87,21 @@ pub struct NameCache {
 }
 
 impl NameCache {
-    pub fn new(ttl: Duration) -> NameCache {
+    /// A cache of at most `max` names, each kept `ttl` (or its lease).
+    pub fn new(ttl: Duration, max: usize) -> NameCache {
         NameCache {
             ttl,
-            map: Mutex::default(),
+            map: Mutex::new(Names {
+                entries: bounded(max),
+                drops: 0,
+                dropped: Default::default(),
+                floor: 0,
+            }),
         }
+    }
+
+    fn map(&self) -> MutexGuard<'_, Names> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// What `name` in `dir` names, if `who` was told so within the TTL.
@@ -63,13 +109,11 @@ impl NameCache {
         if self.ttl.is_zero() {
             return None;
         }
-        let map = self.map.lock().unwrap();
-        let e = map.dirs.get(&dir)?.get(name)?;
+        let map = self.map();
+        let e = map.entries.get(&KeyRef(dir, name))?;
         let now = Instant::now();
-        e.seen_by
-            .iter()
-            .any(|(c, until)| *c == who && now < *until)
-            .then_some(e.named)
+        let seen = e.seen_by.iter().any(|(c, until)| *c == who && now < *until);
+        (seen && e.stamp >= map.void_before(dir)).then_some(e.named)
     }
 
     /// Records that `who` was told (or made) `name` in `dir` naming `named`.
@@ -85,36 +129,31 @@ impl NameCache {
         &self,
         dir: Handle,
         who: Cred,
-        entries: impl IntoIterator<Item = (&'a str, Named)>,
+        entries_in: impl IntoIterator<Item = (&'a str, Named)>,
         lease: Option<Instant>,
     ) {
         if self.ttl.is_zero() {
             return;
         }
-        let entries = entries.into_iter();
-        let mut map = self.map.lock().unwrap();
-        if map.count + entries.size_hint().0 > MAX_ENTRIES {
-            *map = Names::default();
-        }
+        let mut map = self.map();
         let ttl_end = crate::cache::expiry(Instant::now(), self.ttl);
         let until = lease.map_or(ttl_end, |l| l.max(ttl_end));
-        let Names { dirs, count } = &mut *map;
-        let names = dirs.entry(dir).or_default();
-        for (name, named) in entries {
+        let (stamp, void_before) = (map.drops, map.void_before(dir));
+        let entries = &mut map.entries;
+        for (name, named) in entries_in {
             // A name listed again (the common case) costs no allocation.
-            let e = match names.get_mut(name) {
-                Some(e) => e,
-                None => {
-                    *count += 1;
-                    let fresh = Entry {
-                        named,
-                        seen_by: Vec::with_capacity(1),
-                    };
-                    names.entry(name.to_string()).or_insert(fresh)
-                }
+            let Some(mut e) = entries.get_mut(&KeyRef(dir, name)) else {
+                let fresh = Entry {
+                    named,
+                    stamp,
+                    seen_by: vec![(who, until)],
+                };
+                entries.insert(Key(dir, name.to_string()), fresh);
+                continue;
             };
-            if e.named != named {
+            if e.stamp < void_before || e.named != named {
                 e.named = named;
+                e.stamp = stamp;
                 e.seen_by.clear();
             }
             // The caller told last is told again (a name listed again by
@@ -133,22 +172,53 @@ impl NameCache {
 
     /// Drops `name` in `dir` for every caller (this client changed it).
     pub fn remove(&self, dir: Handle, name: &str) {
-        let mut map = self.map.lock().unwrap();
-        let removed = map.dirs.get_mut(&dir).and_then(|n| n.remove(name));
-        map.count -= usize::from(removed.is_some());
+        self.map().entries.remove(&KeyRef(dir, name));
     }
 
     /// Drops every name of `dir` (its server recalled its lease).
     pub fn remove_dir(&self, dir: Handle) {
-        let mut map = self.map.lock().unwrap();
-        if let Some(names) = map.dirs.remove(&dir) {
-            map.count -= names.len();
+        self.remove_dirs(&[dir]);
+    }
+
+    /// Drops every name of each of `dirs` (the kernel forgot them), under
+    /// one lock.
+    pub fn remove_dirs(&self, dirs: &[Handle]) {
+        let mut map = self.map();
+        map.drops += 1;
+        if map.dropped.len() + dirs.len() > MAX_DROPPED_DIRS {
+            map.dropped.clear();
+            map.floor = map.drops;
+            return;
         }
+        let at = map.drops;
+        map.dropped.extend(dirs.iter().map(|d| (*d, at)));
     }
 
     /// Drops every name (a server's leases all ended).
     pub fn clear(&self) {
-        *self.map.lock().unwrap() = Names::default();
+        let mut map = self.map();
+        map.entries.clear();
+        map.dropped.clear();
+    }
+
+    /// Drops the void and expired names, and gives back their room.
+    pub fn compact(&self) {
+        let mut map = self.map();
+        let now = Instant::now();
+        let names = &mut *map;
+        let (floor, dropped) = (names.floor, &names.dropped);
+        compacted(&mut names.entries, |Key(dir, _), e| {
+            let current = e.stamp >= floor.max(dropped.get(dir).copied().unwrap_or(0));
+            current && e.seen_by.iter().any(|(_, until)| *until > now)
+        });
+        // Every entry left is current: no drop needs remembering.
+        names.dropped = Default::default();
+        names.floor = 0;
+    }
+
+    /// Names held now, void or expired ones too (for the mount's stats).
+    pub fn len(&self) -> usize {
+        self.map().entries.len()
     }
 }
 
@@ -161,7 +231,7 @@ mod tests {
 
     #[test]
     fn an_entry_is_per_caller_to_use_but_one_to_drop() {
-        let c = NameCache::new(Duration::from_secs(60));
+        let c = NameCache::new(Duration::from_secs(60), 100);
         c.put(1, "a", A, (7, ObjectKind::Metafile), None);
         assert_eq!(c.get(1, "a", A), Some((7, ObjectKind::Metafile)));
         assert_eq!(c.get(1, "a", B), None, "B has not been allowed to look");
@@ -173,7 +243,7 @@ mod tests {
 
     #[test]
     fn a_new_answer_replaces_every_callers_claim() {
-        let c = NameCache::new(Duration::from_secs(60));
+        let c = NameCache::new(Duration::from_secs(60), 100);
         c.put(1, "a", A, (7, ObjectKind::Metafile), None);
         c.put(1, "a", B, (8, ObjectKind::Metafile), None);
         assert_eq!(c.get(1, "a", A), None, "A was told of the old object");
@@ -182,18 +252,18 @@ mod tests {
 
     #[test]
     fn entries_expire_and_zero_ttl_disables() {
-        let c = NameCache::new(Duration::from_millis(20));
+        let c = NameCache::new(Duration::from_millis(20), 100);
         c.put(1, "a", A, (7, ObjectKind::Metafile), None);
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(c.get(1, "a", A), None);
-        let off = NameCache::new(Duration::ZERO);
+        let off = NameCache::new(Duration::ZERO, 100);
         off.put(1, "a", A, (7, ObjectKind::Metafile), None);
         assert_eq!(off.get(1, "a", A), None);
     }
 
     #[test]
     fn leased_names_outlive_the_ttl_until_their_directory_is_recalled() {
-        let c = NameCache::new(Duration::from_millis(10));
+        let c = NameCache::new(Duration::from_millis(10), 100);
         let lease = Some(Instant::now() + Duration::from_secs(60));
         c.put_many(
             1,
@@ -211,5 +281,36 @@ mod tests {
         assert_eq!(c.get(1, "a", A), None);
         assert_eq!(c.get(1, "b", A), None);
         assert_eq!(c.get(2, "c", A), Some((9, ObjectKind::Metafile)));
+    }
+
+    #[test]
+    fn bounded_and_a_dropped_directory_stays_dropped_past_the_bound_of_drops() {
+        let c = NameCache::new(Duration::from_secs(60), 100);
+        for i in 0..1000u64 {
+            c.put(
+                1 + i % 3,
+                &format!("n{i}"),
+                A,
+                (i, ObjectKind::Metafile),
+                None,
+            );
+        }
+        assert!(c.len() <= 100, "{} names", c.len());
+        assert_eq!(c.get(1, "n999", A), Some((999, ObjectKind::Metafile)));
+        c.put(7, "a", A, (7, ObjectKind::Metafile), None);
+        c.put(8, "b", A, (8, ObjectKind::Metafile), None);
+        c.remove_dirs(&[7]);
+        assert_eq!(c.get(7, "a", A), None);
+        assert_eq!(c.get(8, "b", A), Some((8, ObjectKind::Metafile)));
+        c.put(7, "a", A, (7, ObjectKind::Metafile), None);
+        assert_eq!(
+            c.get(7, "a", A),
+            Some((7, ObjectKind::Metafile)),
+            "put again"
+        );
+        let many: Vec<Handle> = (1000..1000 + MAX_DROPPED_DIRS as u64).collect();
+        c.remove_dirs(&many);
+        assert_eq!(c.get(8, "b", A), None, "past the bound every name is void");
+        assert_eq!(c.get(7, "a", A), None);
     }
 }

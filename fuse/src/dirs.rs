@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use shoal_client::cache::{bounded, Bounded};
 use shoal_client::{Client, DirEntry};
 use shoal_proto::error::Result;
 use shoal_proto::Handle;
@@ -97,22 +98,23 @@ impl OpenDirs {
 
 /// Directories seen so far and their parents, only to give ".." its inode
 /// number in listings (Shoal's client does not expose a directory's parent).
-/// Bounded: past the limit it starts again, and an unknown parent is reported
-/// as the directory itself, which nothing relies on.
-#[derive(Default)]
+/// Bounded by the setting `cache_entries`, the least used evicted past it,
+/// and a directory the kernel forgot goes: an unknown parent is reported as
+/// the directory itself, which nothing relies on.
 pub struct Parents {
-    map: Mutex<HashMap<Handle, Handle>>,
+    map: Mutex<Bounded<Handle, Handle>>,
 }
 
-const MAX_PARENTS: usize = 1 << 20;
-
 impl Parents {
-    pub fn set(&self, dir: Handle, parent: Handle) {
-        let mut map = lock(&self.map);
-        if map.len() >= MAX_PARENTS {
-            map.clear();
+    /// At most `max` directories' parents.
+    pub fn new(max: usize) -> Parents {
+        Parents {
+            map: Mutex::new(bounded(max)),
         }
-        map.insert(dir, parent);
+    }
+
+    pub fn set(&self, dir: Handle, parent: Handle) {
+        lock(&self.map).insert(dir, parent);
     }
 
     pub fn get(&self, dir: Handle) -> Handle {
@@ -120,6 +122,19 @@ impl Parents {
             return dir;
         }
         lock(&self.map).get(&dir).copied().unwrap_or(dir)
+    }
+
+    /// Drops what is known of `dirs` (the kernel forgot them).
+    pub fn forget(&self, dirs: &[Handle]) {
+        let mut map = lock(&self.map);
+        for d in dirs {
+            map.remove(d);
+        }
+    }
+
+    /// Parents kept now.
+    pub fn len(&self) -> usize {
+        lock(&self.map).len()
     }
 }
 
@@ -151,10 +166,12 @@ mod tests {
 
     #[test]
     fn parents_default_to_self() {
-        let p = Parents::default();
+        let p = Parents::new(16);
         assert_eq!(p.get(1), 1);
         assert_eq!(p.get(5), 5);
         p.set(5, 9);
         assert_eq!(p.get(5), 9);
+        p.forget(&[5]);
+        assert_eq!(p.get(5), 5);
     }
 }

@@ -43,6 +43,7 @@ use crate::readdir;
 use crate::reads_in_place::{self, EntryLanding};
 use crate::shared::Shared;
 use crate::stats::{self, MountStats};
+use crate::sweeps::Sweeps;
 use crate::xattr::{name_list, reply_value, xattr_name};
 
 /// Largest write the kernel may send in one request: big writes mean few
@@ -1094,7 +1095,8 @@ impl Filesystem for ShoalFs {
             // `shoal stats --mount DIR`: the table, not counted, and which
             // path the mount's writes took and how its read replies were filled.
             let paths = stats::write_paths_line(&self.shared.client.write_paths());
-            let text = self.stats.table() + &paths + &self.stats.ring_reads_line();
+            let tables = stats::tables_line(&self.shared.table_sizes());
+            let text = self.stats.table() + &paths + &self.stats.ring_reads_line() + &tables;
             return reply_value(reply, size, text.as_bytes());
         }
         self.serve_then(
@@ -1159,6 +1161,19 @@ impl Filesystem for ShoalFs {
         // with EOPNOTSUPP, posix_fallocate() falls back to writing zeros.
         reply.error(fuser::Errno::from_i32(libc::EOPNOTSUPP));
         self.answered("fallocate", Instant::now());
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        self.shared.forgotten(&[ino.0]);
+        Sweeps::forgotten(&self.shared, &self.rt, 1);
+    }
+
+    /// The kernel dropped these inodes (each FORGET names an inode the
+    /// kernel evicted, whatever its count): what is kept of them goes.
+    fn batch_forget(&self, _req: &Request, nodes: &[fuser::ForgetOne]) {
+        let inodes: Vec<u64> = nodes.iter().map(|n| n.nodeid().0).collect();
+        self.shared.forgotten(&inodes);
+        Sweeps::forgotten(&self.shared, &self.rt, inodes.len());
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {

@@ -22,9 +22,15 @@
 //! recalls ([`Given`]), and one that saw a recall pass while it was being
 //! made, or begin and not yet finish, has what it gave invalidated again.
 //!
-//! Bounded: past [`MAX_GIVEN`] remembered names, entries get the TTL.
+//! Bounded by the setting `cache_entries`: past it remembered names, and as
+//! many inodes, what the kernel was given has its timeouts run out first
+//! (their leases ended: nothing left to take back) and if none has, new
+//! replies give the TTL. A FORGET does not drop what is remembered of an
+//! inode: it may cross a LOOKUP that gave the same inode again (forgets come
+//! through `/dev/fuse`, the lookup's reply through a ring), whose long
+//! timeout a lost connection must still take back.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
@@ -36,30 +42,95 @@ use futures::FutureExt;
 use shoal_client::{Client, Recalled};
 use shoal_proto::Handle;
 
-/// Entries given a lease's timeout that are remembered at most.
-const MAX_GIVEN: usize = 1 << 20;
-
 /// What the kernel was given under leases, for the recalls to take back.
-#[derive(Default)]
 struct Remembered {
-    /// Per directory, the names given a long entry timeout.
-    names: HashMap<Handle, HashSet<String>>,
-    /// Inodes given a long attribute timeout or kept pages.
-    inodes: HashSet<Handle>,
+    /// Per directory, the names given a long entry timeout, and until when.
+    names: HashMap<Handle, HashMap<String, Instant>>,
+    /// Inodes given a long attribute timeout or kept pages, and until when.
+    inodes: HashMap<Handle, Instant>,
+    /// Names in `names`.
     count: usize,
+    /// Names, and inodes, remembered at most.
+    max: usize,
+    /// The earliest end of a timeout remembered: no sweep finds anything
+    /// to drop before then.
+    earliest: Option<Instant>,
 }
 
 impl Remembered {
-    /// Remembers `name` in `dir` as given a long timeout; false (give the
-    /// TTL) when [`MAX_GIVEN`] are remembered already.
-    fn name(&mut self, dir: Handle, name: &str) -> bool {
-        if self.count >= MAX_GIVEN {
-            return false;
+    fn new(max: usize) -> Remembered {
+        Remembered {
+            names: HashMap::new(),
+            inodes: HashMap::new(),
+            count: 0,
+            max: max.max(1),
+            earliest: None,
         }
-        if self.names.entry(dir).or_default().insert(name.to_string()) {
-            self.count += 1;
+    }
+
+    /// Remembers `name` in `dir` as given a long timeout, until `until`;
+    /// false (give the TTL) when full.
+    fn name(&mut self, dir: Handle, name: &str, until: Instant) -> bool {
+        if self.count >= self.max {
+            self.sweep();
+            if self.count >= self.max {
+                return false;
+            }
         }
+        let names = self.names.entry(dir).or_default();
+        match names.get_mut(name) {
+            Some(at) => *at = (*at).max(until),
+            None => {
+                names.insert(name.to_string(), until);
+                self.count += 1;
+            }
+        }
+        self.earliest = Some(self.earliest.map_or(until, |e| e.min(until)));
         true
+    }
+
+    /// Remembers inode `h` as given a long timeout, until `until`; false
+    /// when full.
+    fn inode(&mut self, h: Handle, until: Instant) -> bool {
+        if self.inodes.len() >= self.max && !self.inodes.contains_key(&h) {
+            self.sweep();
+            if self.inodes.len() >= self.max {
+                return false;
+            }
+        }
+        let at = self.inodes.entry(h).or_insert(until);
+        *at = (*at).max(until);
+        self.earliest = Some(self.earliest.map_or(until, |e| e.min(until)));
+        true
+    }
+
+    /// Forgets what the kernel has dropped by itself (its timeout ran
+    /// out), if anything can have.
+    fn sweep(&mut self) {
+        let now = Instant::now();
+        if self.earliest.is_none_or(|e| e > now) {
+            return;
+        }
+        let mut earliest: Option<Instant> = None;
+        let mut keep = |until: &Instant| {
+            let live = *until > now;
+            if live {
+                earliest = Some(earliest.map_or(*until, |e| e.min(*until)));
+            }
+            live
+        };
+        self.inodes.retain(|_, until| keep(until));
+        for names in self.names.values_mut() {
+            names.retain(|_, until| keep(until));
+        }
+        self.names.retain(|_, names| !names.is_empty());
+        self.count = self.names.values().map(HashMap::len).sum();
+        self.earliest = earliest;
+    }
+
+    /// Names and inodes remembered now.
+    fn len(&self) -> (usize, usize) {
+        (self.count, self.inodes.len())
     }
 }
 
@@ -109,12 +180,13 @@ pub struct Given {
 
 impl KernelLeases {
     /// Starts the notify thread; [`KernelLeases::attach`] gives it the
-    /// session's notifier once the session exists.
-    pub fn start() -> Arc<KernelLeases> {
+    /// session's notifier once the session exists. At most `max` names and
+    /// as many inodes are remembered.
+    pub fn start(max: usize) -> Arc<KernelLeases> {
         let (tx, rx) = mpsc::channel();
         let notifier: Arc<OnceLock<Notifier>> = Arc::default();
         let leases = Arc::new(KernelLeases {
-            remembered: Mutex::default(),
+            remembered: Mutex::new(Remembered::new(max)),
             recalls: AtomicU64::new(0),
             recalls_done: AtomicU64::new(0),
             jobs: Mutex::new(tx),
@@ -143,6 +215,25 @@ impl KernelLeases {
         client.on_recall(Arc::new(move |what: &Recalled| me.recall(what)));
     }
 
+    /// Forgets what the kernel has dropped by itself (timeouts ended) and
+    /// gives back the tables' spare room.
+    pub fn sweep(&self) {
+        let mut r = self.remembered.lock().unwrap();
+        r.sweep();
+        r.names.shrink_to_fit();
+        r.inodes.shrink_to_fit();
+    }
+
+    /// Names and inodes remembered now, and the bound of each.
+    pub fn sizes(&self) -> [shoal_client::TableSize; 2] {
+        let r = self.remembered.lock().unwrap();
+        let (names, inodes) = r.len();
+        [
+            shoal_client::TableSize::new("kernel_lease_names", names, r.max),
+            shoal_client::TableSize::new("kernel_lease_inodes", inodes, r.max),
+        ]
+    }
+
     /// Begins a reply that may give lease timeouts.
     pub fn give(&self) -> Given {
         // Finished before begun: a recall that begins and ends between the
@@ -159,8 +250,7 @@ impl KernelLeases {
     /// `ttl`.
     pub fn attr_ttl(&self, c: &Client, h: Handle, ttl: Duration) -> Duration {
         match left(c.lease_until(h)) {
-            Some(left) if left > ttl => {
-                self.remembered.lock().unwrap().inodes.insert(h);
+            Some(left) if left > ttl && self.remembered.lock().unwrap().inode(h, ends(left)) => {
                 left
             }
             _ => ttl,
@@ -173,7 +263,7 @@ impl KernelLeases {
         let Some(left) = left(c.lease_until(dir)).filter(|l| *l > ttl) else {
             return ttl;
         };
-        if self.remembered.lock().unwrap().name(dir, name) {
+        if self.remembered.lock().unwrap().name(dir, name, ends(left)) {
             left
         } else {
             ttl
@@ -202,8 +292,7 @@ impl KernelLeases {
         for ((h, name), lease) in entries.iter().zip(leases) {
             let long = left(lease).filter(|l| *l > ttl).map(|l| l.min(dir_left));
             match long {
-                Some(long) if r.name(dir, name) => {
-                    r.inodes.insert(*h);
+                Some(long) if r.name(dir, name, ends(long)) && r.inode(*h, ends(long)) => {
                     ttls.push(long);
                 }
                 _ => ttls.push(ttl),
@@ -215,11 +304,9 @@ impl KernelLeases {
     /// Whether an open of `h` may keep the pages the kernel has of it: the
     /// file is leased, so nobody else changed it since they were read.
     pub fn keep_pages(&self, c: &Client, h: Handle) -> bool {
-        let leased = c.lease_until(h).is_some();
-        if leased {
-            self.remembered.lock().unwrap().inodes.insert(h);
-        }
-        leased
+        // Pages are kept across opens for as long as the lease lasts.
+        c.lease_until(h)
+            .is_some_and(|until| self.remembered.lock().unwrap().inode(h, until))
     }
 
     /// Ends reply `given`, which gave inode `h` (and `name` in `dir`) what
@@ -298,15 +385,14 @@ impl KernelLeases {
                 .is_some_and(|n| c.lease_until(dir).is_none_or(|o| n >= o));
         let take_now = {
             let mut r = self.remembered.lock().unwrap();
-            let had = r
-                .names
-                .get_mut(&dir)
-                .is_some_and(|names| names.remove(name));
-            if had {
+            let had = r.names.get_mut(&dir).and_then(|names| names.remove(name));
+            if had.is_some() {
                 r.count -= 1;
             }
+            let until = had.unwrap_or_else(Instant::now);
+            let had = had.is_some();
             // Room was just made for it: remembered whenever covered.
-            had && (!covered || !r.name(new_dir, new_name))
+            had && (!covered || !r.name(new_dir, new_name, until))
         };
         if take_now {
             let _ = self
@@ -386,7 +472,7 @@ impl KernelLeases {
                         r.count -= names.len();
                         names
                     };
-                    for name in names {
+                    for name in names.into_keys() {
                         invalidate_entry(notifier, h, name);
                     }
                     invalidate_inode(notifier, h);
@@ -397,20 +483,29 @@ impl KernelLeases {
             }
             Job::Entry(dir, name) => invalidate_entry(notifier, dir, name),
             Job::Everything(done) => {
-                let all = std::mem::take(&mut *self.remembered.lock().unwrap());
+                let all = {
+                    let mut r = self.remembered.lock().unwrap();
+                    let empty = Remembered::new(r.max);
+                    std::mem::replace(&mut *r, empty)
+                };
                 for (dir, names) in all.names {
-                    for name in names {
+                    for name in names.into_keys() {
                         invalidate_entry(notifier, dir, name);
                     }
                     invalidate_inode(notifier, dir);
                 }
-                for h in all.inodes {
+                for h in all.inodes.into_keys() {
                     invalidate_inode(notifier, h);
                 }
                 let _ = done.send(());
             }
         }
     }
+}
+
+/// When a timeout of `left` from now ends.
+fn ends(left: Duration) -> Instant {
+    Instant::now() + left
 }
 
 /// What is left of a lease that ends at `until`.

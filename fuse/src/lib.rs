@@ -12,6 +12,7 @@
 //! - `readahead`: raising the kernel readahead window after mounting.
 //! - `kernel_leases`: the kernel's caches under the client's leases, and
 //!   their invalidation when a server recalls one.
+//! - `sweeps`: memory given back after the kernel forgets many inodes.
 //!
 //! Limits a user may meet: names and symlink targets must be UTF-8 (others
 //! get EINVAL); device files are stored but not opened (nodev); `rename`
@@ -34,6 +35,7 @@ mod readdir;
 mod reads_in_place;
 mod shared;
 mod stats;
+mod sweeps;
 mod xattr;
 
 use std::path::Path;

@@ -9,14 +9,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fuser::FileAttr;
-use shoal_client::{Attr, Client, OpenFiles, Unlinked};
+use shoal_client::{Attr, Client, OpenFiles, TableSize, Unlinked};
 use shoal_proto::cluster::SyncMode;
+use shoal_proto::Handle;
 
 use crate::attr::{blksize_for, file_attr};
 use crate::dirs::{OpenDirs, Parents};
 use crate::groups::CallerGroups;
 use crate::kernel_leases::KernelLeases;
 use crate::read_streams::ReadStreams;
+use crate::sweeps::Sweeps;
 
 pub struct Shared {
     pub client: Client,
@@ -40,6 +42,8 @@ pub struct Shared {
     /// A record lock was asked for through this mount: opens send their
     /// FLUSH from then on (`locks`).
     pub locking: AtomicBool,
+    /// Memory given back after many forgets.
+    pub sweeps: Sweeps,
 }
 
 impl Shared {
@@ -48,19 +52,21 @@ impl Shared {
         let blksize = blksize_for(settings.strip_size);
         let scratch = settings.sync == SyncMode::None;
         let streams = ReadStreams::new(settings.strip_size, u64::from(settings.stream_reads));
+        let entries = settings.cache_entries as usize;
         Shared {
             client,
             ttl,
             blksize,
             scratch,
             dirs: OpenDirs::default(),
-            parents: Parents::default(),
+            parents: Parents::new(entries),
             open: Mutex::default(),
             groups: CallerGroups::default(),
-            leases: KernelLeases::start(),
+            leases: KernelLeases::start(entries),
             streams,
             hardlinks_protected: crate::access::hardlinks_protected(),
             locking: AtomicBool::new(false),
+            sweeps: Sweeps::default(),
         }
     }
 
@@ -71,6 +77,23 @@ impl Shared {
         let out = change.await;
         self.streams.changed(ino);
         out
+    }
+
+    /// The kernel forgot `inodes`: what the mount and its client keep of
+    /// them goes (what the kernel was given under leases stays until its
+    /// timeouts end, see `kernel_leases`).
+    pub fn forgotten(&self, inodes: &[Handle]) {
+        self.client.forget_many(inodes);
+        self.parents.forget(inodes);
+    }
+
+    /// Every bounded table of the mount and its client, with its size.
+    pub fn table_sizes(&self) -> Vec<TableSize> {
+        let mut sizes = self.client.table_sizes();
+        let entries = self.client.config().settings.cache_entries as usize;
+        sizes.push(TableSize::new("parents", self.parents.len(), entries));
+        sizes.extend(self.leases.sizes());
+        sizes
     }
 
     pub fn attr(&self, a: &Attr) -> FileAttr {

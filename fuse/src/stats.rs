@@ -148,6 +148,16 @@ pub fn write_paths_line(p: &shoal_client::WritePaths) -> String {
     format!("# write paths: {p}\n")
 }
 
+/// Each bounded table of the mount and its client, entries held of its
+/// bound (the setting that bounds it), as a comment line under the table.
+pub fn tables_line(sizes: &[shoal_client::TableSize]) -> String {
+    let tables: Vec<String> = sizes
+        .iter()
+        .map(|t| format!("{} {}/{}", t.name, t.len, t.max))
+        .collect();
+    format!("# tables (entries/bound): {}\n", tables.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,14 +29,14 @@ pub struct MountArgs {
     pub log: Option<PathBuf>,
     /// A client-side setting for this mount only, KEY=VALUE (repeatable):
     /// write_threshold, gather_buffer, gather_delay_ms, gather_on_server,
-    /// write_behind, stream_reads, fuse_io_uring, cache_ttl_ms, readdir_batch,
-    /// max_inflight or restart_wait_ms.
+    /// write_behind, stream_reads, fuse_io_uring, cache_ttl_ms, cache_entries,
+    /// known_names, readdir_batch, max_inflight or restart_wait_ms.
     #[arg(short = 'o', value_name = "KEY=VALUE")]
     pub option: Vec<String>,
 }
 
 /// Settings a mount may choose for itself: the ones only its client uses.
-const MOUNT_SETTINGS: [&str; 11] = [
+const MOUNT_SETTINGS: [&str; 13] = [
     "write_threshold",
     "gather_buffer",
     "gather_delay_ms",
@@ -45,6 +45,8 @@ const MOUNT_SETTINGS: [&str; 11] = [
     "stream_reads",
     "fuse_io_uring",
     "cache_ttl_ms",
+    "cache_entries",
+    "known_names",
     "readdir_batch",
     "max_inflight",
     "restart_wait_ms",
