@@ -40,8 +40,14 @@
 //! while a restart of the server had ended the delegation, or the disk is
 //! full) was already answered
 //! as made: its handle is noted as failed, and the file's fsync and close
-//! report it (EIO), as a write-behind's failure is. A client that dies
-//! loses what it kept, as it loses unflushed writes.
+//! report it (EIO), as a write-behind's failure is.
+//!
+//! A client that dies loses what it answered and its servers have not:
+//! normally the changes of its last `delegated_flush_ms`. So that a slow
+//! or restarting server cannot stretch that window, at most
+//! [`MAX_UNSETTLED`] changes are answered here and not yet by their
+//! servers; past it, changes go to the server (behind the fence, so they
+//! wait for the kept ones) until some are answered.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Range;
@@ -59,6 +65,9 @@ use crate::known_dirs::LocalChange;
 
 /// Creates kept in one directory that are sent at once.
 pub const SEND_AT: usize = 256;
+/// Changes this client answers itself that its servers have not answered
+/// yet, at most: what its crash can lose.
+pub const MAX_UNSETTLED: usize = 1024;
 /// Handles asked for with each reservation.
 pub const RESERVE: u32 = 1024;
 /// Handles left under which a new reservation is asked for.
@@ -352,6 +361,9 @@ impl DelegatedCreates {
         who: Cred,
         add: impl FnOnce() -> LocalChange,
     ) -> Answered {
+        if self.unsettled.load(Ordering::SeqCst) >= MAX_UNSETTLED {
+            return Answered::NotHeld;
+        }
         let mut st = self.state();
         let Some(d) = st.dirs.get_mut(&dir).filter(|d| d.held && d.who == who) else {
             return Answered::NotHeld;
@@ -409,6 +421,12 @@ impl DelegatedCreates {
         let mut st = self.state();
         let d = st.dirs.get_mut(&dir).filter(|d| d.held && d.who == who)?;
         let handle = *d.made.get(name)?;
+        // An unlink of a create still kept cancels it; another one is a
+        // change more to lose, within the bound.
+        let kept_at = d.kept.iter().position(|k| k.name == name);
+        if kept_at.is_none() && self.unsettled.load(Ordering::SeqCst) >= MAX_UNSETTLED {
+            return None;
+        }
         match remove() {
             LocalChange::Done => {}
             LocalChange::NotPinned => {
@@ -419,7 +437,7 @@ impl DelegatedCreates {
         }
         d.made.remove(name);
         self.made.fetch_sub(1, Ordering::SeqCst);
-        if let Some(i) = d.kept.iter().position(|k| k.name == name) {
+        if let Some(i) = kept_at {
             d.kept.remove(i);
             let before = self.unsettled.fetch_sub(1, Ordering::SeqCst);
             assert!(before >= 1, "a kept create counts as unsettled");
@@ -615,6 +633,29 @@ mod tests {
             d.answer(7, "c", 0o644, me(), || LocalChange::Done),
             Answered::NotHeld
         ));
+    }
+
+    #[test]
+    fn no_more_changes_are_answered_here_than_a_crash_may_lose() {
+        let d = DelegatedCreates::new(Duration::from_millis(5), 1 << 20);
+        assert!(d.begin_asking(7).is_some());
+        d.granted(7, me(), Some(100..10_000), || true);
+        for i in 0..MAX_UNSETTLED {
+            made(d.answer(7, &format!("f{i}"), 0o644, me(), || LocalChange::Done));
+        }
+        let over = d.answer(7, "over", 0o644, me(), || LocalChange::Done);
+        assert!(matches!(over, Answered::NotHeld), "to the server");
+        // An unlink that cancels a kept create is no change more to lose.
+        assert!(d
+            .answer_unlink(7, "f0", me(), || LocalChange::Done)
+            .is_some());
+        made(d.answer(7, "again", 0o644, me(), || LocalChange::Done));
+        // Once the servers answered some, more are answered here.
+        let Some(Batch::Creates(_, batch)) = d.take(7, 10) else {
+            panic!("kept creates to send");
+        };
+        d.settled(batch.len(), Vec::new());
+        made(d.answer(7, "later", 0o644, me(), || LocalChange::Done));
     }
 
     #[test]

@@ -214,7 +214,10 @@ pub struct Settings {
     /// directory. Needs leases. A create that fails when it is sent (a
     /// server that restarted meanwhile lost the handles it reserved) is
     /// reported by the file's fsync and close (EIO). Unlinks of files the
-    /// client made there are answered and sent the same way. Default true.
+    /// client made there are answered and sent the same way. A client that
+    /// dies loses what it answered and had not sent (docs/reliability.md).
+    /// No effect with `sync = "full"`, which answers nothing before it is
+    /// durable. Default true.
     pub dir_delegations: bool,
     /// How long a client keeps the creates it answered under a delegation
     /// before it sends them, in milliseconds (sooner when 256 wait in one
@@ -403,6 +406,14 @@ impl Settings {
             colocate: false,
             ..Settings::default()
         }
+    }
+
+    /// Whether clients take directory delegations and answer creates and
+    /// unlinks there themselves: `dir_delegations`, with leases (a holder
+    /// must be recallable), and not under `sync = "full"`, whose every
+    /// acknowledged change must survive the client's crash too.
+    pub fn delegates_dirs(&self) -> bool {
+        self.dir_delegations && self.lease_ms > 0 && self.sync != SyncMode::Full
     }
 
     /// Every switch name, [Carns 2009]'s five first.

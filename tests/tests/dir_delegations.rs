@@ -323,10 +323,22 @@ async fn creates_one_after_another_wait_for_the_delegation_asked_for() {
 async fn a_client_without_leases_never_asks() {
     // It could not be recalled: a server would refuse every ask, and each
     // create would wait for the refusal.
+    creates_all_go_to_the_server_with("lease_ms=0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_sync_full_every_create_reaches_its_server_before_it_returns() {
+    // What a client answers itself is lost with it; `full` promises that
+    // every acknowledged change survives a client's crash.
+    creates_all_go_to_the_server_with("sync=full").await;
+}
+
+/// With `setting`, a client asks for no delegation and sends each create.
+async fn creates_all_go_to_the_server_with(setting: &str) {
     let cluster = Cluster::builder()
         .servers(2)
         .set("dir_delegations=true")
-        .set("lease_ms=0")
+        .set(setting)
         .start();
     let a = cluster.client();
     let dir = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;

@@ -43,7 +43,7 @@ impl Client {
         name: &str,
         mode: u32,
     ) -> Option<Result<Attr>> {
-        if !self.config().settings.dir_delegations {
+        if !self.config().settings.delegates_dirs() {
             return None;
         }
         // A create of this client's sent while the delegation it asked for
@@ -82,7 +82,7 @@ impl Client {
     /// directory's delegation and made the file under it (None: it goes to
     /// the server). The caller does not hold the file open.
     pub(crate) fn unlink_delegated(&self, dir: Handle, name: &str) -> Option<Result<Unlinked>> {
-        if !self.config().settings.dir_delegations {
+        if !self.config().settings.delegates_dirs() {
             return None;
         }
         if let Err(e) = check_name(name) {
@@ -124,8 +124,7 @@ impl Client {
     /// files (after a create there went to the server).
     pub(crate) fn ask_delegation(&self, dir: Handle) {
         let settings = &self.config().settings;
-        // Without leases this client cannot be recalled: never granted.
-        if !settings.dir_delegations || settings.lease_ms == 0 {
+        if !settings.delegates_dirs() {
             return;
         }
         let Some(version) = self.inner.known_dirs.version(dir, self.cred) else {

@@ -16,7 +16,7 @@ pub fn delegate_dir(
 ) -> Result<Reply<DelegateDirReply>> {
     let client = r.header.client.client;
     let refused = || Ok(Reply::new(DelegateDirReply::default()));
-    if !s.config.settings.dir_delegations || !s.leases.can_recall(client) {
+    if !s.config.settings.delegates_dirs() || !s.leases.can_recall(client) {
         return refused();
     }
     let asking_again = s.meta.delegations.held_by(q.dir) == Some(client) && q.entries_version == 0;
