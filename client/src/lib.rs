@@ -52,6 +52,7 @@ use shoal_proto::msg::{DirHints, Distribution, PingReply};
 use shoal_proto::{ops, Handle, Operation};
 
 pub use conn::Recalled;
+pub use delegated_creates::MAX_UNSETTLED;
 pub use landing::{Landing, ReadData};
 pub use leases::RecallHook;
 pub use listings_ahead::ReadAhead;

@@ -17,6 +17,7 @@ use shoal_proto::auth::Secret;
 use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings};
 use shoal_proto::handle::{server_of, Handle, ROOT};
 
+pub mod churn;
 pub mod page_cache;
 
 /// How long a server or mount gets to come up.
