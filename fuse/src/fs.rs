@@ -1032,8 +1032,10 @@ impl Filesystem for ShoalFs {
         reply: ReplyEmpty,
     ) {
         // With sync = "full" every entry change was durable before it was
-        // acknowledged; in scratch mode ask the directory's server to sync.
-        if !self.shared.scratch {
+        // acknowledged. Otherwise the client's fsync sends what it answered
+        // itself (delegated creates and unlinks) and waits until every change
+        // it made is durable, with the directory's own record.
+        if self.shared.durable_replies {
             reply.ok();
             return self.answered("fsyncdir", Instant::now());
         }

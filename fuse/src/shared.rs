@@ -25,9 +25,9 @@ pub struct Shared {
     /// How long the kernel may keep entries and attributes.
     pub ttl: Duration,
     blksize: u32,
-    /// The cluster runs with `sync = "none"`: entry changes are not durable
-    /// when acknowledged, so fsyncdir has work to do.
-    pub scratch: bool,
+    /// The cluster runs with `sync = "full"`: every entry change was
+    /// durable when acknowledged, so fsyncdir has nothing to do.
+    pub durable_replies: bool,
     pub dirs: OpenDirs,
     pub parents: Parents,
     /// Files the kernel holds open (an unlinked one goes at its last close).
@@ -50,14 +50,14 @@ impl Shared {
     pub fn new(client: Client, ttl: Duration) -> Shared {
         let settings = &client.config().settings;
         let blksize = blksize_for(settings.strip_size);
-        let scratch = settings.sync == SyncMode::None;
+        let durable_replies = settings.sync == SyncMode::Full;
         let streams = ReadStreams::new(settings.strip_size, u64::from(settings.stream_reads));
         let entries = settings.cache_entries as usize;
         Shared {
             client,
             ttl,
             blksize,
-            scratch,
+            durable_replies,
             dirs: OpenDirs::default(),
             parents: Parents::new(entries),
             open: Mutex::default(),

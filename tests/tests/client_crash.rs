@@ -484,3 +484,24 @@ fn the_check_fails_a_lost_change_and_a_change_never_made() {
     let wrong = BTreeMap::from([("a/n2".to_string(), bytes(3))]);
     assert!(check(&journal, &wrong, true).is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_an_fsync_of_a_directory_returned_for_survives_its_mounts_crash() {
+    // The client keeps the creates it answers until something sends them.
+    let cluster = Cluster::builder()
+        .servers(2)
+        .set("delegated_flush_ms=60000")
+        .start();
+    let m = SharedMount::new(&cluster);
+    let dir = m.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..100 {
+        std::fs::File::create(dir.join(format!("f{i}"))).unwrap();
+    }
+    std::fs::File::open(&dir).unwrap().sync_all().unwrap();
+    kill(m.pid());
+    drop(m);
+    let c = cluster.uncached_client();
+    let (d, _) = c.resolve("/d").await.unwrap();
+    assert_eq!(c.readdir_all(d).await.unwrap().len(), 100);
+}
