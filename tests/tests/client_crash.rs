@@ -372,9 +372,24 @@ async fn one_kill(
         journal.setup_failed, None,
         "churn set up before its first call"
     );
+    // A call fails only because its mount died under it (the kernel then
+    // answers ENOTCONN, or ECONNABORTED or ECANCELED for a request it had
+    // handed to the mount's rings); a killed churn never saw one fail.
+    let died_under = |e: i32| {
+        let gone = [libc::ENOTCONN, libc::ECONNABORTED, libc::ECANCELED];
+        matches!(victim, Victim::Mount) && gone.contains(&e)
+    };
+    for (op, outcome) in &journal.ops {
+        if let Outcome::Failed(e) = outcome {
+            assert!(
+                died_under(*e),
+                "{victim:?}: {op} failed with errno {e}\n{text}"
+            );
+        }
+    }
     let actual = read_all(&cluster.uncached_client(), name).await;
     check(&journal, &actual, kept)
-        .unwrap_or_else(|e| panic!("{victim:?} killed, sync and journal of /{name}: {e}\n{text}"))
+        .unwrap_or_else(|e| panic!("{victim:?} killed: /{name}: {e}\n{text}"))
 }
 
 /// `KILLS` kills of each victim on a cluster with `settings`; prints the
