@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod crash_points;
 pub mod cred;
 pub mod dist;
+pub mod durability;
 pub mod error;
 pub mod extents;
 pub mod frame;

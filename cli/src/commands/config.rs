@@ -1,5 +1,7 @@
 //! `shoal config defaults`: a cluster file with every setting at its default,
-//! each under its documentation, so the reference cannot drift from the code.
+//! each under its documentation, so the reference cannot drift from the code;
+//! `shoal config durability`: what a cluster's settings make of durability
+//! (`shoal_proto::durability`).
 //!
 //! The values come from `Settings::default()` at run time. The documentation
 //! is the doc comment of each field in `proto/src/cluster.rs`, the one place
@@ -8,7 +10,10 @@
 //! has no documentation, if a documented field is not a setting, or if the
 //! printed file does not read back as the defaults.
 
-use shoal_proto::cluster::Settings;
+use std::path::PathBuf;
+
+use shoal_proto::cluster::{ClusterConfig, Settings};
+use shoal_proto::durability::durability;
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::handle::MAX_SERVERS;
 
@@ -26,11 +31,31 @@ pub enum ConfigCommand {
     /// config defaults > cluster.toml`, then edit the [[server]] entries and
     /// keep the settings you change (every key of [settings] is optional).
     Defaults,
+    /// Say when a cluster's changes are durable and what a crash can take,
+    /// as its settings make it (the defaults without --config).
+    Durability {
+        /// The cluster file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Durable 4 KiB writes per second the disk was measured to make:
+        /// also say how that bounds creates and unlinks.
+        #[arg(long)]
+        flush_rate: Option<u64>,
+    },
 }
 
 pub fn run(command: ConfigCommand) -> Result<()> {
     match command {
         ConfigCommand::Defaults => print!("{}", defaults()?),
+        ConfigCommand::Durability { config, flush_rate } => {
+            let settings = match config {
+                Some(path) => ClusterConfig::load(&path)?.settings,
+                None => Settings::default(),
+            };
+            for sentence in durability(&settings, flush_rate) {
+                print!("{}", wrap(&sentence, ""));
+            }
+        }
     }
     Ok(())
 }
@@ -75,18 +100,25 @@ fn field_docs(source: &str, name: &str) -> Vec<FieldDoc> {
 
 /// `text` as `# ` comment lines of at most `WIDTH` columns.
 fn comment(text: &str) -> String {
+    wrap(text, "# ")
+}
+
+/// `text` as lines of at most `WIDTH` columns, each starting with `prefix`.
+pub fn wrap(text: &str, prefix: &str) -> String {
     let mut out = String::new();
-    let mut line = String::from("#");
+    let mut line = String::from(prefix);
     for word in text.split_whitespace() {
-        if line.len() > 1 && line.len() + 1 + word.len() > WIDTH {
-            out.push_str(&line);
+        if line.len() > prefix.len() && line.len() + 1 + word.len() > WIDTH {
+            out.push_str(line.trim_end());
             out.push('\n');
-            line = String::from("#");
+            line = String::from(prefix);
         }
-        line.push(' ');
+        if line.len() > prefix.len() {
+            line.push(' ');
+        }
         line.push_str(word);
     }
-    out.push_str(&line);
+    out.push_str(line.trim_end());
     out.push('\n');
     out
 }
@@ -150,7 +182,17 @@ pub fn defaults() -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_proto::cluster::ClusterConfig;
+
+    #[test]
+    fn the_readme_names_the_default_sync_mode_as_the_default() {
+        // The front page's account of durability is written once; the mode
+        // it calls the default must be the one the code has.
+        let readme = include_str!("../../../README.md");
+        let values = toml::Table::try_from(Settings::default()).unwrap();
+        let mode = values["sync"].as_str().unwrap();
+        let claim = format!("(`sync = \"{mode}\"`, the default)");
+        assert!(readme.contains(&claim), "README.md does not say {claim}");
+    }
 
     #[test]
     fn defaults_read_back_as_the_defaults() {

@@ -98,6 +98,9 @@ pub fn run(args: UpArgs) -> Result<()> {
             .map(|m| format!(", mounted on {}", m.display()))
             .unwrap_or_default()
     );
+    for sentence in shoal_proto::durability::durability(&config.settings, None) {
+        print!("{}", super::config::wrap(&sentence, "  "));
+    }
     if args.detach {
         println!("Stop it with: shoal down --data {}", cluster.dir.display());
         return Ok(());
