@@ -119,6 +119,21 @@ impl Model {
         }
     }
 
+    /// The names whose state `op` changes: its own, and for a write every
+    /// other name of the same file (a hard link).
+    fn touched(&self, op: &Op) -> Vec<String> {
+        let mut names: Vec<String> = op.names().into_iter().map(String::from).collect();
+        if let Op::Write { name, .. } = op {
+            let ino = self.names.get(name);
+            let links = self
+                .names
+                .iter()
+                .filter(|(n, i)| Some(*i) == ino && *n != name);
+            names.extend(links.map(|(n, _)| n.clone()));
+        }
+        names
+    }
+
     fn seen(&self, name: &str) -> Seen {
         match self.names.get(name) {
             Some(ino) => Seen::Bytes(self.data[ino].clone()),
@@ -164,23 +179,24 @@ fn check(
     // Every state a name touched in the window took from its start on.
     let mut allowed: BTreeMap<String, BTreeSet<Seen>> = BTreeMap::new();
     for (i, (op, outcome)) in ops.iter().enumerate().skip(window) {
-        for name in op.names() {
+        let touched = model.touched(op);
+        for name in &touched {
             allowed
-                .entry(name.to_string())
+                .entry(name.clone())
                 .or_default()
                 .insert(model.seen(name));
         }
         let mut after = model.clone();
         after.apply(op);
-        for name in op.names() {
+        for name in touched {
             let seen = match (op, *outcome) {
                 (
                     Op::Create { len, .. } | Op::Write { len, .. },
                     Outcome::InFlight | Outcome::Failed(_),
                 ) if *len > 0 => Seen::AnyBytes,
-                _ => after.seen(name),
+                _ => after.seen(&name),
             };
-            allowed.entry(name.to_string()).or_default().insert(seen);
+            allowed.entry(name).or_default().insert(seen);
         }
         if acked(i) {
             model = after;
@@ -203,7 +219,7 @@ fn check(
             Some(states) if states.iter().any(|s| s.admits(&got)) => {
                 // A change not made: lost, unless the call was in flight.
                 let in_flight_name =
-                    in_flight.is_some_and(|i| ops[i].0.names().contains(&name.as_str()));
+                    in_flight.is_some_and(|i| model.touched(&ops[i].0).contains(name));
                 if got != want && !in_flight_name {
                     lost += 1;
                 }
@@ -498,6 +514,35 @@ fn the_check_fails_a_lost_change_and_a_change_never_made() {
     assert!(check(&journal, &stray, true).is_err());
     let wrong = BTreeMap::from([("a/n2".to_string(), bytes(3))]);
     assert!(check(&journal, &wrong, true).is_err());
+    // A write in flight changes every name of its file.
+    let linked = Journal {
+        ops: vec![
+            (create("a/n1", 10), Outcome::Acked),
+            (
+                Op::Link {
+                    from: "a/n1".into(),
+                    to: "b/n2".into(),
+                },
+                Outcome::Acked,
+            ),
+            (
+                Op::Write {
+                    name: "a/n1".into(),
+                    off: 0,
+                    len: 4,
+                    seed: 9,
+                },
+                Outcome::InFlight,
+            ),
+        ],
+        setup_failed: None,
+    };
+    let rewritten = Seen::Bytes(b"0123456789".to_vec());
+    let both = BTreeMap::from([
+        ("a/n1".to_string(), rewritten.clone()),
+        ("b/n2".to_string(), rewritten),
+    ]);
+    assert!(check(&linked, &both, false).is_ok());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
