@@ -42,6 +42,9 @@ static PREFIXES: OnceLock<Vec<Prefix>> = OnceLock::new();
 /// The cluster file libshoal is connected to (one per process).
 static CONNECTED: OnceLock<Vec<u8>> = OnceLock::new();
 static CONNECTING: Mutex<()> = Mutex::new(());
+/// A mounted cluster libshoal could not connect to (its cluster file
+/// unreadable, from a newer Shoal, its servers refusing): left to the mount.
+static LEFT_TO_THE_MOUNT: OnceLock<Vec<u8>> = OnceLock::new();
 
 thread_local! {
     static IN_LIB: Cell<bool> = const { Cell::new(false) };
@@ -199,16 +202,24 @@ pub fn hold_connecting_for_fork() -> Box<dyn std::any::Any> {
 }
 
 /// Connects libshoal to `p`'s cluster if nothing is connected yet. Ok(false):
-/// the process is connected to another cluster (one per process), so `p`
-/// is left to the kernel.
+/// `p` is left to the kernel: the process is connected to another cluster
+/// (one per process), or this one's mount serves it because libshoal could
+/// not connect (said once on stderr: a program keeps working, through the
+/// mount). Without a mount that failure is every call's.
 fn connect(p: &Prefix) -> Result<bool, c_int> {
     if let Some(c) = CONNECTED.get() {
         return Ok(*c == p.cluster);
+    }
+    if LEFT_TO_THE_MOUNT.get() == Some(&p.cluster) {
+        return Ok(false);
     }
     let _g = Guard::enter();
     let _lock = CONNECTING.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(c) = CONNECTED.get() {
         return Ok(*c == p.cluster);
+    }
+    if LEFT_TO_THE_MOUNT.get() == Some(&p.cluster) {
+        return Ok(false);
     }
     let file = CString::new(p.cluster.clone()).map_err(|_| libc::EINVAL)?;
     // SAFETY: a NUL-terminated path.
@@ -218,10 +229,21 @@ fn connect(p: &Prefix) -> Result<bool, c_int> {
     // library's own cache before it is answered.
     if unsafe { shoal::connect_for_preload(file.as_ptr(), crate::cache::clear) } != 0 {
         let e = errno();
-        if std::env::var_os("SHOAL_PRELOAD_DEBUG").is_some() {
-            // SAFETY: libshoal's message for this thread's last failure.
-            let msg = unsafe { CStr::from_ptr(shoal::shoal_last_error()) };
-            eprintln!("libshoal_preload: {}", msg.to_string_lossy());
+        // SAFETY: libshoal's message for this thread's last failure.
+        let msg = unsafe { CStr::from_ptr(shoal::shoal_last_error()) };
+        let local = String::from_utf8_lossy(&p.local);
+        if p.mounted {
+            eprintln!(
+                "libshoal_preload: not serving {local} ({}); its mount does",
+                msg.to_string_lossy()
+            );
+            let _ = LEFT_TO_THE_MOUNT.set(p.cluster.clone());
+            return Ok(false);
+        }
+        // Once, not at every call that meets it.
+        static SAID: AtomicBool = AtomicBool::new(false);
+        if !SAID.swap(true, Ordering::Relaxed) {
+            eprintln!("libshoal_preload: {local}: {}", msg.to_string_lossy());
         }
         return Err(e);
     }
