@@ -163,12 +163,12 @@ pub fn track_umask(mask: u32) {
     ops::track_umask(mask)
 }
 
-/// The attribute cache lifetime (`cache_ttl_ms`) of the cluster this
-/// process is connected to, for `libshoal_preload.so` (not part of shoal.h:
-/// Rust only).
+/// The settings of the cluster this process is connected to, for
+/// `libshoal_preload.so` (its own caches follow `cache_ttl_ms` and
+/// `cache_entries`; not part of shoal.h: Rust only).
 #[doc(hidden)]
-pub fn connected_cache_ttl_ms() -> Option<u64> {
-    session::cache_ttl_ms()
+pub fn connected_settings() -> Option<shoal_proto::cluster::Settings> {
+    session::settings()
 }
 
 /// Drops one user of the connection; the last one closes every descriptor

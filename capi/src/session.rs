@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, MutexGuard, Once, RwLock, RwLockWriteGuard};
 
 use shoal_client::{Client, Recalled};
-use shoal_proto::cluster::ClusterConfig;
+use shoal_proto::cluster::{ClusterConfig, Settings};
 
 use crate::ffi::{err, Result};
 use crate::recall_listener::Listener;
@@ -325,9 +325,9 @@ pub fn disconnect() -> Result<()> {
 }
 
 /// The connected cluster's `cache_ttl_ms`.
-pub fn cache_ttl_ms() -> Option<u64> {
+pub fn settings() -> Option<Settings> {
     let state = STATE.read().unwrap_or_else(|e| e.into_inner());
-    state.as_ref().map(|c| c.config.settings.cache_ttl_ms)
+    state.as_ref().map(|c| c.config.settings.clone())
 }
 
 pub fn is_connected() -> bool {

@@ -248,8 +248,9 @@ fn connect(p: &Prefix) -> Result<bool, c_int> {
         return Err(e);
     }
     // The session's own copy of the cluster file: not read a second time.
-    if let Some(ttl) = shoal::connected_cache_ttl_ms() {
-        crate::cache::set_ttl(ttl);
+    if let Some(settings) = shoal::connected_settings() {
+        crate::cache::set_ttl(settings.cache_ttl_ms);
+        crate::cache::set_bound(settings.cache_entries as usize);
     }
     let _ = CONNECTED.set(p.cluster.clone());
     Ok(true)

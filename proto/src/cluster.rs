@@ -126,8 +126,9 @@ pub struct Settings {
     pub cache_ttl_ms: u64,
     /// Entries each of a client's caches and tables of objects keeps at
     /// most: names, attributes, layouts, capabilities, the leases it
-    /// noted, and in the mount the directories' parents and what the
-    /// kernel was given under leases. Past it the least used go (an
+    /// noted, in the mount the directories' parents and what the kernel
+    /// was given under leases, in the preload library what listings
+    /// brought (emptied past it). Past it the least used go (an
     /// evicted entry is asked for again); an inode the kernel forgets
     /// (FUSE FORGET) goes at once. Each table's size is in `shoal stats
     /// --mount`. A few hundred bytes an entry and table: at the default

@@ -27,15 +27,16 @@
 
 mod run;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use foldhash::HashMap;
 pub use run::Listing;
 use run::{Lookup, Run};
 
-/// Entries kept at most (a listing bigger than this only keeps its tail).
-const MAX_ENTRIES: usize = 1 << 16;
+/// Entries kept at most, the cluster's `cache_entries` once connected (past
+/// it the cache starts again: a listing bigger than this keeps its tail).
+static MAX_ENTRIES: AtomicUsize = AtomicUsize::new(1 << 16);
 /// Entries of one directory whose attributes are fetched together: libshoal's
 /// default readdir batch.
 pub const BATCH: usize = 512;
@@ -97,6 +98,11 @@ pub fn set_ttl(ms: u64) {
     TTL_MS.store(ms, Ordering::Relaxed);
 }
 
+/// Keeps at most `entries` (at least one batch).
+pub fn set_bound(entries: usize) {
+    MAX_ENTRIES.store(entries.max(BATCH), Ordering::Relaxed);
+}
+
 /// The monotonic clock in milliseconds, read coarsely: a stat answered from
 /// the cache reads the clock once, and the coarse clock is a few times
 /// cheaper than the precise one. Its tick (a jiffy, 1-10 ms) is what an
@@ -140,7 +146,7 @@ fn with_cache<T>(asked: Asked, f: impl FnOnce(&mut Cache, u64) -> T) -> Option<T
         return None;
     }
     let cache = c.get_or_insert_with(Cache::default);
-    if cache.entries.len() >= MAX_ENTRIES {
+    if cache.entries.len() >= MAX_ENTRIES.load(Ordering::Relaxed) {
         *cache = Cache::default();
     }
     Some(f(cache, now_ms()))
@@ -449,5 +455,26 @@ mod tests {
         put_many(asking(), [(b"/d/f".to_vec(), stat_of(libc::S_IFREG, 1))]);
         assert!(matches!(get(b"/d/f", false), Found::Nothing));
         set_ttl(100);
+
+        // Bounded by the cluster's cache_entries: past it, it starts again.
+        set_bound(BATCH);
+        let batch = |dir: &str| {
+            let entries = (0..BATCH).map(|i| {
+                (
+                    format!("/{dir}/{i}").into_bytes(),
+                    stat_of(libc::S_IFREG, 1),
+                )
+            });
+            put_many(asking(), entries.collect::<Vec<_>>());
+        };
+        batch("x");
+        assert!(matches!(get(b"/x/0", false), Found::Attrs(_)));
+        batch("y");
+        assert!(
+            matches!(get(b"/x/0", false), Found::Nothing),
+            "the bound was passed"
+        );
+        assert!(matches!(get(b"/y/0", false), Found::Attrs(_)));
+        set_bound(1 << 16);
     }
 }
