@@ -641,6 +641,20 @@ pub async fn repair_to_zero(client: &Client) {
     );
 }
 
+/// A new directory `name` under the root whose delegation `c` holds (its
+/// first create goes to the server and asks for it): `c` answers creates
+/// there itself from then on.
+pub async fn delegated_dir(c: &Client, name: &str) -> Handle {
+    let dir = c.mkdir(ROOT, name, 0o755).await.unwrap().handle;
+    c.create(dir, "first", 0o644).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !c.holds_delegation(dir) {
+        assert!(Instant::now() < deadline, "no delegation of {name}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    dir
+}
+
 /// Deterministic test bytes: `len` bytes that differ for each `seed`.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     (0..len as u64)

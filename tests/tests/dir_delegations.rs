@@ -4,12 +4,10 @@
 //! (the server recalls the delegation first), and across a server restart;
 //! a name taken is refused at once.
 
-use std::time::{Duration, Instant};
-
 use bytes::Bytes;
 use shoal_client::{Client, Errno, SetAttr};
 use shoal_proto::handle::{server_of, Handle, ROOT};
-use shoal_tests::{entry_names, pattern, settled_fsck, Cluster};
+use shoal_tests::{delegated_dir, entry_names, pattern, settled_fsck, Cluster};
 
 /// A cluster whose clients keep what they answered for a minute: only a
 /// fence, an fsync or a recall sends it.
@@ -19,19 +17,6 @@ fn cluster() -> Cluster {
         .set("dir_delegations=true")
         .set("delegated_flush_ms=60000")
         .start()
-}
-
-/// A new directory of `c`'s whose delegation `c` holds: its first create
-/// goes to the server and asks for it.
-async fn delegated_dir(c: &Client, name: &str) -> Handle {
-    let dir = c.mkdir(ROOT, name, 0o755).await.unwrap().handle;
-    c.create(dir, "first", 0o644).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !c.holds_delegation(dir) {
-        assert!(Instant::now() < deadline, "no delegation of {name}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    dir
 }
 
 fn names(prefix: &str, n: usize) -> Vec<String> {

@@ -9,27 +9,12 @@
 
 use std::sync::mpsc;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use shoal_client::Client;
 use shoal_proto::crash_points::CREATE_FILES_BEFORE_CACHING;
 use shoal_proto::fail;
-use shoal_proto::handle::{Handle, ROOT};
-use shoal_tests::{pattern, Cluster};
-
-/// A new directory whose delegation `c` holds (its first create goes to
-/// the server and asks for it).
-async fn delegated_dir(c: &Client, name: &str) -> Handle {
-    let dir = c.mkdir(ROOT, name, 0o755).await.unwrap().handle;
-    c.create(dir, "first", 0o644).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !c.holds_delegation(dir) {
-        assert!(Instant::now() < deadline, "no delegation of {name}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    dir
-}
+use shoal_tests::{delegated_dir, pattern, Cluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_made_while_its_create_is_answered_is_never_hidden_by_that_answer() {
