@@ -18,10 +18,26 @@ use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings};
 use shoal_proto::handle::{server_of, Handle, ROOT};
 
 pub mod churn;
+pub mod crash_work;
 pub mod page_cache;
 
 /// How long a server or mount gets to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The kernel stacks of process `pid`'s threads (root may read them): what
+/// a process that does not start waits for.
+fn kernel_stacks(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return format!("process {pid} is gone");
+    };
+    let mut stacks = String::new();
+    for task in tasks.flatten() {
+        let stack = std::fs::read_to_string(task.path().join("stack"))
+            .unwrap_or_else(|e| format!("(unreadable: {e})\n"));
+        stacks += &format!("thread {}:\n{stack}", task.file_name().to_string_lossy());
+    }
+    stacks
+}
 
 /// Waits, bounded (30 s), until `seen` holds, failing with `what` if it never
 /// does: for what a process does a moment after it answers (a mount's rings
@@ -239,7 +255,12 @@ impl Cluster {
                     self.read_log(&format!("server-{id}"))
                 );
             }
-            assert!(Instant::now() < deadline, "server {id} did not start");
+            assert!(
+                Instant::now() < deadline,
+                "server {id} did not start; where its threads wait in the kernel:\n{}\nits log:\n{}",
+                kernel_stacks(child.id()),
+                self.read_log(&format!("server-{id}"))
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
