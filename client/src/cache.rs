@@ -140,6 +140,24 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
         }
     }
 
+    /// Keeps the live entry of `key`, as it is, until `lease` if that is
+    /// later (a server leased the object, and the entry is newer than what
+    /// the server said of it); whether there was one.
+    pub(crate) fn extend(&self, key: &K, lease: Option<Instant>) -> bool {
+        let now = Instant::now();
+        let mut map = self.map();
+        let Some(mut entry) = map.peek_mut(key) else {
+            return false;
+        };
+        if entry.1 <= now {
+            return false;
+        }
+        if let Some(lease) = lease {
+            entry.1 = entry.1.max(lease);
+        }
+        true
+    }
+
     /// Changes a cached value in place, if present (keeps its age).
     pub(crate) fn update(&self, key: &K, f: impl FnOnce(&mut V)) {
         if let Some(mut e) = self.map().peek_mut(key) {

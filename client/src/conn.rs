@@ -104,6 +104,10 @@ impl Drop for Waiter {
 pub enum Recalled {
     Objects(Vec<shoal_proto::Handle>),
     Everything,
+    /// This client's own change outdated what an answer said of these
+    /// objects' attributes (see `leases`): the front end drops the
+    /// attributes it passed on, not the names. Never sent by a server.
+    Attributes(Vec<shoal_proto::Handle>),
     /// Directory delegations (`delegated_creates`): the client's own
     /// business, never handed to a front end's hook.
     Delegations(Vec<shoal_proto::Handle>),

@@ -41,7 +41,12 @@
 //! the cache: an answer whose request went out before either is undone.
 //! The change's update and the answer's caching then meet in either
 //! order: the update runs after the caching and corrects it, or the
-//! question after the caching sees the note.
+//! question after the caching sees the note. Own changes are noted apart
+//! from recalls, and undo only the object's cached attributes: a client
+//! writing tens of thousands of files within a lease overflows the note
+//! (past [`MAX_RECALLED`] it counts as one change of everything), and that
+//! must not count as a recall of everything, which would also drop the
+//! directories' known names and end the delegations it holds.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -88,12 +93,46 @@ struct Held {
     until: Bounded<Handle, Instant>,
     /// The end of the latest lease noted: until then a server may recall.
     latest: Option<Instant>,
-    /// When each object was last recalled, or changed by this client (see
-    /// the module doc). An entry older than a lease can go: every grant
-    /// whose request went out before it has ended.
-    recalled: HashMap<Handle, Instant>,
-    /// When a connection last ended, recalling all its server had leased.
-    all_recalled: Option<Instant>,
+    /// When each object was last recalled (all of them: when a connection
+    /// last ended, recalling all its server had leased). An entry older
+    /// than a lease can go: every grant whose request went out before it
+    /// has ended.
+    recalled: Moments,
+    /// When this client last changed each object (see the module doc),
+    /// kept as `recalled` is.
+    changed: Moments,
+}
+
+/// When each of at most [`MAX_RECALLED`] objects was last recalled or
+/// changed; past that, one moment for every object (safe: a few caches
+/// dropped that did not need to be).
+#[derive(Default)]
+struct Moments {
+    each: HashMap<Handle, Instant>,
+    all: Option<Instant>,
+}
+
+impl Moments {
+    /// Notes `handles` at `now`; entries older than `lease` may go.
+    fn note(&mut self, handles: &[Handle], now: Instant, lease: Duration) {
+        if self.all.is_some_and(|at| now.duration_since(at) > lease) {
+            self.all = None;
+        }
+        if self.each.len() + handles.len() > MAX_RECALLED {
+            self.each.retain(|_, at| now.duration_since(*at) <= lease);
+        }
+        if self.each.len() + handles.len() > MAX_RECALLED {
+            self.all = Some(now);
+            self.each.clear();
+            return;
+        }
+        self.each.extend(handles.iter().map(|h| (*h, now)));
+    }
+
+    /// Whether `h` was noted at or after `sent`.
+    fn since(&self, h: Handle, sent: Instant) -> bool {
+        self.all.is_some_and(|at| at >= sent) || self.each.get(&h).is_some_and(|at| *at >= sent)
+    }
 }
 
 impl Held {
@@ -101,44 +140,35 @@ impl Held {
         Held {
             until: bounded(max),
             latest: None,
-            recalled: HashMap::new(),
-            all_recalled: None,
+            recalled: Moments::default(),
+            changed: Moments::default(),
         }
     }
 
     /// Notes a recall of `handles` (every object if `None`) at `now`.
     fn note_recall(&mut self, handles: Option<&[Handle]>, now: Instant, lease: Duration) {
-        if self
-            .all_recalled
-            .is_some_and(|at| now.duration_since(at) > lease)
-        {
-            self.all_recalled = None;
+        match handles {
+            Some(handles) => self.recalled.note(handles, now, lease),
+            None => {
+                self.recalled.all = Some(now);
+                self.recalled.each.clear();
+            }
         }
-        let Some(handles) = handles else {
-            self.all_recalled = Some(now);
-            self.recalled.clear();
-            return;
-        };
-        if self.recalled.len() + handles.len() > MAX_RECALLED {
-            self.recalled
-                .retain(|_, at| now.duration_since(*at) <= lease);
-        }
-        if self.recalled.len() + handles.len() > MAX_RECALLED {
-            self.all_recalled = Some(now);
-            self.recalled.clear();
-            return;
-        }
-        self.recalled.extend(handles.iter().map(|h| (*h, now)));
     }
 
     /// Whether `h` was recalled at or after `sent` (None: not known, so
     /// counted as recalled if anything ever was).
     fn recalled_since(&self, h: Handle, sent: Option<Instant>) -> bool {
-        let Some(sent) = sent else {
-            return self.all_recalled.is_some() || !self.recalled.is_empty();
-        };
-        self.all_recalled.is_some_and(|at| at >= sent)
-            || self.recalled.get(&h).is_some_and(|at| *at >= sent)
+        match sent {
+            Some(sent) => self.recalled.since(h, sent),
+            None => self.recalled.all.is_some() || !self.recalled.each.is_empty(),
+        }
+    }
+
+    /// Whether this client changed `h` at or after `sent` (not known:
+    /// no, its own changes update what it caches).
+    fn changed_since(&self, h: Handle, sent: Option<Instant>) -> bool {
+        sent.is_some_and(|sent| self.changed.since(h, sent))
     }
 }
 
@@ -273,7 +303,20 @@ impl Inner {
         self.leases
             .last_recall
             .store(since_epoch(now) + 1, Ordering::SeqCst);
-        held.note_recall(Some(&[h]), now, lease);
+        held.changed.note(&[h], now, lease);
+    }
+
+    /// Whether this client changed `h` after a request sent at `sent`: an
+    /// answer to it is not cached at all then (dropping it afterwards would
+    /// drop the change's own update too, and send the next lookup to a
+    /// server).
+    pub(crate) fn changed_since(&self, h: Handle, sent: Instant) -> bool {
+        let last = self.leases.last_recall.load(Ordering::SeqCst);
+        if last == 0 || since_epoch(sent) >= last {
+            return false;
+        }
+        let held = self.leases.held.lock().unwrap();
+        held.changed_since(h, Some(sent))
     }
 
     fn drop_recalled(&self, what: &Recalled) {
@@ -288,7 +331,7 @@ impl Inner {
                 held.note_recall(Some(handles), now, lease);
                 self.drop_leased(&mut held, handles);
             }
-            Recalled::Delegations(_) => {}
+            Recalled::Delegations(_) | Recalled::Attributes(_) => {}
             Recalled::Everything => {
                 crate::namespace::delegated::all_ended(self);
                 held.note_recall(None, now, lease);
@@ -342,6 +385,27 @@ impl Inner {
     /// Drops, and tells the front end about, what is cached of each handle
     /// recalled at or after its request was sent (None: not known).
     fn undo_if_recalled_since(&self, sent: impl IntoIterator<Item = (Handle, Option<Instant>)>) {
+        self.undo_since(sent, true)
+    }
+
+    /// [`undo_if_recalled`](Self::undo_if_recalled) of entries that hold
+    /// this client's own changes already (see [`Self::changed_since`]):
+    /// only a recall undoes them.
+    pub(crate) fn undo_if_recalled_elsewhere(
+        &self,
+        leased: impl IntoIterator<Item = (Handle, Option<Instant>)>,
+    ) {
+        let lease = self.pool.lease();
+        let sent = leased.into_iter().filter_map(|(h, until)| {
+            let until = until?;
+            Some((h, until.checked_sub(lease)))
+        });
+        self.undo_since(sent, false)
+    }
+
+    /// Drops what is cached of each handle recalled (or, if `own`, changed
+    /// here) at or after its request was sent.
+    fn undo_since(&self, sent: impl IntoIterator<Item = (Handle, Option<Instant>)>, own: bool) {
         let last = self.leases.last_recall.load(Ordering::SeqCst);
         if last == 0 {
             return;
@@ -355,25 +419,44 @@ impl Inner {
             return;
         }
         let mut held = self.leases.held.lock().unwrap();
-        let recalled: Vec<Handle> = suspects
-            .filter(|(h, sent)| held.recalled_since(*h, *sent))
-            .map(|(h, _)| h)
-            .collect();
-        if recalled.is_empty() {
+        let mut recalled = Vec::new();
+        let mut changed = Vec::new();
+        for (h, sent) in suspects {
+            if held.recalled_since(h, sent) {
+                recalled.push(h);
+            } else if own && held.changed_since(h, sent) {
+                changed.push(h);
+            }
+        }
+        if recalled.is_empty() && changed.is_empty() {
             return;
         }
         self.drop_leased(&mut held, &recalled);
+        // An own change outdates the object's attributes, nothing else.
+        for h in &changed {
+            self.attrs.remove(h);
+        }
         drop(held);
         // The recall's hook ran before this caching: the front end may have
         // passed on what was cached meanwhile (the mount, its kernel
-        // timeouts), so it hears of these objects again. Every caller runs
-        // on a runtime (the client's API is async); none found is a bug to
-        // log, not a panic in a caller's thread.
-        if let Some(hook) = self.leases.hook.get() {
-            match tokio::runtime::Handle::try_current() {
-                Ok(rt) => drop(rt.spawn(hook(&Recalled::Objects(recalled)))),
-                Err(_) => tracing::warn!("an undone lease's hook found no runtime to run on"),
-            }
+        // timeouts), so it hears of these objects again; of those changed
+        // here, of their attributes alone (past the ledger's bound every
+        // object counts as changed, and a directory's names are not what
+        // its attributes' change outdates). Every caller runs on a runtime
+        // (the client's API is async); none found is a bug to log, not a
+        // panic in a caller's thread.
+        let Some(hook) = self.leases.hook.get() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("an undone lease's hook found no runtime to run on");
+            return;
+        };
+        if !recalled.is_empty() {
+            drop(rt.spawn(hook(&Recalled::Objects(recalled))));
+        }
+        if !changed.is_empty() {
+            drop(rt.spawn(hook(&Recalled::Attributes(changed))));
         }
     }
 }
@@ -413,19 +496,41 @@ mod tests {
         let now = sent + Duration::from_secs(1);
         let many: Vec<Handle> = (0..MAX_RECALLED as u64).collect();
         held.note_recall(Some(&many), now, LEASE);
-        assert_eq!(held.recalled.len(), MAX_RECALLED);
+        assert_eq!(held.recalled.each.len(), MAX_RECALLED);
         // Past the bound with every entry younger than a lease: every
         // object counts as recalled now, and the map starts again.
         held.note_recall(Some(&[u64::MAX]), now, LEASE);
-        assert!(held.recalled.is_empty());
+        assert!(held.recalled.each.is_empty());
         assert!(held.recalled_since(7, Some(sent)));
         // Older than a lease, entries go instead, and so does the mark.
         let later = now + LEASE + Duration::from_secs(1);
         held.note_recall(Some(&many[..10]), now, LEASE);
         held.note_recall(Some(&many[10..]), later, LEASE);
-        assert!(held.all_recalled.is_none(), "older than a lease");
+        assert!(held.recalled.all.is_none(), "older than a lease");
         held.note_recall(Some(&[u64::MAX]), later, LEASE);
-        assert_eq!(held.recalled.len(), MAX_RECALLED - 10 + 1);
+        assert_eq!(held.recalled.each.len(), MAX_RECALLED - 10 + 1);
         assert!(!held.recalled_since(3, Some(sent)), "dropped as old");
+    }
+
+    #[test]
+    fn own_changes_past_the_bound_are_no_recall() {
+        let mut held = Held::new(16);
+        let sent = Instant::now();
+        let now = sent + Duration::from_millis(1);
+        let files: Vec<Handle> = (100..100 + MAX_RECALLED as u64 + 1).collect();
+        held.changed.note(&files, now, LEASE);
+        assert!(
+            held.changed_since(7, Some(sent)),
+            "past the bound: every object"
+        );
+        assert!(
+            !held.recalled_since(7, Some(sent)),
+            "a directory's grant still stands"
+        );
+        assert!(
+            !held.recalled_since(7, None),
+            "nor counts as a recall if unknown"
+        );
+        assert!(!held.changed_since(7, None), "own changes update the cache");
     }
 }

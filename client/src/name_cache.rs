@@ -21,7 +21,9 @@
 //! the directory) stamps the directory instead of searching every entry:
 //! each entry carries the count of such drops when it was put, and one put
 //! before its directory's latest drop is void, and replaced at its next put
-//! or evicted in its turn.
+//! or evicted in its turn. Only a directory that had a name put counts: the
+//! kernel forgets files by the thousand (every unlinked one), and counting
+//! them would soon pass [`MAX_DROPPED_DIRS`] and void every name.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -72,6 +74,9 @@ struct Names {
     dropped: foldhash::HashMap<Handle, u64>,
     /// Entries stamped before this are void whatever their directory.
     floor: u64,
+    /// The directories with a name put since the last compaction: a drop
+    /// of any other handle has nothing to void.
+    dirs: foldhash::HashSet<Handle>,
 }
 
 impl Names {
@@ -96,6 +101,7 @@ impl NameCache {
                 drops: 0,
                 dropped: Default::default(),
                 floor: 0,
+                dirs: Default::default(),
             }),
         }
     }
@@ -136,6 +142,7 @@ impl NameCache {
             return;
         }
         let mut map = self.map();
+        map.dirs.insert(dir);
         let ttl_end = crate::cache::expiry(Instant::now(), self.ttl);
         let until = lease.map_or(ttl_end, |l| l.max(ttl_end));
         let (stamp, void_before) = (map.drops, map.void_before(dir));
@@ -184,14 +191,22 @@ impl NameCache {
     /// one lock.
     pub fn remove_dirs(&self, dirs: &[Handle]) {
         let mut map = self.map();
+        let named: Vec<Handle> = dirs
+            .iter()
+            .copied()
+            .filter(|d| map.dirs.contains(d))
+            .collect();
+        if named.is_empty() {
+            return;
+        }
         map.drops += 1;
-        if map.dropped.len() + dirs.len() > MAX_DROPPED_DIRS {
+        if map.dropped.len() + named.len() > MAX_DROPPED_DIRS {
             map.dropped.clear();
             map.floor = map.drops;
             return;
         }
         let at = map.drops;
-        map.dropped.extend(dirs.iter().map(|d| (*d, at)));
+        map.dropped.extend(named.into_iter().map(|d| (d, at)));
     }
 
     /// Drops every name (a server's leases all ended).
@@ -199,6 +214,7 @@ impl NameCache {
         let mut map = self.map();
         map.entries.clear();
         map.dropped.clear();
+        map.dirs.clear();
     }
 
     /// Drops the void and expired names, and gives back their room.
@@ -214,6 +230,7 @@ impl NameCache {
         // Every entry left is current: no drop needs remembering.
         names.dropped = Default::default();
         names.floor = 0;
+        names.dirs = names.entries.iter().map(|(key, _)| key.0).collect();
     }
 
     /// Names held now, void or expired ones too (for the mount's stats).
@@ -308,9 +325,32 @@ mod tests {
             Some((7, ObjectKind::Metafile)),
             "put again"
         );
+        // Directories that held names (evicted since) past the bound.
         let many: Vec<Handle> = (1000..1000 + MAX_DROPPED_DIRS as u64).collect();
+        for d in &many {
+            c.put(*d, "x", A, (*d, ObjectKind::Metafile), None);
+        }
+        c.put(8, "b", A, (8, ObjectKind::Metafile), None);
+        c.put(7, "a", A, (7, ObjectKind::Metafile), None);
         c.remove_dirs(&many);
         assert_eq!(c.get(8, "b", A), None, "past the bound every name is void");
         assert_eq!(c.get(7, "a", A), None);
+    }
+
+    #[test]
+    fn forgetting_thousands_of_files_voids_no_directory() {
+        let c = NameCache::new(Duration::from_secs(60), 100);
+        c.put(1, "a", A, (7, ObjectKind::Metafile), None);
+        // The kernel forgets unlinked files in batches: handles that name
+        // no directory here, far past the drops remembered one by one.
+        for batch in (100..100 + 2 * MAX_DROPPED_DIRS as u64)
+            .collect::<Vec<_>>()
+            .chunks(64)
+        {
+            c.remove_dirs(batch);
+        }
+        assert_eq!(c.get(1, "a", A), Some((7, ObjectKind::Metafile)));
+        c.remove_dirs(&[1]);
+        assert_eq!(c.get(1, "a", A), None, "its own directory's drop");
     }
 }

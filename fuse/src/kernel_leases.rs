@@ -143,6 +143,12 @@ enum Job {
         done: Option<tokio::sync::oneshot::Sender<()>>,
         recall: bool,
     },
+    /// The inodes' attributes alone (this client's own change outdated
+    /// them), one of the recalls counted.
+    Attributes {
+        handles: Vec<Handle>,
+        done: tokio::sync::oneshot::Sender<()>,
+    },
     Entry(Handle, String),
     /// Everything remembered: always a recall.
     Everything(tokio::sync::oneshot::Sender<()>),
@@ -153,7 +159,7 @@ impl Job {
         match self {
             Job::Take { recall, .. } => *recall,
             Job::Entry(..) => false,
-            Job::Everything(_) => true,
+            Job::Everything(_) | Job::Attributes { .. } => true,
         }
     }
 }
@@ -434,6 +440,10 @@ impl KernelLeases {
                 done: Some(done),
                 recall: true,
             },
+            Recalled::Attributes(handles) => Job::Attributes {
+                handles: handles.clone(),
+                done,
+            },
             Recalled::Everything => Job::Everything(done),
             // The client's own: never handed to this hook.
             Recalled::Delegations(_) => return futures::future::ready(()).boxed(),
@@ -480,6 +490,13 @@ impl KernelLeases {
                 if let Some(done) = done {
                     let _ = done.send(());
                 }
+            }
+            Job::Attributes { handles, done } => {
+                for h in handles {
+                    self.remembered.lock().unwrap().inodes.remove(&h);
+                    invalidate_inode(notifier, h);
+                }
+                let _ = done.send(());
             }
             Job::Entry(dir, name) => invalidate_entry(notifier, dir, name),
             Job::Everything(done) => {

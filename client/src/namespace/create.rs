@@ -135,7 +135,9 @@ impl Client {
                 // No metafile: the file is its datafile alone.
                 self.inner.dists.put(h, Distribution::single(h));
             }
-            return Ok(self.new_file_attr(h, mode));
+            let attr = self.new_file_attr(h, mode, made.lease);
+            self.inner.undo_if_recalled([(h, made.lease)]);
+            return Ok(attr);
         };
         let attr = self.made_file_attr(&rec)?;
         self.inner.attrs.put_leased(h, attr.clone(), made.lease);
@@ -462,8 +464,9 @@ impl Client {
         .ok_or_else(|| ShoalError::protocol("a create's reply without a file"))
     }
 
-    /// The attributes of a file this client has just made, cached.
-    pub(super) fn new_file_attr(&self, h: Handle, mode: u32) -> Attr {
+    /// The attributes of a file this client has just made, cached (until
+    /// `lease` if that is later than the cache's time).
+    pub(super) fn new_file_attr(&self, h: Handle, mode: u32, lease: Option<Instant>) -> Attr {
         let now = shoal_proto::time::now_ns();
         // The servers give it to the caller, root squashed if so set.
         let owner = if self.config().settings.root_squash {
@@ -484,7 +487,7 @@ impl Client {
             nlink: 1,
             rdev: 0,
         };
-        self.inner.attrs.put(h, attr.clone());
+        self.inner.attrs.put_leased(h, attr.clone(), lease);
         attr
     }
 }
@@ -554,7 +557,7 @@ mod tests {
     #[test]
     fn a_new_file_is_cached_as_made() {
         let client = super::super::test_client(2, Settings::default());
-        let attr = client.new_file_attr(0x42, 0o100644);
+        let attr = client.new_file_attr(0x42, 0o100644, None);
         assert_eq!(
             (attr.kind, attr.mode, attr.size),
             (FileKind::File, 0o644, 0)

@@ -124,6 +124,7 @@ impl Client {
         let dir_lease = self.inner.leases.until(dir);
         let mut out = Vec::with_capacity(names.len());
         let mut leased = Vec::new();
+        let mut newer = Vec::new();
         for (name, file) in names.iter().zip(reply.files) {
             let Some(rec) = file.object else {
                 out.push(Err(ShoalError::new(Errno(file.errno), file.error)));
@@ -142,13 +143,21 @@ impl Client {
             self.inner
                 .names
                 .put(dir, name, self.cred, (h, rec.kind()), dir_lease);
-            self.inner.attrs.put_leased(h, attr.clone(), lease);
-            leased.push((h, lease));
+            // A file of a kept create may be written before its batch's
+            // reply is read: what the write left cached is newer than this
+            // reply, and is kept under the reply's lease instead.
+            if !self.inner.changed_since(h, asked) {
+                self.inner.attrs.put_leased(h, attr.clone(), lease);
+                leased.push((h, lease));
+            } else if self.inner.attrs.extend(&h, lease) {
+                newer.push((h, lease));
+            }
             out.push(Ok(attr));
         }
         self.inner.leases.note_many(leased.iter().copied());
         self.inner.undo_if_recalled_after(dir, asked);
         self.inner.undo_if_recalled(leased);
+        self.inner.undo_if_recalled_elsewhere(newer);
         Ok(out)
     }
 }

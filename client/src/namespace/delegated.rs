@@ -68,7 +68,12 @@ impl Client {
                     let c = self.clone();
                     tokio::spawn(async move { c.reserve_again(dir).await });
                 }
-                Some(Ok(self.new_file_attr(handle, mode)))
+                // Nobody else can see the file before its create lands, and
+                // the server leases it to this client then: until that
+                // answer, what this client caches of it stays true as long
+                // as it holds the directory.
+                let lease = self.inner.leases.until(dir);
+                Some(Ok(self.new_file_attr(handle, mode, lease)))
             }
             Answered::Exists => Some(Err(ShoalError::new(
                 Errno::EEXIST,
