@@ -3,10 +3,10 @@
 
     bench/plot.py ablation bench/results/ablation.csv bench/results/ablation.png
     bench/plot.py no_metafile bench/results/no_metafile.csv bench/results/no_metafile.png
-    bench/plot.py interfaces bench/results/interfaces-smallfile.csv bench/results/interfaces-smallfile.png
+    bench/plot.py interfaces bench/results/interfaces-WORKLOAD.csv bench/results/interfaces-WORKLOAD.png
     bench/plot.py peers bench/results/peers.csv bench/results/peers.png
-    bench/plot.py leases bench/results/leases-ab.csv bench/results/leases-ab.png
-    bench/plot.py ab bench/results/NAME.csv bench/results/NAME.png   (bench/run-ab)
+    bench/plot.py leases NAME.csv NAME.png   (leases on and off, an A/B of settings)
+    bench/plot.py ab NAME.csv NAME.png   (bench/run-ab)
     bench/plot.py pfa bench/results/pfa.csv bench/results/pfa.png
     bench/plot.py writesize bench/results/writesize.csv bench/results/writesize.png
     bench/plot.py streaming bench/results/streaming-peers.csv bench/results/streaming-peers.png
@@ -206,7 +206,7 @@ def peers(csv_path, png_path):
 
 
 def leases(csv_path, png_path):
-    """Leases on and off through the mount (bench/results/leases-ab.md)."""
+    """Leases on and off through the mount (an A/B of two settings)."""
     interfaces(csv_path, png_path, "Shoal's mount with leases and with lease_ms = 0, same run")
 
 

@@ -5,7 +5,7 @@
 //! because each create or unlink marks the directory's attributes stale
 //! (`fuse_dir_changed`), the next create or unlink there first costs a
 //! GETATTR round trip: one FUSE request of five per create, one of two per
-//! unlink (bench/results/mount-default-permissions-ab.md: 1.17x creates and
+//! unlink (bench/results/changes.md: 1.17x creates and
 //! 1.27x unlinks without it). Without it the kernel checks nothing itself
 //! but that a file to execute has some x bit, so what the servers cannot
 //! see is checked here, with [`Cred::may`], the servers' own rule:

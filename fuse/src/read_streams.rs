@@ -10,7 +10,7 @@
 //! with its old one-strip readahead window, 4 readers of 512 MiB each, 3
 //! rounds alternating: 2,236-2,283 MiB/s against 1,194-1,718. Against
 //! the four-strip window, and with files just written (memory colder),
-//! it is not ahead: `bench/results/read-streams-ab.md`. So it is off by
+//! it is not ahead: `bench/results/read-streams.md`. So it is off by
 //! default.
 //!
 //! Past the page cache the kernel's readahead is gone too: every read

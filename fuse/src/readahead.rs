@@ -14,7 +14,7 @@ use std::path::Path;
 /// different servers. Measured against one strip (1024) on one mount,
 /// alternating, 3 rounds, 512 MiB files after dropping the page cache: one
 /// `dd bs=1M` reader 1,692-1,856 MiB/s against 1,449-1,575; four readers no
-/// different (`bench/results/mount-readahead-window.md`, with an ABBA check:
+/// different (`bench/results/changes.md`, with an ABBA check:
 /// one reader 1.12x median over 6 rounds). 8 and 16 MiB did no better.
 pub const READ_AHEAD_KB: u32 = 4096;
 

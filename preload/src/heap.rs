@@ -9,7 +9,7 @@
 //! decodes one name per entry spent 32% of its time in `_int_malloc` (perf,
 //! one process), against 2% for the same listing before the loop. With a
 //! heap of its own, 12 alternating rounds of 4-process smallfile per form
-//! (2026-11-25, `bench/results/preload-heap-ab.md`) listed 1.04x-1.20x
+//! (2026-11-25, `bench/results/changes.md`) listed 1.04x-1.20x
 //! faster, and every phase but the open+close form's read and unlink
 //! (0.98x, 0.96x) was faster.
 //!

@@ -249,7 +249,7 @@ pub struct Settings {
     /// once it is on its way, while the file has fewer than this many bytes
     /// of such writes in flight (a write waits for room); a failed one is
     /// reported at the file's next fsync or close. 0: every direct write
-    /// waits for its reply. Default 8 MiB (`bench/results/write-behind-ab.md`).
+    /// waits for its reply. Default 8 MiB (`bench/results/changes.md`).
     /// Other clients see a write once its writer's close or fsync returned
     /// (close-to-open), as with the gathering path's kept writes.
     pub write_behind: u32,
@@ -257,11 +257,11 @@ pub struct Settings {
     /// read-only is read past the kernel's page cache, and the mount keeps
     /// up to this many bytes of it fetched ahead of a sequential reader
     /// (`fuse/src/read_streams.rs`). Ahead for four cold readers of 1 MiB
-    /// pieces (1.08x-2.01x, `bench/results/stream-reads-on-ab.csv`), but
+    /// pieces (1.08x-2.01x, `bench/results/read-streams.md`), but
     /// re-reads of files the page cache would hold go to the servers again
     /// (5-8x slower; with `uncached_reads`, to their disks) and a first open
     /// read in pieces of a few KiB is far behind
-    /// (`bench/results/read-streams-ab.md`), so off by default: 0, every
+    /// (`bench/results/read-streams.md`), so off by default: 0, every
     /// file is read through the page cache with the kernel's readahead.
     pub stream_reads: u32,
     /// Server reads of at least this many bytes of a datafile pass through
@@ -275,7 +275,7 @@ pub struct Settings {
     /// 2.1x-2.2x; where memory is warm the kernel reads ahead less for them
     /// (0.8x-0.85x), and a large file read again by another client (or
     /// through `stream_reads`) comes from the servers' disks again
-    /// (`bench/results/uncached-reads/`). 0: every read stays in the page
+    /// (`bench/results/changes.md`). 0: every read stays in the page
     /// cache. Default 256 KiB.
     pub uncached_reads: u32,
     /// Scattered kept writes (a buffer of several extents) go to the
@@ -288,9 +288,9 @@ pub struct Settings {
     /// it does once root turns on `/sys/module/fuse/parameters/enable_uring`
     /// (`scripts/install-deps` does); off, or not offered, through reads
     /// and writes of `/dev/fuse`. Creates through the mount 1.13x-1.43x
-    /// (`bench/results/fuse-io-uring-ab.md`); in smallfile, reads of files
+    /// (`bench/results/changes.md`); in smallfile, reads of files
     /// kept open since their create 0.82x and unlinks after closes 0.85x
-    /// (`bench/results/fuse-io-uring-smallfile-ab.md`). Default true.
+    /// (`bench/results/changes.md`). Default true.
     pub fuse_io_uring: bool,
 
     // The small-file techniques of [Carns 2009], each a switch (all on by default;

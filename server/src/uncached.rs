@@ -10,7 +10,7 @@
 //! files just written with O_DIRECT spent 4.2-4.9 s of system time through
 //! the page cache and 0.5 s uncached, in half the wall time, and Shoal's
 //! first read after its writes went 2.1x-2.2x in the same streaming runs
-//! (`bench/results/uncached-reads/`). The price: where memory is warm the
+//! (`bench/results/changes.md`). The price: where memory is warm the
 //! kernel reads ahead in smaller pieces for uncached reads (0.8x for the
 //! local readers), and a large file read again by another client comes from
 //! the disk again. The servers' cache is kept for small files and small

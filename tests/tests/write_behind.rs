@@ -10,7 +10,7 @@ use shoal_tests::{pattern, Cluster};
 
 const MIB: usize = 1 << 20;
 
-/// Write-behind on, as `bench/results/write-behind-ab.md` measured it.
+/// Write-behind on, as `bench/results/changes.md` measured it.
 const ON: &str = "write_behind=8388608";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -864,6 +864,6 @@ mod tests {
         let tree = |p: &str| Workload::Tree { source: p.into() }.name();
         assert_eq!(tree(DEFAULT_TREE), "tree");
         assert_eq!(tree("/usr/src/linux-source-6.1.tar.xz"), "tree-linux");
-        assert_eq!(tree("/home/me/project"), "tree-project");
+        assert_eq!(tree("/srv/src/project"), "tree-project");
     }
 }
