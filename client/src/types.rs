@@ -203,7 +203,7 @@ pub enum Unlinked {
     /// It went with its last name.
     Removed,
     /// It lost its last name and stays, unnamed, because the caller holds it
-    /// open: [`crate::Client::reclaim`] it at the last close.
+    /// open: [`crate::client::Client::reclaim`] it at the last close.
     Kept(Handle),
 }
 

@@ -137,7 +137,7 @@ pub struct Settings {
     /// Default 65536.
     pub cache_entries: u32,
     /// Names a client keeps of the directories it made and follows change
-    /// by change (`client/src/known_dirs.rs`: negative lookups without a
+    /// by change (`client/src/consistency/known_dirs.rs`: negative lookups without a
     /// message, and the directory delegations that need them), in all.
     /// Past it, the directory least lately confirmed is forgotten: its
     /// lookups go to its server again. Default 131072.

@@ -1,4 +1,4 @@
-//! Leases (`server/src/leases.rs`, `client/src/leases.rs`): what a server
+//! Leases (`server/src/leases.rs`, `client/src/consistency/leases.rs`): what a server
 //! answered stays cached by the client until the server recalls it, so a
 //! leased stat costs no message long after the cache TTL, and another
 //! client's change is seen as soon as that change returns, even while the

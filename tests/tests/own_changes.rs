@@ -1,7 +1,7 @@
 //! A client's own changes outdate answers it asked for before them: a reply
 //! read by a server before this client's write of a file reached it, and
 //! cached after the write, must never put back the size from before the
-//! write (`client/src/leases.rs`; the writer then listed its own file as
+//! write (`client/src/consistency/leases.rs`; the writer then listed its own file as
 //! empty for a whole lease).
 //!
 //! The interleaving is forced with a pause point (its own test binary:

@@ -14,8 +14,9 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::ops;
 
-use crate::known_dirs::EntryChange;
-use crate::{Attr, Client};
+use crate::client::Client;
+use crate::consistency::known_dirs::EntryChange;
+use crate::types::Attr;
 
 /// Names per message: the server takes at most 4096; fewer keep a reply
 /// (one record per file), and with `sync = "replay"` the request the

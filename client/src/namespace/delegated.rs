@@ -1,5 +1,5 @@
 //! The network side of creates answered under a directory delegation
-//! (`delegated_creates` holds what is kept and the rules): asking for a
+//! (`delegations` holds what is kept and the rules): asking for a
 //! delegation, answering a create, sending what is kept, the fence every
 //! other request waits behind, and a recall.
 
@@ -16,8 +16,9 @@ use shoal_proto::names::check_name;
 use shoal_proto::ops;
 
 use super::create_files::PER_MESSAGE;
-use crate::delegated_creates::{Answered, Batch, Send, RESERVE};
-use crate::{Attr, Client, Inner, Unlinked};
+use crate::client::{Client, Inner};
+use crate::consistency::delegations::{Answered, Batch, Send, RESERVE};
+use crate::types::{Attr, Unlinked};
 
 tokio::task_local! {
     /// Set while kept creates are being sent: their own messages do not
@@ -163,7 +164,7 @@ impl Client {
     /// One `DelegateDir` for `dir` as of `entries_version` (0: a holder
     /// asking for handles): the handles reserved, None if refused or
     /// failed. One ask per server at a time, each after making room for
-    /// its reservation (see `delegated_creates`).
+    /// its reservation (see `delegations`).
     async fn delegate(&self, dir: Handle, entries_version: u64) -> Option<Range<Handle>> {
         let server = server_of(dir);
         let asks = self.inner.delegated.asks(server);
@@ -307,7 +308,7 @@ impl Client {
 /// The fence of a pool whose client is `inner`: before a request other
 /// than a kept create's is sent, every create answered here is sent and
 /// answered (None: nothing to wait for).
-pub(crate) fn fence(inner: Weak<Inner>) -> crate::pool::Fence {
+pub(crate) fn fence(inner: Weak<Inner>) -> crate::transport::pool::Fence {
     Arc::new(move || {
         if SENDING_KEPT.try_with(|_| ()).is_ok() {
             return None;

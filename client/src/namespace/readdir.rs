@@ -8,7 +8,8 @@ use shoal_proto::ops;
 use std::time::Instant;
 
 use super::{entry_kind, file_kind};
-use crate::{Attr, Client, DirEntry};
+use crate::client::Client;
+use crate::types::{Attr, DirEntry};
 
 impl Client {
     /// One batch of entries of `dir` after `start_after`, and whether the

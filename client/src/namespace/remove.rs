@@ -11,8 +11,9 @@ use shoal_proto::names::check_name;
 use shoal_proto::{crash_points, ops};
 
 use super::kind_of;
-use crate::known_dirs::EntryChange;
-use crate::{Client, FileKind, Unlinked};
+use crate::client::Client;
+use crate::consistency::known_dirs::EntryChange;
+use crate::types::{FileKind, Unlinked};
 
 impl Client {
     /// Removes a file, symlink or special file's name. The object goes with

@@ -26,10 +26,10 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ops, ObjectKind};
 
-use crate::landing::{Landing, Lent, ReadData};
-use crate::uncommitted_writes::{Change, Changes, Verdict};
-use crate::write_path::Settle;
-use crate::Client;
+use crate::client::Client;
+use crate::data::uncommitted_writes::{Change, Changes, Verdict};
+use crate::data::write::Settle;
+use crate::transport::landing::{Landing, Lent, ReadData};
 
 /// One transfer to one datafile.
 struct Chunk {
@@ -140,7 +140,7 @@ impl Client {
 
     /// Sends a write of `data` at `offset` (ending at `end`) of file `h`
     /// straight to the servers holding its strips, all in parallel: the
-    /// direct path (`write_path` decides which path a write takes).
+    /// direct path (`data::write` decides which path a write takes).
     pub(crate) async fn write_direct(&self, h: Handle, offset: u64, data: &Bytes) -> Result<()> {
         let end = offset + data.len() as u64;
         self.with_capability(h, WRITE, |cap| self.write_with(h, offset, data, end, cap))

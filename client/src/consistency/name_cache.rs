@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use quick_cache::Equivalent;
 use shoal_proto::{Cred, Handle, ObjectKind};
 
-use crate::cache::{bounded, compacted, Bounded};
+use crate::consistency::cache::{bounded, compacted, Bounded};
 
 /// Callers remembered per entry; the oldest goes when another comes.
 const MAX_CALLERS: usize = 8;
@@ -143,7 +143,7 @@ impl NameCache {
         }
         let mut map = self.map();
         map.dirs.insert(dir);
-        let ttl_end = crate::cache::expiry(Instant::now(), self.ttl);
+        let ttl_end = crate::consistency::cache::expiry(Instant::now(), self.ttl);
         let until = lease.map_or(ttl_end, |l| l.max(ttl_end));
         let (stamp, void_before) = (map.drops, map.void_before(dir));
         let entries = &mut map.entries;

@@ -21,11 +21,7 @@ use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::msg::Capability;
 use shoal_proto::Handle;
 
-use crate::cache::TtlCache;
-use crate::{Client, Cred};
-
-/// Capabilities this client holds, per (file, caller).
-pub(crate) type Caps = TtlCache<(Handle, Cred), Capability>;
+use crate::client::Client;
 
 /// How long a capability is kept: three quarters of its lifetime, so that
 /// it is replaced before a server would refuse it.

@@ -1,5 +1,5 @@
 //! Which path a write takes [Hildebrand 2006]: under the write threshold the
-//! gathering path (the write-back buffer of `write_back`, sent later as a few
+//! gathering path (the write-back buffer of `gathering_buffer`, sent later as a few
 //! large writes), else the direct path (straight to the servers holding the
 //! strips, `io`).
 //!
@@ -46,13 +46,9 @@ use shoal_proto::handle::server_of;
 use shoal_proto::ops;
 use shoal_proto::Handle;
 
-use crate::auto_threshold::AutoThreshold;
-use crate::cache::TtlCache;
-use crate::write_back::{Gate, Put, WriteBack};
-use crate::Client;
-
-/// Files with a threshold of their own set through this client.
-const MAX_FILE_THRESHOLDS: usize = 1 << 16;
+use crate::client::Client;
+use crate::data::gathering_buffer::{Gate, Put};
+use crate::data::write_behind::{Ticket, MIN_BEHIND};
 
 /// The extended attribute that shows and sets a file's write threshold in
 /// this client (`setfattr -n user.shoal.write_threshold -v 4096 FILE` on a
@@ -101,42 +97,6 @@ pub(crate) enum Settle {
     Push,
     /// Sent and durable (fsync, close): the copy kept for resending goes.
     Commit,
-}
-
-/// The client's side of the gathering path: the buffer, per-file
-/// thresholds, and counts.
-pub(crate) struct Gathering {
-    pub(crate) buffer: WriteBack,
-    thresholds: TtlCache<Handle, u32>,
-    /// The threshold `auto` follows.
-    auto: AutoThreshold,
-    direct_writes: AtomicU64,
-    direct_bytes: AtomicU64,
-    gathered_writes: AtomicU64,
-    gathered_bytes: AtomicU64,
-    gathered_sends: AtomicU64,
-}
-
-impl Gathering {
-    /// Counts `n` messages the gathering path sent.
-    pub(crate) fn count_sends(&self, n: u64) {
-        self.gathered_sends.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
-impl Default for Gathering {
-    fn default() -> Self {
-        Gathering {
-            buffer: WriteBack::default(),
-            thresholds: TtlCache::bounded(crate::cache::FOREVER, MAX_FILE_THRESHOLDS),
-            auto: AutoThreshold::default(),
-            direct_writes: AtomicU64::new(0),
-            direct_bytes: AtomicU64::new(0),
-            gathered_writes: AtomicU64::new(0),
-            gathered_bytes: AtomicU64::new(0),
-            gathered_sends: AtomicU64::new(0),
-        }
-    }
 }
 
 impl Client {
@@ -249,14 +209,14 @@ impl Client {
     /// writes): direct behind the writer 1.2x the gathering path.
     fn joins_nothing_kept(&self, h: Handle, offset: u64, len: usize) -> bool {
         self.config().settings.write_behind > 0
-            && len >= crate::write_behind::MIN_BEHIND
+            && len >= MIN_BEHIND
             && self.kept_end(h) != Some(offset)
     }
 
     /// The write threshold for file `h`: its own if one was set through this
     /// client, else its layout's (its directory's hint when it was made),
     /// else the cluster's (or the mount's); `auto` is what this client's
-    /// writes show now (`auto_threshold`).
+    /// writes show now (`threshold`).
     pub fn write_threshold(&self, h: Handle) -> usize {
         self.bytes_of(self.threshold_of(h))
     }
@@ -272,7 +232,9 @@ impl Client {
                 // fixed cost the gathering path saves.
                 let worth_keeping = match s.write_behind {
                     0 => s.gather_buffer as usize,
-                    _ => (s.gather_buffer as usize).min(crate::write_behind::AUTO_KEEPS_UNDER),
+                    _ => {
+                        (s.gather_buffer as usize).min(crate::data::write_behind::AUTO_KEEPS_UNDER)
+                    }
                 };
                 self.inner.gathering.auto.threshold(worth_keeping)
             }
@@ -538,7 +500,12 @@ impl Client {
     /// Sends `taken`, the kept extents of `h`, under its `gate`: several
     /// small ones go to the file's gathering server in one message, others
     /// direct.
-    async fn send_taken(&self, h: Handle, gate: &Gate, taken: crate::write_back::Taken) {
+    async fn send_taken(
+        &self,
+        h: Handle,
+        gate: &Gate,
+        taken: crate::data::gathering_buffer::Taken,
+    ) {
         let buffer = &self.inner.gathering.buffer;
         let writer = self.with_cred(taken.cred);
         let sends = taken.extents.len();
@@ -609,6 +576,67 @@ impl Client {
         let kept = self.inner.gathering.buffer.end_of(h);
         let behind = self.inner.write_behind.end_of(h);
         kept.max(behind)
+    }
+}
+
+/// A write in flight that is finished however its task ends: if the task
+/// is dropped before its reply (its runtime shut down), the write counts
+/// as failed rather than holding its room, and its file's waiters, forever.
+struct InFlight {
+    client: Client,
+    ticket: Option<Ticket>,
+}
+
+impl InFlight {
+    fn finish(mut self, result: Result<()>) {
+        let ticket = self.ticket.take().expect("finished once");
+        self.client.inner.write_behind.finish(ticket, result);
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            let h = ticket.h;
+            let lost = ShoalError::io(format!(
+                "file {h:#x}: a write was dropped before its reply (the client stopped)"
+            ));
+            self.client.inner.write_behind.finish(ticket, Err(lost));
+        }
+    }
+}
+
+impl Client {
+    /// Sends a write of `data` at `offset` of `h` on the direct path: a
+    /// large one behind the caller, if the file has room in flight
+    /// (`write_behind`), else waited for.
+    pub(crate) async fn write_direct_or_behind(
+        &self,
+        h: Handle,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<()> {
+        let window = self.config().settings.write_behind as usize;
+        if window == 0 || data.len() < MIN_BEHIND {
+            return self.write_direct(h, offset, &data).await;
+        }
+        let end = offset + data.len() as u64;
+        let behind = &self.inner.write_behind;
+        let Some(ticket) = behind.begin(h, offset, end, window).await else {
+            return self.write_direct(h, offset, &data).await;
+        };
+        let in_flight = InFlight {
+            client: self.clone(),
+            ticket: Some(ticket),
+        };
+        tokio::spawn(async move {
+            let done = in_flight.client.write_direct(h, offset, &data).await;
+            if let Err(e) = &done {
+                tracing::warn!("a write of {h:#x} at {offset} failed: {e}");
+            }
+            in_flight.finish(done.map_err(|e| as_reported(h, e)));
+        });
+        Ok(())
     }
 }
 

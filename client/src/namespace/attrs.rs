@@ -10,7 +10,8 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ops, ObjectKind};
 
-use crate::{Attr, Client, FileKind, Layout, SetAttr, SetTime, StatFs};
+use crate::client::Client;
+use crate::types::{Attr, FileKind, Layout, SetAttr, SetTime, StatFs};
 
 /// Fills a file's size and data times from its datafiles' sizes (`sizes` in
 /// the order of the file's distribution `dist`). Shared by getattr and
@@ -77,7 +78,10 @@ impl Client {
                 let attr = self.attr_with(&rec, |d| found(&sizes, d))?.ok_or_else(|| {
                     ShoalError::io(format!("no size for a datafile of {:#x}", rec.handle))
                 })?;
-                (attr, crate::leases::both(lease, sizes_lease))
+                (
+                    attr,
+                    crate::consistency::lease_ledger::both(lease, sizes_lease),
+                )
             }
         };
         self.inner.attrs.put_leased(rec.handle, attr.clone(), lease);
@@ -209,7 +213,7 @@ impl Client {
         let lease = replies
             .iter()
             .map(|(_, lease)| *lease)
-            .reduce(crate::leases::both)
+            .reduce(crate::consistency::lease_ledger::both)
             .flatten();
         let found: BTreeMap<Handle, DatafileSize> = replies
             .into_iter()
@@ -263,7 +267,7 @@ impl Client {
         }
         // No write in flight may land after a time set here.
         self.inner.write_behind.settle(h).await;
-        self.settle(h, crate::write_path::Settle::Push).await?;
+        self.settle(h, crate::data::write::Settle::Push).await?;
         if let Some(size) = set.size {
             self.truncate(h, size).await?;
         }

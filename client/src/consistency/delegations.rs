@@ -11,7 +11,7 @@
 //! and kept here. What is kept goes as `CreateFiles` messages (up to 1,024
 //! names each), `delegated_flush_ms` after the first one was kept, at once
 //! when [`SEND_AT`] wait in one directory, and in any case before this
-//! client sends anything else ([`Pool`](crate::pool::Pool)'s fence): its own
+//! client sends anything else ([`Pool`](crate::transport::pool::Pool)'s fence): its own
 //! later requests — a write to a new file, a listing, an unlink, an fsync
 //! — then find every file it was told was made. Other clients find them
 //! because the server recalls the delegation before their requests: the
@@ -61,7 +61,7 @@ use shoal_proto::error::ShoalError;
 use shoal_proto::handle::{server_of, RESERVATIONS_KEPT};
 use shoal_proto::{Cred, Handle};
 
-use crate::known_dirs::LocalChange;
+use crate::consistency::known_dirs::LocalChange;
 
 /// Creates kept in one directory that are sent at once.
 pub const SEND_AT: usize = 256;

@@ -22,7 +22,7 @@ use tokio::sync::{oneshot, Notify, Semaphore};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-use crate::landing::{Landing, Lent};
+use crate::transport::landing::{Landing, Lent};
 
 type Pending = Arc<Mutex<HashMap<u64, Waiter>>>;
 
@@ -108,7 +108,7 @@ pub enum Recalled {
     /// objects' attributes (see `leases`): the front end drops the
     /// attributes it passed on, not the names. Never sent by a server.
     Attributes(Vec<shoal_proto::Handle>),
-    /// Directory delegations (`delegated_creates`): the client's own
+    /// Directory delegations (`delegations`): the client's own
     /// business, never handed to a front end's hook.
     Delegations(Vec<shoal_proto::Handle>),
 }
@@ -384,7 +384,7 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::landing::Memory;
+    use crate::transport::landing::Memory;
     use shoal_proto::frame::write_frame;
 
     /// A read reply's bytes on the wire, with `status` and `payload`.

@@ -1,6 +1,6 @@
 //! The write-back buffer of the gathering path [Hildebrand 2006]: writes
 //! under the write threshold are kept here, per file, joined where they touch
-//! or overlap, and sent later as a few large writes (see `write_path`).
+//! or overlap, and sent later as a few large writes (see `data::write`).
 //!
 //! Per file the buffer is a set of extents joined where they touch
 //! (`shoal_proto::extents`): a stream of small sequential writes is one
@@ -16,7 +16,7 @@
 //! of their kept bytes, `State::at_servers` of their copies'.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,10 @@ use shoal_proto::error::ShoalError;
 use shoal_proto::extents::Extents;
 use shoal_proto::Handle;
 
-use crate::Cred;
+use shoal_proto::Cred;
+
+use crate::consistency::cache::{TtlCache, FOREVER};
+use crate::data::threshold::AutoThreshold;
 
 /// Bytes kept across every file of one client before each write asks for a
 /// flush: room for 64 full buffers of the default size.
@@ -149,6 +152,45 @@ impl State {
             let kept: usize = self.files.values().map(|f| f.extents.bytes()).sum();
             let at: usize = self.files.values().map(|f| f.at_server.bytes()).sum();
             assert_eq!((kept, at), (self.bytes, self.at_servers), "byte counts");
+        }
+    }
+}
+
+/// Files with a threshold of their own set through this client.
+const MAX_FILE_THRESHOLDS: usize = 1 << 16;
+
+/// The client's side of the gathering path: the buffer, per-file
+/// thresholds, and counts.
+pub(crate) struct Gathering {
+    pub(crate) buffer: WriteBack,
+    pub(crate) thresholds: TtlCache<Handle, u32>,
+    /// The threshold `auto` follows.
+    pub(crate) auto: AutoThreshold,
+    pub(crate) direct_writes: AtomicU64,
+    pub(crate) direct_bytes: AtomicU64,
+    pub(crate) gathered_writes: AtomicU64,
+    pub(crate) gathered_bytes: AtomicU64,
+    pub(crate) gathered_sends: AtomicU64,
+}
+
+impl Gathering {
+    /// Counts `n` messages the gathering path sent.
+    pub(crate) fn count_sends(&self, n: u64) {
+        self.gathered_sends.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+impl Default for Gathering {
+    fn default() -> Self {
+        Gathering {
+            buffer: WriteBack::default(),
+            thresholds: TtlCache::bounded(FOREVER, MAX_FILE_THRESHOLDS),
+            auto: AutoThreshold::default(),
+            direct_writes: AtomicU64::new(0),
+            direct_bytes: AtomicU64::new(0),
+            gathered_writes: AtomicU64::new(0),
+            gathered_bytes: AtomicU64::new(0),
+            gathered_sends: AtomicU64::new(0),
         }
     }
 }

@@ -24,8 +24,8 @@ use shoal_proto::handle::server_of;
 use shoal_proto::msg::GatherCommitRequest;
 use shoal_proto::{extents, ops, Handle};
 
-use crate::write_back::Gate;
-use crate::Client;
+use crate::client::Client;
+use crate::data::gathering_buffer::Gate;
 
 /// A buffer goes to the gathering server when its extents average under
 /// this many bytes: then sending each one direct costs more in messages than

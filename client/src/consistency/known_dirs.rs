@@ -24,7 +24,7 @@
 //! know a directory is answered from it (a lookup by another might have to
 //! be refused for want of search permission).
 //!
-//! Under a directory delegation (`delegated_creates`) a directory is
+//! Under a directory delegation (`delegations`) a directory is
 //! *pinned*: the server recalls the delegation before anyone else changes
 //! it, so what is known holds without the TTL, and the creates this client
 //! answered itself are among its names before they are sent.
