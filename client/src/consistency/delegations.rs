@@ -23,7 +23,7 @@
 //! both. Kept unlinks go as `RemoveFiles` messages, before the kept creates
 //! (see [`DelegatedCreates::take`]).
 //!
-//! Handle reservations: a server keeps `RESERVATIONS_KEPT` per client and
+//! Handle reservations: a server keeps `MAX_RESERVATIONS` per client and
 //! drops the oldest for a new one, so this client keeps no more per server
 //! either, asks each server for one at a time (so that both sides agree on
 //! which is oldest), and before asking for one past the bound stops using
@@ -58,7 +58,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use shoal_proto::error::ShoalError;
-use shoal_proto::handle::{server_of, RESERVATIONS_KEPT};
+use shoal_proto::handle::{server_of, MAX_RESERVATIONS};
 use shoal_proto::{Cred, Handle};
 
 use crate::consistency::known_dirs::LocalChange;
@@ -324,7 +324,7 @@ impl DelegatedCreates {
     pub fn make_room(&self, server: u32) -> bool {
         let mut st = self.state();
         let kept = st.reservations.entry(server).or_default();
-        if kept.len() < RESERVATIONS_KEPT {
+        if kept.len() < MAX_RESERVATIONS {
             return false;
         }
         let oldest = kept.pop_front().expect("full");
@@ -343,7 +343,7 @@ impl DelegatedCreates {
             reply => {
                 let mut st = self.state();
                 let kept = st.reservations.entry(server).or_default();
-                assert!(kept.len() < RESERVATIONS_KEPT, "room made before asking");
+                assert!(kept.len() < MAX_RESERVATIONS, "room made before asking");
                 kept.push_back(reply.unwrap_or(0..0));
             }
         }
@@ -715,7 +715,7 @@ mod tests {
     fn reservations_per_server_are_bounded_oldest_out() {
         let d = DelegatedCreates::new(Duration::from_millis(5), 1 << 20);
         let server = server_of(7);
-        for i in 0..RESERVATIONS_KEPT as u64 {
+        for i in 0..MAX_RESERVATIONS as u64 {
             assert!(!d.make_room(server));
             let start = 1000 + i * 10;
             d.asked(server, Some(start..start + 10));

@@ -74,7 +74,7 @@ impl Client {
                 },
             )
             .await?;
-        if reply.kept {
+        if reply.stays {
             return Ok(());
         }
         self.removed(h, reply.dist).await
@@ -121,7 +121,7 @@ impl Client {
                 },
             )
             .await?;
-        if reply.kept {
+        if reply.stays {
             // The entry was a leftover of an interrupted move: the directory
             // lives on under its true name.
             self.abort_rmdir(h).await;

@@ -5,7 +5,7 @@
 //! `must_not_be_dir` and `drop_local_link` removes it (and, if given, the
 //! handle it must name as `expect_handle`), and refused alone;
 //! all that are removed are one change: one apply, one commit, one reply
-//! (kept whole in the reply cache, so a resend after a restart gets the
+//! (stored whole in the reply cache, so a resend after a restart gets the
 //! same answer for every name).
 
 use std::collections::HashSet;
