@@ -30,9 +30,9 @@ pub(crate) struct Inner {
     /// Entries: the handle and the kind of object named.
     pub(crate) names: crate::consistency::name_cache::NameCache,
     pub(crate) attrs: TtlCache<Handle, Attr>,
-    /// Directory hints as last seen, kept without a TTL (see `hints`).
+    /// Directory hints as last seen, cached without a TTL (see `hints`).
     pub(crate) hints: TtlCache<Handle, DirHints>,
-    /// Distributions: kept without a TTL, except stuffed ones (see [`DistCache`]).
+    /// Distributions: cached without a TTL, except stuffed ones (see [`DistCache`]).
     pub(crate) dists: crate::data::dists::DistCache,
     /// Capabilities for file data, per (file, caller).
     pub(crate) caps: TtlCache<(Handle, Cred), shoal_proto::msg::Capability>,
@@ -44,7 +44,7 @@ pub(crate) struct Inner {
     /// File changes acknowledged and not yet fsynced (unstable writes
     /// awaiting commit), with their servers' verifiers.
     pub(crate) uncommitted_writes: crate::data::uncommitted_writes::UncommittedWrites,
-    /// Small writes kept to send later (the gathering path).
+    /// Buffered writes: small writes held to send later (the gathering path).
     pub(crate) gathering: crate::data::gathering_buffer::Gathering,
     /// Large direct writes on their way, not yet answered.
     pub(crate) write_behind: crate::data::write_behind::WriteBehind,
@@ -66,7 +66,7 @@ impl Client {
 
     /// The same client acting as `cred`. Connections and caches are shared,
     /// except what depends on the caller's rights: names (a lookup needs
-    /// search permission) and capabilities are kept per caller.
+    /// search permission) and capabilities are cached per caller.
     pub fn with_cred(&self, cred: Cred) -> Client {
         Client {
             inner: self.inner.clone(),
@@ -166,13 +166,13 @@ impl Client {
         self.inner.known_dirs.forget(handle);
     }
 
-    /// Gives back what is kept of objects a front end no longer knows (the
+    /// Gives back what is cached of objects a front end no longer knows (the
     /// kernel forgot their inodes): their attributes, layouts, leases
     /// noted, a directory's hints and names, what is known of a directory
     /// unless a delegation or a change of its own needs it, and the files
     /// made there under its delegation. Each is fetched again if asked for
-    /// (an unlink of a file made here goes to the server). Capabilities, kept per caller, go by
-    /// eviction.
+    /// (an unlink of a file made here goes to the server). Capabilities,
+    /// cached per caller, go by eviction.
     pub fn forget_many(&self, handles: &[Handle]) {
         let inner = &self.inner;
         inner.attrs.remove_many(handles);

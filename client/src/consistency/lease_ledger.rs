@@ -14,7 +14,7 @@ use shoal_proto::Handle;
 use crate::consistency::cache::{bounded, compacted, Bounded};
 use crate::transport::conn::Recalled;
 
-/// Recall times kept at most: past it the ledger drops those older than a
+/// Recall times held at most: past it the ledger drops those older than a
 /// lease, and if that is not enough, counts every object as recalled now
 /// (safe: a few caches dropped that did not need to be).
 const MAX_RECALLED: usize = 4096;
@@ -52,7 +52,7 @@ pub(crate) struct Held {
     /// has ended.
     pub(crate) recalled: Moments,
     /// When this client last changed each object (see the module doc),
-    /// kept as `recalled` is.
+    /// held as `recalled` is.
     pub(crate) changed: Moments,
 }
 
@@ -254,7 +254,7 @@ mod tests {
     }
 
     #[test]
-    fn recall_times_are_kept_a_lease_long_and_bounded() {
+    fn recall_times_are_held_a_lease_long_and_bounded() {
         let mut held = Held::new(16);
         let sent = Instant::now();
         let now = sent + Duration::from_secs(1);

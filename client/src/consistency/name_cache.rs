@@ -1,4 +1,4 @@
-//! The name cache: directory entries this client has seen, kept for the
+//! The name cache: directory entries this client has seen, cached for the
 //! cache TTL (default 100 ms) so another client's change is seen within that
 //! time.
 //!
@@ -16,7 +16,7 @@
 //!
 //! Bounded: at most the setting `cache_entries` names, the least used
 //! evicted past it (quick_cache's S3-FIFO, as `cache::TtlCache`). Names are
-//! kept one entry per (directory, name), so that eviction can take any one
+//! cached one entry per (directory, name), so that eviction can take any one
 //! of them; dropping a whole directory's (a recall, or the kernel forgetting
 //! the directory) stamps the directory instead of searching every entry:
 //! each entry carries the count of such drops when it was put, and one put
@@ -92,7 +92,7 @@ pub struct NameCache {
 }
 
 impl NameCache {
-    /// A cache of at most `max` names, each kept `ttl` (or its lease).
+    /// A cache of at most `max` names, each cached `ttl` (or its lease).
     pub fn new(ttl: Duration, max: usize) -> NameCache {
         NameCache {
             ttl,

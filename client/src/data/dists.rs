@@ -10,10 +10,10 @@ use crate::consistency::cache::{self, TtlCache};
 
 /// Cached distributions. A distribution never changes once set, except that a
 /// stuffed one (stuffing) is replaced once by its unstuffed form, by whichever
-/// client first goes past the first strip. So unstuffed distributions are kept
+/// client first goes past the first strip. So unstuffed distributions are cached
 /// without a TTL, and stuffed ones count as current only for the attribute
 /// TTL: another client sees the new layout as soon as it sees the new size.
-/// Past the TTL a stuffed layout is still kept for accesses within the first
+/// Past the TTL a stuffed layout is still used for accesses within the first
 /// strip, where it is right whatever happened since: datafile 0 never changes.
 pub(crate) struct DistCache {
     ttl: Duration,

@@ -16,7 +16,7 @@
 //!   answers a stat or a listing is counted all the same.
 //!
 //! Others see a write once its writer's close or fsync returned
-//! (close-to-open, as NFS promises and as the gathering path's kept writes
+//! (close-to-open, as NFS promises and as the gathering path's buffered writes
 //! already are), not when the write call returned.
 //!
 //! Memory is bounded per file (`write_behind`) and in all (`MAX_TOTAL`):
@@ -44,13 +44,13 @@ pub const MAX_TOTAL: usize = 64 << 20;
 /// it, every direct write goes behind.
 pub const MIN_BEHIND: usize = 32 << 10;
 
-/// With write-behind, `auto` keeps no write of this size or more: behind
+/// With write-behind, `auto` buffers no write of this size or more: behind
 /// the writer it pays no round trip, and the direct path then sends it as
 /// fast as the gathering path or faster. Measured (`shoal bench
 /// writesize`, one client, sequential): behind the writer, 32 KiB writes
 /// went at 0.6-0.7x the gathering path's rate (a message each), 64 KiB at
 /// 0.9x, 256 KiB at 1.1-1.2x.
-pub const AUTO_KEEPS_UNDER: usize = 128 << 10;
+pub const AUTO_BUFFERS_UNDER: usize = 128 << 10;
 
 /// A write in flight: the one to hand back to [`WriteBehind::finish`].
 #[must_use = "a write begun must be finished, or its room stays taken"]
@@ -68,7 +68,7 @@ struct File {
     error: Option<ShoalError>,
     /// The end of the furthest write put behind since the file's last
     /// flush (cut to a later truncate's size): the file is at least this
-    /// long for this client. Kept after the writes land, until the flush,
+    /// long for this client. Held after the writes land, until the flush,
     /// so that a size a server gave just before one landed is never taken
     /// for the file's.
     reached: u64,

@@ -5,10 +5,10 @@
 //! server keeps owners of different clients apart.
 //!
 //! Locks order data as well as access, as NFS's do: before an unlock, the
-//! writes this client keeps of the file go to the servers, so that whoever
-//! takes the range next reads them; after a lock is granted, what this
-//! client caches of the file is dropped, unless a lease says nobody changed
-//! it since.
+//! writes this client holds of the file (buffered, behind) go to the
+//! servers, so that whoever takes the range next reads them; after a lock
+//! is granted, what this client caches of the file is dropped, unless a
+//! lease says nobody changed it since.
 
 pub(crate) mod held;
 

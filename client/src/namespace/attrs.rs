@@ -154,9 +154,9 @@ impl Client {
                 None
             }
         };
-        if let Some(end) = self.kept_end(h) {
-            // Writes this client keeps make the file longer than its
-            // servers know yet.
+        if let Some(end) = self.buffered_end(h) {
+            // Writes this client buffered or put behind make the file
+            // longer than its servers know yet.
             attr.size = attr.size.max(end);
         }
         Ok(Some((attr, dist)))
@@ -309,7 +309,7 @@ impl Client {
         }
         if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() {
             self.inner.caps.remove(&(h, self.cred));
-            // Names under a directory are kept per caller, each checked
+            // Names under a directory are cached per caller, each checked
             // against the old mode when it was looked up: a new mode or
             // owner may take search away.
             self.inner.names.remove_dir(h);

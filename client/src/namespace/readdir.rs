@@ -1,4 +1,4 @@
-//! Listings: a directory's entries in batches (each entry's name kept in the
+//! Listings: a directory's entries in batches (each entry's name cached in the
 //! name cache when the caller may search the directory).
 
 use shoal_proto::error::{Result, ShoalError};

@@ -27,7 +27,7 @@ use crate::types::{Attr, DirEntry};
 
 /// Most handles in one ListAttr request (the servers' limit).
 const MAX_LISTATTR_HANDLES: usize = 16384;
-/// Getattrs kept in flight when attributes are fetched one entry at a time.
+/// Getattrs in flight at once when attributes are fetched one entry at a time.
 const GETATTR_CONCURRENCY: usize = 64;
 
 /// Records and local datafile sizes gathered from the ListAttr round.

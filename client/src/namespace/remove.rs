@@ -61,7 +61,7 @@ impl Client {
     }
 
     /// Removes a file that lost its last name while open (an
-    /// [`Unlinked::Kept`] object) at its last close; one given a name again
+    /// [`Unlinked::StillOpen`] object) at its last close; one given a name again
     /// meanwhile stays.
     pub async fn reclaim(&self, h: Handle) -> Result<()> {
         let reply = self
@@ -222,7 +222,7 @@ impl Client {
         let after = answered.and_then(|r| r.dir.as_ref());
         self.inner
             .known_dirs
-            .finish(dir, after, EntryChange::KeptRemoved(removed));
+            .finish(dir, after, EntryChange::UnsentUnlinks(removed));
         let reply = sent?;
         if reply.files.len() != names.len() {
             return Err(ShoalError::protocol(format!(
@@ -265,7 +265,7 @@ impl Client {
     pub(super) async fn removed(&self, h: Handle, dist: Option<Distribution>) -> Result<()> {
         self.forget(h);
         self.inner.uncommitted_writes.forget(h);
-        self.discard_kept(h);
+        self.discard_buffered(h);
         self.remove_datafiles(&dist.map(|d| d.datafiles).unwrap_or_default())
             .await
     }

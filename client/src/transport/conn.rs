@@ -201,7 +201,7 @@ impl Connection {
 
     /// Sends one request, `id` (unique among the requests in flight on this
     /// connection) from `client`, and waits for its reply; a failed reply
-    /// becomes the error it carries. A reply's lease is kept only if no
+    /// becomes the error it carries. A reply's lease counts only if no
     /// recall arrived while the request was out. With `lent`, the reply's
     /// payload lands in the caller's memory if it fits (see `landing`; the
     /// landing is back in `lent` when this returns).
@@ -429,7 +429,7 @@ mod tests {
         let frame = a.reply.as_ref().unwrap();
         assert!(
             frame.payload.is_empty(),
-            "a landed payload is not also kept"
+            "a landed payload is not also in the frame"
         );
         assert_eq!(&frame.body[..], b"body");
         assert_eq!(landed_bytes(a), b"hello...");
