@@ -56,13 +56,13 @@ pub fn call<T>(name: &str, failed: T, body: impl FnOnce() -> Result<T>) -> T {
 /// sending it fails).
 ///
 /// After the process's exit handler sent what was held back
-/// ([`session::exited`]), a call sends what it kept before it returns, and
-/// fails if that fails.
+/// ([`session::exited`]), a call sends what it held back before it returns,
+/// and fails if that fails.
 pub fn call_keeping_held<T>(name: &str, failed: T, body: impl FnOnce() -> Result<T>) -> T {
     let body = || -> Result<T> {
         let v = body()?;
         if session::exited() {
-            session::send_kept()?;
+            session::send_held_back()?;
         }
         Ok(v)
     };

@@ -55,8 +55,8 @@ fn holdable(a: &Attr, cred: Cred, set: &SetAttr) -> bool {
     let mode_widens = set
         .mode
         .is_none_or(|m| m & SPECIAL == 0 && a.mode & SPECIAL == 0 && m & a.mode == a.mode);
-    let ids_kept = set.uid.is_none_or(|u| u == a.uid) && set.gid.is_none_or(|g| g == a.gid);
-    a.kind == FileKind::File && owner_or_root && set.size.is_none() && mode_widens && ids_kept
+    let ids_same = set.uid.is_none_or(|u| u == a.uid) && set.gid.is_none_or(|g| g == a.gid);
+    a.kind == FileKind::File && owner_or_root && set.size.is_none() && mode_widens && ids_same
 }
 
 /// Holds `set` on `file` if it may be (see the module's rules); false if the
@@ -169,7 +169,7 @@ mod tests {
         assert!(!holdable(&a, user, &mode(0o4644)), "setuid");
         assert!(
             !holdable(&file(0o2600, 1000), user, &mode(0o2644)),
-            "setgid kept"
+            "setgid stays"
         );
         assert!(
             !holdable(&a, Cred::new(1001, 1001), &mode(0o644)),

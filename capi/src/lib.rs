@@ -64,10 +64,10 @@ pub struct shoal_dirent {
 pub struct shoal_write_paths {
     pub direct_writes: u64,
     pub direct_bytes: u64,
-    /// Writes under the threshold, kept and joined.
+    /// Writes under the threshold, buffered and joined.
     pub gathered_writes: u64,
     pub gathered_bytes: u64,
-    /// The writes the kept ones were sent as.
+    /// The writes the buffered ones were sent as.
     pub gathered_sends: u64,
 }
 
@@ -246,7 +246,7 @@ pub extern "C" fn shoal_flock(fd: c_int, op: c_int) -> c_int {
 /// access, a chown that changes nothing and utimens, through a descriptor
 /// whose open created the file, wait for the process's next call of another
 /// kind, so that `tar` and `cp -p` pay one round trip for the three they make
-/// per file. Writes under the cluster's `write_threshold`: kept and joined,
+/// per file. Writes under the cluster's `write_threshold`: buffered and joined,
 /// and sent when a file's buffer fills, at its close or fsync, on a read of
 /// them, or on a write `gather_delay_ms` later. exit(3), exec through the
 /// preload library and shoal_disconnect send both; a program that ends with

@@ -134,7 +134,7 @@ static TRACKING: AtomicBool = AtomicBool::new(false);
 
 /// From now on the umask is what [`track_umask`] says, not read from /proc
 /// at each create (reading /proc/self/status cost a create through the
-/// preload library a sixth of its time): only /proc's first answer is kept.
+/// preload library a sixth of its time): only /proc's first answer is used.
 pub fn start_tracking_umask() {
     TRACKING.store(true, Ordering::Relaxed);
 }
@@ -332,7 +332,7 @@ async fn open_or_create(
 }
 
 /// close(2). A file unlinked while open goes with its last descriptor.
-/// Writes the gathering path keeps go first (another client that opens
+/// Its buffered writes go first (another client that opens
 /// the file next sees them), and close reports a send of them that failed.
 pub fn close(fd: i32) -> Result<()> {
     let (file, reclaim) = files::remove(fd)?;
@@ -677,7 +677,7 @@ pub fn unlink(path: &str) -> Result<()> {
 /// (or now, if that came meanwhile).
 async fn reclaim_unless_open(c: &Client, unlinked: Unlinked) -> shoal_proto::error::Result<()> {
     match unlinked {
-        Unlinked::Kept(h) if files::doom(h) => c.reclaim(h).await,
+        Unlinked::StillOpen(h) if files::doom(h) => c.reclaim(h).await,
         _ => Ok(()),
     }
 }

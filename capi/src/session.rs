@@ -188,7 +188,7 @@ pub fn current() -> Result<Arc<Session>> {
 }
 
 /// Sends what this process holds back: an attribute change (`held_attrs`)
-/// and the writes its client keeps (the gathering path). Reports the first
+/// and its client's buffered writes (the gathering path). Reports the first
 /// failure, of this send or of an earlier one not reported yet.
 pub fn send_everything() -> Result<()> {
     let attrs = held_attrs::flush();
@@ -220,7 +220,7 @@ pub fn exited() -> bool {
 }
 
 /// [`send_everything`], if anything is held back.
-pub fn send_kept() -> Result<()> {
+pub fn send_held_back() -> Result<()> {
     let keeps = ours().is_some_and(|s| s.client.keeps_writes());
     if keeps || held_attrs::holding() {
         send_everything()
@@ -237,9 +237,11 @@ fn register_exit_send() {
     static ONCE: Once = Once::new();
     extern "C" fn at_exit() {
         EXITED.store(true, Ordering::Release);
-        let sent = std::panic::catch_unwind(send_kept);
+        let sent = std::panic::catch_unwind(send_held_back);
         if !matches!(sent, Ok(Ok(()))) {
-            eprintln!("libshoal: at exit, sending kept writes or attribute changes failed");
+            eprintln!(
+                "libshoal: at exit, sending buffered writes or held attribute changes failed"
+            );
         }
     }
     // SAFETY: a plain function that lives as long as the process.
@@ -312,7 +314,7 @@ pub fn disconnect() -> Result<()> {
         std::mem::forget(c.session);
         return Ok(());
     }
-    // Writes kept by the gathering path go before the connections do.
+    // Buffered writes (the gathering path's) go before the connections do.
     let mut first_error = c.session.run(c.session.client.flush_all()).err();
     for h in doomed {
         if let Err(e) = c.session.run(c.session.client.reclaim(h)) {

@@ -49,7 +49,7 @@ static char base[64];
                      errno, strerror(errno), (e), strerror(e));                          \
     } while (0)
 
-/* "base/test/name" (or "base/test"), kept for the whole run. */
+/* "base/test/name" (or "base/test"), allocated for the whole run. */
 static const char *at(const char *test, const char *name)
 {
     char buf[512];
@@ -920,7 +920,7 @@ static void test_small_writes_are_gathered_and_sent_at_close(void **state)
     }
     struct stat st;
     OK(shoal_fstat(w, &st));
-    assert_int_equal(st.st_size, 15000); /* kept bytes count in the size */
+    assert_int_equal(st.st_size, 15000); /* buffered bytes count in the size */
     OK(shoal_close(w));
     OK(shoal_write_paths(&after));
     assert_int_equal(after.gathered_writes - before.gathered_writes, 1000);

@@ -27,7 +27,7 @@ use shoal_proto::msg::*;
 use shoal_proto::time::now_ns;
 use shoal_proto::{ops, ObjectKind};
 
-use crate::Client;
+use crate::client::Client;
 
 /// Items per scan page.
 const PAGE: u32 = 4096;

@@ -203,15 +203,15 @@ pub enum Unlinked {
     /// It went with its last name.
     Removed,
     /// It lost its last name and stays, unnamed, because the caller holds it
-    /// open: [`crate::Client::reclaim`] it at the last close.
-    Kept(Handle),
+    /// open: [`crate::client::Client::reclaim`] it at the last close.
+    StillOpen(Handle),
 }
 
 impl Unlinked {
-    /// An object `h` that was kept with `links` names left.
+    /// What is left of an object `h` that stayed with `links` names.
     pub(crate) fn left(h: Handle, links: u32) -> Unlinked {
         if links == 0 {
-            Unlinked::Kept(h)
+            Unlinked::StillOpen(h)
         } else {
             Unlinked::Named
         }

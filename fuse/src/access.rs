@@ -24,7 +24,7 @@
 //!   mount, so the entries of a directory that not every user may search
 //!   are given to the kernel for no time ([`kernel_may_keep_entries`]):
 //!   every step through one is a LOOKUP, which the client answers per
-//!   caller (its caches are kept per credential) or asks the servers.
+//!   caller (its caches are per credential) or asks the servers.
 //!
 //! Namespace changes, setattr and lookups reach the servers, which check
 //! them (docs/permissions.md). Not checked by anyone: the opens of FIFOs and
@@ -136,8 +136,8 @@ pub fn hardlinks_protected() -> bool {
 }
 
 /// Whether the kernel may keep entries of directory `dir` between walks:
-/// only if every user may search it, since a walk over kept entries is
-/// checked by nobody.
+/// only if every user may search it, since a walk over the kernel's cached
+/// entries is checked by nobody.
 pub fn kernel_may_keep_entries(dir: &Attr) -> bool {
     dir.mode & 0o111 == 0o111
 }

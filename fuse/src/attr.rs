@@ -21,7 +21,7 @@ pub fn file_type(kind: FileKind) -> FileType {
 
 /// `st_blksize` for the mount: the strip size, because tools such as `cp` and
 /// `cat` size their buffers from it and a strip is the unit one server stores.
-/// Kept within 4 KiB..=16 MiB (the kernel's largest FUSE request).
+/// Clamped to 4 KiB..=16 MiB (the kernel's largest FUSE request).
 pub fn blksize_for(strip_size: u64) -> u32 {
     if strip_size == 0 {
         return DEFAULT_BLKSIZE;

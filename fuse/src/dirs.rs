@@ -132,7 +132,7 @@ impl Parents {
         }
     }
 
-    /// Parents kept now.
+    /// Parents remembered now.
     pub fn len(&self) -> usize {
         lock(&self.map).len()
     }

@@ -93,7 +93,7 @@ impl Found {
     /// client's cache has them as a rule: the kernel walked through it)
     /// say whether the kernel may keep the entry.
     /// Infallible: a create that is done must not be answered as failed; if
-    /// the parent cannot be read, the entry is just not kept.
+    /// the parent cannot be read, the kernel just does not cache the entry.
     async fn new(c: &Client, parent: Handle, name: String, attr: Attr) -> Found {
         let keep = c
             .getattr(parent)
@@ -120,7 +120,7 @@ impl Found {
     }
 }
 
-/// A lookup's entry: kept by the kernel as long as the client's leases on
+/// A lookup's entry: cached by the kernel as long as the client's leases on
 /// the directory (the name) and on the object (its attributes) last.
 impl Answer<Found> for ReplyEntry {
     fn answer(self, s: &Shared, f: Found) {
@@ -133,12 +133,12 @@ impl Answer<Found> for ReplyEntry {
 }
 
 /// The file handle of an open that may write (any other is 0): its close
-/// sends the file's kept writes and reports a send of them that failed; a
+/// sends the file's buffered writes and reports a send of them that failed; a
 /// reader's close has nothing to send and must not take a writer's error.
 const WRITER: FileHandle = FileHandle(1);
 
 /// A create answers with the new file, open (for writing, as creates are),
-/// its entry and attributes kept by the kernel while the client's leases
+/// its entry and attributes cached by the kernel while the client's leases
 /// on the directory and the file last (one timeout covers both here).
 impl Answer<Found> for ReplyCreate {
     fn answer(self, s: &Shared, f: Found) {
@@ -447,7 +447,7 @@ impl Filesystem for ShoalFs {
     fn destroy(&mut self) {
         let c = self.shared.client.clone();
         if let Err(e) = self.rt.block_on(c.flush_all()) {
-            tracing::warn!("writes kept for sending were lost at unmount: {e}");
+            tracing::warn!("writes acknowledged before they landed were lost at unmount: {e}");
         }
         // Files unlinked while open and still open when the mount ends.
         let doomed = self.shared.open.lock().unwrap().take_doomed();
@@ -848,9 +848,9 @@ impl Filesystem for ShoalFs {
             reply.ok();
             return self.answered("flush", Instant::now());
         }
-        // close(2) of a writer: what the gathering path keeps of the file
-        // goes to the servers before close returns, and close reports a
-        // send that failed. (Answered even on a mount whose threshold is 0:
+        // close(2) of a writer: the file's buffered writes go to the
+        // servers before close returns, and close reports a send that
+        // failed. (Answered even on a mount whose threshold is 0:
         // a file's layout or xattr may give it one.) A close lets go of its
         // owner's record locks on the file.
         self.serve(req, "flush", reply, move |c, _| async move {
@@ -1171,7 +1171,7 @@ impl Filesystem for ShoalFs {
     }
 
     /// The kernel dropped these inodes (each FORGET names an inode the
-    /// kernel evicted, whatever its count): what is kept of them goes.
+    /// kernel evicted, whatever its count): what is cached of them goes.
     fn batch_forget(&self, _req: &Request, nodes: &[fuser::ForgetOne]) {
         let inodes: Vec<u64> = nodes.iter().map(|n| n.nodeid().0).collect();
         self.shared.forgotten(&inodes);

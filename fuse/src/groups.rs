@@ -2,7 +2,7 @@
 //! kernel sends only its uid, gid and pid; the mount (`access`) and the
 //! servers check permissions, and must not refuse what a supplementary
 //! group allows. So the
-//! groups are read from `/proc/<pid>/status` and kept for a moment per
+//! groups are read from `/proc/<pid>/status` and cached for a moment per
 //! process and identity: a process that changes user (su, sudo, setpriv
 //! drop their groups with it) is read again under its new uid or gid; one
 //! that only changes its groups keeps the old ones for up to [`KEEP`].
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use shoal_client::cache::TtlCache;
 
-/// How long a process's groups are kept.
+/// How long a process's groups are cached.
 const KEEP: Duration = Duration::from_secs(1);
 /// Processes remembered at most (the cache is emptied beyond).
 const MAX_PROCESSES: usize = 4096;

@@ -46,7 +46,7 @@ use shoal_proto::Handle;
 struct Remembered {
     /// Per directory, the names given a long entry timeout, and until when.
     names: HashMap<Handle, HashMap<String, Instant>>,
-    /// Inodes given a long attribute timeout or kept pages, and until when.
+    /// Inodes given a long attribute timeout or cached pages, and until when.
     inodes: HashMap<Handle, Instant>,
     /// Names in `names`.
     count: usize,
@@ -310,7 +310,7 @@ impl KernelLeases {
     /// Whether an open of `h` may keep the pages the kernel has of it: the
     /// file is leased, so nobody else changed it since they were read.
     pub fn keep_pages(&self, c: &Client, h: Handle) -> bool {
-        // Pages are kept across opens for as long as the lease lasts.
+        // Pages stay cached across opens for as long as the lease lasts.
         c.lease_until(h)
             .is_some_and(|until| self.remembered.lock().unwrap().inode(h, until))
     }

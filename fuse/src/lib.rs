@@ -100,7 +100,7 @@ pub fn mount(
     Ok(())
 }
 
-/// Sends the gathering path's kept writes once they are `gather_delay_ms`
+/// Sends the gathering path's buffered writes once they are `gather_delay_ms`
 /// old, so other clients see them that soon even if the writer keeps the
 /// file open (close and fsync send them anyway).
 fn send_due_writes(
@@ -127,7 +127,7 @@ fn reserve_standard_fds() {
     for fd in 0..3 {
         // SAFETY: fcntl(F_GETFD) only queries the descriptor table.
         if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-            // SAFETY: a valid NUL-terminated path; the descriptor is kept
+            // SAFETY: a valid NUL-terminated path; the descriptor is left
             // open on purpose for the life of the process.
             unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
         }

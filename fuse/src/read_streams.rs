@@ -1,5 +1,5 @@
 //! Streamed reads: a large file opened read-only is read past the kernel's
-//! page cache (FOPEN_DIRECT_IO), with the read-ahead kept here instead.
+//! page cache (FOPEN_DIRECT_IO), with the read-ahead done here instead.
 //!
 //! Why: through the page cache, most of a streaming read's CPU here was the
 //! kernel copying each reply into freshly allocated page-cache pages

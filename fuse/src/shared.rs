@@ -106,7 +106,7 @@ impl Shared {
     /// kernel must hear so (given an error, it would keep the name): a
     /// reclaim that fails is logged, and the object left for fsck.
     pub async fn after_unlink(&self, c: &Client, unlinked: Unlinked) {
-        if let Unlinked::Kept(h) = unlinked {
+        if let Unlinked::StillOpen(h) = unlinked {
             if !self.open.lock().unwrap().doom(h) {
                 if let Err(e) = c.reclaim(h).await {
                     tracing::warn!("reclaiming {h:#x}, which lost its last name: {e}");

@@ -1,5 +1,5 @@
 //! Memory given back after the kernel forgets many inodes (a drop of its
-//! caches, a large unlink): FORGET drops what is kept of each inode at once
+//! caches, a large unlink): FORGET drops what is cached of each inode at once
 //! (`Shared::forgotten`), but that alone leaves the tables' own storage at
 //! its largest, directories' names voided rather than freed, and glibc's
 //! heap holding the freed chunks. So after every [`BURST`] inodes forgotten

@@ -12,7 +12,7 @@
 //!   for it after the first file instead of paying a server round trip per
 //!   file (which also let the kernel's 100 ms attribute cache expire midway).
 //! - `security.capability`: file capabilities (what `setcap` sets) are not
-//!   kept on Shoal, as on NFS: a program that needs them belongs on a local
+//!   stored on Shoal, as on NFS: a program that needs them belongs on a local
 //!   disk. Before the first write to a file whose attributes it refreshed, the
 //!   kernel asks for this attribute, to strip the capabilities of a modified
 //!   program; answering that here, without a server, makes a small write one

@@ -132,7 +132,7 @@ pub struct Tracker {
 
 impl Tracker {
     /// Starts tracking `pages` pages from `start` (page-aligned, owned by the
-    /// caller, kept mapped until this tracker is dropped) and write-protects
+    /// caller, left mapped until this tracker is dropped) and write-protects
     /// them.
     pub fn new(start: *mut u8, pages: usize) -> io::Result<Tracker> {
         install()?;

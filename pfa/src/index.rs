@@ -259,7 +259,7 @@ impl Store {
 }
 
 /// The stores of one chain, by logical name, in step order. A store whose
-/// segments are not all there is kept but marked incomplete; a later
+/// segments are not all there is listed but marked incomplete; a later
 /// complete store of the same step (rewritten after a failed write)
 /// replaces it.
 pub fn stores(chain: &Chain) -> BTreeMap<String, Vec<Store>> {

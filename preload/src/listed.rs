@@ -1,11 +1,11 @@
 //! A batch of a listing's entries, from the libshoal call that brought it
 //! to the readdirs (or getdents64) that return it: names one after
 //! another, not records of a fixed 256-byte name, and the attributes that
-//! came with them kept apart, in the form the cache takes whole. A
+//! came with them held apart, in the form the cache takes whole. A
 //! process's first listing touches every page its buffers use for the
 //! first time, and each is a page fault: a listing of 2,000 entries made
 //! over a hundred more than the native client's until its entries were
-//! kept this way.
+//! stored this way.
 
 use crate::cache::Listing;
 

@@ -66,7 +66,7 @@ pub fn under<'p>(p: &'p [u8], prefix: &[u8]) -> Option<&'p [u8]> {
 }
 
 /// The Shoal path of `rest` (what [`under`] returned): "/" for the prefix
-/// itself; a trailing slash of the caller's path is kept (libshoal then
+/// itself; a trailing slash of the caller's path stays (libshoal then
 /// insists on a directory).
 pub fn shoal_path(rest: &[u8], trailing_slash: bool) -> Vec<u8> {
     let rest: &[u8] = if rest.is_empty() { b"/" } else { rest };

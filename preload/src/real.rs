@@ -1,7 +1,7 @@
 //! The libc functions this library stands in front of, found with
 //! `dlsym(RTLD_NEXT, name)`: what a call that is not Shoal's is passed to,
 //! unchanged. Each is looked up once (all of them when the library starts, so
-//! that a signal handler never has to call dlsym) and kept in an atomic.
+//! that a signal handler never has to call dlsym) and stored in an atomic.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -6,8 +6,8 @@
 //! ListAttr per server for each 512 entries, at most [`MAX_ENTRIES`]) and
 //! keeps them in the listing cache, which answers the next stats there.
 //!
-//! What is kept is as fresh as the lookups it replaces were when it was
-//! fetched, and is kept for the same TTL as any listing (`cache.rs`). A
+//! What is cached is as fresh as the lookups it replaces were when it was
+//! fetched, and is cached for the same TTL as any listing (`cache.rs`). A
 //! program that stats a few names of a huge directory never triggers it;
 //! one that does pays at most one bounded listing per run of misses.
 
@@ -55,7 +55,7 @@ pub fn missed(path: &[u8]) -> Option<Vec<u8>> {
 
 /// Lists directory `dir` ("/"-ended) with attributes into the listing
 /// cache, its first [`MAX_ENTRIES`] entries. A failure is left for the stat
-/// that asked to meet on its own (errno is kept as it was).
+/// that asked to meet on its own (errno is left as it was).
 pub fn list(dir: &[u8]) {
     let errno = state::errno();
     let path = match dir {

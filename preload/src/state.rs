@@ -405,7 +405,7 @@ pub fn set_cwd(dir: Option<Vec<u8>>) {
 /// The kernel's current directory (absolute, as getcwd(2) gives it) while
 /// the current directory is not Shoal's: a relative path is taken from it to
 /// find the ones that lead into a prefix (`tar -xf t.tar -C mnt/dir` run from
-/// outside the mount). Kept up to date by the chdir and fchdir this library
+/// outside the mount). Brought up to date by the chdir and fchdir this library
 /// passes to the kernel.
 struct KernelCwd {
     dir: Vec<u8>,

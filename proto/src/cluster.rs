@@ -137,7 +137,7 @@ pub struct Settings {
     /// Default 65536.
     pub cache_entries: u32,
     /// Names a client keeps of the directories it made and follows change
-    /// by change (`client/src/known_dirs.rs`: negative lookups without a
+    /// by change (`client/src/consistency/known_dirs.rs`: negative lookups without a
     /// message, and the directory delegations that need them), in all.
     /// Past it, the directory least lately confirmed is forgotten: its
     /// lookups go to its server again. Default 131072.
@@ -182,7 +182,7 @@ pub struct Settings {
     /// unflushed changes are lost. Default 20000.
     pub recovery_window_ms: u32,
     /// How often each server makes durable what it applied and nobody
-    /// synced, in milliseconds: file data kept in its store and not
+    /// synced, in milliseconds: file data held in its store and not
     /// fsynced, and with `sync = "none"` every metadata change. A local
     /// file system's commit interval (ext4's `commit=`): a server killed,
     /// or its machine crashing, loses at most this much of such writes.
@@ -211,8 +211,8 @@ pub struct Settings {
     /// knows every entry of a directory may take its delegation, answer
     /// creates of new files there itself, and send them many to a message
     /// within `delegated_flush_ms`; the server recalls the delegation (the
-    /// client sends what it kept) before anyone else reads or changes the
-    /// directory. Needs leases. A create that fails when it is sent (a
+    /// client sends its unsent changes) before anyone else reads or changes
+    /// the directory. Needs leases. A create that fails when it is sent (a
     /// server that restarted meanwhile lost the handles it reserved) is
     /// reported by the file's fsync and close (EIO). Unlinks of files the
     /// client made there are answered and sent the same way. A client that
@@ -228,7 +228,7 @@ pub struct Settings {
     // The write threshold [Hildebrand 2006]: the gathering path for small
     // writes, the direct path for large ones.
     /// Writes smaller than this many bytes take the gathering path: the
-    /// client keeps them in a per-file write-back buffer that joins touching
+    /// client buffers them in a per-file gathering buffer that joins touching
     /// and overlapping writes and sends them later as a few large writes;
     /// larger writes go straight to the servers holding the strips. 0: every
     /// write goes direct. A mount may use another (`shoal mount -o
@@ -236,7 +236,7 @@ pub struct Settings {
     /// the two paths that its own writes' costs show, as it moves with the
     /// load. Default 32 KiB.
     pub write_threshold: WriteThreshold,
-    /// Bytes a file's write-back buffer holds before it is sent. Default 1 MiB.
+    /// Bytes a file's gathering buffer holds before it is sent. Default 1 MiB.
     pub gather_buffer: u32,
     /// Milliseconds a buffered write waits at most before it is sent, if
     /// nothing sends it sooner (a full buffer, fsync, close, a read or a
@@ -251,7 +251,7 @@ pub struct Settings {
     /// reported at the file's next fsync or close. 0: every direct write
     /// waits for its reply. Default 8 MiB (`bench/results/changes.md`).
     /// Other clients see a write once its writer's close or fsync returned
-    /// (close-to-open), as with the gathering path's kept writes.
+    /// (close-to-open), as with the gathering path's buffered writes.
     pub write_behind: u32,
     /// Streamed reads through the mount: a file at least this big opened
     /// read-only is read past the kernel's page cache, and the mount keeps
@@ -278,7 +278,7 @@ pub struct Settings {
     /// (`bench/results/changes.md`). 0: every read stays in the page
     /// cache. Default 256 KiB.
     pub uncached_reads: u32,
-    /// Scattered kept writes (a buffer of several extents) go to the
+    /// Scattered buffered writes (a buffer of several extents) go to the
     /// file's gathering server, its metafile's, which merges every
     /// client's into strip-aligned large writes; off, each extent goes
     /// straight to the strips' servers. Default true.
@@ -289,7 +289,7 @@ pub struct Settings {
     /// (`scripts/install-deps` does); off, or not offered, through reads
     /// and writes of `/dev/fuse`. Creates through the mount 1.13x-1.43x
     /// (`bench/results/changes.md`); in smallfile, reads of files
-    /// kept open since their create 0.82x and unlinks after closes 0.85x
+    /// held open since their create 0.82x and unlinks after closes 0.85x
     /// (`bench/results/changes.md`). Default true.
     pub fuse_io_uring: bool,
 

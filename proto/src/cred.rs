@@ -52,7 +52,7 @@ impl Cred {
 
     /// The same caller with supplementary groups `groups`: the primary gid
     /// and repeats are left out, and only the first [`MAX_GROUPS`] others
-    /// are kept.
+    /// are taken.
     pub fn with_groups(mut self, groups: &[u32]) -> Cred {
         self.ngroups = 0;
         for &g in groups {

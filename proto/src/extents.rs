@@ -1,5 +1,5 @@
 //! Byte extents of one file, joined where they touch: what a client's
-//! write-back buffer keeps and what a gathering server merges from every
+//! gathering buffer holds and what a gathering server merges from every
 //! client [Hildebrand 2006], and how a `gather_write` carries them (offsets
 //! and lengths in the body, the bytes one after the other in the payload).
 //!
@@ -72,7 +72,7 @@ impl Extents {
     }
 
     /// Writes `data` at `offset` over the bytes already here, and only
-    /// there: a copy kept for resending stays the newest without growing.
+    /// there: a resend copy stays the newest without growing.
     pub fn overlay(&mut self, offset: u64, data: &[u8]) {
         let end = offset + data.len() as u64;
         let first = self

@@ -109,7 +109,8 @@ pub struct Commit {
 }
 
 impl Commit {
-    /// Whether the change is not durable yet, so its request must be kept.
+    /// Whether the change is not durable yet, so its client must keep its
+    /// request (a kept change).
     pub fn pending(&self) -> bool {
         self.seq > self.flushed
     }

@@ -15,10 +15,10 @@ const COUNTER_MASK: u64 = (1 << SERVER_SHIFT) - 1;
 pub const MAX_SERVERS: u32 = (1 << 16) - 1;
 
 /// Handle reservations (a directory delegation's, `DelegateDir`) a server
-/// keeps per client, the oldest dropped for a new one. A client keeps no
+/// holds per client, the oldest dropped for a new one. A client holds no
 /// more per server than this, asking one at a time, so that the one a
 /// server drops is always one the client no longer uses.
-pub const RESERVATIONS_KEPT: usize = 64;
+pub const MAX_RESERVATIONS: usize = 64;
 
 /// The root directory's handle.
 pub const ROOT: Handle = 1;

@@ -27,7 +27,7 @@
 //!   requests wait), or when the scheduling queue falls back under
 //!   `low_watermark` (nobody left to wait for: back to low-latency mode).
 //!
-//! Correctness rules, and how they are kept:
+//! Correctness rules, and how they are upheld:
 //!
 //! * **Never acknowledge before durable.** A request joins the coalescing
 //!   queue only after its apply returned, and a sync *seals* the queue (takes

@@ -34,7 +34,7 @@ use crate::meta_store::{MetaStore, Txn};
 /// Largest offset + length a datafile accepts (a datafile never outgrows the
 /// file it belongs to).
 pub const MAX_DATAFILE_SIZE: u64 = shoal_proto::dist::MAX_FILE_SIZE;
-/// Open local files kept for reuse.
+/// Local files held open for reuse.
 const OPEN_FILES_MAX: usize = 512;
 /// Bounds of the free space data writes leave for the KV store.
 const RESERVE_MIN: u64 = 1 << 20;
@@ -102,7 +102,7 @@ impl DataStore {
             return Err(ShoalError::new(
                 Errno::ENOSPC,
                 format!(
-                    "no space left for data in {}: {avail} bytes free, {reserve} kept for \
+                    "no space left for data in {}: {avail} bytes free, {reserve} reserved for \
                      metadata, {writing} being written",
                     self.files_dir.display()
                 ),

@@ -21,12 +21,13 @@
 //! reserves handles for it, moved past durably like a restart's gap
 //! (`MetaStore::reserve_handles`): no other file ever gets one of them, also
 //! after a crash. A `CreateFiles` may name a handle only from its client's
-//! reservations. Reservations outlive a connection (a client sends what it
-//! kept once it is back), but live in memory: a restarted server takes a
-//! client's claim to a free handle it handed out before it started
-//! (`MetaStore::from_before_this_start`), so kept creates survive a restart.
+//! reservations. Reservations outlive a connection (a client sends its
+//! unsent creates once it is back), but live in memory: a restarted server
+//! takes a client's claim to a free handle it handed out before it started
+//! (`MetaStore::from_before_this_start`), so unsent creates survive a
+//! restart.
 //!
-//! Bounded: `RESERVATIONS_KEPT` reservations kept per client, the oldest
+//! Bounded: `MAX_RESERVATIONS` reservations held per client, the oldest
 //! dropped (the client holds to the same bound), for at most
 //! [`MAX_CLIENTS`] clients.
 //! Delegations live in memory only and end with the holder's connection.
@@ -38,10 +39,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::handle::RESERVATIONS_KEPT as MAX_RESERVED;
+use shoal_proto::handle::MAX_RESERVATIONS as MAX_RESERVED;
 use shoal_proto::Handle;
 
-/// Clients whose reservations are kept.
+/// Clients whose reservations are held.
 pub const MAX_CLIENTS: usize = 4096;
 
 #[derive(Default)]
@@ -152,7 +153,7 @@ impl Delegations {
     }
 
     /// `client`'s connection ended: its delegations go (not its
-    /// reservations: it sends the creates it kept once it is back).
+    /// reservations: it sends its unsent creates once it is back).
     pub fn client_gone(&self, client: u64) {
         let mut st = self.state();
         let before = st.holders.len();

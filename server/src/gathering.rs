@@ -19,7 +19,7 @@
 //! out may have been lost before they were durable: a server it wrote to
 //! answered with another verifier than before (it restarted), or a
 //! write-out or sync failed. Every client holding a copy then sends it again
-//! (see the client's `gathering_server`). The change is for all files at
+//! (see the client's `gathering_send`). The change is for all files at
 //! once: losses are rare, and a resend is always safe.
 //!
 //! Bounded memory: [`MAX_BYTES`] gathered bytes in all (past it a

@@ -70,7 +70,7 @@ struct Link {
 
 #[derive(Default)]
 struct State {
-    /// Per object, its holders: usually one, kept inline.
+    /// Per object, its holders: usually one, stored inline.
     held: HashMap<Handle, SmallVec<[Holder; 1]>>,
     count: usize,
     links: HashMap<u64, Link>,
@@ -300,7 +300,7 @@ impl Leases {
     }
 
     /// Recalls directory `dir`'s delegation from `holder` (`delegations`):
-    /// the holder sends the creates it kept there, then answers. Waits for
+    /// the holder sends its unsent changes there, then answers. Waits for
     /// the answer as a change waits for a lease's, at most
     /// `lease_recall_ms`; a holder that does not answer in time loses its
     /// leases and its connection, which ends its delegations too.

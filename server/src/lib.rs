@@ -94,7 +94,7 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
 }
 
 /// Every `data_flush_ms`, makes durable what the store applied and nobody
-/// synced (file data kept in the store, which is durable on fsync): a
+/// synced (file data held in the store, which is durable on fsync): a
 /// server killed, or its machine crashing, loses at most this much of the
 /// data written to it and not fsynced, as a local file system's commit
 /// interval bounds it; with `sync = "none"`, metadata changes too. With

@@ -15,7 +15,7 @@
 //! Locks live in memory only and belong to the connection that carried
 //! them: when it ends (the client died, or its connection broke) they are
 //! dropped and their waiters see it. A client whose connection broke takes
-//! its locks again on its next one (`client/src/held_locks.rs`); a
+//! its locks again on its next one (`client/src/locks/held.rs`); a
 //! restarted server holds none, and its clients take theirs again the same
 //! way, at once (they watch their connections). So that nobody else takes
 //! them first, a server that may have stopped holding locks (its data

@@ -3,7 +3,7 @@
 //! crash may have lost some that clients were told were done. Those clients
 //! kept them. Before the restarted server serves anything new, every client
 //! in its table (`client_table`) sends what it keeps (`Recover`); once all
-//! have, or the window has passed, the server replays every kept request of
+//! have, or the window has passed, the server replays every kept change of
 //! every client in the order of its original place in the commit sequence,
 //! makes the result durable, and opens.
 //!
@@ -43,7 +43,7 @@ struct State {
     phase: Phase,
     /// Clients in the table that have not sent what they keep.
     awaited: HashSet<u64>,
-    /// What the clients sent: (client, kept request).
+    /// What the clients sent: (client, kept change).
     kept: Vec<(u64, Replayed)>,
     /// Each replayed request's errno, per client, in the order it sent them.
     outcomes: HashMap<u64, Vec<i32>>,
@@ -124,7 +124,7 @@ impl Recovery {
         drop(self.wait_done(st, replay, sync));
     }
 
-    /// Client `client`'s kept requests `items`, made under the server's
+    /// Client `client`'s kept changes `items`, made under the server's
     /// start `boot` (which is not the current one): they wait for the
     /// other clients', are replayed with them, and their outcomes returned.
     pub fn recover(

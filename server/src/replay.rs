@@ -67,7 +67,7 @@ impl Scope {
                 seq: 0,
                 misfit: None,
             });
-            assert!(previous.is_none(), "a kept request inside another");
+            assert!(previous.is_none(), "a kept change inside another");
         });
         Scope {
             _not_send: std::marker::PhantomData,

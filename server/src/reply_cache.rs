@@ -1,5 +1,5 @@
 //! The reply cache: the replies of requests that must not be done twice
-//! (`Op::reply_cached`: creating, naming, removing, linking), kept in the
+//! (`Op::reply_cached`: creating, naming, removing, linking), stored in the
 //! store under the client's id and the request id, in the same transaction
 //! as the change they answer.
 //!
@@ -31,7 +31,7 @@ use crate::keys;
 use crate::kv::KvEngine;
 use crate::meta_store::Txn;
 
-/// How long a reply no client said it has is kept: far longer than a
+/// How long a reply no client said it has is held: far longer than a
 /// client waits for a restarting server (`restart_wait_ms`, a minute by
 /// default) before it sends again.
 pub const TTL: Duration = Duration::from_secs(15 * 60);
@@ -173,8 +173,8 @@ impl ReplyCache {
         txn.batch.put(keys::reply(client.client, id), value);
         let mut index = lock(&self.index);
         let ids = index.entry(client.client).or_default();
-        let kept = ids.split_off(&acked);
-        for acked in std::mem::replace(ids, kept).into_keys() {
+        let unacked = ids.split_off(&acked);
+        for acked in std::mem::replace(ids, unacked).into_keys() {
             txn.batch.delete(keys::reply(client.client, acked));
         }
         ids.insert(id, made);
@@ -234,7 +234,7 @@ mod tests {
     }
 
     #[test]
-    fn replies_are_kept_until_acked_and_survive_a_reopen() {
+    fn replies_are_held_until_acked_and_survive_a_reopen() {
         let kv: Arc<dyn KvEngine> = Arc::new(MemEngine::default());
         let meta = MetaStore::open(kv.clone(), 0).unwrap();
         let cache = ReplyCache::default();

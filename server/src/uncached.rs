@@ -13,7 +13,7 @@
 //! (`bench/results/changes.md`). The price: where memory is warm the
 //! kernel reads ahead in smaller pieces for uncached reads (0.8x for the
 //! local readers), and a large file read again by another client comes from
-//! the disk again. The servers' cache is kept for small files and small
+//! the disk again. The servers' cache still serves small files and small
 //! reads (Lustre's `readcache_max_filesize` makes the same split), and a
 //! cluster can turn this off (`uncached_reads = 0`).
 //!

@@ -51,8 +51,8 @@ impl Op {
     /// Whether a client may answer it itself under a directory delegation
     /// and send it later (a create with no data, an unlink), so that the
     /// client's crash can lose it; every other operation reaches a server
-    /// before it returns, and sends what its client kept first.
-    pub fn may_be_kept(&self) -> bool {
+    /// before it returns, and sends its client's unsent changes first.
+    pub fn may_be_unsent(&self) -> bool {
         matches!(self, Op::Create { len: 0, .. } | Op::Unlink { .. })
     }
 

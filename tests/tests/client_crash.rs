@@ -11,7 +11,7 @@
 //! - where the client answers creates and unlinks itself (directory
 //!   delegations, not under `sync = "full"`): creates of empty files and
 //!   unlinks acknowledged after the client's last call that had to reach a
-//!   server (which sends what it kept first) may be lost, never more than
+//!   server (which sends the unsent changes first) may be lost, never more than
 //!   `MAX_UNSETTLED` in one crash.
 //!
 //! Nothing may appear that no call made. At the end fsck finds no entry
@@ -147,28 +147,28 @@ impl Model {
 struct Checked {
     acked: u64,
     /// Acknowledged changes the crash lost (names whose state is not the
-    /// acknowledged one, among those a kept change touched).
+    /// acknowledged one, among those an unsent change touched).
     lost: u64,
 }
 
 /// Checks `actual` (name → state, every name present in churn's two
-/// directories) against the journal. `kept`: the client may answer
+/// directories) against the journal. `delegated`: the client may answer
 /// creates and unlinks itself.
 fn check(
     journal: &Journal,
     actual: &BTreeMap<String, Seen>,
-    kept: bool,
+    delegated: bool,
 ) -> Result<Checked, String> {
     let ops = &journal.ops;
     let acked = |i: usize| ops[i].1 == Outcome::Acked;
     // The call in flight at the kill: the last, unless it was acknowledged.
     let in_flight = ops.len().checked_sub(1).filter(|i| !acked(*i));
-    // Where the client may have kept acknowledged calls: after its last
-    // acknowledged call that reached a server.
+    // Where the client may have held acknowledged calls unsent: after its
+    // last acknowledged call that reached a server.
     let settled = (0..ops.len())
-        .rfind(|i| acked(*i) && !ops[*i].0.may_be_kept())
+        .rfind(|i| acked(*i) && !ops[*i].0.may_be_unsent())
         .map_or(0, |i| i + 1);
-    let window = match kept {
+    let window = match delegated {
         true => settled.min(in_flight.unwrap_or(ops.len())),
         false => in_flight.unwrap_or(ops.len()),
     };
@@ -233,7 +233,7 @@ fn check(
             }
         }
     }
-    if !kept && lost > 0 {
+    if !delegated && lost > 0 {
         return Err(format!("{lost} acknowledged changes lost"));
     }
     if lost > MAX_UNSETTLED as u64 {
@@ -333,7 +333,7 @@ async fn one_kill(
     moment: Moment,
     name: &str,
     rng: &mut StdRng,
-    kept: bool,
+    delegated: bool,
 ) -> Checked {
     let setup = cluster.uncached_client();
     setup.mkdir(ROOT, name, 0o777).await.unwrap();
@@ -404,7 +404,7 @@ async fn one_kill(
         }
     }
     let actual = read_all(&cluster.uncached_client(), name).await;
-    check(&journal, &actual, kept)
+    check(&journal, &actual, delegated)
         .unwrap_or_else(|e| panic!("{victim:?} killed: /{name}: {e}\n{text}"))
 }
 
@@ -418,7 +418,7 @@ async fn kills_under(settings: &[&str]) -> u64 {
         builder = builder.set(s);
     }
     let cluster = builder.start();
-    let kept = cluster.config().settings.delegates_dirs();
+    let delegated = cluster.config().settings.delegates_dirs();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut lost_in_all = 0;
     for victim in [Victim::Mount, Victim::Preload, Victim::Native] {
@@ -426,7 +426,7 @@ async fn kills_under(settings: &[&str]) -> u64 {
         for i in 0..kills {
             let name = format!("{victim:?}{i}").to_lowercase();
             let moment = [Moment::Random, Moment::AfterRun][i as usize % 2];
-            let c = one_kill(&cluster, victim, moment, &name, &mut rng, kept).await;
+            let c = one_kill(&cluster, victim, moment, &name, &mut rng, delegated).await;
             acked += c.acked;
             lost += c.lost;
             most = most.max(c.lost);
@@ -502,7 +502,8 @@ fn the_check_fails_a_lost_change_and_a_change_never_made() {
         ("b/n3".to_string(), bytes(2)),
     ]);
     assert!(check(&journal, &with_n3, false).is_ok());
-    // The kept create and unlink lost: only where the client may keep them.
+    // The unsent create and unlink lost: only where the client may hold
+    // them unsent.
     let lost = BTreeMap::from([("a/n1".to_string(), bytes(10))]);
     assert!(check(&journal, &lost, false).is_err());
     assert_eq!(check(&journal, &lost, true).unwrap().lost, 2);

@@ -295,9 +295,9 @@ async fn chaos(sync: &str) {
     for id in &ids {
         replayed += client.server_stats(*id).await.unwrap().replayed;
     }
-    eprintln!("crash: the servers' starts replayed {replayed} changes their clients kept");
+    eprintln!("crash: the servers' starts replayed {replayed} kept changes of their clients");
     // First through the mount the workers wrote through, right away: what
-    // its caches (and the kernel's) kept across the restarts must be what
+    // its caches (and the kernel's) held across the restarts must be what
     // those workers wrote. Then through a fresh client, and a fresh mount.
     let writers_mount: Vec<Dirs> = (0..WORKERS).map(|w| Dirs::mount(&mnt, w)).collect();
     let mut fresh = Vec::new();

@@ -173,7 +173,7 @@ async fn a_crash_during_an_unstuff_keeps_the_first_strip_and_orphans_only_new_da
     client.fsync(h).await.unwrap();
 
     cluster.arm(0, cp::UNSTUFF_AFTER_CREATE);
-    // A small write is kept (the gathering path): its send, which needs
+    // A small write is buffered (the gathering path): its send, which needs
     // the unstuff, fails at the fsync that reports it.
     let past = async {
         client

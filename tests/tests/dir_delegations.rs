@@ -48,7 +48,7 @@ async fn creates_are_answered_here_and_another_client_sees_them_all() {
     assert_eq!(cluster.requests_of(&a, "create_files").await, 1);
     assert!(made.iter().all(|h| server_of(*h) == server_of(dir)));
 
-    // Kept, not sent: another client's listing recalls the delegation,
+    // Unsent: another client's listing recalls the delegation,
     // which sends them before the listing is answered.
     let more = names("g", 200);
     create_all(&a, dir, &more).await;
@@ -79,7 +79,7 @@ async fn creates_are_answered_here_and_another_client_sees_them_all() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kept_file_is_there_for_its_clients_next_request() {
+async fn an_unsent_create_is_there_for_its_clients_next_request() {
     let cluster = cluster();
     let a = cluster.client();
     let dir = delegated_dir(&a, "d").await;
@@ -107,13 +107,13 @@ async fn a_kept_file_is_there_for_its_clients_next_request() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kept_creates_survive_a_restart_of_their_server() {
+async fn unsent_creates_survive_a_restart_of_their_server() {
     let mut cluster = cluster();
     let a = cluster.client();
     a.ping_all().await.unwrap();
     let dir = delegated_dir(&a, "d").await;
-    let kept = names("k", 50);
-    let made = create_all(&a, dir, &kept).await;
+    let unsent = names("k", 50);
+    let made = create_all(&a, dir, &unsent).await;
 
     let id = server_of(dir);
     cluster.kill(id);
@@ -123,11 +123,11 @@ async fn kept_creates_survive_a_restart_of_their_server() {
     let b = cluster.client();
     let mut listed = entry_names(&b, dir).await;
     listed.sort();
-    let mut expected = kept.clone();
+    let mut expected = unsent.clone();
     expected.push("first".into());
     expected.sort();
     assert_eq!(listed, expected);
-    for (name, h) in kept.iter().zip(&made) {
+    for (name, h) in unsent.iter().zip(&made) {
         assert_eq!(b.lookup(dir, name).await.unwrap().0, *h, "{name}");
     }
     settled_fsck(&b).await;
@@ -137,7 +137,7 @@ async fn kept_creates_survive_a_restart_of_their_server() {
 /// once on one server: each listing waits for the other's recall, whose
 /// answer comes over the connection the other listing arrived on. Neither
 /// may wait for the other's listing to end (the recalls would time out and
-/// both clients be evicted, with their kept creates missing from the
+/// both clients be evicted, with their unsent creates missing from the
 /// listings).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_holders_list_each_others_directory_at_once() {

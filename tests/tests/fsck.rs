@@ -31,9 +31,9 @@ async fn fsck_reports_and_repairs_what_crashes_leave() {
     let cluster = Cluster::builder().servers(3).baseline().start();
     let client = cluster.uncached_client();
     let keep = client.mkdir(ROOT, "keep", 0o755).await.unwrap().handle;
-    let kept = client.create(keep, "data", 0o644).await.unwrap().handle;
+    let survivor = client.create(keep, "data", 0o644).await.unwrap().handle;
     client
-        .write(kept, 0, Bytes::from(vec![5u8; 200_000]))
+        .write(survivor, 0, Bytes::from(vec![5u8; 200_000]))
         .await
         .unwrap();
     let clean = client.fsck(false, Duration::ZERO).await.unwrap();
@@ -89,7 +89,7 @@ async fn fsck_reports_and_repairs_what_crashes_leave() {
     assert_eq!(after.problems(), 0, "{after:?}");
 
     // Everything reachable is intact; the unmarked directory accepts entries.
-    let data = client.read(kept, 0, 300_000).await.unwrap();
+    let data = client.read(survivor, 0, 300_000).await.unwrap();
     assert_eq!(data.len(), 200_000);
     assert!(data.iter().all(|b| *b == 5));
     client.create(marked, "ok", 0o644).await.unwrap();

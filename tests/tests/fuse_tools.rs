@@ -940,7 +940,7 @@ fn getfattr_setfattr_round_trip() {
     );
 }
 
-/// File capabilities are not kept on Shoal (`fuse/src/xattr.rs`): setcap's
+/// File capabilities are not stored on Shoal (`fuse/src/xattr.rs`): setcap's
 /// attribute is refused, and the kernel's question for it before a write is
 /// answered by the mount, so that the write is its only message.
 #[test]

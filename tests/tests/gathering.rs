@@ -1,5 +1,5 @@
 //! The gathering path of the write threshold [Hildebrand 2006]: small writes
-//! are kept by the client and sent as a few large writes, invisibly to its
+//! are buffered by the client and sent as a few large writes, invisibly to its
 //! own callers, visibly to others at close (flush) or fsync, and a send that
 //! fails reaches the application at fsync or close.
 
@@ -46,7 +46,7 @@ async fn small_sequential_writes_become_a_few_sends_and_the_writer_sees_them_at_
         data.len() as u64,
         "and so does a size fetched from the servers"
     );
-    // A read of kept bytes sends them first.
+    // A read of buffered bytes sends them first.
     let back = client.read(h, 100, 1000).await.unwrap();
     assert!(back == data[100..1100]);
     client.fsync(h).await.unwrap();
@@ -63,7 +63,7 @@ async fn small_sequential_writes_become_a_few_sends_and_the_writer_sees_them_at_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_large_write_sends_the_kept_bytes_it_overlaps_first() {
+async fn a_large_write_sends_the_buffered_bytes_it_overlaps_first() {
     let cluster = Cluster::builder().servers(2).start();
     let client = cluster.client();
     let other = cluster.uncached_client();
@@ -72,7 +72,7 @@ async fn a_large_write_sends_the_kept_bytes_it_overlaps_first() {
         .write(h, 10, Bytes::from(vec![1u8; 100]))
         .await
         .unwrap();
-    // Over the kept bytes: the newer, direct write must win.
+    // Over the buffered bytes: the newer, direct write must win.
     client
         .write(h, 0, Bytes::from(vec![2u8; 64 << 10]))
         .await
@@ -91,7 +91,7 @@ async fn a_large_write_sends_the_kept_bytes_it_overlaps_first() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_large_write_elsewhere_leaves_the_kept_bytes_kept() {
+async fn a_large_write_elsewhere_leaves_the_buffered_bytes_buffered() {
     // No send for age: only a large write over them or the fsync sends.
     let cluster = Cluster::builder()
         .servers(2)
@@ -114,7 +114,7 @@ async fn a_large_write_elsewhere_leaves_the_kept_bytes_kept() {
     assert_eq!(
         client.write_paths().gathered_sends,
         0,
-        "a direct write of another range sent the kept bytes"
+        "a direct write of another range sent the buffered bytes"
     );
     client.fsync(h).await.unwrap();
     assert_eq!(client.write_paths().gathered_sends, 1);
@@ -161,7 +161,7 @@ async fn a_send_that_fails_is_reported_at_fsync_once() {
     let h = client.create(ROOT, "f", 0o644).await.unwrap().handle;
     let holder = client.layout(h).await.unwrap().datafiles[0];
     client
-        .write(h, 0, Bytes::from_static(b"kept"))
+        .write(h, 0, Bytes::from_static(b"data"))
         .await
         .unwrap();
     cluster.kill(shoal_proto::handle::server_of(holder.0));
@@ -206,7 +206,7 @@ fn sixteen_byte_appends_through_the_mount_are_not_a_message_each() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_read_of_a_kept_write_past_a_stuffed_files_first_strip() {
+async fn a_read_of_a_buffered_write_past_a_stuffed_files_first_strip() {
     let cluster = Cluster::builder().servers(4).start();
     let client = cluster.client();
     let h = client.create(ROOT, "g", 0o644).await.unwrap().handle;
@@ -214,7 +214,7 @@ async fn a_read_of_a_kept_write_past_a_stuffed_files_first_strip() {
         .write(h, 5 << 20, Bytes::from_static(b"abc"))
         .await
         .unwrap();
-    // Below the kept bytes, not touching them (the kernel reads pages so):
+    // Below the buffered bytes, not touching them (the kernel reads pages so):
     // zeros, not the end of the file.
     let below = client.read(h, (5 << 20) - 8192, 4096).await.unwrap();
     assert_eq!(below.len(), 4096);
@@ -274,7 +274,7 @@ async fn a_server_killed_during_a_stream_of_small_writes_means_eio_or_all_data()
     let (mut complete, mut failed) = (0, 0);
     // (victim, record at which it is killed, record at which it is back:
     // RECORDS for after the fsync). Whether a round whose victim is back
-    // before the fsync ends complete or failed depends on when the kept
+    // before the fsync ends complete or failed depends on when the buffered
     // writes were sent; a round whose victim is still down at the fsync
     // fails whatever the timing; the last round kills it after the stream
     // was fsync'ed.
@@ -301,7 +301,7 @@ async fn a_server_killed_during_a_stream_of_small_writes_means_eio_or_all_data()
             if i == back_at {
                 cluster.start_server(victim);
             }
-            // A kept write never fails; a send that does is fsync's to report.
+            // A buffered write never fails; a send that does is fsync's to report.
             client
                 .write(h, (i * RECORD) as u64, Bytes::copy_from_slice(record))
                 .await
@@ -354,10 +354,10 @@ async fn auto_keeps_what_this_idle_client_finds_cheaper_to_keep() {
             .unwrap();
     }
     client.fsync(h).await.unwrap();
-    // Idle, sends of kept writes cost no more a byte than direct writes:
-    // everything is kept that the direct path would send slower (larger
+    // Idle, sends of buffered writes cost no more a byte than direct writes:
+    // everything is buffered that the direct path would send slower (larger
     // direct writes go behind the writer).
-    assert_eq!(client.write_threshold(h), shoal_client::AUTO_KEEPS_UNDER);
+    assert_eq!(client.write_threshold(h), shoal_client::AUTO_BUFFERS_UNDER);
     assert_eq!(client.write_paths().gathered_writes, 64);
     let got = cluster
         .uncached_client()
@@ -379,7 +379,7 @@ async fn auto_sends_random_large_writes_behind_the_writer_instead_of_keeping_the
         .start();
     let client = cluster.client();
     let h = client.create(ROOT, "random", 0o644).await.unwrap().handle;
-    // 64 KiB records under AUTO_KEEPS_UNDER, from the end of the file down:
+    // 64 KiB records under AUTO_BUFFERS_UNDER, from the end of the file down:
     // none continues what came before, so keeping one would join nothing.
     let record = 64 << 10;
     for i in (0..16u64).rev() {
@@ -429,7 +429,7 @@ async fn a_directory_hint_sets_its_new_files_threshold() {
             let fresh = cluster.uncached_client();
             fresh.getattr(h).await.unwrap();
             assert_eq!(fresh.write_threshold(h), 4096, "baseline {baseline}");
-            // 8 KiB is over it: direct; 1 KiB under it: kept.
+            // 8 KiB is over it: direct; 1 KiB under it: buffered.
             fresh.write(h, 0, Bytes::from(vec![1; 8192])).await.unwrap();
             fresh
                 .write(h, 8192, Bytes::from(vec![2; 1024]))
@@ -447,7 +447,7 @@ async fn a_directory_hint_sets_its_new_files_threshold() {
 
 /// A send that failed before the program's end (here, before a read) is
 /// reported when everything is flushed at the end (exit, unmount,
-/// shoal_disconnect), even though nothing is kept any more.
+/// shoal_disconnect), even though nothing is buffered any more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flush_all_reports_a_send_that_failed_earlier() {
     let mut cluster = Cluster::builder().servers(2).set(SOFT).start();
@@ -455,11 +455,11 @@ async fn flush_all_reports_a_send_that_failed_earlier() {
     let h = client.create(ROOT, "f", 0o644).await.unwrap().handle;
     let holder = client.layout(h).await.unwrap().datafiles[0].1;
     client
-        .write(h, 0, Bytes::from_static(b"kept"))
+        .write(h, 0, Bytes::from_static(b"data"))
         .await
         .unwrap();
     cluster.kill(holder);
-    // The read sends the kept bytes first; that send fails.
+    // The read sends the buffered bytes first; that send fails.
     let _ = client.read(h, 0, 4).await;
     let e = client.flush_all().await.unwrap_err();
     assert_eq!(e.errno, shoal_client::Errno::EIO, "{e}");
@@ -467,7 +467,7 @@ async fn flush_all_reports_a_send_that_failed_earlier() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_small_write_is_kept_while_the_files_server_is_down_even_past_a_stale_layout() {
+async fn a_small_write_is_buffered_while_the_files_server_is_down_even_past_a_stale_layout() {
     let mut cluster = Cluster::builder()
         .servers(2)
         .set(SOFT)
@@ -484,11 +484,11 @@ async fn a_small_write_is_kept_while_the_files_server_is_down_even_past_a_stale_
     let ttl = cluster.config().settings.cache_ttl_ms;
     tokio::time::sleep(std::time::Duration::from_millis(ttl + 50)).await;
     cluster.kill(shoal_proto::handle::server_of(h));
-    // Past the first strip, kept: the send is what needs the server.
+    // Past the first strip, buffered: the send is what needs the server.
     client
         .write(h, 70_000, Bytes::from_static(b"tail"))
         .await
-        .expect("a kept write asks no server");
+        .expect("a buffered write asks no server");
     let e = client.fsync(h).await.unwrap_err();
     assert_eq!(e.errno, shoal_client::Errno::EIO, "{e}");
 }

@@ -1,5 +1,5 @@
 //! Directories a client made and whose every entry it knows
-//! (`client/src/known_dirs.rs`): the lookup of a name that is not there costs
+//! (`client/src/consistency/known_dirs.rs`): the lookup of a name that is not there costs
 //! no message, and what other clients change is never hidden past the
 //! client's next change, nor from a create without O_EXCL through the mount.
 //! The caches' TTL is a minute here, so that only the rules decide.

@@ -1,4 +1,4 @@
-//! Leases (`server/src/leases.rs`, `client/src/leases.rs`): what a server
+//! Leases (`server/src/leases.rs`, `client/src/consistency/leases.rs`): what a server
 //! answered stays cached by the client until the server recalls it, so a
 //! leased stat costs no message long after the cache TTL, and another
 //! client's change is seen as soon as that change returns, even while the
@@ -224,7 +224,7 @@ fn through_the_mount_leased_files_cost_no_message_to_stat_or_read() {
     for name in ["f", "g"] {
         std::fs::write(m.join("d").join(name), vec![7u8; 8192]).unwrap();
     }
-    // Listings with attributes (ls -l) and a read: leases, kept pages.
+    // Listings with attributes (ls -l) and a read: leases, cached pages.
     for _ in 0..2 {
         for dir in [m.clone(), m.join("d")] {
             for e in std::fs::read_dir(dir).unwrap() {
@@ -350,7 +350,7 @@ fn a_client_that_does_not_answer_loses_its_leases_after_the_bound() {
         a.setattr(f, &chmod).await.unwrap();
     });
     assert_eq!(timeouts, 1, "the stopped mount's recall timed out");
-    eventually("the mount kept the old mode", || mode() == 0o600);
+    eventually("the mount still has the old mode", || mode() == 0o600);
 }
 
 /// An unlink from a client the server already knows is answered on its
@@ -492,7 +492,7 @@ async fn a_recall_between_a_grant_and_its_caching_is_not_lost() {
     assert_eq!(
         b.getattr(f).await.unwrap().mode & 0o777,
         0o600,
-        "B kept the record of before the chmod"
+        "B still had the record of before the chmod"
     );
 }
 

@@ -1,4 +1,4 @@
-//! Directory read-ahead (`client/src/listings_ahead.rs`): once a process
+//! Directory read-ahead (`client/src/namespace/listings_ahead.rs`): once a process
 //! walks a tree, the first batch of each subdirectory a listing shows is
 //! fetched before the walk opens it, and used only while it is still what
 //! the directory holds. Each test walks as libshoal does: every listing

@@ -74,7 +74,7 @@ fn the_mount_counts_what_it_answers() {
     assert!(t["release"].0 >= 14, "{text}");
     // Only the writers' closes flush (FOPEN_NOFLUSH on a read-only open).
     assert_eq!(t["flush"].0, 7, "{text}");
-    // Writes of 5,000 bytes are under the write threshold: kept, each file's
+    // Writes of 5,000 bytes are under the write threshold: buffered, each file's
     // sent at its close.
     assert!(
         text.contains("gathered 7 writes 35000 bytes, sent as 7 writes"),

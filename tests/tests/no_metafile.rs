@@ -244,7 +244,7 @@ async fn renamed_or_moved_it_stays_a_readable_file_without_metafile() {
     let (found, kind) = fresh.lookup(plain, "c").await.unwrap();
     assert_eq!((found, kind), (h, FileKind::File));
     assert_eq!(fresh.read(h, 0, 100).await.unwrap(), &b"payload"[..]);
-    assert!(fresh.layout(h).await.unwrap().no_metafile, "form kept");
+    assert!(fresh.layout(h).await.unwrap().no_metafile, "form unchanged");
     assert_eq!(record(&fresh, h).await.kind(), ObjectKind::Datafile);
 
     // A file with a metafile moved into the no_metafile directory keeps its
@@ -277,7 +277,7 @@ async fn hard_links_name_the_datafile_and_it_goes_with_the_last() {
     let plain = client.mkdir(ROOT, "plain", 0o755).await.unwrap().handle;
     let h = client.create(nm, "a", 0o644).await.unwrap().handle;
     client
-        .write(h, 0, Bytes::from_static(b"kept"))
+        .write(h, 0, Bytes::from_static(b"data"))
         .await
         .unwrap();
     client.flush(h).await.unwrap();
@@ -293,7 +293,7 @@ async fn hard_links_name_the_datafile_and_it_goes_with_the_last() {
     client.unlink(nm, "a").await.unwrap();
     client.unlink(nm, "c").await.unwrap();
     assert_eq!(fresh.getattr(h).await.unwrap().nlink, 1);
-    assert_eq!(fresh.read(h, 0, 100).await.unwrap(), &b"kept"[..]);
+    assert_eq!(fresh.read(h, 0, 100).await.unwrap(), &b"data"[..]);
     assert_eq!(record(&fresh, h).await.kind(), ObjectKind::Datafile);
     client.unlink(plain, "b").await.unwrap();
     assert_eq!(all_objects(&cluster, &fresh).await.len(), objects - 1);
@@ -314,7 +314,7 @@ async fn listing_with_attributes_asks_each_datafile_once() {
             .await
             .unwrap();
     }
-    // The kept writes go now, not as background sends in the count below.
+    // The buffered writes go now, not as background sends in the count below.
     client.flush_all().await.unwrap();
     // Baseline: the entries, then one getattr per file (a metafile's file
     // costs one getattr and one get_sizes per server holding its datafiles).

@@ -1,7 +1,7 @@
 //! A client's own changes outdate answers it asked for before them: a reply
 //! read by a server before this client's write of a file reached it, and
 //! cached after the write, must never put back the size from before the
-//! write (`client/src/leases.rs`; the writer then listed its own file as
+//! write (`client/src/consistency/leases.rs`; the writer then listed its own file as
 //! empty for a whole lease).
 //!
 //! The interleaving is forced with a pause point (its own test binary:
@@ -18,7 +18,7 @@ use shoal_tests::{delegated_dir, pattern, Cluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_made_while_its_create_is_answered_is_never_hidden_by_that_answer() {
-    // Kept creates go only when something makes them (a fence, an fsync).
+    // Unsent creates go only when something makes them (a fence, an fsync).
     let cluster = Cluster::builder()
         .servers(2)
         .set("delegated_flush_ms=60000")
@@ -28,7 +28,7 @@ async fn a_write_made_while_its_create_is_answered_is_never_hidden_by_that_answe
     let f = c.create(dir, "f", 0o644).await.unwrap().handle;
     assert!(c.holds_delegation(dir), "f was answered here");
 
-    // The reply to the kept create stops before it is cached, and says so.
+    // The reply to the unsent create stops before it is cached, and says so.
     let (reached, at_pause) = mpsc::channel::<()>();
     let (release, released) = mpsc::channel::<()>();
     let (reached, released) = (Mutex::new(reached), Mutex::new(released));
@@ -37,7 +37,7 @@ async fn a_write_made_while_its_create_is_answered_is_never_hidden_by_that_answe
         released.lock().unwrap().recv().unwrap();
     })
     .unwrap();
-    // The directory's fsync sends the kept create.
+    // The directory's fsync sends the unsent create.
     let fenced = tokio::spawn({
         let c = c.clone();
         async move { c.fsync(dir).await }
@@ -45,10 +45,10 @@ async fn a_write_made_while_its_create_is_answered_is_never_hidden_by_that_answe
     tokio::task::spawn_blocking(move || at_pause.recv_timeout(Duration::from_secs(30)))
         .await
         .unwrap()
-        .expect("the kept create's reply reached the pause point");
+        .expect("the unsent create's reply reached the pause point");
 
     // Meanwhile the file is written here (its layout came with the reply):
-    // kept, its size known to this client.
+    // buffered, its size known to this client.
     let data = pattern(3, 5000);
     c.write(f, 0, Bytes::from(data.clone())).await.unwrap();
     assert_eq!(c.getattr(f).await.unwrap().size, 5000);

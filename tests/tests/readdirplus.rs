@@ -23,7 +23,7 @@ const SERVERS: u64 = 4;
 const BATCH: u64 = 512;
 /// Small strips so that a few KiB already spread over several datafiles.
 const STRIP: u64 = 4096;
-/// Creates and writes kept in flight.
+/// Creates and writes in flight at once.
 const IN_FLIGHT: usize = 64;
 
 fn name(i: usize) -> String {
@@ -59,7 +59,7 @@ async fn populate(client: &Client, dir: &str, n: usize) -> u64 {
     while let Some(r) = made.next().await {
         r.unwrap();
     }
-    // The kept writes go now, not as background sends in what a test counts.
+    // The buffered writes go now, not as background sends in what a test counts.
     client.flush_all().await.unwrap();
     d
 }

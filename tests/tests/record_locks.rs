@@ -1,5 +1,5 @@
 //! POSIX record locks for the whole cluster (`server/src/locks.rs`,
-//! `client/src/locks.rs`, `fuse/src/locks.rs`): fcntl and lockf locks taken
+//! `client/src/locks/mod.rs`, `fuse/src/locks.rs`): fcntl and lockf locks taken
 //! through two mounts of one cluster (two mount processes: two clients)
 //! exclude each other as locks on one machine do; F_GETLK sees the other
 //! mount's locks; a wait that would close a cycle fails with EDEADLK; a

@@ -55,7 +55,7 @@ async fn changes_answered_before_a_crash_are_replayed_in_order() {
     // dies at its flush.
     let (mut cluster, client, dir) = armed_with_a_client_in_its_table().await;
     // Creates, renames of some and unlinks of others, until the server is
-    // back and a few more went through; what each call was told is kept.
+    // back and a few more went through; what each call was told is recorded.
     let told: Arc<Mutex<BTreeMap<String, Handle>>> = Arc::default();
     let back = Arc::new(tokio::sync::Notify::new());
     let work = {

@@ -142,7 +142,7 @@ async fn fsync_after_the_server_restarted_sends_the_unsynced_writes_again() {
 
 /// A program that never fsyncs loses nothing to a restart either: the next
 /// time the client hears from the restarted server (here, writing another
-/// file there), it sends that server everything it kept for it.
+/// file there), it sends that server its resend copies of what it wrote there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsynced_writes_go_again_when_the_client_next_hears_from_the_server() {
     let mut cluster = writing_direct();
@@ -171,7 +171,7 @@ async fn unsynced_writes_go_again_when_the_client_next_hears_from_the_server() {
         .expect("a is durable under the new verifier");
 }
 
-/// Past the client's bound on what it keeps (`MAX_KEPT_BYTES`), the oldest
+/// Past the client's bound on resend copies (`MAX_RESEND_BYTES`), the oldest
 /// file's copy goes: a restart before that file's fsync makes the fsync
 /// fail with EIO (reported once), never succeed over lost data; a later
 /// file's copy is still sent again.
@@ -179,7 +179,7 @@ async fn unsynced_writes_go_again_when_the_client_next_hears_from_the_server() {
 async fn fsync_of_a_file_whose_copy_was_dropped_fails_instead_of_lying() {
     let mut cluster = writing_direct();
     let client = cluster.client();
-    let half = shoal_client::MAX_KEPT_BYTES / 2 + (1 << 20);
+    let half = shoal_client::MAX_RESEND_BYTES / 2 + (1 << 20);
     let mut files = Vec::new();
     for (i, name) in ["old", "new"].iter().enumerate() {
         let f = client.create(ROOT, name, 0o644).await.unwrap().handle;
@@ -216,7 +216,7 @@ async fn data_never_fsynced_survives_a_kill_a_few_seconds_later() {
     // Nothing else changes the servers' metadata from here (a refill would
     // sync the store, and the data with it).
     cluster.wait_for_pools(&client).await;
-    // Small: kept in the server's store, where only a sync makes it durable.
+    // Small: held in the server's store, where only a sync makes it durable.
     let data = pattern(7, 5000);
     client.write(f, 0, Bytes::from(data.clone())).await.unwrap();
     client.flush(f).await.unwrap();

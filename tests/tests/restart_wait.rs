@@ -13,7 +13,7 @@ use shoal_tests::Cluster;
 async fn calls_to_a_down_server_wait_for_it_and_go_through() {
     let mut cluster = Cluster::builder().servers(2).start();
     let client = cluster.client();
-    let h = client.create(ROOT, "kept", 0o644).await.unwrap().handle;
+    let h = client.create(ROOT, "waited", 0o644).await.unwrap().handle;
     client
         .write(h, 0, Bytes::from_static(b"before"))
         .await

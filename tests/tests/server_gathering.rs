@@ -16,7 +16,7 @@ const CLIENTS: usize = 10;
 const PIECES: usize = 400;
 
 /// Writes every piece of the shared file, client `k` every tenth from `k`:
-/// scattered, so each client's kept bytes are many extents.
+/// scattered, so each client's buffered bytes are many extents.
 async fn write_interleaved(clients: &[Client], h: u64) {
     futures::future::join_all(clients.iter().enumerate().map(|(k, c)| async move {
         for i in (k..PIECES).step_by(CLIENTS) {
@@ -230,7 +230,7 @@ async fn newer_bytes_sent_direct_are_not_overwritten_by_older_gathered_ones() {
     let (cluster, clients, h) = written_and_sent(2).await;
     let c = &clients[0];
     // Client 0's pieces (0, 10, 20, ...) sit at the gathering server. New
-    // bytes over piece 0: kept as one extent, sent there too at the fsync
+    // bytes over piece 0: buffered as one extent, sent there too at the fsync
     // (it holds this client's earlier ones); then a large direct write over
     // piece 10.
     c.write(h, 0, Bytes::from(vec![0xaa; PIECE])).await.unwrap();

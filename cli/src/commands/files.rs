@@ -9,7 +9,7 @@ use shoal_proto::error::{Errno, Result, ShoalError};
 use crate::target::{open, runtime};
 use crate::ConfigArg;
 
-/// Attribute requests kept in flight by `ls -l`.
+/// Attribute requests in flight at once in `ls -l`.
 const LIST_CONCURRENCY: usize = 64;
 
 /// `drwxr-xr-x`-style mode string.

@@ -102,7 +102,7 @@ pub fn run(cfg: &ConfigArg, path: Option<&str>, server: Option<u32>, json: bool)
                 r.server_id, "replay_flushes", r.replay_flushes, r.applied_seq, r.durable_seq
             );
             println!(
-                "{:>6} {:<16} {:>10}   (changes clients kept, replayed after a restart; {} failed)",
+                "{:>6} {:<16} {:>10}   (kept changes replayed after a restart; {} failed)",
                 r.server_id, "replayed", r.replayed, r.replays_failed
             );
         }

@@ -20,8 +20,9 @@ use shoal_proto::msg::*;
 use shoal_proto::names::check_name;
 use shoal_proto::{crash_points, ops, ObjectKind};
 
-use crate::known_dirs::EntryChange;
-use crate::{Attr, Client, FileKind};
+use crate::client::Client;
+use crate::consistency::known_dirs::EntryChange;
+use crate::types::{Attr, FileKind};
 
 /// How a regular file is created: the ablation's matrix of settings and
 /// directory hints, read in one place ([`Protocol::of`]).

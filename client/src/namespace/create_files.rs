@@ -14,8 +14,9 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::ops;
 
-use crate::known_dirs::EntryChange;
-use crate::{Attr, Client};
+use crate::client::Client;
+use crate::consistency::known_dirs::EntryChange;
+use crate::types::Attr;
 
 /// Names per message: the server takes at most 4096; fewer keep a reply
 /// (one record per file), and with `sync = "replay"` the request the
@@ -83,8 +84,8 @@ impl Client {
         };
         // As `change_entries`, but what the change did to the entries is
         // known only from the reply: the names it made.
-        let kept = !handles.is_empty();
-        self.inner.known_dirs.begin(dir, kept);
+        let unsent = !handles.is_empty();
+        self.inner.known_dirs.begin(dir, unsent);
         let asked = Instant::now();
         let sent = self
             .pool()
@@ -102,14 +103,14 @@ impl Client {
             made.map(|(name, _)| name.as_str()).collect()
         });
         let after = answered.and_then(|(r, _)| r.dir.as_ref());
-        let change = match kept {
-            true => EntryChange::Kept(made),
+        let change = match unsent {
+            true => EntryChange::UnsentCreates(made),
             false => EntryChange::AddedMany(made),
         };
         match &sent {
             // Refused before it changed anything: what is known stands
             // (creates answered here were not made: it is forgotten).
-            Err(e) if e.errno == Errno::ENOTSUP && !kept => self.inner.known_dirs.unchanged(dir),
+            Err(e) if e.errno == Errno::ENOTSUP && !unsent => self.inner.known_dirs.unchanged(dir),
             _ => self.inner.known_dirs.finish(dir, after, change),
         }
         let (reply, lease) = sent?;
@@ -143,9 +144,9 @@ impl Client {
             self.inner
                 .names
                 .put(dir, name, self.cred, (h, rec.kind()), dir_lease);
-            // A file of a kept create may be written before its batch's
+            // A file of an unsent create may be written before its batch's
             // reply is read: what the write left cached is newer than this
-            // reply, and is kept under the reply's lease instead.
+            // reply, and stays, under the reply's lease instead.
             if !self.inner.changed_since(h, asked) {
                 self.inner.attrs.put_leased(h, attr.clone(), lease);
                 leased.push((h, lease));

@@ -1,7 +1,7 @@
 //! The network side of creates answered under a directory delegation
-//! (`delegated_creates` holds what is kept and the rules): asking for a
-//! delegation, answering a create, sending what is kept, the fence every
-//! other request waits behind, and a recall.
+//! (`delegations` holds the unsent changes and the rules): asking for a
+//! delegation, answering a create, sending the unsent changes, the fence
+//! every other request waits behind, and a recall.
 
 use std::ops::Range;
 use std::sync::{Arc, Weak};
@@ -16,13 +16,14 @@ use shoal_proto::names::check_name;
 use shoal_proto::ops;
 
 use super::create_files::PER_MESSAGE;
-use crate::delegated_creates::{Answered, Batch, Send, RESERVE};
-use crate::{Attr, Client, Inner, Unlinked};
+use crate::client::{Client, Inner};
+use crate::consistency::delegations::{Answered, Batch, Send, RESERVE};
+use crate::types::{Attr, Unlinked};
 
 tokio::task_local! {
-    /// Set while kept creates are being sent: their own messages do not
+    /// Set while unsent changes are being sent: their own messages do not
     /// wait behind the fence.
-    static SENDING_KEPT: ();
+    static SENDING_UNSENT: ();
 }
 
 /// Whether `CreateFiles` makes the new files of a directory laid out as
@@ -103,24 +104,24 @@ impl Client {
         self.inner.names.remove(dir, name);
         self.forget(handle);
         self.inner.uncommitted_writes.forget(handle);
-        self.discard_kept(handle);
+        self.discard_buffered(handle);
         self.schedule_send(dir, send);
         Some(Ok(Unlinked::Removed))
     }
 
-    /// Sends `dir`'s kept changes as a change answered here asks.
+    /// Sends `dir`'s unsent changes as a change answered here asks.
     fn schedule_send(&self, dir: Handle, send: Send) {
         if send.first {
             let c = self.clone();
             let delay = self.inner.delegated.delay;
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                c.send_kept_creates(dir).await;
+                c.send_unsent_changes(dir).await;
             });
         }
         if send.full {
             let c = self.clone();
-            tokio::spawn(async move { c.send_kept_creates(dir).await });
+            tokio::spawn(async move { c.send_unsent_changes(dir).await });
         }
     }
 
@@ -163,13 +164,13 @@ impl Client {
     /// One `DelegateDir` for `dir` as of `entries_version` (0: a holder
     /// asking for handles): the handles reserved, None if refused or
     /// failed. One ask per server at a time, each after making room for
-    /// its reservation (see `delegated_creates`).
+    /// its reservation (see `delegations`).
     async fn delegate(&self, dir: Handle, entries_version: u64) -> Option<Range<Handle>> {
         let server = server_of(dir);
         let asks = self.inner.delegated.asks(server);
         let _one = asks.lock().await;
         if self.inner.delegated.make_room(server) {
-            self.settle_kept_creates().await;
+            self.settle_unsent_changes().await;
         }
         let asked = DelegateDirRequest {
             dir,
@@ -188,33 +189,33 @@ impl Client {
         reserved.filter(|r| !r.is_empty())
     }
 
-    /// Sends every change kept in `dir`, after any message of `dir`'s
+    /// Sends every unsent change of `dir`, after any message of `dir`'s
     /// already in flight.
-    pub(crate) async fn send_kept_creates(&self, dir: Handle) {
+    pub(crate) async fn send_unsent_changes(&self, dir: Handle) {
         let Some(sending) = self.inner.delegated.sending(dir) else {
             return;
         };
         let guard = sending.lock().await;
         while let Some(batch) = self.inner.delegated.take(dir, PER_MESSAGE) {
-            let (who, kept) = match batch {
-                Batch::Creates(who, kept) => (who, kept),
+            let (who, creates) = match batch {
+                Batch::Creates(who, creates) => (who, creates),
                 Batch::Unlinks(who, unlinks) => {
                     let c = self.with_cred(who);
-                    SENDING_KEPT
-                        .scope((), c.send_kept_unlinks(dir, &unlinks))
+                    SENDING_UNSENT
+                        .scope((), c.send_unsent_unlinks(dir, &unlinks))
                         .await;
                     self.inner.delegated.settled(unlinks.len(), Vec::new());
                     continue;
                 }
             };
             let c = self.with_cred(who);
-            let names: Vec<String> = kept.iter().map(|k| k.name.clone()).collect();
-            let handles: Vec<Handle> = kept.iter().map(|k| k.handle).collect();
-            let made = SENDING_KEPT
-                .scope((), c.create_batch(dir, &names, kept[0].mode, &handles))
+            let names: Vec<String> = creates.iter().map(|k| k.name.clone()).collect();
+            let handles: Vec<Handle> = creates.iter().map(|k| k.handle).collect();
+            let made = SENDING_UNSENT
+                .scope((), c.create_batch(dir, &names, creates[0].mode, &handles))
                 .await;
             let mut failed = Vec::new();
-            for (i, k) in kept.iter().enumerate() {
+            for (i, k) in creates.iter().enumerate() {
                 let error = match &made {
                     Err(e) => Some(e.clone()),
                     Ok(files) => match &files[i] {
@@ -237,18 +238,18 @@ impl Client {
                     failed.push((k.handle, ShoalError::new(Errno::EIO, e.message)));
                 }
             }
-            self.inner.delegated.settled(kept.len(), failed);
+            self.inner.delegated.settled(creates.len(), failed);
         }
         drop(guard);
         drop(sending);
         self.inner.delegated.tidy(dir);
     }
 
-    /// Sends unlinks answered here of `dir`'s files, then removes the
+    /// Sends unsent unlinks of `dir`'s files, then removes the
     /// datafiles elsewhere of those that went (as an unlink does). One
     /// that fails was answered as done: it is logged, and the directory's
     /// names are no longer taken as known.
-    async fn send_kept_unlinks(&self, dir: Handle, unlinks: &[(String, Handle)]) {
+    async fn send_unsent_unlinks(&self, dir: Handle, unlinks: &[(String, Handle)]) {
         let names: Vec<String> = unlinks.iter().map(|(n, _)| n.clone()).collect();
         let expected: Vec<Handle> = unlinks.iter().map(|(_, h)| *h).collect();
         let done = self.remove_batch(dir, &names, &expected).await;
@@ -275,10 +276,10 @@ impl Client {
         }
     }
 
-    /// Sends every create kept anywhere and waits for their answers.
-    pub(crate) async fn settle_kept_creates(&self) {
+    /// Sends every unsent change anywhere and waits for their answers.
+    pub(crate) async fn settle_unsent_changes(&self) {
         let dirs = self.inner.delegated.unsent_dirs();
-        futures::future::join_all(dirs.into_iter().map(|d| self.send_kept_creates(d))).await;
+        futures::future::join_all(dirs.into_iter().map(|d| self.send_unsent_changes(d))).await;
     }
 
     /// `h`'s attributes or extended attributes are about to change: if it
@@ -305,11 +306,11 @@ impl Client {
 }
 
 /// The fence of a pool whose client is `inner`: before a request other
-/// than a kept create's is sent, every create answered here is sent and
-/// answered (None: nothing to wait for).
-pub(crate) fn fence(inner: Weak<Inner>) -> crate::pool::Fence {
+/// than one of unsent changes is sent, every change answered here is sent
+/// and answered (None: nothing to wait for).
+pub(crate) fn fence(inner: Weak<Inner>) -> crate::transport::pool::Fence {
     Arc::new(move || {
-        if SENDING_KEPT.try_with(|_| ()).is_ok() {
+        if SENDING_UNSENT.try_with(|_| ()).is_ok() {
             return None;
         }
         let inner = inner.upgrade()?;
@@ -317,12 +318,12 @@ pub(crate) fn fence(inner: Weak<Inner>) -> crate::pool::Fence {
             return None;
         }
         let c = Client::of(inner);
-        Some(async move { c.settle_kept_creates().await }.boxed())
+        Some(async move { c.settle_unsent_changes().await }.boxed())
     })
 }
 
 /// A server recalled the delegations of `dirs`: nothing more is answered
-/// there, and what is kept is sent before the recall is answered.
+/// there, and the unsent changes are sent before the recall is answered.
 pub(crate) fn recalled(inner: Arc<Inner>, dirs: Vec<Handle>) -> BoxFuture<'static, ()> {
     for dir in &dirs {
         inner.delegated.ended(*dir);
@@ -330,13 +331,13 @@ pub(crate) fn recalled(inner: Arc<Inner>, dirs: Vec<Handle>) -> BoxFuture<'stati
     }
     let c = Client::of(inner);
     async move {
-        futures::future::join_all(dirs.into_iter().map(|d| c.send_kept_creates(d))).await;
+        futures::future::join_all(dirs.into_iter().map(|d| c.send_unsent_changes(d))).await;
     }
     .boxed()
 }
 
 /// A server's connection ended: every delegation ends with it (its server
-/// no longer holds it); what is kept is still sent.
+/// no longer holds it); the unsent changes are still sent.
 pub(crate) fn all_ended(inner: &Inner) {
     for dir in inner.delegated.all_ended() {
         inner.known_dirs.unpin(dir);

@@ -9,7 +9,8 @@ use shoal_proto::msg::*;
 use shoal_proto::names::check_name;
 use shoal_proto::{crash_points, ops};
 
-use crate::{Attr, Client, Unlinked};
+use crate::client::Client;
+use crate::types::{Attr, Unlinked};
 
 impl Client {
     /// Makes `new_dir/new_name` another name of `h` (a hard link; not of a

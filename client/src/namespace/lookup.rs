@@ -10,7 +10,8 @@ use shoal_proto::{ops, ObjectKind};
 use std::time::Instant;
 
 use super::{entry_kind, file_kind};
-use crate::{Attr, Client, FileKind};
+use crate::client::Client;
+use crate::types::{Attr, FileKind};
 
 /// Symlinks followed while resolving one path.
 const MAX_SYMLINKS: usize = 40;

@@ -9,12 +9,18 @@
 //! link count), `rename`, `readdir`. This module holds what they share: the
 //! kinds an entry may name, and the entry changes that `known_dirs` follows.
 
+pub(crate) mod attrs;
 mod create;
 mod create_files;
 pub(crate) mod delegated;
+pub(crate) mod fetched_ahead;
+pub(crate) mod hints;
 mod link;
+pub(crate) mod listings_ahead;
 mod lookup;
+pub(crate) mod open_files;
 mod readdir;
+pub(crate) mod readdirplus;
 mod remove;
 mod rename;
 
@@ -26,8 +32,9 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ops, ObjectKind};
 
-use crate::known_dirs::EntryChange;
-use crate::{Client, FileKind};
+use crate::client::Client;
+use crate::consistency::known_dirs::EntryChange;
+use crate::types::FileKind;
 
 /// The kind of object a directory entry names, checked to be one an entry
 /// may name (a file is a metafile, or a datafile without one).

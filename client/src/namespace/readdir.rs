@@ -1,4 +1,4 @@
-//! Listings: a directory's entries in batches (each entry's name kept in the
+//! Listings: a directory's entries in batches (each entry's name cached in the
 //! name cache when the caller may search the directory).
 
 use shoal_proto::error::{Result, ShoalError};
@@ -8,7 +8,8 @@ use shoal_proto::ops;
 use std::time::Instant;
 
 use super::{entry_kind, file_kind};
-use crate::{Attr, Client, DirEntry};
+use crate::client::Client;
+use crate::types::{Attr, DirEntry};
 
 impl Client {
     /// One batch of entries of `dir` after `start_after`, and whether the

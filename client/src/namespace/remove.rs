@@ -11,8 +11,9 @@ use shoal_proto::names::check_name;
 use shoal_proto::{crash_points, ops};
 
 use super::kind_of;
-use crate::known_dirs::EntryChange;
-use crate::{Client, FileKind, Unlinked};
+use crate::client::Client;
+use crate::consistency::known_dirs::EntryChange;
+use crate::types::{FileKind, Unlinked};
 
 impl Client {
     /// Removes a file, symlink or special file's name. The object goes with
@@ -60,7 +61,7 @@ impl Client {
     }
 
     /// Removes a file that lost its last name while open (an
-    /// [`Unlinked::Kept`] object) at its last close; one given a name again
+    /// [`Unlinked::StillOpen`] object) at its last close; one given a name again
     /// meanwhile stays.
     pub async fn reclaim(&self, h: Handle) -> Result<()> {
         let reply = self
@@ -73,7 +74,7 @@ impl Client {
                 },
             )
             .await?;
-        if reply.kept {
+        if reply.stays {
             return Ok(());
         }
         self.removed(h, reply.dist).await
@@ -120,7 +121,7 @@ impl Client {
                 },
             )
             .await?;
-        if reply.kept {
+        if reply.stays {
             // The entry was a leftover of an interrupted move: the directory
             // lives on under its true name.
             self.abort_rmdir(h).await;
@@ -221,7 +222,7 @@ impl Client {
         let after = answered.and_then(|r| r.dir.as_ref());
         self.inner
             .known_dirs
-            .finish(dir, after, EntryChange::KeptRemoved(removed));
+            .finish(dir, after, EntryChange::UnsentUnlinks(removed));
         let reply = sent?;
         if reply.files.len() != names.len() {
             return Err(ShoalError::protocol(format!(
@@ -264,7 +265,7 @@ impl Client {
     pub(super) async fn removed(&self, h: Handle, dist: Option<Distribution>) -> Result<()> {
         self.forget(h);
         self.inner.uncommitted_writes.forget(h);
-        self.discard_kept(h);
+        self.discard_buffered(h);
         self.remove_datafiles(&dist.map(|d| d.datafiles).unwrap_or_default())
             .await
     }

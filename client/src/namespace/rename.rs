@@ -9,7 +9,8 @@ use shoal_proto::names::check_name;
 use shoal_proto::{crash_points, ops, ObjectKind};
 
 use super::file_kind;
-use crate::{Client, FileKind, Unlinked};
+use crate::client::Client;
+use crate::types::{FileKind, Unlinked};
 
 /// One move of an entry: `dir/name`, naming `h` (an object of `kind`), to
 /// `new_dir/new_name`.
@@ -333,7 +334,7 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Attr;
+    use crate::types::Attr;
     use shoal_proto::cluster::Settings;
 
     #[test]

@@ -1,4 +1,4 @@
-//! What listings said about their entries, kept for the cluster's
+//! What listings said about their entries, cached for the cluster's
 //! `cache_ttl_ms`, so that a listing followed by a stat of each entry (`ls
 //! -l`, `find`, `du`) costs the listing's batches and not one message per
 //! entry, and a listing nobody stats (`ls -R`, `find` without tests on
@@ -9,7 +9,7 @@
 //! handle and type ([`listed_many`]), in batches of [`BATCH`] entries per
 //! directory. The first stat of an entry
 //! asks for the attributes of its whole batch at once (one ListAttr per
-//! server holding some of them); they are kept ([`put_many`]) and answer the
+//! server holding some of them); they are cached ([`put_many`]) and answer the
 //! batch's other stats. Once a program has stat'ed a listed entry (`ls -l`
 //! does, `ls -R` does not), its listings bring attributes from then on, a
 //! batch at a time ([`wants_attrs`]). What a listing brings goes in under
@@ -34,7 +34,7 @@ use foldhash::HashMap;
 pub use run::Listing;
 use run::{Lookup, Run};
 
-/// Entries kept at most, the cluster's `cache_entries` once connected (past
+/// Entries cached at most, the cluster's `cache_entries` once connected (past
 /// it the cache starts again: a listing bigger than this keeps its tail).
 static MAX_ENTRIES: AtomicUsize = AtomicUsize::new(1 << 16);
 /// Entries of one directory whose attributes are fetched together: libshoal's

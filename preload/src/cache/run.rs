@@ -1,5 +1,5 @@
 //! The batch of entries, with their attributes, that a listing brought
-//! last, kept in the listing's order. The stats that follow a listing
+//! last, in the listing's order. The stats that follow a listing
 //! (`ls -l`, `du`, `find -ls`, a program walking what `readdir` gives) ask
 //! for its entries in that order, so each is answered by comparing its name
 //! with the next entry's: no path built, hashed or allocated per entry,
@@ -92,7 +92,7 @@ impl Run {
     /// with the last run's room, emptied. The caller has taken what was
     /// left of the last run.
     pub fn start(&mut self, local: &[u8], shoal: &[u8], at: u64, listing: &mut Listing) {
-        debug_assert!(self.is_empty(), "the last run's entries are kept first");
+        debug_assert!(self.is_empty(), "the last run's entries are taken first");
         for (mine, theirs) in [(&mut self.local, local), (&mut self.shoal, shoal)] {
             mine.clear();
             mine.extend_from_slice(theirs);

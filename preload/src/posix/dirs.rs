@@ -485,10 +485,11 @@ unsafe fn scan(
     select: Select,
     compare: Compare,
 ) -> c_int {
-    let mut kept: Vec<*mut libc::dirent64> = Vec::new();
-    let free_all = |kept: &[*mut libc::dirent64]| {
+    let mut selected: Vec<*mut libc::dirent64> = Vec::new();
+    let free_all = |selected: &[*mut libc::dirent64]| {
         // SAFETY: each was malloc'd below.
-        kept.iter()
+        selected
+            .iter()
             .for_each(|&e| unsafe { libc::free(e as *mut c_void) });
     };
     let size = std::mem::size_of::<libc::dirent64>();
@@ -506,34 +507,34 @@ unsafe fn scan(
         // SAFETY: a copy of the entry in memory of the program's malloc.
         let copy = unsafe { libc::malloc(size) } as *mut libc::dirent64;
         if copy.is_null() {
-            free_all(&kept);
+            free_all(&selected);
             return fail(libc::ENOMEM);
         }
         // SAFETY: both hold one dirent64.
         unsafe { std::ptr::copy_nonoverlapping(e, copy, 1) };
-        kept.push(copy);
+        selected.push(copy);
     }
     let e = state::errno();
     if e != 0 {
-        free_all(&kept);
+        free_all(&selected);
         return fail(e);
     }
-    let bytes = kept.len().max(1) * std::mem::size_of::<*mut libc::dirent64>();
+    let bytes = selected.len().max(1) * std::mem::size_of::<*mut libc::dirent64>();
     // SAFETY: the array the program frees.
     let array = unsafe { libc::malloc(bytes) } as *mut *mut libc::dirent64;
     if array.is_null() {
-        free_all(&kept);
+        free_all(&selected);
         return fail(libc::ENOMEM);
     }
-    // SAFETY: room for kept.len() pointers.
-    unsafe { std::ptr::copy_nonoverlapping(kept.as_ptr(), array, kept.len()) };
+    // SAFETY: room for selected.len() pointers.
+    unsafe { std::ptr::copy_nonoverlapping(selected.as_ptr(), array, selected.len()) };
     if let Some(cmp) = compare {
         // SAFETY: qsort calls the program's comparison with pointers to
         // two elements, as scandir's contract has it.
         unsafe {
             libc::qsort(
                 array as *mut c_void,
-                kept.len(),
+                selected.len(),
                 std::mem::size_of::<*mut libc::dirent64>(),
                 Some(std::mem::transmute::<
                     unsafe extern "C" fn(
@@ -547,7 +548,7 @@ unsafe fn scan(
     }
     // SAFETY: the caller's result pointer.
     unsafe { *list = array };
-    kept.len() as c_int
+    selected.len() as c_int
 }
 
 unsafe fn scandirat_any(

@@ -475,7 +475,7 @@ pub extern "C" fn sync_file_range(fd: c_int, off: off64_t, n: off64_t, flags: c_
     })
 }
 
-/// syncfs(2) of a Shoal descriptor: what this process keeps is sent
+/// syncfs(2) of a Shoal descriptor: what this process holds back is sent
 /// (`shoal_flush`), and every Shoal file it has open is fsynced (the
 /// file system is all of Shoal; files other processes or clients wrote
 /// are theirs to sync).
@@ -637,7 +637,7 @@ exported! {
 }
 
 /// mmap of a Shoal file: a private copy of its bytes (read with pread into
-/// anonymous memory). MAP_SHARED with PROT_WRITE cannot be kept in step with
+/// anonymous memory). MAP_SHARED with PROT_WRITE cannot stay in step with
 /// the file: ENODEV, as for a file system without mmap.
 unsafe fn mmap_any(
     addr: *mut c_void,

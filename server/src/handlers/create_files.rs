@@ -8,7 +8,7 @@
 //! one directory at once. The directory is read and checked once; each name
 //! is then made or refused on its own, so one name already taken does not
 //! fail the others; and all that are made are one change: one apply, one
-//! commit, one reply (kept whole in the reply cache, so a resend after a
+//! commit, one reply (stored whole in the reply cache, so a resend after a
 //! restart gets the same answer for every name).
 //!
 //! Only files that take nothing from the precreate pools are made here

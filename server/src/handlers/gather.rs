@@ -255,7 +255,7 @@ async fn sync_datafile(s: &Service, d: Handle) -> Result<()> {
 }
 
 /// Runs `call` (a write or sync: the same again changes nothing), and once
-/// more if the peer was unreachable: a connection kept from before the
+/// more if the peer was unreachable: a connection left from before the
 /// peer restarted fails once, and the next call connects afresh (its new
 /// verifier then tells what the restart lost).
 async fn again_if_unreachable<T, F: std::future::Future<Output = Result<T>>>(

@@ -19,7 +19,7 @@ pub const MAX_LINKS: u32 = 65_000;
 pub(super) struct Dropped {
     /// The object as stored, unless it went: it had no link left and
     /// nobody asked to keep it.
-    pub kept: Option<ObjectRecord>,
+    pub left: Option<ObjectRecord>,
     /// If removed: the file's datafiles still to remove on other servers.
     pub dist: Option<Distribution>,
     /// Deleted datafiles whose local files go once the transaction applied.
@@ -74,8 +74,8 @@ fn link_change(
     let dropped = drop_link(s, txn, rec, q.keep_unlinked)?;
     Ok((
         LinkReply {
-            removed: dropped.kept.is_none(),
-            object: dropped.kept,
+            removed: dropped.left.is_none(),
+            object: dropped.left,
             dist: dropped.dist,
         },
         dropped.gone,
@@ -129,14 +129,14 @@ pub(super) fn drop_link(
         touch_ctime(&mut rec);
         txn.put_object(&rec);
         return Ok(Dropped {
-            kept: Some(rec),
+            left: Some(rec),
             dist: None,
             gone: Vec::new(),
         });
     }
     let (dist, gone) = s.meta.remove_object(txn, rec)?;
     Ok(Dropped {
-        kept: None,
+        left: None,
         dist,
         gone,
     })

@@ -202,8 +202,8 @@ impl Service {
         }
     }
 
-    /// Recalls a delegation a request met (the holder sends what it kept,
-    /// then answers) and ends it.
+    /// Recalls a delegation a request met (the holder sends its unsent
+    /// changes, then answers) and ends it.
     pub fn recall_delegation(&self, (dir, holder): delegations::Met) {
         self.leases.recall_delegation(dir, holder);
         self.meta.delegations.end(dir, holder);

@@ -367,8 +367,8 @@ pub(super) fn remove_entry(
         if let Some(rec) = s.meta.try_get(handle)? {
             let dropped = links::drop_link(s, txn, rec, q.keep_unlinked)?;
             reply.dropped = true;
-            reply.links = dropped.kept.as_ref().map_or(0, |k| k.links);
-            reply.removed = dropped.kept.is_none();
+            reply.links = dropped.left.as_ref().map_or(0, |k| k.links);
+            reply.removed = dropped.left.is_none();
             reply.dist = dropped.dist;
             gone = dropped.gone;
         }
@@ -493,17 +493,17 @@ pub fn remove(s: &Service, _r: &Request, q: RemoveRequest) -> Result<Reply<Remov
             q.unlinked_only && rec.links > 0
         };
         let (reply, gone) = if keep {
-            let kept = RemoveReply {
-                kept: true,
+            let stays = RemoveReply {
+                stays: true,
                 ..Default::default()
             };
-            (kept, Vec::new())
+            (stays, Vec::new())
         } else {
             if is_dir && !s.meta.is_empty_dir(q.handle)? {
                 return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty"));
             }
             let (dist, gone) = s.meta.remove_object(txn, rec)?;
-            (RemoveReply { dist, kept: false }, gone)
+            (RemoveReply { dist, stays: false }, gone)
         };
         txn.record_reply(&reply);
         Ok((reply, gone))

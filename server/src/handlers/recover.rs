@@ -73,7 +73,7 @@ impl Service {
         self.commit.sync_now(&self.meta, &self.stats).map(drop)
     }
 
-    /// Runs `client`'s kept request `item` again, with the handles its first
+    /// Runs `client`'s kept change `item` again, with the handles its first
     /// copy took; returns its errno (0: done).
     pub fn replay(&self, client: u64, item: &Replayed) -> Outcome {
         let Some(op) = u16::try_from(item.op).ok().and_then(Op::from_code) else {

@@ -1,11 +1,11 @@
 //! Many unlinks in one directory in one transaction (`RemoveFiles`, beyond
 //! the papers): what a directory delegation's holder sends of the unlinks
-//! it answered itself (client/src/delegated_creates.rs), as `CreateFiles`
+//! it answered itself (client/src/consistency/delegations.rs), as `CreateFiles`
 //! is for its creates. Each name is removed as an `RmDirEnt` with
 //! `must_not_be_dir` and `drop_local_link` removes it (and, if given, the
 //! handle it must name as `expect_handle`), and refused alone;
 //! all that are removed are one change: one apply, one commit, one reply
-//! (kept whole in the reply cache, so a resend after a restart gets the
+//! (stored whole in the reply cache, so a resend after a restart gets the
 //! same answer for every name).
 
 use std::collections::HashSet;

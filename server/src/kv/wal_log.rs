@@ -128,8 +128,8 @@ impl LogFile {
         self.file
             .write_all_at(buf, start)
             .map_err(|e| io_err("write", &self.path, e))?;
-        let kept = len % BLOCK;
-        self.last_block = buf[len - kept..len].to_vec();
+        let tail = len % BLOCK;
+        self.last_block = buf[len - tail..len].to_vec();
         self.last_end = at + bytes.len() as u64;
         Ok(())
     }

@@ -124,7 +124,7 @@ impl Target for Posix {
     }
 }
 
-/// Closes `f`, returning close(2)'s error (where an error sending kept
+/// Closes `f`, returning close(2)'s error (where an error sending buffered
 /// writes is reported), which dropping a `File` ignores.
 fn close(f: File) -> Result<(), i32> {
     use std::os::fd::IntoRawFd;

@@ -59,14 +59,14 @@ pub struct TtlCache<K, V> {
     map: Mutex<Bounded<K, (V, Instant)>>,
 }
 
-/// `now + ttl`, or a century from now for a cache kept "forever".
+/// `now + ttl`, or a century from now for a cache whose entries last "forever".
 pub(crate) fn expiry(now: Instant, ttl: Duration) -> Instant {
     now.checked_add(ttl)
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
 }
 
 impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
-    /// A cache of at most `max` entries, each kept `ttl`.
+    /// A cache of at most `max` entries, each cached `ttl`.
     pub fn bounded(ttl: Duration, max: usize) -> Self {
         TtlCache {
             ttl,
@@ -122,7 +122,7 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
         self.put_many_leased([(key, value, lease)]);
     }
 
-    /// Several entries, each kept for the TTL or until its lease ends,
+    /// Several entries, each cached for the TTL or until its lease ends,
     /// whichever is later, under one lock.
     pub(crate) fn put_many_leased(
         &self,

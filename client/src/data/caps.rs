@@ -5,7 +5,7 @@
 //!
 //! They come at no extra message with the replies that bring a file's
 //! record anyway (getattr, lookup with attributes, create, set_dist,
-//! unstuff) and are kept per (file, caller) for three quarters of their
+//! unstuff) and are cached per (file, caller) for three quarters of their
 //! lifetime; a data request without a usable one first asks the file's
 //! server (a getattr, which also refreshes the file's layout). A refused
 //! request (the capability expired, or the file was unstuffed since and
@@ -21,13 +21,9 @@ use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::msg::Capability;
 use shoal_proto::Handle;
 
-use crate::cache::TtlCache;
-use crate::{Client, Cred};
+use crate::client::Client;
 
-/// Capabilities this client holds, per (file, caller).
-pub(crate) type Caps = TtlCache<(Handle, Cred), Capability>;
-
-/// How long a capability is kept: three quarters of its lifetime, so that
+/// How long a capability is cached: three quarters of its lifetime, so that
 /// it is replaced before a server would refuse it.
 pub(crate) fn keep_for(capability_ttl_s: u32) -> Duration {
     Duration::from_secs(capability_ttl_s as u64) * 3 / 4
@@ -71,7 +67,7 @@ impl Client {
     }
 
     /// A capability of the caller for file `h` that grants `need` (a right,
-    /// or `capability::ANY`): the one kept, else a fresh one from the file's
+    /// or `capability::ANY`): the one cached, else a fresh one from the file's
     /// server. EACCES if the caller does not have the right.
     pub(crate) async fn capability(&self, h: Handle, need: u32) -> Result<Option<Capability>> {
         if !self.needs_cap(h) {

@@ -1,30 +1,30 @@
 //! Which path a write takes [Hildebrand 2006]: under the write threshold the
-//! gathering path (the write-back buffer of `write_back`, sent later as a few
-//! large writes), else the direct path (straight to the servers holding the
-//! strips, `io`).
+//! gathering path (buffered writes, waiting in the gathering buffer of
+//! `gathering_buffer`, sent later as a few large writes), else the direct
+//! path (straight to the servers holding the strips, `io`).
 //!
 //! What keeps the gathering path invisible to this client's callers:
-//! - a read from an offset before the end of the kept bytes first sends
+//! - a read from an offset before the end of the buffered bytes first sends
 //!   them and waits (reads see this client's own writes, and never end the
 //!   file short of them);
-//! - a direct write first sends what it keeps if any of it lies in the
-//!   write's range (or a send is under way), a truncate or any setattr of
-//!   the file always (a later flush must never overwrite newer bytes, or a
+//! - a direct write first sends the file's buffered writes if any of them
+//!   lies in the write's range (or a send is under way), a truncate or any
+//!   setattr of the file always (a later flush must never overwrite newer bytes, or a
 //!   data write move an mtime set explicitly after it);
-//! - attributes count kept bytes in the size (`attrs`), so `O_APPEND`
+//! - attributes count buffered bytes in the size (`attrs`), so `O_APPEND`
 //!   through the kernel and `ls -l` see the file as written;
 //! - a full buffer is sent in the background while the writer fills it
 //!   again; if it fills before that send is done the writer waits for it
-//!   (one send in the background per file), and when the client keeps
+//!   (one send in the background per file), and when the client buffers
 //!   `MAX_TOTAL` bytes in all every file's is sent and the writer waits:
 //!   memory stays bounded;
 //! - sends of one file go one at a time under its gate, and a file's
 //!   buffer (with its gate) stays while anyone waits on that gate, so a
 //!   later send never overtakes an earlier one;
-//! - fsync and close ([`Client::flush`]) send what is kept and report a
+//! - fsync and close ([`Client::flush`]) send the buffered writes and report a
 //!   send that failed since the last of them: an error of the gathering path
 //!   reaches the application there, as NFS reports its unstable writes'
-//!   errors (the write itself was acknowledged when it was kept).
+//!   errors (the write itself was acknowledged when it was buffered).
 //!
 //! Other clients see the bytes once they are sent: at the latest
 //! `gather_delay_ms` after they were written if the front end has a thread
@@ -46,13 +46,9 @@ use shoal_proto::handle::server_of;
 use shoal_proto::ops;
 use shoal_proto::Handle;
 
-use crate::auto_threshold::AutoThreshold;
-use crate::cache::TtlCache;
-use crate::write_back::{Gate, Put, WriteBack};
-use crate::Client;
-
-/// Files with a threshold of their own set through this client.
-const MAX_FILE_THRESHOLDS: usize = 1 << 16;
+use crate::client::Client;
+use crate::data::gathering_buffer::{Gate, Put};
+use crate::data::write_behind::{Ticket, MIN_BEHIND};
 
 /// The extended attribute that shows and sets a file's write threshold in
 /// this client (`setfattr -n user.shoal.write_threshold -v 4096 FILE` on a
@@ -69,7 +65,7 @@ pub struct WritePaths {
     pub direct_bytes: u64,
     pub gathered_writes: u64,
     pub gathered_bytes: u64,
-    /// Writes the gathering path sent to the servers (one per kept extent,
+    /// Writes the gathering path sent to the servers (one per buffered extent,
     /// before splitting at strips).
     pub gathered_sends: u64,
 }
@@ -90,7 +86,7 @@ impl std::fmt::Display for WritePaths {
     }
 }
 
-/// How far [`Client::settle`] takes a file's kept writes.
+/// How far [`Client::settle`] takes a file's buffered writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Settle {
     /// Sent (to the strips' servers or the gathering server).
@@ -99,49 +95,13 @@ pub(crate) enum Settle {
     /// strips' servers see them, and a later write-out cannot land over
     /// newer bytes.
     Push,
-    /// Sent and durable (fsync, close): the copy kept for resending goes.
+    /// Sent and durable (fsync, close): the resend copy goes.
     Commit,
-}
-
-/// The client's side of the gathering path: the buffer, per-file
-/// thresholds, and counts.
-pub(crate) struct Gathering {
-    pub(crate) buffer: WriteBack,
-    thresholds: TtlCache<Handle, u32>,
-    /// The threshold `auto` follows.
-    auto: AutoThreshold,
-    direct_writes: AtomicU64,
-    direct_bytes: AtomicU64,
-    gathered_writes: AtomicU64,
-    gathered_bytes: AtomicU64,
-    gathered_sends: AtomicU64,
-}
-
-impl Gathering {
-    /// Counts `n` messages the gathering path sent.
-    pub(crate) fn count_sends(&self, n: u64) {
-        self.gathered_sends.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
-impl Default for Gathering {
-    fn default() -> Self {
-        Gathering {
-            buffer: WriteBack::default(),
-            thresholds: TtlCache::bounded(crate::cache::FOREVER, MAX_FILE_THRESHOLDS),
-            auto: AutoThreshold::default(),
-            direct_writes: AtomicU64::new(0),
-            direct_bytes: AtomicU64::new(0),
-            gathered_writes: AtomicU64::new(0),
-            gathered_bytes: AtomicU64::new(0),
-            gathered_sends: AtomicU64::new(0),
-        }
-    }
 }
 
 impl Client {
     /// Writes `data` at `offset` of file `h`; returns the bytes written.
-    /// Under the write threshold the write is kept and sent later (see the
+    /// Under the write threshold the write is buffered and sent later (see the
     /// module's comment); errors of that send come at fsync or close.
     pub async fn write(&self, h: Handle, offset: u64, data: Bytes) -> Result<usize> {
         if data.is_empty() {
@@ -168,21 +128,21 @@ impl Client {
         }
         let auto = threshold == WriteThreshold::AUTO;
         if data.len() < self.bytes_of(threshold)
-            && !(auto && self.joins_nothing_kept(h, offset, data.len()))
-            && self.may_keep(h).await?
+            && !(auto && self.joins_nothing_buffered(h, offset, data.len()))
+            && self.may_buffer(h).await?
         {
-            // Kept bytes go after any older write of their range in flight.
+            // Buffered bytes go after any older write of their range in flight.
             self.inner.write_behind.settle_range(h, offset, end).await;
             let per_file = self.config().settings.gather_buffer as usize;
             match g.buffer.put(h, self.cred, offset, &data, per_file) {
-                Put::Kept => {}
-                Put::KeptFull if g.buffer.claim_background_send(h) => {
+                Put::Buffered => {}
+                Put::BufferedFull if g.buffer.claim_background_send(h) => {
                     // Sent while the writer goes on filling the buffer again.
-                    self.send_kept_in_background(h);
+                    self.send_buffered_in_background(h);
                 }
-                Put::KeptFull => self.send_kept(h).await,
-                Put::KeptOverTotal => {
-                    // The client keeps too much: every file's goes now, and
+                Put::BufferedFull => self.send_buffered(h).await,
+                Put::BufferedOverTotal => {
+                    // The client buffers too much: every file's goes now, and
                     // is made durable (its copies go too); the writer waits.
                     let files = g.buffer.files();
                     let commits = files.into_iter().map(|f| self.settle(f, Settle::Commit));
@@ -197,10 +157,10 @@ impl Client {
             // the round trips of the files it wrote a while ago.
             self.send_due_in_background();
         } else {
-            // Kept bytes of this range go first: their send must never
-            // land over these newer ones. Others stay kept.
+            // Buffered bytes of this range go first: their send must never
+            // land over these newer ones. Others stay buffered.
             if g.buffer.unsent_in(h, offset, end) {
-                self.send_kept(h).await;
+                self.send_buffered(h).await;
             }
             self.before_direct_write(h, offset, &data).await?;
             // What the writer waits for (`write_behind`) is what the direct
@@ -221,16 +181,16 @@ impl Client {
         Ok(written)
     }
 
-    /// Whether a small write to `h` may be kept: it is a regular file (its
+    /// Whether a small write to `h` may be buffered: it is a regular file (its
     /// layout, cached for files, says so), the caller's right to write it is
     /// known now (a write refused at its send would be refused to nobody),
     /// so files whose server alone can check the caller (see
     /// `checked_only_by_its_server`) take the direct path.
-    async fn may_keep(&self, h: Handle) -> Result<bool> {
+    async fn may_buffer(&self, h: Handle) -> Result<bool> {
         // A layout seen at any time says so; the current one is the send's
         // to find (it unstuffs a file grown past its first strip). Asking
         // here for a stale stuffed one would fail a write that is only
-        // kept, while the file's server is down.
+        // buffered, while the file's server is down.
         if self.inner.dists.seen(&h).is_none() {
             self.distribution(h).await?;
         }
@@ -243,20 +203,20 @@ impl Client {
 
     /// With `auto`: whether a write of `len` bytes at `offset` of `h` would
     /// go behind the writer if sent direct and does not continue the bytes
-    /// this client keeps or put behind of the file (a random write).
-    /// Kept, it would join nothing: its send would cost the same messages
-    /// later, and a copy. Measured (`shoal bench writesize`, random 32 KiB
-    /// writes): direct behind the writer 1.2x the gathering path.
-    fn joins_nothing_kept(&self, h: Handle, offset: u64, len: usize) -> bool {
+    /// this client buffered or put behind of the file (a random write).
+    /// Buffered, it would join nothing: its send would cost the same
+    /// messages later, and a copy. Measured (`shoal bench writesize`, random
+    /// 32 KiB writes): direct behind the writer 1.2x the gathering path.
+    fn joins_nothing_buffered(&self, h: Handle, offset: u64, len: usize) -> bool {
         self.config().settings.write_behind > 0
-            && len >= crate::write_behind::MIN_BEHIND
-            && self.kept_end(h) != Some(offset)
+            && len >= MIN_BEHIND
+            && self.buffered_end(h) != Some(offset)
     }
 
     /// The write threshold for file `h`: its own if one was set through this
     /// client, else its layout's (its directory's hint when it was made),
     /// else the cluster's (or the mount's); `auto` is what this client's
-    /// writes show now (`auto_threshold`).
+    /// writes show now (`threshold`).
     pub fn write_threshold(&self, h: Handle) -> usize {
         self.bytes_of(self.threshold_of(h))
     }
@@ -270,11 +230,12 @@ impl Client {
                 // A large write that goes behind the writer
                 // (`write_behind`) does not wait for its round trip, the
                 // fixed cost the gathering path saves.
-                let worth_keeping = match s.write_behind {
+                let worth_buffering = match s.write_behind {
                     0 => s.gather_buffer as usize,
-                    _ => (s.gather_buffer as usize).min(crate::write_behind::AUTO_KEEPS_UNDER),
+                    _ => (s.gather_buffer as usize)
+                        .min(crate::data::write_behind::AUTO_BUFFERS_UNDER),
                 };
-                self.inner.gathering.auto.threshold(worth_keeping)
+                self.inner.gathering.auto.threshold(worth_buffering)
             }
         }
     }
@@ -310,7 +271,8 @@ impl Client {
     }
 
     /// Gives file `h` a write threshold of its own in this client (None:
-    /// the cluster's again); what it keeps under the old one is sent first.
+    /// the cluster's again); its writes buffered under the old one are sent
+    /// first.
     pub async fn set_write_threshold(&self, h: Handle, bytes: Option<u32>) -> Result<()> {
         let max = self.config().settings.gather_buffer;
         if bytes.is_some_and(|b| b > max) {
@@ -319,7 +281,7 @@ impl Client {
                 bytes.unwrap_or(0)
             )));
         }
-        self.send_kept(h).await;
+        self.send_buffered(h).await;
         let g = &self.inner.gathering;
         match bytes {
             Some(b) => g.thresholds.put(h, b),
@@ -328,9 +290,9 @@ impl Client {
         Ok(())
     }
 
-    /// Sends what this client keeps of file `h` and reports a send of its
-    /// kept writes that failed since the last fsync or close: what close(2)
-    /// needs before it returns.
+    /// Sends file `h`'s buffered writes and reports a send of them that
+    /// failed since the last fsync or close: what close(2) needs before it
+    /// returns.
     pub async fn flush(&self, h: Handle) -> Result<()> {
         self.settle(h, Settle::Commit).await?;
         let behind = self.inner.write_behind.flush(h).await;
@@ -341,16 +303,16 @@ impl Client {
         }
     }
 
-    /// Sends what was kept longer than `gather_delay_ms`, of every file: for
+    /// Sends what was buffered longer than `gather_delay_ms`, of every file: for
     /// front ends to call every few milliseconds (the mount) or now and then
     /// (libshoal, on its calls). Errors wait for the files' fsync or close.
     pub async fn flush_due(&self) {
         let delay = Duration::from_millis(self.config().settings.gather_delay_ms as u64);
         let due = self.inner.gathering.buffer.due(delay);
-        futures::future::join_all(due.into_iter().map(|h| self.send_kept(h))).await;
+        futures::future::join_all(due.into_iter().map(|h| self.send_buffered(h))).await;
     }
 
-    /// Starts sending, in the background, what was kept longer than
+    /// Starts sending, in the background, what was buffered longer than
     /// `gather_delay_ms`, of every file whose send is not under way yet:
     /// [`Client::flush_due`] for a caller that must not wait.
     fn send_due_in_background(&self) {
@@ -358,17 +320,17 @@ impl Client {
         let buffer = &self.inner.gathering.buffer;
         for h in buffer.due(delay) {
             if buffer.claim_background_send(h) {
-                self.send_kept_in_background(h);
+                self.send_buffered_in_background(h);
             }
         }
     }
 
-    /// Sends everything kept, of every file, and reports the first failure
+    /// Sends every buffered write, of every file, and reports the first failure
     /// (of this send or an earlier one not reported yet): for a front end
     /// going away (unmount, process exit).
     pub async fn flush_all(&self) -> Result<()> {
         // Files being sent or with an error to report too, not only those
-        // with bytes kept: flush waits for the one and reports the other.
+        // with bytes buffered: flush waits for the one and reports the other.
         let mut files = self.inner.gathering.buffer.files();
         files.extend(self.inner.write_behind.files());
         files.sort_unstable();
@@ -409,7 +371,7 @@ impl Client {
         Some(self.write_threshold(h).to_string().into_bytes())
     }
 
-    /// Whether this client keeps writes not sent yet or not answered yet
+    /// Whether this client holds writes not sent yet or not answered yet
     /// (or a send's error not reported yet).
     pub fn keeps_writes(&self) -> bool {
         self.inner.gathering.buffer.any() || self.inner.write_behind.any()
@@ -428,8 +390,8 @@ impl Client {
         }
     }
 
-    /// Before a read from `offset` of `h`: sends what is kept of the file if
-    /// some of it lies at or past `offset` (or is being sent), has its
+    /// Before a read from `offset` of `h`: sends the file's buffered writes
+    /// if some of them lie at or past `offset` (or is being sent), has its
     /// gathering server write out what it holds of this client's, and waits.
     pub(crate) async fn settle_for_read(&self, h: Handle, offset: u64) -> Result<()> {
         // What waited long enough goes too, every file's at once: after a
@@ -443,26 +405,26 @@ impl Client {
         Ok(())
     }
 
-    /// Sends what is kept of file `h` (see [`Client::settle`]).
-    pub(crate) async fn send_kept(&self, h: Handle) {
-        // A send's failure is kept for fsync and close: nothing to return.
+    /// Sends file `h`'s buffered writes (see [`Client::settle`]).
+    pub(crate) async fn send_buffered(&self, h: Handle) {
+        // A send's failure is held for fsync and close: nothing to return.
         let _ = self.settle(h, Settle::Send).await;
     }
 
-    /// Sends what is kept of file `h` in a task of the caller's runtime. On
+    /// Sends file `h`'s buffered writes in a task of the caller's runtime. On
     /// a runtime its callers drive (libshoal's preload flavor) the task
     /// runs while a later call waits, or the recall listener drives it; a
     /// failure waits for the file's fsync or close, whose flush waits for
     /// the send (it takes the file's gate).
-    fn send_kept_in_background(&self, h: Handle) {
+    fn send_buffered_in_background(&self, h: Handle) {
         let c = self.clone();
-        tokio::spawn(async move { c.send_kept(h).await });
+        tokio::spawn(async move { c.send_buffered(h).await });
     }
 
-    /// Sends what is kept of file `h` as the caller who wrote it, after
+    /// Sends file `h`'s buffered writes as the caller who wrote them, after
     /// any send of the file already under way, and then takes `step` with
     /// what its gathering server holds of this client's. A failure to send
-    /// or commit is kept for [`Client::flush`] (fsync, close) to report; a
+    /// or commit is held for [`Client::flush`] (fsync, close) to report; a
     /// push that failed is returned (the caller was about to read, write,
     /// truncate or change the file over bytes that may yet land).
     pub(crate) async fn settle(&self, h: Handle, step: Settle) -> Result<()> {
@@ -489,15 +451,15 @@ impl Client {
         };
         drop(gate);
         buffer.tidy(h);
-        // The kept bytes now count at the servers, no longer here.
+        // The buffered bytes now count at the servers, no longer here.
         self.inner.changed_here(h);
         pushed.map_err(|e| as_reported(h, e))
     }
 
     /// Before `data` goes direct at `offset` of `h`: bytes of that range
     /// its gathering server holds of this client's are written out first
-    /// (else they could land over it later), and the copy kept for resending
-    /// takes the new bytes (else a resend would). Under the file's gate, so
+    /// (else they could land over it later), and the resend copy takes the
+    /// new bytes (else a resend would). Under the file's gate, so
     /// that no resend or push slips in between.
     async fn before_direct_write(&self, h: Handle, offset: u64, data: &[u8]) -> Result<()> {
         let buffer = &self.inner.gathering.buffer;
@@ -535,10 +497,15 @@ impl Client {
         Ok(())
     }
 
-    /// Sends `taken`, the kept extents of `h`, under its `gate`: several
+    /// Sends `taken`, the buffered extents of `h`, under its `gate`: several
     /// small ones go to the file's gathering server in one message, others
     /// direct.
-    async fn send_taken(&self, h: Handle, gate: &Gate, taken: crate::write_back::Taken) {
+    async fn send_taken(
+        &self,
+        h: Handle,
+        gate: &Gate,
+        taken: crate::data::gathering_buffer::Taken,
+    ) {
         let buffer = &self.inner.gathering.buffer;
         let writer = self.with_cred(taken.cred);
         let sends = taken.extents.len();
@@ -557,12 +524,12 @@ impl Client {
             self.inner.gathering.auto.gathered(bytes, t0.elapsed());
         }
         if let Err(e) = &done {
-            tracing::warn!("sending kept writes of {h:#x} failed: {e}");
+            tracing::warn!("sending buffered writes of {h:#x} failed: {e}");
         }
         buffer.sent(h, gate, done.err().map(|e| as_reported(h, e)));
     }
 
-    /// Sends kept `extents` of `h` straight to the strips' servers as
+    /// Sends buffered `extents` of `h` straight to the strips' servers as
     /// `writer`, each one write, all in parallel, after what the gathering
     /// server holds of their ranges (under `gate`).
     async fn send_direct(
@@ -588,8 +555,9 @@ impl Client {
         self.inner.write_behind.closed(h);
     }
 
-    /// The file `h` is gone: what is kept of it goes too.
-    pub(crate) fn discard_kept(&self, h: Handle) {
+    /// The file `h` is gone: its buffered writes and writes put behind go
+    /// too.
+    pub(crate) fn discard_buffered(&self, h: Handle) {
         self.inner.gathering.buffer.discard(h);
         self.inner.write_behind.discard(h);
         self.inner.gathering.thresholds.remove(&h);
@@ -597,18 +565,79 @@ impl Client {
 
     /// `h` was truncated to `size`: what this client sent before no longer
     /// makes it longer, and its copy at the gathering server ends there.
-    pub(crate) fn kept_truncated(&self, h: Handle, size: u64) {
+    pub(crate) fn buffered_truncated(&self, h: Handle, size: u64) {
         self.inner.gathering.buffer.truncated(h, size);
         self.inner.write_behind.truncated(h, size);
     }
 
-    /// How long `h` is at least for this client's readers, counting the
-    /// bytes it keeps or is sending, and its writes put behind since the
-    /// file's last flush.
-    pub(crate) fn kept_end(&self, h: Handle) -> Option<u64> {
-        let kept = self.inner.gathering.buffer.end_of(h);
+    /// How long `h` is at least for this client's readers, counting its
+    /// buffered bytes or those being sent, and its writes put behind since
+    /// the file's last flush.
+    pub(crate) fn buffered_end(&self, h: Handle) -> Option<u64> {
+        let buffered = self.inner.gathering.buffer.end_of(h);
         let behind = self.inner.write_behind.end_of(h);
-        kept.max(behind)
+        buffered.max(behind)
+    }
+}
+
+/// A write in flight that is finished however its task ends: if the task
+/// is dropped before its reply (its runtime shut down), the write counts
+/// as failed rather than holding its room, and its file's waiters, forever.
+struct InFlight {
+    client: Client,
+    ticket: Option<Ticket>,
+}
+
+impl InFlight {
+    fn finish(mut self, result: Result<()>) {
+        let ticket = self.ticket.take().expect("finished once");
+        self.client.inner.write_behind.finish(ticket, result);
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            let h = ticket.h;
+            let lost = ShoalError::io(format!(
+                "file {h:#x}: a write was dropped before its reply (the client stopped)"
+            ));
+            self.client.inner.write_behind.finish(ticket, Err(lost));
+        }
+    }
+}
+
+impl Client {
+    /// Sends a write of `data` at `offset` of `h` on the direct path: a
+    /// large one behind the caller, if the file has room in flight
+    /// (`write_behind`), else waited for.
+    pub(crate) async fn write_direct_or_behind(
+        &self,
+        h: Handle,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<()> {
+        let window = self.config().settings.write_behind as usize;
+        if window == 0 || data.len() < MIN_BEHIND {
+            return self.write_direct(h, offset, &data).await;
+        }
+        let end = offset + data.len() as u64;
+        let behind = &self.inner.write_behind;
+        let Some(ticket) = behind.begin(h, offset, end, window).await else {
+            return self.write_direct(h, offset, &data).await;
+        };
+        let in_flight = InFlight {
+            client: self.clone(),
+            ticket: Some(ticket),
+        };
+        tokio::spawn(async move {
+            let done = in_flight.client.write_direct(h, offset, &data).await;
+            if let Err(e) = &done {
+                tracing::warn!("a write of {h:#x} at {offset} failed: {e}");
+            }
+            in_flight.finish(done.map_err(|e| as_reported(h, e)));
+        });
+        Ok(())
     }
 }
 
@@ -617,13 +646,13 @@ impl Client {
 /// server gone, a connection lost) is EIO, as a local disk's writeback
 /// error is: the data is lost.
 pub(crate) fn as_reported(h: Handle, e: ShoalError) -> ShoalError {
-    let kept = [Errno::ENOSPC, Errno::EACCES, Errno::EPERM, Errno::EFBIG];
-    if kept.contains(&e.errno) || e.errno == Errno::EIO {
+    let as_is = [Errno::ENOSPC, Errno::EACCES, Errno::EPERM, Errno::EFBIG];
+    if as_is.contains(&e.errno) || e.errno == Errno::EIO {
         return e;
     }
     ShoalError::new(
         Errno::EIO,
-        format!("writes to file {h:#x} kept for sending were lost: {e}"),
+        format!("writes to file {h:#x} acknowledged before they landed were lost: {e}"),
     )
 }
 

@@ -1,7 +1,7 @@
 //! Files a process (or the kernel, for a mount) holds open. POSIX keeps an
 //! unlinked (or renamed-over) file readable until its last close, so such a
-//! file loses only its name at once ([`crate::Unlinked::Kept`]); it is
-//! reclaimed ([`crate::Client::reclaim`]) when its last descriptor closes.
+//! file loses only its name at once ([`crate::types::Unlinked::StillOpen`]); it is
+//! reclaimed ([`crate::client::Client::reclaim`]) when its last descriptor closes.
 //! If the process dies first it is an orphan, which `shoal fsck` reclaims.
 //! The mount and libshoal keep one each, under locks of their own.
 

@@ -22,7 +22,7 @@ use tokio::sync::{oneshot, Notify, Semaphore};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-use crate::landing::{Landing, Lent};
+use crate::transport::landing::{Landing, Lent};
 
 type Pending = Arc<Mutex<HashMap<u64, Waiter>>>;
 
@@ -108,7 +108,7 @@ pub enum Recalled {
     /// objects' attributes (see `leases`): the front end drops the
     /// attributes it passed on, not the names. Never sent by a server.
     Attributes(Vec<shoal_proto::Handle>),
-    /// Directory delegations (`delegated_creates`): the client's own
+    /// Directory delegations (`delegations`): the client's own
     /// business, never handed to a front end's hook.
     Delegations(Vec<shoal_proto::Handle>),
 }
@@ -201,7 +201,7 @@ impl Connection {
 
     /// Sends one request, `id` (unique among the requests in flight on this
     /// connection) from `client`, and waits for its reply; a failed reply
-    /// becomes the error it carries. A reply's lease is kept only if no
+    /// becomes the error it carries. A reply's lease counts only if no
     /// recall arrived while the request was out. With `lent`, the reply's
     /// payload lands in the caller's memory if it fits (see `landing`; the
     /// landing is back in `lent` when this returns).
@@ -384,7 +384,7 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::landing::Memory;
+    use crate::transport::landing::Memory;
     use shoal_proto::frame::write_frame;
 
     /// A read reply's bytes on the wire, with `status` and `payload`.
@@ -429,7 +429,7 @@ mod tests {
         let frame = a.reply.as_ref().unwrap();
         assert!(
             frame.payload.is_empty(),
-            "a landed payload is not also kept"
+            "a landed payload is not also in the frame"
         );
         assert_eq!(&frame.body[..], b"body");
         assert_eq!(landed_bytes(a), b"hello...");

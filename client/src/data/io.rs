@@ -26,10 +26,10 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ops, ObjectKind};
 
-use crate::landing::{Landing, Lent, ReadData};
-use crate::uncommitted_writes::{Change, Changes, Verdict};
-use crate::write_path::Settle;
-use crate::Client;
+use crate::client::Client;
+use crate::data::uncommitted_writes::{Change, Changes, Verdict};
+use crate::data::write::Settle;
+use crate::transport::landing::{Landing, Lent, ReadData};
 
 /// One transfer to one datafile.
 struct Chunk {
@@ -140,7 +140,7 @@ impl Client {
 
     /// Sends a write of `data` at `offset` (ending at `end`) of file `h`
     /// straight to the servers holding its strips, all in parallel: the
-    /// direct path (`write_path` decides which path a write takes).
+    /// direct path (`data::write` decides which path a write takes).
     pub(crate) async fn write_direct(&self, h: Handle, offset: u64, data: &Bytes) -> Result<()> {
         let end = offset + data.len() as u64;
         self.with_capability(h, WRITE, |cap| self.write_with(h, offset, data, end, cap))
@@ -171,11 +171,11 @@ impl Client {
                     offset: c.local_offset,
                     data: payload.clone(),
                 };
-                let kept = self.inner.uncommitted_writes.keep(h, c.datafile, change);
+                let copied = self.inner.uncommitted_writes.keep(h, c.datafile, change);
                 match self.send_write(c, payload, cap).await {
                     Ok(verifier) => self.changed(h, c.datafile, verifier, cap).await,
                     Err(e) => {
-                        self.inner.uncommitted_writes.unkeep(h, kept);
+                        self.inner.uncommitted_writes.unkeep(h, copied);
                         Err(e)
                     }
                 }
@@ -391,7 +391,7 @@ impl Client {
         self.settle(h, Settle::Push).await?;
         self.with_capability(h, WRITE, |cap| self.truncate_with(h, size, cap))
             .await?;
-        self.kept_truncated(h, size);
+        self.buffered_truncated(h, size);
         self.inner.changed_here(h);
         let now = shoal_proto::time::now_ns();
         self.inner.attrs.update(&h, |a| {
@@ -422,11 +422,11 @@ impl Client {
         futures::future::try_join_all(dist.datafiles.iter().enumerate().map(|(i, d)| async move {
             let local = dist::local_size(dist.strip_size.max(1), n, i, size);
             let change = Change::Truncate { size: local };
-            let kept = self.inner.uncommitted_writes.keep(h, *d, change);
+            let copied = self.inner.uncommitted_writes.keep(h, *d, change);
             match self.send_truncate(*d, local, cap).await {
                 Ok(verifier) => self.changed(h, *d, verifier, cap).await,
                 Err(e) => {
-                    self.inner.uncommitted_writes.unkeep(h, kept);
+                    self.inner.uncommitted_writes.unkeep(h, copied);
                     Err(e)
                 }
             }
@@ -445,9 +445,9 @@ impl Client {
     /// this client that its servers answered and have not flushed yet (the
     /// file's creation, its name, its attributes among them).
     pub async fn fsync(&self, h: Handle) -> Result<()> {
-        // The creates this client answered itself go first (the file's own
-        // among them), so that its flush reports theirs.
-        self.settle_kept_creates().await;
+        // The unsent changes of this client's delegations go first (the
+        // file's own create among them), so that its flush reports theirs.
+        self.settle_unsent_changes().await;
         self.flush(h).await?;
         self.pool().commit_kept(self.cred).await?;
         self.commit_direct_changes(h).await
@@ -501,10 +501,10 @@ impl Client {
     }
 
     /// If `server`'s `verifier` says it restarted since it last answered,
-    /// sends it every file's kept changes it may have lost (a program that
-    /// never fsyncs loses nothing to the restart either), several files at
-    /// once; a file that changed meanwhile goes again. A failure is left
-    /// for the file's fsync to find.
+    /// sends it the resend copies of what it may have lost, every file's (a
+    /// program that never fsyncs loses nothing to the restart either),
+    /// several files at once; a file that changed meanwhile goes again. A
+    /// failure is left for the file's fsync to find.
     async fn send_again_if_restarted(&self, server: u32, verifier: u64) {
         let lost = self.inner.uncommitted_writes.restarted(server, verifier);
         if lost.is_empty() {
@@ -526,7 +526,7 @@ impl Client {
                 }
                 match uw.changed_since(h, server, version) {
                     None => return,
-                    // Kept more while its copy went: all of it again, newest last.
+                    // Copied more while its copy went: all of it again, newest last.
                     Some((newer, v)) => (changes, version) = (newer, v),
                 }
             }

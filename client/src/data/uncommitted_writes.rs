@@ -1,14 +1,14 @@
 //! File data acknowledged but not yet made durable: the servers' word on
 //! whether it still can be (NFS's write verifier), and a copy of it to send
-//! again when it cannot (as an NFS client keeps its unstable writes until
-//! COMMIT answers under the same verifier).
+//! again when it cannot, its resend copy (as an NFS client holds its
+//! unstable writes until COMMIT answers under the same verifier).
 //!
 //! A server acknowledges a write once it is applied, not once it is on disk;
 //! fsync makes it durable. If the server restarts in between, the write may
 //! be gone, and an fsync sent to the new process would succeed all the same.
 //! So every write and truncate reply carries the server's verifier (drawn
 //! when it starts); for each file this remembers, per server, the verifier
-//! of the first unsynced change. The client also keeps each change it sends
+//! of the first unsynced change. The client also copies each change it sends
 //! directly (a write's bytes, a truncate's size), in the order it sent them,
 //! from just before it sends it until the file's fsync finds it durable. An
 //! fsync whose reply carries another verifier then gets those changes to
@@ -18,15 +18,15 @@
 //! learns that data may be lost, as it would from a local disk's writeback
 //! error.
 //!
-//! Memory is bounded twice. The copies: past [`MAX_KEPT_BYTES`] the copy of
-//! the file that has kept one longest is dropped (its oldest changes are the
+//! Memory is bounded twice. The copies: past [`MAX_RESEND_BYTES`] the copy of
+//! the file that has held one longest is dropped (its oldest changes are the
 //! likeliest to be durable already: servers sync what they hold every
 //! second), and that file's restart is reported as before. The files: past
 //! [`MAX_FILES`] files with unsynced changes, a change to another file is not
 //! tracked; the client commits it at once instead (write-through), which
 //! checks the verifier right away.
 //!
-//! A change is kept before it is sent, so a copy taken to send again holds
+//! A change is copied before it is sent, so a copy taken to send again holds
 //! every change whose own send may still land after it; if the file changed
 //! while its copy was being sent again, the copy goes again (newest last),
 //! so the servers end with the newest bytes.
@@ -41,9 +41,9 @@ use shoal_proto::Handle;
 
 /// Files with unsynced changes tracked one by one.
 pub const MAX_FILES: usize = 1 << 20;
-/// Bytes of changes kept to send again, for all files.
-pub const MAX_KEPT_BYTES: usize = 64 << 20;
-/// What one kept change costs beside its bytes (so that many truncates or
+/// Bytes of resend copies (changes held to send again), for all files.
+pub const MAX_RESEND_BYTES: usize = 64 << 20;
+/// What one copied change costs beside its bytes (so that many truncates or
 /// tiny writes are bounded too).
 const CHANGE_OVERHEAD: usize = 64;
 
@@ -91,7 +91,7 @@ struct State {
     files: HashMap<Handle, FileChanges>,
     /// Files with a copy, by when their copy began (oldest first).
     copies: BTreeMap<u64, Handle>,
-    kept_bytes: usize,
+    resend_bytes: usize,
     /// Numbers changes, copies and their versions.
     next: u64,
     /// The verifier each server last answered with: one that changes says
@@ -108,7 +108,7 @@ struct FileChanges {
     copy: Option<Vec<(u64, Handle, Change)>>,
     /// When the copy began (its key in `State::copies`).
     since: u64,
-    /// Bumped by every change kept: a copy sent again is current only if
+    /// Bumped by every change copied: a copy sent again is current only if
     /// this did not move meanwhile.
     version: u64,
     bytes: usize,
@@ -124,15 +124,15 @@ impl State {
         self.next
     }
 
-    /// Drops the oldest copies until the kept bytes fit.
+    /// Drops the oldest copies until the resend bytes fit.
     fn make_room(&mut self) {
-        while self.kept_bytes > MAX_KEPT_BYTES {
+        while self.resend_bytes > MAX_RESEND_BYTES {
             let Some((_, h)) = self.copies.pop_first() else {
                 break;
             };
             if let Some(f) = self.files.get_mut(&h) {
                 f.copy = None;
-                self.kept_bytes -= std::mem::take(&mut f.bytes);
+                self.resend_bytes -= std::mem::take(&mut f.bytes);
             }
         }
     }
@@ -142,7 +142,7 @@ impl State {
         if f.copy.is_some() {
             self.copies.remove(&f.since);
         }
-        self.kept_bytes -= f.bytes;
+        self.resend_bytes -= f.bytes;
         Some(f)
     }
 }
@@ -150,7 +150,7 @@ impl State {
 impl UncommittedWrites {
     /// Keeps a copy of `change` to datafile `d` of file `h`, about to be
     /// sent; returns its number (for [`UncommittedWrites::unkeep`]), 0 if
-    /// it is not kept (the file's copy was dropped, or too many files).
+    /// it is not copied (the file's copy was dropped, or too many files).
     pub fn keep(&self, h: Handle, d: Handle, change: Change) -> u64 {
         let mut st = lock(&self.state);
         let full = st.files.len() >= MAX_FILES;
@@ -175,12 +175,12 @@ impl UncommittedWrites {
         if fresh {
             st.copies.insert(since, h);
         }
-        st.kept_bytes += cost;
+        st.resend_bytes += cost;
         st.make_room();
         n
     }
 
-    /// The send of kept change `n` of `h` failed: as far as the caller
+    /// The send of copied change `n` of `h` failed: as far as the caller
     /// knows it was not applied, so it is not sent again either.
     pub fn unkeep(&self, h: Handle, n: u64) {
         let mut st = lock(&self.state);
@@ -193,7 +193,7 @@ impl UncommittedWrites {
         if let Some(at) = copy.iter().position(|(m, _, _)| *m == n) {
             let cost = copy.remove(at).2.cost();
             f.bytes -= cost;
-            st.kept_bytes -= cost;
+            st.resend_bytes -= cost;
         }
     }
 
@@ -216,7 +216,7 @@ impl UncommittedWrites {
 
     /// Records that `server` answered with `verifier`; if that says it
     /// restarted since it last answered, returns what it may have lost:
-    /// every file's kept changes there acknowledged under an older
+    /// every file's copied changes there acknowledged under an older
     /// verifier, to send again as after [`Verdict::SendAgain`] (with the
     /// copy's version, for [`UncommittedWrites::changed_since`]). Only the
     /// first caller to see the new verifier gets them.
@@ -234,8 +234,8 @@ impl UncommittedWrites {
                     .any(|(s, v)| *s == server && *v != verifier)
             })
             .filter_map(|(h, f)| {
-                let kept = f.copy.as_ref()?;
-                let changes: Changes = kept
+                let copy = f.copy.as_ref()?;
+                let changes: Changes = copy
                     .iter()
                     .filter(|(_, d, _)| server_of(*d) == server)
                     .map(|(_, d, c)| (*d, c.clone()))
@@ -245,7 +245,7 @@ impl UncommittedWrites {
             .collect()
     }
 
-    /// If `h`'s copy moved past `version` (more was kept since), its
+    /// If `h`'s copy moved past `version` (more was copied since), its
     /// changes to `server` now and the new version.
     pub fn changed_since(&self, h: Handle, server: u32, version: u64) -> Option<(Changes, u64)> {
         let st = lock(&self.state);
@@ -291,11 +291,11 @@ impl UncommittedWrites {
             return Verdict::Durable;
         }
         match &f.copy {
-            Some(kept) => {
+            Some(copied) => {
                 // Changed while being sent again: all of it goes again, so
                 // that nothing older lands last; else what the restarted
                 // servers lost.
-                let changes = kept
+                let changes = copied
                     .iter()
                     .filter(|(_, d, _)| moved || restarted.contains(&server_of(*d)))
                     .map(|(_, d, c)| (*d, c.clone()))
@@ -319,7 +319,7 @@ impl UncommittedWrites {
         }
     }
 
-    /// Whether a copy of changes to `h` is kept to send again.
+    /// Whether a resend copy of changes to `h` is held.
     pub fn holds_copy(&self, h: Handle) -> bool {
         lock(&self.state)
             .files
@@ -340,7 +340,7 @@ impl UncommittedWrites {
         if f.copy.take().is_some() {
             let (since, bytes) = (f.since, std::mem::take(&mut f.bytes));
             st.copies.remove(&since);
-            st.kept_bytes -= bytes;
+            st.resend_bytes -= bytes;
         }
     }
 
@@ -349,10 +349,10 @@ impl UncommittedWrites {
         lock(&self.state).remove(h);
     }
 
-    /// Bytes kept to send again now, for all files (tests).
+    /// Bytes of resend copies now, for all files (tests).
     #[cfg(test)]
-    fn kept_bytes(&self) -> usize {
-        lock(&self.state).kept_bytes
+    fn resend_bytes(&self) -> usize {
+        lock(&self.state).resend_bytes
     }
 }
 
@@ -392,14 +392,14 @@ mod tests {
         assert_eq!(changes, [(on(0), write(1, 10)), (on(0), write(2, 10))]);
         u.sent_again(1, 0, 101);
         assert!(durable(u.check(1, &[(0, 101), (1, 200)], Some(copy))));
-        assert_eq!(u.kept_bytes(), 0, "released once durable");
+        assert_eq!(u.resend_bytes(), 0, "released once durable");
         // An fsync of a file never changed through this client is fine.
         assert!(durable(u.check(2, &[(0, 5)], None)));
         u.keep(3, on(0), write(1, 1));
         u.changed(3, 0, 1);
         u.forget(3);
         assert!(durable(u.check(3, &[(0, 2)], None)));
-        assert_eq!(u.kept_bytes(), 0);
+        assert_eq!(u.resend_bytes(), 0);
     }
 
     #[test]
@@ -436,7 +436,7 @@ mod tests {
     #[test]
     fn past_the_byte_limit_the_oldest_copy_goes_and_its_restart_is_reported_once() {
         let u = UncommittedWrites::default();
-        let big = MAX_KEPT_BYTES / 2;
+        let big = MAX_RESEND_BYTES / 2;
         u.keep(1, on(0), write(1, big));
         u.changed(1, 0, 100);
         u.keep(2, on(0), write(2, big));
@@ -456,8 +456,12 @@ mod tests {
         u.keep(1, on(0), write(1, 10));
         u.changed(1, 0, 100);
         u.forgo_copy(1);
-        assert_eq!(u.kept_bytes(), 0);
-        assert_eq!(u.keep(1, on(0), write(2, 10)), 0, "not kept until durable");
+        assert_eq!(u.resend_bytes(), 0);
+        assert_eq!(
+            u.keep(1, on(0), write(2, 10)),
+            0,
+            "not copied until durable"
+        );
         assert!(matches!(u.check(1, &[(0, 101)], None), Verdict::Lost(_)));
     }
 
@@ -481,7 +485,7 @@ mod tests {
         u.sent_again(1, 0, 101);
         assert!(durable(u.check(1, &[(0, 101), (1, 200)], None)));
         u.keep(2, on(1), write(4, 10));
-        let (newer, _) = u.changed_since(2, 1, 0).expect("kept more");
+        let (newer, _) = u.changed_since(2, 1, 0).expect("copied more");
         assert_eq!(newer, [(on(1), write(3, 10)), (on(1), write(4, 10))]);
     }
 

@@ -1,12 +1,12 @@
-//! The client's side of server write gathering [Hildebrand 2006]: kept
+//! The client's side of server write gathering [Hildebrand 2006]: buffered
 //! writes that are scattered (a buffer of several extents) go in one
 //! `gather_write` to the file's gathering server, its metafile's server,
 //! which merges them with every other client's writes of the file into
 //! strip-aligned large writes to the servers holding the strips (see the
 //! server's `gathering`). As NFS's unstable writes, they are acknowledged
-//! before they are durable, under the server's epoch; the client keeps a
-//! copy (`WriteBack::at_server`, updated by its later direct writes and
-//! truncates so it stays the newest) until a durable commit answers under
+//! before they are durable, under the server's epoch; the client holds a
+//! resend copy (`WriteBack::at_server`, updated by its later direct writes
+//! and truncates so it stays the newest) until a durable commit answers under
 //! the same epoch, and sends the copy again whenever the epoch changed (the
 //! server restarted, or a server it wrote to did before the data was
 //! durable).
@@ -17,15 +17,15 @@
 //!   see the bytes, and a later write-out can never land over newer ones);
 //! - at fsync and close, durably ([`Client::commit_gathered`]), after which
 //!   the copy goes;
-//! - when the client keeps `MAX_TOTAL` bytes in all.
+//! - when the client holds `MAX_TOTAL` bytes in all.
 
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::server_of;
 use shoal_proto::msg::GatherCommitRequest;
 use shoal_proto::{extents, ops, Handle};
 
-use crate::write_back::Gate;
-use crate::Client;
+use crate::client::Client;
+use crate::data::gathering_buffer::Gate;
 
 /// A buffer goes to the gathering server when its extents average under
 /// this many bytes: then sending each one direct costs more in messages than
@@ -43,7 +43,7 @@ const SEND_BATCH: usize = 8 << 20;
 const MAX_RESENDS: usize = 3;
 
 impl Client {
-    /// Whether kept extents (`extents` of them, `bytes` in all) go through
+    /// Whether buffered extents (`extents` of them, `bytes` in all) go through
     /// their file's gathering server: when the cluster gathers on servers
     /// and they are small ([`SMALL_EXTENTS`]) and scattered (one extent is
     /// already one large write to the strips' servers), or the server holds
@@ -61,8 +61,8 @@ impl Client {
     }
 
     /// Sends `extents` of `h` to its gathering server (under the file's
-    /// `gate`, as the caller whose writes they are) and keeps a copy; if the
-    /// server lost earlier ones, sends the whole copy again.
+    /// `gate`, as the caller whose writes they are) and holds a resend copy;
+    /// if the server lost earlier ones, sends the whole copy again.
     pub(crate) async fn send_to_gathering_server(
         &self,
         h: Handle,

@@ -22,11 +22,12 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ops, ObjectKind};
 
-use crate::{Attr, Client, DirEntry};
+use crate::client::Client;
+use crate::types::{Attr, DirEntry};
 
 /// Most handles in one ListAttr request (the servers' limit).
 const MAX_LISTATTR_HANDLES: usize = 16384;
-/// Getattrs kept in flight when attributes are fetched one entry at a time.
+/// Getattrs in flight at once when attributes are fetched one entry at a time.
 const GETATTR_CONCURRENCY: usize = 64;
 
 /// Records and local datafile sizes gathered from the ListAttr round.
@@ -288,7 +289,10 @@ impl Client {
                     let mut all = a;
                     all.objects.extend(b.objects);
                     all.sizes.extend(b.sizes);
-                    Ok((all, crate::leases::both(lease_a, lease_b)))
+                    Ok((
+                        all,
+                        crate::consistency::lease_ledger::both(lease_a, lease_b),
+                    ))
                 }
                 other => other,
             }

@@ -28,7 +28,7 @@ struct State {
     /// The server's start (its verifier) the kept changes were made under
     /// (0: not known yet).
     boot: u64,
-    /// Kept requests by their place in the server's commit sequence.
+    /// Kept changes by their place in the server's commit sequence.
     changes: BTreeMap<u64, Replayed>,
     /// The server may have this client in its client table, even when
     /// nothing is kept (it takes a client out only at a flush after the

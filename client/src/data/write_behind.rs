@@ -6,7 +6,7 @@
 //! as the gathering path's sends are; the file's later writes wait for
 //! their replies until then, so a writer meets a failing server at once.
 //!
-//! What keeps it invisible to the writer (`write_path`, `io`, `attrs`):
+//! What keeps it invisible to the writer (`data::write`, `io`, `attrs`):
 //! - a write overlapping one in flight waits for it: the servers never see
 //!   two writes of one range race;
 //! - reads, truncates, attribute changes, fsync and close of a file wait
@@ -16,7 +16,7 @@
 //!   answers a stat or a listing is counted all the same.
 //!
 //! Others see a write once its writer's close or fsync returned
-//! (close-to-open, as NFS promises and as the gathering path's kept writes
+//! (close-to-open, as NFS promises and as the gathering path's buffered writes
 //! already are), not when the write call returned.
 //!
 //! Memory is bounded per file (`write_behind`) and in all (`MAX_TOTAL`):
@@ -30,13 +30,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use bytes::Bytes;
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::Handle;
 use tokio::sync::Notify;
-
-use crate::write_path::as_reported;
-use crate::Client;
 
 /// Bytes in flight across every file of one client before a write waits.
 pub const MAX_TOTAL: usize = 64 << 20;
@@ -48,18 +44,18 @@ pub const MAX_TOTAL: usize = 64 << 20;
 /// it, every direct write goes behind.
 pub const MIN_BEHIND: usize = 32 << 10;
 
-/// With write-behind, `auto` keeps no write of this size or more: behind
+/// With write-behind, `auto` buffers no write of this size or more: behind
 /// the writer it pays no round trip, and the direct path then sends it as
 /// fast as the gathering path or faster. Measured (`shoal bench
 /// writesize`, one client, sequential): behind the writer, 32 KiB writes
 /// went at 0.6-0.7x the gathering path's rate (a message each), 64 KiB at
 /// 0.9x, 256 KiB at 1.1-1.2x.
-pub const AUTO_KEEPS_UNDER: usize = 128 << 10;
+pub const AUTO_BUFFERS_UNDER: usize = 128 << 10;
 
 /// A write in flight: the one to hand back to [`WriteBehind::finish`].
 #[must_use = "a write begun must be finished, or its room stays taken"]
 pub struct Ticket {
-    h: Handle,
+    pub(crate) h: Handle,
     id: u64,
 }
 
@@ -72,7 +68,7 @@ struct File {
     error: Option<ShoalError>,
     /// The end of the furthest write put behind since the file's last
     /// flush (cut to a later truncate's size): the file is at least this
-    /// long for this client. Kept after the writes land, until the flush,
+    /// long for this client. Held after the writes land, until the flush,
     /// so that a size a server gave just before one landed is never taken
     /// for the file's.
     reached: u64,
@@ -303,67 +299,6 @@ impl WriteBehind {
             }
         }
         self.note_busy(&st);
-    }
-}
-
-/// A write in flight that is finished however its task ends: if the task
-/// is dropped before its reply (its runtime shut down), the write counts
-/// as failed rather than holding its room, and its file's waiters, forever.
-struct InFlight {
-    client: Client,
-    ticket: Option<Ticket>,
-}
-
-impl InFlight {
-    fn finish(mut self, result: Result<()>) {
-        let ticket = self.ticket.take().expect("finished once");
-        self.client.inner.write_behind.finish(ticket, result);
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            let h = ticket.h;
-            let lost = ShoalError::io(format!(
-                "file {h:#x}: a write was dropped before its reply (the client stopped)"
-            ));
-            self.client.inner.write_behind.finish(ticket, Err(lost));
-        }
-    }
-}
-
-impl Client {
-    /// Sends a write of `data` at `offset` of `h` on the direct path: a
-    /// large one behind the caller, if the file has room in flight
-    /// (`write_behind`), else waited for.
-    pub(crate) async fn write_direct_or_behind(
-        &self,
-        h: Handle,
-        offset: u64,
-        data: Bytes,
-    ) -> Result<()> {
-        let window = self.config().settings.write_behind as usize;
-        if window == 0 || data.len() < MIN_BEHIND {
-            return self.write_direct(h, offset, &data).await;
-        }
-        let end = offset + data.len() as u64;
-        let behind = &self.inner.write_behind;
-        let Some(ticket) = behind.begin(h, offset, end, window).await else {
-            return self.write_direct(h, offset, &data).await;
-        };
-        let in_flight = InFlight {
-            client: self.clone(),
-            ticket: Some(ticket),
-        };
-        tokio::spawn(async move {
-            let done = in_flight.client.write_direct(h, offset, &data).await;
-            if let Err(e) = &done {
-                tracing::warn!("a write of {h:#x} at {offset} failed: {e}");
-            }
-            in_flight.finish(done.map_err(|e| as_reported(h, e)));
-        });
-        Ok(())
     }
 }
 

@@ -1,22 +1,23 @@
-//! The write-back buffer of the gathering path [Hildebrand 2006]: writes
-//! under the write threshold are kept here, per file, joined where they touch
-//! or overlap, and sent later as a few large writes (see `write_path`).
+//! The gathering buffer, the write-back buffer of the gathering path
+//! [Hildebrand 2006]: writes under the write threshold wait here (buffered
+//! writes), per file, joined where they touch or overlap, and are sent later
+//! as a few large writes (see `data::write`).
 //!
 //! Per file the buffer is a set of extents joined where they touch
 //! (`shoal_proto::extents`): a stream of small sequential writes is one
 //! growing extent, and 10 writers of one file's disjoint pieces are at most
 //! 10. Beside them, per file, the copy of what went to the file's gathering
-//! server and is not durable yet (`at_server`), kept to send again if that
-//! server lost it. What is kept is bounded per file (`gather_buffer`, the
+//! server and is not durable yet (`at_server`): a resend copy, to send again
+//! if that server lost it. Both are bounded per file (`gather_buffer`, the
 //! caller flushes a file whose buffer is full) and in all (`MAX_TOTAL`,
-//! kept and at the gathering servers together, past which every put asks
-//! for a flush).
+//! buffered and at the gathering servers together, past which every put
+//! asks for a flush).
 //!
 //! Invariant, checked in debug builds: `State::bytes` is the sum over files
-//! of their kept bytes, `State::at_servers` of their copies'.
+//! of their buffered bytes, `State::at_servers` of their copies'.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -24,9 +25,12 @@ use shoal_proto::error::ShoalError;
 use shoal_proto::extents::Extents;
 use shoal_proto::Handle;
 
-use crate::Cred;
+use shoal_proto::Cred;
 
-/// Bytes kept across every file of one client before each write asks for a
+use crate::consistency::cache::{TtlCache, FOREVER};
+use crate::data::threshold::AutoThreshold;
+
+/// Bytes buffered across every file of one client before each write asks for a
 /// flush: room for 64 full buffers of the default size.
 pub const MAX_TOTAL: usize = 64 << 20;
 
@@ -37,19 +41,20 @@ pub type Gate = Arc<tokio::sync::Mutex<()>>;
 /// What became of a small write handed to [`WriteBack::put`].
 #[derive(Debug, PartialEq, Eq)]
 pub enum Put {
-    /// Kept.
-    Kept,
-    /// Kept, and the file's buffer is full: send it.
-    KeptFull,
-    /// Kept, and the client keeps [`MAX_TOTAL`] bytes or more: send and
+    /// Buffered.
+    Buffered,
+    /// Buffered, and the file's buffer is full: send it.
+    BufferedFull,
+    /// Buffered, and the client holds [`MAX_TOTAL`] bytes or more: send and
     /// commit every file's.
-    KeptOverTotal,
+    BufferedOverTotal,
 }
 
 /// The bytes of one file to send: its caller and (offset, data) extents.
 pub struct Taken {
-    /// The caller of the latest write kept: every writer's right to write
-    /// was checked when its write was kept, so the bytes go as one of them.
+    /// The caller of the latest write buffered: every writer's right to
+    /// write was checked when its write was buffered, so the bytes go as one
+    /// of them.
     pub cred: Cred,
     pub extents: Vec<(u64, Vec<u8>)>,
 }
@@ -65,7 +70,7 @@ struct FileBuf {
     /// `at_server` was written out to the strips' servers since it last
     /// grew: readers there see it.
     pushed: bool,
-    /// When the oldest byte now kept was put.
+    /// When the oldest byte now buffered was put.
     since: Instant,
     /// The end of the furthest byte put and not yet known to be on the
     /// servers: the file is at least this long for this client's readers.
@@ -100,13 +105,13 @@ impl FileBuf {
     }
 
     /// Where readers of this client must see the file end at least: past
-    /// every byte kept or still only at the gathering server.
+    /// every byte buffered or still only at the gathering server.
     fn settled_end(&self) -> u64 {
         let unpushed = if self.pushed { 0 } else { self.at_server.end() };
         self.extents.end().max(unpushed)
     }
 
-    /// Nothing kept, nothing under way, nothing to report, and nobody
+    /// Nothing buffered, nothing under way, nothing to report, and nobody
     /// waiting on its gate: can go. (A waiter's gate must stay the file's:
     /// a new buffer with a new gate would let a later send overtake the
     /// waiter's.)
@@ -125,7 +130,7 @@ struct State {
     files: HashMap<Handle, FileBuf>,
     bytes: usize,
     at_servers: usize,
-    /// No file's oldest kept byte is older than this: [`WriteBack::due`]
+    /// No file's oldest buffered byte is older than this: [`WriteBack::due`]
     /// answers without a scan until `delay` after it.
     oldest: Option<Instant>,
     /// When [`WriteBack::due`] last scanned the files.
@@ -146,9 +151,48 @@ fn gated<'a>(
 impl State {
     fn check(&self) {
         if cfg!(debug_assertions) {
-            let kept: usize = self.files.values().map(|f| f.extents.bytes()).sum();
+            let buffered: usize = self.files.values().map(|f| f.extents.bytes()).sum();
             let at: usize = self.files.values().map(|f| f.at_server.bytes()).sum();
-            assert_eq!((kept, at), (self.bytes, self.at_servers), "byte counts");
+            assert_eq!((buffered, at), (self.bytes, self.at_servers), "byte counts");
+        }
+    }
+}
+
+/// Files with a threshold of their own set through this client.
+const MAX_FILE_THRESHOLDS: usize = 1 << 16;
+
+/// The client's side of the gathering path: the buffer, per-file
+/// thresholds, and counts.
+pub(crate) struct Gathering {
+    pub(crate) buffer: WriteBack,
+    pub(crate) thresholds: TtlCache<Handle, u32>,
+    /// The threshold `auto` follows.
+    pub(crate) auto: AutoThreshold,
+    pub(crate) direct_writes: AtomicU64,
+    pub(crate) direct_bytes: AtomicU64,
+    pub(crate) gathered_writes: AtomicU64,
+    pub(crate) gathered_bytes: AtomicU64,
+    pub(crate) gathered_sends: AtomicU64,
+}
+
+impl Gathering {
+    /// Counts `n` messages the gathering path sent.
+    pub(crate) fn count_sends(&self, n: u64) {
+        self.gathered_sends.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+impl Default for Gathering {
+    fn default() -> Self {
+        Gathering {
+            buffer: WriteBack::default(),
+            thresholds: TtlCache::bounded(FOREVER, MAX_FILE_THRESHOLDS),
+            auto: AutoThreshold::default(),
+            direct_writes: AtomicU64::new(0),
+            direct_bytes: AtomicU64::new(0),
+            gathered_writes: AtomicU64::new(0),
+            gathered_bytes: AtomicU64::new(0),
+            gathered_sends: AtomicU64::new(0),
         }
     }
 }
@@ -166,7 +210,7 @@ impl WriteBack {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Keeps a write of `data` at `offset` of file `h` by `cred` (who may
+    /// Buffers a write of `data` at `offset` of file `h` by `cred` (who may
     /// write it: the caller checked); `per_file` is the most a file's buffer
     /// holds before it must be flushed.
     pub fn put(&self, h: Handle, cred: Cred, offset: u64, data: &[u8], per_file: usize) -> Put {
@@ -189,11 +233,11 @@ impl WriteBack {
         self.any.store(true, Ordering::Relaxed);
         st.check();
         if st.bytes + st.at_servers >= MAX_TOTAL {
-            Put::KeptOverTotal
+            Put::BufferedOverTotal
         } else if full {
-            Put::KeptFull
+            Put::BufferedFull
         } else {
-            Put::Kept
+            Put::Buffered
         }
     }
 
@@ -226,9 +270,9 @@ impl WriteBack {
         self.state().files.get(&h).map(|f| f.gate.clone())
     }
 
-    /// Takes what file `h` keeps, to send (the caller holds `gate`, the
-    /// file's); the file stays at least as long as it was until
-    /// [`WriteBack::sent`]. None if nothing is kept, or the gate is not the
+    /// Takes file `h`'s buffered writes, to send (the caller holds `gate`,
+    /// the file's); the file stays at least as long as it was until
+    /// [`WriteBack::sent`]. None if nothing is buffered, or the gate is not the
     /// file's any more (the file was discarded: it is gone).
     pub fn take(&self, h: Handle, gate: &Gate) -> Option<Taken> {
         let mut st = self.state();
@@ -248,7 +292,7 @@ impl WriteBack {
     }
 
     /// A flush of `h` taken with [`WriteBack::take`] under `gate` ended
-    /// (`error` if it failed: kept for the next fsync or close to report).
+    /// (`error` if it failed: held for the next fsync or close to report).
     /// Nothing if the file was discarded meanwhile.
     pub fn sent(&self, h: Handle, gate: &Gate, error: Option<ShoalError>) {
         let mut st = self.state();
@@ -261,15 +305,15 @@ impl WriteBack {
             f.error.get_or_insert(e);
         }
         if f.sending == 0 {
-            // What the servers have now, they report; kept bytes, and what
+            // What the servers have now, they report; buffered bytes, and what
             // only the gathering server has, still count.
             f.end = f.settled_end();
         }
     }
 
     /// `extents` of `h`, taken under `gate`, went to the file's gathering
-    /// server, which acknowledged them under `epoch`: keeps a copy until a
-    /// durable commit. True if the server acknowledged earlier ones under
+    /// server, which acknowledged them under `epoch`: holds a resend copy
+    /// until a durable commit. True if the server acknowledged earlier ones under
     /// another epoch (it lost them): the caller sends [`WriteBack::at_server`]
     /// again.
     pub fn to_server(
@@ -322,7 +366,7 @@ impl WriteBack {
         }
     }
 
-    /// Whether `h` keeps bytes of `offset..end` not sent yet, or has a send
+    /// Whether `h` has buffered bytes of `offset..end`, or has a send
     /// under way (whose bytes may be of that range).
     pub fn unsent_in(&self, h: Handle, offset: u64, end: u64) -> bool {
         if !self.any.load(Ordering::Relaxed) {
@@ -409,7 +453,7 @@ impl WriteBack {
         }
     }
 
-    /// Keeps `error`, of a step of `h`'s gathering path taken under `gate`,
+    /// Holds `error`, of a step of `h`'s gathering path taken under `gate`,
     /// for the next fsync or close to report.
     pub fn failed(&self, h: Handle, gate: &Gate, error: ShoalError) {
         let mut st = self.state();
@@ -428,7 +472,7 @@ impl WriteBack {
     }
 
     /// The file was truncated to `size`: bytes this client sent before
-    /// are not its length any more (kept ones still are), and the copy at
+    /// are not its length any more (buffered ones still are), and the copy at
     /// the gathering server ends there.
     pub fn truncated(&self, h: Handle, size: u64) {
         if !self.any.load(Ordering::Relaxed) {
@@ -474,8 +518,8 @@ impl WriteBack {
     }
 
     /// Whether a read from `offset` of `h` must wait for a send: bytes are
-    /// being sent, or kept bytes lie past `offset` (there, or further on: the
-    /// servers would end the file before them, and a read answered short
+    /// being sent, or buffered bytes lie past `offset` (there, or further on:
+    /// the servers would end the file before them, and a read answered short
     /// makes the kernel think the file shrank).
     pub fn touches(&self, h: Handle, offset: u64) -> bool {
         if !self.any.load(Ordering::Relaxed) {
@@ -487,7 +531,7 @@ impl WriteBack {
             .is_some_and(|f| f.sending > 0 || f.end > offset)
     }
 
-    /// How long file `h` is at least, counting what is kept or being sent.
+    /// How long file `h` is at least, counting what is buffered or being sent.
     pub fn end_of(&self, h: Handle) -> Option<u64> {
         if !self.any.load(Ordering::Relaxed) {
             return None;
@@ -495,7 +539,7 @@ impl WriteBack {
         self.state().files.get(&h).map(|f| f.end).filter(|e| *e > 0)
     }
 
-    /// Files whose oldest kept byte was put more than `delay` ago (and
+    /// Files whose oldest buffered byte was put more than `delay` ago (and
     /// not yet when this was asked less than a quarter of `delay` ago).
     /// Cheap when none can be (every write asks).
     pub fn due(&self, delay: Duration) -> Vec<Handle> {
@@ -514,15 +558,16 @@ impl WriteBack {
             return Vec::new();
         }
         st.scanned = Some(Instant::now());
-        let kept = st.files.iter().filter(|(_, f)| !f.extents.is_empty());
-        let (due, waiting): (Vec<_>, Vec<_>) = kept.partition(|(_, f)| f.since.elapsed() >= delay);
+        let buffered = st.files.iter().filter(|(_, f)| !f.extents.is_empty());
+        let (due, waiting): (Vec<_>, Vec<_>) =
+            buffered.partition(|(_, f)| f.since.elapsed() >= delay);
         let oldest = waiting.iter().map(|(_, f)| f.since).min();
         let due = due.into_iter().map(|(h, _)| *h).collect();
         st.oldest = oldest;
         due
     }
 
-    /// Every file with something here: bytes kept or being sent, or a
+    /// Every file with something here: bytes buffered or being sent, or a
     /// failed send's error to report.
     pub fn files(&self) -> Vec<Handle> {
         if !self.any.load(Ordering::Relaxed) {
@@ -548,7 +593,7 @@ mod tests {
     const A: Cred = Cred::new(1000, 1000);
     const B: Cred = Cred::new(1001, 1001);
 
-    /// Sends what `h` keeps, as `send_kept` does: under its gate.
+    /// Sends `h`'s buffered writes, as `send_buffered` does: under its gate.
     fn extents(w: &WriteBack, h: Handle) -> Vec<(u64, Vec<u8>)> {
         let Some(gate) = w.gate(h) else {
             return Vec::new();
@@ -566,7 +611,7 @@ mod tests {
     fn sequential_writes_grow_one_extent_and_overlaps_keep_the_newest_bytes() {
         let w = WriteBack::default();
         for i in 0..100u64 {
-            assert_eq!(w.put(7, A, i * 16, &[i as u8; 16], 1 << 20), Put::Kept);
+            assert_eq!(w.put(7, A, i * 16, &[i as u8; 16], 1 << 20), Put::Buffered);
         }
         assert_eq!(w.end_of(7), Some(1600));
         let got = extents(&w, 7);
@@ -580,7 +625,7 @@ mod tests {
         w.put(7, A, 0, b"aaaa", 1 << 20);
         w.put(7, A, 10, b"bbbb", 1 << 20);
         assert!(w.touches(7, 3) && w.touches(7, 13) && w.touches(7, 4));
-        assert!(!w.touches(7, 14), "past every kept byte");
+        assert!(!w.touches(7, 14), "past every buffered byte");
         w.put(7, A, 2, b"cccccccccc", 1 << 20);
         assert_eq!(extents(&w, 7), vec![(0, b"aaccccccccccbb".to_vec())]);
     }
@@ -588,15 +633,15 @@ mod tests {
     #[test]
     fn a_full_buffer_two_callers_and_a_failed_flush() {
         let w = WriteBack::default();
-        assert_eq!(w.put(1, A, 0, &[1; 64], 100), Put::Kept);
-        assert_eq!(w.put(1, A, 64, &[1; 64], 100), Put::KeptFull);
-        let g = w.gate(1).expect("kept");
-        let t = w.take(1, &g).expect("kept");
+        assert_eq!(w.put(1, A, 0, &[1; 64], 100), Put::Buffered);
+        assert_eq!(w.put(1, A, 64, &[1; 64], 100), Put::BufferedFull);
+        let g = w.gate(1).expect("buffered");
+        let t = w.take(1, &g).expect("buffered");
         assert_eq!((t.cred, t.extents.len()), (A, 1));
         assert!(w.touches(1, 200), "being sent");
         assert_eq!(w.end_of(1), Some(128), "being sent still counts");
-        assert_eq!(w.put(1, B, 500, &[2; 8], 100), Put::Kept);
-        assert_eq!(w.put(1, A, 600, &[2; 8], 100), Put::Kept);
+        assert_eq!(w.put(1, B, 500, &[2; 8], 100), Put::Buffered);
+        assert_eq!(w.put(1, A, 600, &[2; 8], 100), Put::Buffered);
         assert_eq!(w.take(1, &g).map(|t| t.cred), Some(A), "the latest writer");
         w.sent(1, &g, None);
         w.sent(1, &g, Some(ShoalError::io("disk gone")));
@@ -696,10 +741,10 @@ mod tests {
         let w = WriteBack::default();
         let big = vec![0u8; 1 << 20];
         for h in 0..(MAX_TOTAL >> 20) as u64 - 1 {
-            assert_eq!(w.put(h, A, 0, &big, 2 << 20), Put::Kept);
+            assert_eq!(w.put(h, A, 0, &big, 2 << 20), Put::Buffered);
         }
-        assert_eq!(w.put(999, A, 0, &big, 2 << 20), Put::KeptOverTotal);
+        assert_eq!(w.put(999, A, 0, &big, 2 << 20), Put::BufferedOverTotal);
         extents(&w, 999);
-        assert_eq!(w.put(999, A, 0, &[1], 2 << 20), Put::Kept);
+        assert_eq!(w.put(999, A, 0, &[1], 2 << 20), Put::Buffered);
     }
 }

@@ -5,17 +5,19 @@
 //! server keeps owners of different clients apart.
 //!
 //! Locks order data as well as access, as NFS's do: before an unlock, the
-//! writes this client keeps of the file go to the servers, so that whoever
-//! takes the range next reads them; after a lock is granted, what this
-//! client caches of the file is dropped, unless a lease says nobody changed
-//! it since.
+//! writes this client holds of the file (buffered, behind) go to the
+//! servers, so that whoever takes the range next reads them; after a lock
+//! is granted, what this client caches of the file is dropped, unless a
+//! lease says nobody changed it since.
+
+pub(crate) mod held;
 
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::msg::{LockRequest, TestLockRequest};
 use shoal_proto::record_locks::Range;
 use shoal_proto::{handle, ops, Handle, Operation};
 
-use crate::Client;
+use crate::client::Client;
 
 /// How often a lock request asks again a server in its grace period.
 const GRACE_POLL: std::time::Duration = std::time::Duration::from_millis(50);

@@ -24,7 +24,7 @@
 //! know a directory is answered from it (a lookup by another might have to
 //! be refused for want of search permission).
 //!
-//! Under a directory delegation (`delegated_creates`) a directory is
+//! Under a directory delegation (`delegations`) a directory is
 //! *pinned*: the server recalls the delegation before anyone else changes
 //! it, so what is known holds without the TTL, and the creates this client
 //! answered itself are among its names before they are sent.
@@ -54,12 +54,13 @@ pub enum EntryChange<'a> {
     /// Many entries added by one change (`create_files`): the count moves
     /// by one per name.
     AddedMany(Vec<&'a str>),
-    /// Creates answered here under a delegation, sent (the names are
-    /// already known): the count moves by one per name made.
-    Kept(Vec<&'a str>),
-    /// Unlinks answered here under a delegation, sent (the names are
-    /// already gone from what is known): one step per name removed.
-    KeptRemoved(Vec<&'a str>),
+    /// Unsent creates (answered here under a delegation), now sent (the
+    /// names are already known): the count moves by one per name made.
+    UnsentCreates(Vec<&'a str>),
+    /// Unsent unlinks (answered here under a delegation), now sent (the
+    /// names are already gone from what is known): one step per name
+    /// removed.
+    UnsentUnlinks(Vec<&'a str>),
 }
 
 impl<'a> EntryChange<'a> {
@@ -68,8 +69,8 @@ impl<'a> EntryChange<'a> {
         match self {
             EntryChange::Added(name) | EntryChange::Removed(name) => std::slice::from_ref(name),
             EntryChange::AddedMany(names)
-            | EntryChange::Kept(names)
-            | EntryChange::KeptRemoved(names) => names,
+            | EntryChange::UnsentCreates(names)
+            | EntryChange::UnsentUnlinks(names) => names,
         }
     }
 
@@ -78,8 +79,8 @@ impl<'a> EntryChange<'a> {
         match self {
             EntryChange::Added(_) | EntryChange::Removed(_) => 1,
             EntryChange::AddedMany(names)
-            | EntryChange::Kept(names)
-            | EntryChange::KeptRemoved(names) => names.len() as u64,
+            | EntryChange::UnsentCreates(names)
+            | EntryChange::UnsentUnlinks(names) => names.len() as u64,
         }
     }
 }
@@ -90,7 +91,7 @@ pub enum LocalChange {
     Done,
     /// The name is in the directory already (an add), or not (a remove).
     Conflict,
-    /// A change of this client's own other than kept creates is in flight
+    /// A change of this client's own other than unsent changes is in flight
     /// there (a rename onto the name, say): nothing is answered here until
     /// it is answered.
     Busy,
@@ -108,10 +109,11 @@ struct Known {
     /// Changes sent and not yet answered: while any is, nothing is answered
     /// from here.
     in_flight: u32,
-    /// Of those, messages of creates answered here (`EntryChange::Kept`):
-    /// only these let a create still be answered here (their names are
-    /// known already; any other change might take the name).
-    kept_in_flight: u32,
+    /// Of those, messages of unsent changes (`EntryChange::UnsentCreates`,
+    /// `UnsentUnlinks`): only these let a create still be answered here
+    /// (their names are known already; any other change might take the
+    /// name).
+    unsent_in_flight: u32,
     /// The user whose requests showed it.
     who: Cred,
     /// Held under a delegation: known without the TTL.
@@ -206,7 +208,7 @@ impl KnownDirs {
                     names: HashSet::new(),
                     confirmed: Instant::now(),
                     in_flight: 0,
-                    kept_in_flight: 0,
+                    unsent_in_flight: 0,
                     who,
                     pinned: false,
                 },
@@ -230,12 +232,13 @@ impl KnownDirs {
         }
     }
 
-    /// A change of `dir`'s entries is about to be sent (`kept`: creates
-    /// answered here, to be finished as `EntryChange::Kept`).
-    pub fn begin(&self, dir: Handle, kept: bool) {
+    /// A change of `dir`'s entries is about to be sent (`unsent`: unsent
+    /// creates or unlinks, to be finished as `EntryChange::UnsentCreates`
+    /// or `UnsentUnlinks`).
+    pub fn begin(&self, dir: Handle, unsent: bool) {
         if let Some(k) = self.dirs().known.get_mut(&dir) {
             k.in_flight += 1;
-            k.kept_in_flight += kept as u32;
+            k.unsent_in_flight += unsent as u32;
         }
     }
 
@@ -249,8 +252,8 @@ impl KnownDirs {
             return;
         };
         k.in_flight = k.in_flight.saturating_sub(1);
-        if let EntryChange::Kept(_) | EntryChange::KeptRemoved(_) = change {
-            k.kept_in_flight = k.kept_in_flight.saturating_sub(1);
+        if let EntryChange::UnsentCreates(_) | EntryChange::UnsentUnlinks(_) = change {
+            k.unsent_in_flight = k.unsent_in_flight.saturating_sub(1);
         }
         let steps = change.steps();
         let next =
@@ -273,7 +276,7 @@ impl KnownDirs {
             // The names changed when the changes were answered here; later
             // answers (a name unlinked and made again) may have changed
             // them since.
-            EntryChange::Kept(_) | EntryChange::KeptRemoved(_) => {}
+            EntryChange::UnsentCreates(_) | EntryChange::UnsentUnlinks(_) => {}
         }
         k.version = version;
         k.confirmed = Instant::now();
@@ -282,7 +285,7 @@ impl KnownDirs {
         dirs.fit(dir, self.max_names);
     }
 
-    /// The change begun on `dir` (not kept creates) was refused before it
+    /// The change begun on `dir` (not unsent changes) was refused before it
     /// changed anything (the server said so): what is known stands.
     pub fn unchanged(&self, dir: Handle) {
         if let Some(k) = self.dirs().known.get_mut(&dir) {
@@ -379,10 +382,10 @@ impl KnownDirs {
         else {
             return LocalChange::NotPinned;
         };
-        // A create may be answered while kept creates are in flight (their
-        // names are taken already); an unlink only with nothing in flight,
-        // so that no reply still to come names the file.
-        let others = if add { k.kept_in_flight } else { 0 };
+        // A create may be answered while unsent changes are in flight (their
+        // names changed when they were answered); an unlink only with
+        // nothing in flight, so that no reply still to come names the file.
+        let others = if add { k.unsent_in_flight } else { 0 };
         if k.in_flight != others {
             return LocalChange::Busy;
         }
@@ -466,7 +469,11 @@ mod tests {
         assert_eq!(k.add_answered(7, "a", me()), Conflict);
         assert_eq!(k.add_answered(7, "b", Cred::new(1001, 1001)), NotPinned);
         k.begin(7, true);
-        assert_eq!(k.add_answered(7, "c", me()), Done, "kept creates in flight");
+        assert_eq!(
+            k.add_answered(7, "c", me()),
+            Done,
+            "unsent creates in flight"
+        );
         assert_eq!(
             k.remove_answered(7, "a", me()),
             Busy,
@@ -475,7 +482,11 @@ mod tests {
         k.begin(7, false);
         assert_eq!(k.add_answered(7, "d", me()), Busy, "a change of its own");
         k.finish(7, Some(&dir(7, 2)), EntryChange::Added("d"));
-        k.finish(7, Some(&dir(7, 4)), EntryChange::Kept(vec!["a", "c"]));
+        k.finish(
+            7,
+            Some(&dir(7, 4)),
+            EntryChange::UnsentCreates(vec!["a", "c"]),
+        );
         assert_eq!(k.add_answered(7, "d", me()), Conflict);
         assert_eq!(k.add_answered(7, "e", me()), Done);
         assert_eq!(k.remove_answered(7, "e", me()), Done);
@@ -495,7 +506,7 @@ mod tests {
     }
 
     #[test]
-    fn a_kept_batchs_reply_leaves_the_names_as_later_answers_left_them() {
+    fn an_unsent_batchs_reply_leaves_the_names_as_later_answers_left_them() {
         use LocalChange::*;
         let k = KnownDirs::new(Duration::from_secs(60), 1 << 20);
         k.created(7, me());
@@ -506,7 +517,7 @@ mod tests {
         assert_eq!(k.add_answered(7, "a", me()), Done);
         // The unlink's message comes back: "a" is still there.
         k.begin(7, true);
-        k.finish(7, Some(&dir(7, 2)), EntryChange::KeptRemoved(vec!["a"]));
+        k.finish(7, Some(&dir(7, 2)), EntryChange::UnsentUnlinks(vec!["a"]));
         assert!(!k.absent(7, "a", me()), "made again after the unlink");
         assert_eq!(k.add_answered(7, "a", me()), Conflict);
     }

@@ -34,10 +34,10 @@ use shoal_proto::msg::{CommitRequest, LockRequest, RecoverRequest};
 use shoal_proto::{ops, Op, Operation};
 use tokio::sync::Mutex;
 
-use crate::conn::{Connection, OnRecall};
-use crate::held_locks::HeldLocks;
-use crate::kept_changes::KeptChanges;
-use crate::landing::{Lent, ReadData};
+use crate::consistency::kept_changes::KeptChanges;
+use crate::locks::held::HeldLocks;
+use crate::transport::conn::{Connection, OnRecall};
+use crate::transport::landing::{Lent, ReadData};
 use crate::types::Cred;
 
 /// The first pause before connecting again to a server that was
@@ -83,7 +83,7 @@ pub struct Pool {
     /// What the client does when a server recalls its leases.
     on_recall: OnRecall,
     /// What every request waits for before it is sent (the creates the
-    /// client answered itself: `delegated_creates`).
+    /// client answered itself: `delegations`).
     fence: std::sync::OnceLock<Fence>,
     /// How long a lease lasts from the sending of the request it answers
     /// (`lease_ms`; the server counts from its reply, later).
@@ -519,11 +519,22 @@ mod tests {
     use super::*;
 
     fn client_id(lease_ms: u32) -> u64 {
-        let settings = shoal_proto::cluster::Settings {
-            lease_ms,
-            ..Default::default()
+        use futures::FutureExt;
+        use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings};
+        let config = ClusterConfig {
+            secret_file: None,
+            settings: Settings {
+                lease_ms,
+                ..Default::default()
+            },
+            servers: vec![ServerEntry {
+                id: 0,
+                addr: "127.0.0.1:1".parse().unwrap(),
+                data: std::path::PathBuf::from("/nonexistent"),
+            }],
         };
-        crate::namespace::test_client(1, settings).pool().client
+        let on_recall: OnRecall = Arc::new(|_| futures::future::ready(()).boxed());
+        Pool::new(config, on_recall).client
     }
 
     #[test]

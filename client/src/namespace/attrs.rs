@@ -10,7 +10,8 @@ use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::{ops, ObjectKind};
 
-use crate::{Attr, Client, FileKind, Layout, SetAttr, SetTime, StatFs};
+use crate::client::Client;
+use crate::types::{Attr, FileKind, Layout, SetAttr, SetTime, StatFs};
 
 /// Fills a file's size and data times from its datafiles' sizes (`sizes` in
 /// the order of the file's distribution `dist`). Shared by getattr and
@@ -77,7 +78,10 @@ impl Client {
                 let attr = self.attr_with(&rec, |d| found(&sizes, d))?.ok_or_else(|| {
                     ShoalError::io(format!("no size for a datafile of {:#x}", rec.handle))
                 })?;
-                (attr, crate::leases::both(lease, sizes_lease))
+                (
+                    attr,
+                    crate::consistency::lease_ledger::both(lease, sizes_lease),
+                )
             }
         };
         self.inner.attrs.put_leased(rec.handle, attr.clone(), lease);
@@ -150,9 +154,9 @@ impl Client {
                 None
             }
         };
-        if let Some(end) = self.kept_end(h) {
-            // Writes this client keeps make the file longer than its
-            // servers know yet.
+        if let Some(end) = self.buffered_end(h) {
+            // Writes this client buffered or put behind make the file
+            // longer than its servers know yet.
             attr.size = attr.size.max(end);
         }
         Ok(Some((attr, dist)))
@@ -209,7 +213,7 @@ impl Client {
         let lease = replies
             .iter()
             .map(|(_, lease)| *lease)
-            .reduce(crate::leases::both)
+            .reduce(crate::consistency::lease_ledger::both)
             .flatten();
         let found: BTreeMap<Handle, DatafileSize> = replies
             .into_iter()
@@ -263,7 +267,7 @@ impl Client {
         }
         // No write in flight may land after a time set here.
         self.inner.write_behind.settle(h).await;
-        self.settle(h, crate::write_path::Settle::Push).await?;
+        self.settle(h, crate::data::write::Settle::Push).await?;
         if let Some(size) = set.size {
             self.truncate(h, size).await?;
         }
@@ -305,7 +309,7 @@ impl Client {
         }
         if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() {
             self.inner.caps.remove(&(h, self.cred));
-            // Names under a directory are kept per caller, each checked
+            // Names under a directory are cached per caller, each checked
             // against the old mode when it was looked up: a new mode or
             // owner may take search away.
             self.inner.names.remove_dir(h);

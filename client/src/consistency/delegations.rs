@@ -8,27 +8,29 @@
 //! every entry of a directory (`known_dirs`) it asks for the directory's
 //! delegation and a reservation of handles; while it holds them, a create
 //! of a new name there is answered at once, with the next reserved handle,
-//! and kept here. What is kept goes as `CreateFiles` messages (up to 1,024
-//! names each), `delegated_flush_ms` after the first one was kept, at once
-//! when [`SEND_AT`] wait in one directory, and in any case before this
-//! client sends anything else ([`Pool`](crate::pool::Pool)'s fence): its own
+//! and held here, not yet sent (an unsent create). Unsent creates go as
+//! `CreateFiles` messages (up to 1,024 names each), `delegated_flush_ms`
+//! after the first one was answered, at once when [`SEND_AT`] wait in one
+//! directory, and in any case before this
+//! client sends anything else ([`Pool`](crate::transport::pool::Pool)'s fence): its own
 //! later requests — a write to a new file, a listing, an unlink, an fsync
 //! — then find every file it was told was made. Other clients find them
 //! because the server recalls the delegation before their requests: the
-//! recall sends what is kept, then answers.
+//! recall sends the unsent changes, then answers.
 //!
 //! Unlinks too: while it holds the delegation, an unlink of a file this
 //! client made there under it (so it knows the name is a regular file it
-//! owns) is answered at once and kept; one of a create still kept cancels
-//! both. Kept unlinks go as `RemoveFiles` messages, before the kept creates
-//! (see [`DelegatedCreates::take`]).
+//! owns) is answered at once and held here too (an unsent unlink); one of
+//! a create still unsent cancels both. Unsent unlinks go as `RemoveFiles`
+//! messages, before the unsent creates (see [`DelegatedCreates::take`]).
+//! Together they are the delegation's unsent changes.
 //!
-//! Handle reservations: a server keeps `RESERVATIONS_KEPT` per client and
-//! drops the oldest for a new one, so this client keeps no more per server
+//! Handle reservations: a server holds `MAX_RESERVATIONS` per client and
+//! drops the oldest for a new one, so this client holds no more per server
 //! either, asks each server for one at a time (so that both sides agree on
 //! which is oldest), and before asking for one past the bound stops using
-//! its oldest and sends every create kept with it ([`make_room`]). A
-//! reservation whose ask failed without an answer counts as kept: the
+//! its oldest and sends every unsent create made with it ([`make_room`]). A
+//! reservation whose ask failed without an answer counts as held: the
 //! server may have made it.
 //!
 //! A recall may overtake the grant it recalls (the server grants, then
@@ -36,7 +38,7 @@
 //! directory recalled while its delegation is being asked for is not held
 //! when the grant comes back.
 //!
-//! A kept create that fails when it is sent (another client made the name
+//! An unsent create that fails when it is sent (another client made the name
 //! while a restart of the server had ended the delegation, or the disk is
 //! full) was already answered
 //! as made: its handle is noted as failed, and the file's fsync and close
@@ -47,7 +49,7 @@
 //! or restarting server cannot stretch that window, at most
 //! [`MAX_UNSETTLED`] changes are answered here and not yet by their
 //! servers; past it, changes go to the server (behind the fence, so they
-//! wait for the kept ones) until some are answered.
+//! wait for the unsent ones) until some are answered.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Range;
@@ -58,12 +60,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use shoal_proto::error::ShoalError;
-use shoal_proto::handle::{server_of, RESERVATIONS_KEPT};
+use shoal_proto::handle::{server_of, MAX_RESERVATIONS};
 use shoal_proto::{Cred, Handle};
 
-use crate::known_dirs::LocalChange;
+use crate::consistency::known_dirs::LocalChange;
 
-/// Creates kept in one directory that are sent at once.
+/// Unsent changes in one directory that are sent at once.
 pub const SEND_AT: usize = 256;
 /// Changes this client answers itself that its servers have not answered
 /// yet, at most: what its crash can lose.
@@ -83,25 +85,26 @@ const MAX_MADE: usize = 1 << 16;
 /// do not wait for the next (past it, all are forgotten).
 const MAX_REFUSED: usize = 4096;
 
-/// One create answered here and not yet sent.
-pub struct Kept {
+/// An unsent create: answered here and not yet sent.
+pub struct UnsentCreate {
     pub name: String,
     pub handle: Handle,
     pub mode: u32,
 }
 
 struct Dir {
-    /// Creates may be answered here (false once recalled or lost: what is
-    /// kept is only to send).
+    /// Creates may be answered here (false once recalled or lost: the
+    /// unsent changes are only to send).
     held: bool,
     who: Cred,
     free: VecDeque<Range<Handle>>,
-    kept: Vec<Kept>,
+    /// Unsent creates, oldest first.
+    creates: Vec<UnsentCreate>,
     /// Regular files made here under this delegation, by name, whose
     /// unlink this client can answer: it knows the name is theirs, that
     /// they are no directory, and that it may remove them (it owns them).
     made: HashMap<String, Handle>,
-    /// Unlinks answered here and not yet sent (of files of `made`).
+    /// Unsent unlinks: answered here and not yet sent (of files of `made`).
     unlinks: Vec<(String, Handle)>,
     /// Held while a message of this directory's is in flight: one at a
     /// time, so that whoever takes it next finds the ones before answered.
@@ -157,23 +160,23 @@ pub enum Answered {
 }
 
 /// What a change answered here asks of the sending: `first`, the first
-/// kept in its directory (the send is to be scheduled); `full`, [`SEND_AT`]
-/// are kept there (it is due now).
+/// unsent one in its directory (the send is to be scheduled); `full`,
+/// [`SEND_AT`] are unsent there (it is due now).
 #[derive(Clone, Copy, Default)]
 pub struct Send {
     pub first: bool,
     pub full: bool,
 }
 
-/// What kept changes of one directory go next, in one message, for whom.
+/// Which unsent changes of one directory go next, in one message, for whom.
 pub enum Batch {
-    Creates(Cred, Vec<Kept>),
+    Creates(Cred, Vec<UnsentCreate>),
     Unlinks(Cred, Vec<(String, Handle)>),
 }
 
 impl Dir {
     fn send(&self) -> Send {
-        let pending = self.kept.len() + self.unlinks.len();
+        let pending = self.creates.len() + self.unlinks.len();
         Send {
             first: pending == 1,
             full: pending == SEND_AT,
@@ -184,8 +187,8 @@ impl Dir {
 pub struct DelegatedCreates {
     pub delay: Duration,
     state: Mutex<State>,
-    /// Creates answered here and not yet answered by their server (kept or
-    /// in flight): the fence waits while there are any.
+    /// Creates answered here and not yet answered by their server (unsent
+    /// or in flight): the fence waits while there are any.
     unsettled: AtomicUsize,
     /// Files in every directory's `made`, and their bound.
     made: AtomicUsize,
@@ -288,7 +291,7 @@ impl DelegatedCreates {
             held: false,
             who,
             free: VecDeque::new(),
-            kept: Vec::new(),
+            creates: Vec::new(),
             made: HashMap::new(),
             unlinks: Vec::new(),
             sending: Arc::default(),
@@ -318,16 +321,16 @@ impl DelegatedCreates {
 
     /// Before asking `server` for a reservation (holding [`Self::asks`]):
     /// if it keeps as many for this client as it may, the oldest is no
-    /// longer used here; returns whether one was, so that the creates kept
-    /// with its handles are to be sent before the ask (the server drops it
+    /// longer used here; returns whether one was, so that the unsent creates
+    /// made with its handles are to be sent before the ask (the server drops it
     /// once it makes the new one).
     pub fn make_room(&self, server: u32) -> bool {
         let mut st = self.state();
-        let kept = st.reservations.entry(server).or_default();
-        if kept.len() < RESERVATIONS_KEPT {
+        let held = st.reservations.entry(server).or_default();
+        if held.len() < MAX_RESERVATIONS {
             return false;
         }
-        let oldest = kept.pop_front().expect("full");
+        let oldest = held.pop_front().expect("full");
         for (_, d) in st.dirs.iter_mut().filter(|(h, _)| server_of(**h) == server) {
             d.free
                 .retain(|f| !(oldest.start <= f.start && f.end <= oldest.end));
@@ -342,9 +345,9 @@ impl DelegatedCreates {
             Some(range) if range.is_empty() => {}
             reply => {
                 let mut st = self.state();
-                let kept = st.reservations.entry(server).or_default();
-                assert!(kept.len() < RESERVATIONS_KEPT, "room made before asking");
-                kept.push_back(reply.unwrap_or(0..0));
+                let held = st.reservations.entry(server).or_default();
+                assert!(held.len() < MAX_RESERVATIONS, "room made before asking");
+                held.push_back(reply.unwrap_or(0..0));
             }
         }
     }
@@ -385,7 +388,7 @@ impl DelegatedCreates {
         if range.is_empty() {
             d.free.pop_front();
         }
-        d.kept.push(Kept {
+        d.creates.push(UnsentCreate {
             name: name.to_string(),
             handle,
             mode,
@@ -410,7 +413,7 @@ impl DelegatedCreates {
     /// takes the name out of the directory's known names (`known_dirs`,
     /// under this lock). Returns the file's handle and what the sending is
     /// to do; None: the unlink goes to the server. An unlink of a file
-    /// whose create is still kept cancels it: neither is sent.
+    /// whose create is still unsent cancels it: neither is sent.
     pub fn answer_unlink(
         &self,
         dir: Handle,
@@ -421,10 +424,10 @@ impl DelegatedCreates {
         let mut st = self.state();
         let d = st.dirs.get_mut(&dir).filter(|d| d.held && d.who == who)?;
         let handle = *d.made.get(name)?;
-        // An unlink of a create still kept cancels it; another one is a
+        // An unlink of a create still unsent cancels it; another one is a
         // change more to lose, within the bound.
-        let kept_at = d.kept.iter().position(|k| k.name == name);
-        if kept_at.is_none() && self.unsettled.load(Ordering::SeqCst) >= MAX_UNSETTLED {
+        let unsent_at = d.creates.iter().position(|k| k.name == name);
+        if unsent_at.is_none() && self.unsettled.load(Ordering::SeqCst) >= MAX_UNSETTLED {
             return None;
         }
         match remove() {
@@ -437,10 +440,10 @@ impl DelegatedCreates {
         }
         d.made.remove(name);
         self.made.fetch_sub(1, Ordering::SeqCst);
-        if let Some(i) = kept_at {
-            d.kept.remove(i);
+        if let Some(i) = unsent_at {
+            d.creates.remove(i);
             let before = self.unsettled.fetch_sub(1, Ordering::SeqCst);
-            assert!(before >= 1, "a kept create counts as unsettled");
+            assert!(before >= 1, "an unsent create counts as unsettled");
             return Some((handle, Send::default()));
         }
         d.unlinks.push((name.to_string(), handle));
@@ -473,7 +476,8 @@ impl DelegatedCreates {
     }
 
     /// `dir`'s delegation ended (recalled, or its server's connection
-    /// ended): nothing more is answered there; what is kept is still sent.
+    /// ended): nothing more is answered there; its unsent changes are
+    /// still sent.
     /// Returns whether it was held.
     pub fn ended(&self, dir: Handle) -> bool {
         let mut st = self.state();
@@ -507,11 +511,12 @@ impl DelegatedCreates {
         ended
     }
 
-    /// The directories with changes kept or in flight.
+    /// The directories with unsent changes or changes in flight.
     pub fn unsent_dirs(&self) -> Vec<Handle> {
         let st = self.state();
-        let busy =
-            |d: &Dir| !d.kept.is_empty() || !d.unlinks.is_empty() || d.sending.try_lock().is_err();
+        let busy = |d: &Dir| {
+            !d.creates.is_empty() || !d.unlinks.is_empty() || d.sending.try_lock().is_err()
+        };
         st.dirs
             .iter()
             .filter(|(_, d)| busy(d))
@@ -519,17 +524,17 @@ impl DelegatedCreates {
             .collect()
     }
 
-    /// The lock a sender of `dir`'s kept creates holds.
+    /// The lock a sender of `dir`'s unsent changes holds.
     pub fn sending(&self, dir: Handle) -> Option<Arc<tokio::sync::Mutex<()>>> {
         self.state().dirs.get(&dir).map(|d| d.sending.clone())
     }
 
-    /// Takes the next message's worth of `dir`'s kept changes, oldest
-    /// first: up to `max` (at least one) unlinks, or while none are kept,
-    /// creates with one mode; None if nothing is kept. Unlinks go before
-    /// creates: an unlink kept here is of a file whose create was sent (one
-    /// still kept was cancelled with it), so the only order that matters,
-    /// a name unlinked and then made again, is kept.
+    /// Takes the next message's worth of `dir`'s unsent changes, oldest
+    /// first: up to `max` (at least one) unlinks, or while none are unsent,
+    /// creates with one mode; None if nothing is unsent. Unlinks go before
+    /// creates: an unsent unlink is of a file whose create was sent (one
+    /// still unsent was cancelled with it), so the only order that matters,
+    /// a name unlinked and then made again, holds.
     pub fn take(&self, dir: Handle, max: usize) -> Option<Batch> {
         let mut st = self.state();
         let d = st.dirs.get_mut(&dir)?;
@@ -537,14 +542,14 @@ impl DelegatedCreates {
             let n = d.unlinks.len().min(max);
             return Some(Batch::Unlinks(d.who, d.unlinks.drain(..n).collect()));
         }
-        let mode = d.kept.first()?.mode;
+        let mode = d.creates.first()?.mode;
         let n = d
-            .kept
+            .creates
             .iter()
             .take(max)
             .take_while(|k| k.mode == mode)
             .count();
-        let taken = d.kept.drain(..n).collect();
+        let taken = d.creates.drain(..n).collect();
         Some(Batch::Creates(d.who, taken))
     }
 
@@ -563,15 +568,15 @@ impl DelegatedCreates {
             }
         }
         let before = self.unsettled.fetch_sub(count, Ordering::SeqCst);
-        assert!(before >= count, "settled more creates than were kept");
+        assert!(before >= count, "settled more changes than were unsettled");
     }
 
-    /// Drops `dir` once nothing is held, kept or sent there.
+    /// Drops `dir` once nothing is held, unsent or being sent there.
     pub fn tidy(&self, dir: Handle) {
         let mut st = self.state();
         let idle = st.dirs.get(&dir).is_some_and(|d| {
             !d.held
-                && d.kept.is_empty()
+                && d.creates.is_empty()
                 && d.unlinks.is_empty()
                 && Arc::strong_count(&d.sending) == 1
         });
@@ -645,14 +650,14 @@ mod tests {
         }
         let over = d.answer(7, "over", 0o644, me(), || LocalChange::Done);
         assert!(matches!(over, Answered::NotHeld), "to the server");
-        // An unlink that cancels a kept create is no change more to lose.
+        // An unlink that cancels an unsent create is no change more to lose.
         assert!(d
             .answer_unlink(7, "f0", me(), || LocalChange::Done)
             .is_some());
         made(d.answer(7, "again", 0o644, me(), || LocalChange::Done));
         // Once the servers answered some, more are answered here.
         let Some(Batch::Creates(_, batch)) = d.take(7, 10) else {
-            panic!("kept creates to send");
+            panic!("unsent creates to send");
         };
         d.settled(batch.len(), Vec::new());
         made(d.answer(7, "later", 0o644, me(), || LocalChange::Done));
@@ -684,13 +689,13 @@ mod tests {
         );
         made(d.answer(7, "a", 0o644, me(), done));
         made(d.answer(7, "b", 0o644, me(), done));
-        // b's create is still kept: both go, neither is sent.
+        // b's create is still unsent: both go, neither is sent.
         let (h, _) = d.answer_unlink(7, "b", me(), done).unwrap();
         assert_eq!(h, 101);
-        let Some(Batch::Creates(_, kept)) = d.take(7, 10) else {
+        let Some(Batch::Creates(_, creates)) = d.take(7, 10) else {
             panic!("a's create")
         };
-        assert_eq!(kept.len(), 1);
+        assert_eq!(creates.len(), 1);
         assert!(d
             .answer_unlink(7, "a", me(), || LocalChange::Busy)
             .is_none());
@@ -715,7 +720,7 @@ mod tests {
     fn reservations_per_server_are_bounded_oldest_out() {
         let d = DelegatedCreates::new(Duration::from_millis(5), 1 << 20);
         let server = server_of(7);
-        for i in 0..RESERVATIONS_KEPT as u64 {
+        for i in 0..MAX_RESERVATIONS as u64 {
             assert!(!d.make_room(server));
             let start = 1000 + i * 10;
             d.asked(server, Some(start..start + 10));

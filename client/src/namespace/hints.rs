@@ -20,7 +20,7 @@ use shoal_proto::hints::{self, Hint};
 use shoal_proto::msg::{DirHints, ObjectRecord};
 use shoal_proto::{Handle, ObjectKind};
 
-use crate::Client;
+use crate::client::Client;
 
 /// Times an object is made again after its directory's hints changed under it.
 const MAX_HINT_RETRIES: usize = 3;

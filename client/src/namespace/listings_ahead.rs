@@ -22,90 +22,15 @@
 //! every batch dropped, so no read-ahead starts from a listing that follows
 //! a change by this client: such a walk pays at most one listing's batches.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
-use futures::future::{BoxFuture, FutureExt, Shared};
-use shoal_proto::msg::ObjectRecord;
-use shoal_proto::{Cred, Handle};
+use futures::future::FutureExt;
+use shoal_proto::Handle;
 
-use crate::{Client, DirEntry};
-
-/// Batches fetched ahead (or being fetched) and not used yet, at most; past
-/// it the oldest goes. A depth-first walk needs the newest first: the
-/// children of the directory it just listed.
-const MAX_AHEAD: usize = 256;
-/// Directories shown by listings remembered, at most, to see a walk start.
-const MAX_SHOWN: usize = 4096;
-
-/// A first batch fetched ahead.
-pub(crate) struct FirstBatch {
-    pub entries: Vec<DirEntry>,
-    /// Whether they are all of the directory's.
-    pub done: bool,
-    /// The directory's own record.
-    pub dir: Option<ObjectRecord>,
-    /// Until when the reply leased them.
-    pub leased: Instant,
-}
-
-struct Slot {
-    /// Who asked: the server checked that caller's permission to list.
-    cred: Cred,
-    /// The pool's count of metadata changes when the request went.
-    changes: u64,
-    max: u32,
-    /// Order of fetching, for eviction.
-    seq: u64,
-    batch: Shared<BoxFuture<'static, Option<Arc<FirstBatch>>>>,
-}
-
-#[derive(Default)]
-pub(crate) struct ListingsAhead {
-    slots: Mutex<Slots>,
-    /// Directories listings showed, until one of them is opened.
-    shown: Mutex<foldhash::HashSet<Handle>>,
-    walking: AtomicBool,
-    /// The pool's count of metadata changes at the last listing reported.
-    changes_at_listing: AtomicU64,
-    counts: ReadAheadCounts,
-}
-
-#[derive(Default)]
-struct Slots {
-    by_dir: foldhash::HashMap<Handle, Slot>,
-    next_seq: u64,
-}
-
-#[derive(Default)]
-struct ReadAheadCounts {
-    fetched: AtomicU64,
-    used: AtomicU64,
-    dropped: AtomicU64,
-}
-
-/// What directory read-ahead did in this client so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReadAhead {
-    /// First batches brought ahead of their directory's opening (with
-    /// their entries' attributes if asked).
-    pub fetched: u64,
-    /// Of those, answered an opening.
-    pub used: u64,
-    /// Of those, found stale (or failed) at the opening and asked for again.
-    pub dropped: u64,
-}
-
-impl std::fmt::Display for ReadAhead {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "fetched {}, used {}, dropped {}",
-            self.fetched, self.used, self.dropped
-        )
-    }
-}
+use crate::client::Client;
+use crate::namespace::fetched_ahead::{FirstBatch, ReadAhead, Slot, MAX_AHEAD, MAX_SHOWN};
 
 impl Client {
     /// A front end's listing batch of some directory showed these
@@ -214,19 +139,6 @@ impl Client {
             fetched: c.fetched.load(Ordering::Relaxed),
             used: c.used.load(Ordering::Relaxed),
             dropped: c.dropped.load(Ordering::Relaxed),
-        }
-    }
-}
-
-impl Slots {
-    fn evict_oldest(&mut self) {
-        let oldest = self
-            .by_dir
-            .iter()
-            .min_by_key(|(_, s)| s.seq)
-            .map(|(h, _)| *h);
-        if let Some(h) = oldest {
-            self.by_dir.remove(&h);
         }
     }
 }

@@ -2,16 +2,16 @@
 //! [Hildebrand 2006]'s Figure 5, from what this client's own writes cost.
 //!
 //! A direct write of `s` bytes costs a fixed part `F` (its round trips) plus
-//! `s * d` (moving its bytes); a kept write costs its share of the large
+//! `s * d` (moving its bytes); a buffered write costs its share of the large
 //! write that sends it, `s * g`. Below `s* = F / (g - d)` the gathering path
 //! is cheaper. Each is followed as it moves (exponentially weighted): `g`
-//! from every send of kept writes, `d` from direct writes of at least
+//! from every send of buffered writes, `d` from direct writes of at least
 //! [`LARGE`] bytes (their cost is mostly bytes), `F` from smaller direct
 //! writes less their bytes' share, and, before any, from the round trip of
-//! a ping. While sends of kept writes are as cheap per byte as direct
+//! a ping. While sends of buffered writes are as cheap per byte as direct
 //! writes (`g <= d`, an idle client here: they are the same large writes)
-//! the threshold is the most the caller finds worth keeping (the whole
-//! buffer, or with write-behind the writes under `AUTO_KEEPS_UNDER`);
+//! the threshold is the most the caller finds worth buffering (the whole
+//! buffer, or with write-behind the writes under `AUTO_BUFFERS_UNDER`);
 //! when they get dearer (the servers or the client busy) it comes down, as
 //! [Hildebrand 2006]'s busy threshold lies below its idle one.
 
@@ -23,7 +23,7 @@ pub const LARGE: usize = 256 << 10;
 /// Weight of a new observation.
 const ALPHA: f64 = 0.2;
 /// Smallest threshold `auto` sets: writes this small are always worth
-/// keeping.
+/// buffering.
 pub const FLOOR: usize = 4096;
 
 #[derive(Default)]
@@ -37,7 +37,7 @@ struct Estimates {
     fixed_ns: Option<f64>,
     /// Per byte of a direct write, ns.
     direct_byte_ns: Option<f64>,
-    /// Per byte of a send of kept writes, ns.
+    /// Per byte of a send of buffered writes, ns.
     gathered_byte_ns: Option<f64>,
 }
 
@@ -76,7 +76,7 @@ impl AutoThreshold {
         }
     }
 
-    /// A send of `bytes` of kept writes took `took`.
+    /// A send of `bytes` of buffered writes took `took`.
     pub fn gathered(&self, bytes: usize, took: Duration) {
         if bytes == 0 {
             return;
@@ -86,7 +86,7 @@ impl AutoThreshold {
     }
 
     /// The threshold now, between [`FLOOR`] and `buffer` (the most worth
-    /// keeping: at most a file's write-back buffer).
+    /// buffering: at most a file's gathering buffer).
     pub fn threshold(&self, buffer: usize) -> usize {
         let e = *self.est();
         let (Some(fixed), Some(g)) = (e.fixed_ns, e.gathered_byte_ns) else {
@@ -108,12 +108,12 @@ mod tests {
     const US: Duration = Duration::from_micros(1);
 
     #[test]
-    fn idle_gathering_keeps_everything_and_busy_gathering_lowers_the_threshold() {
+    fn idle_gathering_buffers_everything_and_busy_gathering_lowers_the_threshold() {
         let a = AutoThreshold::default();
         assert_eq!(a.threshold(1 << 20), 1 << 20, "nothing known yet");
         a.round_trip(100 * US);
-        // Sends of kept writes: 1 MiB in 1 ms (1 ns a byte); direct 1 MiB
-        // writes as fast: keeping costs nothing more.
+        // Sends of buffered writes: 1 MiB in 1 ms (1 ns a byte); direct 1 MiB
+        // writes as fast: buffering costs nothing more.
         for _ in 0..20 {
             a.gathered(1 << 20, 1000 * US);
             a.direct(1 << 20, 1000 * US);

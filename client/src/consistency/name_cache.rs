@@ -1,4 +1,4 @@
-//! The name cache: directory entries this client has seen, kept for the
+//! The name cache: directory entries this client has seen, cached for the
 //! cache TTL (default 100 ms) so another client's change is seen within that
 //! time.
 //!
@@ -16,7 +16,7 @@
 //!
 //! Bounded: at most the setting `cache_entries` names, the least used
 //! evicted past it (quick_cache's S3-FIFO, as `cache::TtlCache`). Names are
-//! kept one entry per (directory, name), so that eviction can take any one
+//! cached one entry per (directory, name), so that eviction can take any one
 //! of them; dropping a whole directory's (a recall, or the kernel forgetting
 //! the directory) stamps the directory instead of searching every entry:
 //! each entry carries the count of such drops when it was put, and one put
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use quick_cache::Equivalent;
 use shoal_proto::{Cred, Handle, ObjectKind};
 
-use crate::cache::{bounded, compacted, Bounded};
+use crate::consistency::cache::{bounded, compacted, Bounded};
 
 /// Callers remembered per entry; the oldest goes when another comes.
 const MAX_CALLERS: usize = 8;
@@ -92,7 +92,7 @@ pub struct NameCache {
 }
 
 impl NameCache {
-    /// A cache of at most `max` names, each kept `ttl` (or its lease).
+    /// A cache of at most `max` names, each cached `ttl` (or its lease).
     pub fn new(ttl: Duration, max: usize) -> NameCache {
         NameCache {
             ttl,
@@ -143,7 +143,7 @@ impl NameCache {
         }
         let mut map = self.map();
         map.dirs.insert(dir);
-        let ttl_end = crate::cache::expiry(Instant::now(), self.ttl);
+        let ttl_end = crate::consistency::cache::expiry(Instant::now(), self.ttl);
         let until = lease.map_or(ttl_end, |l| l.max(ttl_end));
         let (stamp, void_before) = (map.drops, map.void_before(dir));
         let entries = &mut map.entries;

@@ -1,0 +1,7 @@
+//! Talking to the servers: one multiplexed connection per server (`conn`),
+//! the pool that opens, reopens and fences them (`pool`), and read data
+//! received straight into a caller's memory (`landing`).
+
+pub(crate) mod conn;
+pub(crate) mod landing;
+pub(crate) mod pool;

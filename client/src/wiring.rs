@@ -1,0 +1,52 @@
+//! Building a [`Client`]: its shared state, and the hooks its connections
+//! call back into (a server's recall, the fence before other requests).
+//! The one file that knows every part, so that no part needs to know it.
+
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal_proto::cluster::ClusterConfig;
+
+use crate::client::{Client, Inner};
+use crate::consistency::cache::{self, TtlCache};
+use crate::consistency::{delegations, known_dirs, lease_ledger, leases, name_cache};
+use crate::data::caps;
+use crate::data::dists::DistCache;
+use crate::namespace;
+use crate::transport::pool::Pool;
+use crate::types::current_cred;
+
+impl Client {
+    /// A client of the cluster described by `config`. Connections open lazily;
+    /// call [`Client::ping_all`] to check that every server answers.
+    pub fn new(config: ClusterConfig) -> Client {
+        let ttl = Duration::from_millis(config.settings.cache_ttl_ms);
+        let entries = config.settings.cache_entries as usize;
+        let known_names = config.settings.known_names as usize;
+        let first = std::process::id() % config.num_servers();
+        let delay = Duration::from_millis(config.settings.delegated_flush_ms as u64);
+        let client = Client {
+            inner: Arc::new_cyclic(|me| Inner {
+                names: name_cache::NameCache::new(ttl, entries),
+                attrs: TtlCache::bounded(ttl, entries),
+                hints: TtlCache::bounded(cache::FOREVER, entries),
+                dists: DistCache::new(ttl, entries),
+                caps: TtlCache::bounded(caps::keep_for(config.settings.capability_ttl_s), entries),
+                known_dirs: known_dirs::KnownDirs::new(ttl, known_names),
+                next_server: AtomicU32::new(first),
+                uncommitted_writes: Default::default(),
+                gathering: Default::default(),
+                write_behind: Default::default(),
+                listings_ahead: Default::default(),
+                leases: lease_ledger::Ledger::new(entries),
+                delegated: delegations::DelegatedCreates::new(delay, known_names),
+                pool: Pool::new(config, leases::on_recall(me.clone())),
+            }),
+            cred: current_cred(),
+        };
+        let fence = namespace::delegated::fence(Arc::downgrade(&client.inner));
+        client.inner.pool.set_fence(fence);
+        client
+    }
+}
