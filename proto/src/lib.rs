@@ -1,6 +1,7 @@
 //! Shoal's wire protocol and the definitions both sides of the wire share.
 //!
-//! Open `shoal.proto` first: it is the schema. This crate adds the frame layout
+//! Open `shoal.proto` first: it is the schema, its messages generated into
+//! [`msg`]. This crate adds the frame layout
 //! ([`frame`]), the operation table ([`op`]), POSIX errors ([`error`]), the handle
 //! space ([`handle`]), striping arithmetic ([`dist`]), the byte extents of the
 //! gathering path ([`extents`]), directory hints
@@ -23,15 +24,11 @@ pub mod extents;
 pub mod frame;
 pub mod handle;
 pub mod hints;
+pub mod msg;
 pub mod names;
 pub mod op;
 pub mod record_locks;
 pub mod time;
-
-/// The protobuf messages generated from `shoal.proto`.
-pub mod msg {
-    include!(concat!(env!("OUT_DIR"), "/shoal.rs"));
-}
 
 pub use cred::Cred;
 pub use error::{Errno, ShoalError};

@@ -1,0 +1,3 @@
+//! The protobuf messages generated from `shoal.proto` (by `build.rs`).
+
+include!(concat!(env!("OUT_DIR"), "/shoal.rs"));
