@@ -43,7 +43,6 @@ use crate::readdir;
 use crate::reads_in_place::{self, EntryLanding};
 use crate::shared::Shared;
 use crate::stats::{self, MountStats};
-use crate::sweeps::Sweeps;
 use crate::xattr::{name_list, reply_value, xattr_name};
 
 /// Largest write the kernel may send in one request: big writes mean few
@@ -1167,7 +1166,7 @@ impl Filesystem for ShoalFs {
 
     fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
         self.shared.forgotten(&[ino.0]);
-        Sweeps::forgotten(&self.shared, &self.rt, 1);
+        self.shared.sweeps.forgotten(&self.rt, 1);
     }
 
     /// The kernel dropped these inodes (each FORGET names an inode the
@@ -1175,7 +1174,7 @@ impl Filesystem for ShoalFs {
     fn batch_forget(&self, _req: &Request, nodes: &[fuser::ForgetOne]) {
         let inodes: Vec<u64> = nodes.iter().map(|n| n.nodeid().0).collect();
         self.shared.forgotten(&inodes);
-        Sweeps::forgotten(&self.shared, &self.rt, inodes.len());
+        self.shared.sweeps.forgotten(&self.rt, inodes.len());
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {

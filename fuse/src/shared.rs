@@ -43,7 +43,7 @@ pub struct Shared {
     /// FLUSH from then on (`locks`).
     pub locking: AtomicBool,
     /// Memory given back after many forgets.
-    pub sweeps: Sweeps,
+    pub sweeps: Arc<Sweeps>,
 }
 
 impl Shared {
@@ -53,6 +53,8 @@ impl Shared {
         let durable_replies = settings.sync == SyncMode::Full;
         let streams = ReadStreams::new(settings.strip_size, u64::from(settings.stream_reads));
         let entries = settings.cache_entries as usize;
+        let leases = KernelLeases::start(entries);
+        let sweeps = Sweeps::new(client.clone(), leases.clone());
         Shared {
             client,
             ttl,
@@ -62,11 +64,11 @@ impl Shared {
             parents: Parents::new(entries),
             open: Mutex::default(),
             groups: CallerGroups::default(),
-            leases: KernelLeases::start(entries),
+            leases,
             streams,
             hardlinks_protected: crate::access::hardlinks_protected(),
             locking: AtomicBool::new(false),
-            sweeps: Sweeps::default(),
+            sweeps,
         }
     }
 

@@ -13,44 +13,57 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::shared::Shared;
+use shoal_client::Client;
+
+use crate::kernel_leases::KernelLeases;
 
 /// Inodes forgotten since the last sweep that call for another.
 const BURST: usize = 4096;
 /// How long after the burst the sweep runs.
 const AFTER: Duration = Duration::from_secs(1);
 
-#[derive(Default)]
+/// The inodes forgotten since the last sweep, and what a sweep compacts:
+/// the client's caches and what the kernel was given under leases.
 pub struct Sweeps {
+    client: Client,
+    leases: Arc<KernelLeases>,
     forgotten: AtomicUsize,
     scheduled: AtomicBool,
 }
 
 impl Sweeps {
+    pub fn new(client: Client, leases: Arc<KernelLeases>) -> Arc<Sweeps> {
+        Arc::new(Sweeps {
+            client,
+            leases,
+            forgotten: AtomicUsize::new(0),
+            scheduled: AtomicBool::new(false),
+        })
+    }
+
     /// `n` inodes were just forgotten: schedules a sweep if they make a
     /// burst and none is scheduled.
-    pub fn forgotten(shared: &Arc<Shared>, rt: &tokio::runtime::Handle, n: usize) {
-        let me = &shared.sweeps;
-        if me.forgotten.fetch_add(n, Ordering::Relaxed) + n < BURST
-            || me.scheduled.swap(true, Ordering::SeqCst)
+    pub fn forgotten(self: &Arc<Self>, rt: &tokio::runtime::Handle, n: usize) {
+        if self.forgotten.fetch_add(n, Ordering::Relaxed) + n < BURST
+            || self.scheduled.swap(true, Ordering::SeqCst)
         {
             return;
         }
-        let shared = shared.clone();
+        let me = self.clone();
         rt.spawn(async move {
             tokio::time::sleep(AFTER).await;
-            shared.sweeps.forgotten.store(0, Ordering::Relaxed);
-            let swept = shared.clone();
-            let _ = tokio::task::spawn_blocking(move || sweep(&swept)).await;
-            shared.sweeps.scheduled.store(false, Ordering::SeqCst);
+            me.forgotten.store(0, Ordering::Relaxed);
+            let swept = me.clone();
+            let _ = tokio::task::spawn_blocking(move || swept.sweep()).await;
+            me.scheduled.store(false, Ordering::SeqCst);
         });
     }
-}
 
-fn sweep(shared: &Shared) {
-    shared.client.compact();
-    shared.leases.sweep();
-    trim_heap();
+    fn sweep(&self) {
+        self.client.compact();
+        self.leases.sweep();
+        trim_heap();
+    }
 }
 
 /// Returns the heap's free pages to the system.
