@@ -8,11 +8,9 @@ use std::ffi::{CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use libc::c_char;
-use shoal_client::{Errno, ShoalError};
 
-use crate::{held_attrs, session};
-
-pub type Result<T> = std::result::Result<T, ShoalError>;
+use crate::error::{err, Result};
+use crate::{held_attrs, held_back};
 
 thread_local! {
     /// The message of the last call that failed on this thread.
@@ -56,13 +54,13 @@ pub fn call<T>(name: &str, failed: T, body: impl FnOnce() -> Result<T>) -> T {
 /// sending it fails).
 ///
 /// After the process's exit handler sent what was held back
-/// ([`session::exited`]), a call sends what it held back before it returns,
+/// ([`held_back::exited`]), a call sends what it held back before it returns,
 /// and fails if that fails.
 pub fn call_keeping_held<T>(name: &str, failed: T, body: impl FnOnce() -> Result<T>) -> T {
     let body = || -> Result<T> {
         let v = body()?;
-        if session::exited() {
-            session::send_held_back()?;
+        if held_back::exited() {
+            held_back::send_held_back()?;
         }
         Ok(v)
     };
@@ -85,10 +83,6 @@ pub fn call_keeping_held<T>(name: &str, failed: T, body: impl FnOnce() -> Result
             failed
         }
     }
-}
-
-pub fn err(errno: i32, message: impl Into<String>) -> ShoalError {
-    ShoalError::new(Errno(errno), message)
 }
 
 /// A NUL-terminated C string argument, which Shoal needs as UTF-8.

@@ -18,7 +18,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use shoal_client::{Attr, DirEntry, FileKind, OpenFiles};
 use shoal_proto::Handle;
 
-use crate::ffi::{err, Result};
+use crate::error::{err, Result};
 use crate::read_ahead::ReadAhead;
 
 /// Most descriptors open at once (EMFILE beyond).

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use shoal_client::{Attr, Cred, FileKind, SetAttr};
 
-use crate::ffi::Result;
+use crate::error::Result;
 use crate::files::OpenFile;
 use crate::session;
 

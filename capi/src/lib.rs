@@ -20,9 +20,12 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+mod error;
 mod ffi;
 mod files;
+mod fork;
 mod held_attrs;
+mod held_back;
 mod locks;
 mod ops;
 mod read_ahead;
@@ -34,7 +37,8 @@ use std::path::Path;
 use libc::{c_char, c_int, c_void, gid_t, mode_t, off_t, size_t, ssize_t, uid_t};
 use shoal_client::{Attr, DirEntry, FileKind, SetAttr};
 
-use ffi::{c_path, c_str, call, call_keeping_held, copy_sized, err, in_buf, out_buf, out_struct};
+use error::err;
+use ffi::{c_path, c_str, call, call_keeping_held, copy_sized, in_buf, out_buf, out_struct};
 use ops::{ListAttrs, Target};
 
 /// Longest entry name, in bytes (without the NUL).
@@ -104,8 +108,7 @@ pub extern "C" fn shoal_version() -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn shoal_connect(cluster_file: *const c_char) -> c_int {
     call("shoal_connect", -1, || {
-        let file = c_str(cluster_file, "cluster_file")?;
-        session::connect(Path::new(file), true, session::Flavor::Threads).map(|_| 0)
+        connect(cluster_file, true, session::Flavor::Threads)
     })
 }
 
@@ -118,8 +121,7 @@ pub unsafe extern "C" fn shoal_connect(cluster_file: *const c_char) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn shoal_connect_lazy(cluster_file: *const c_char) -> c_int {
     call("shoal_connect_lazy", -1, || {
-        let file = c_str(cluster_file, "cluster_file")?;
-        session::connect(Path::new(file), false, session::Flavor::Threads).map(|_| 0)
+        connect(cluster_file, false, session::Flavor::Threads)
     })
 }
 
@@ -134,10 +136,21 @@ pub unsafe extern "C" fn shoal_connect_lazy(cluster_file: *const c_char) -> c_in
 #[doc(hidden)]
 pub unsafe fn connect_for_preload(cluster_file: *const c_char, forget: fn()) -> c_int {
     call("shoal_connect_lazy", -1, || {
-        let file = c_str(cluster_file, "cluster_file")?;
-        let flavor = session::Flavor::Caller { forget };
-        session::connect(Path::new(file), false, flavor).map(|_| 0)
+        connect(cluster_file, false, session::Flavor::Caller { forget })
     })
+}
+
+/// The connects' body: the fork handlers and the send at exit of what is
+/// held back (`fork`, `held_back`; once each), then `session::connect`.
+unsafe fn connect(
+    cluster_file: *const c_char,
+    check: bool,
+    flavor: session::Flavor,
+) -> error::Result<c_int> {
+    let file = c_str(cluster_file, "cluster_file")?;
+    fork::install_handlers();
+    held_back::register_exit_send();
+    session::connect(Path::new(file), check, flavor).map(|_| 0)
 }
 
 /// Installs libshoal's fork handlers now instead of at the first connect
@@ -145,7 +158,7 @@ pub unsafe fn connect_for_preload(cluster_file: *const c_char, forget: fn()) -> 
 /// registers handlers of its own on either side of them (Rust only).
 #[doc(hidden)]
 pub fn install_fork_handlers() {
-    session::install_fork_handlers()
+    fork::install_handlers()
 }
 
 /// libshoal takes the process's umask from [`track_umask`] calls from now
@@ -254,7 +267,9 @@ pub extern "C" fn shoal_flock(fd: c_int, op: c_int) -> c_int {
 /// (of this call or an earlier one not reported by a close or fsync).
 #[no_mangle]
 pub extern "C" fn shoal_flush() -> c_int {
-    call_keeping_held("shoal_flush", -1, || session::send_everything().map(|_| 0))
+    call_keeping_held("shoal_flush", -1, || {
+        held_back::send_everything().map(|_| 0)
+    })
 }
 
 /// Fills `out` with how many writes and bytes of this process took each
@@ -298,14 +313,14 @@ pub unsafe extern "C" fn shoal_write(fd: c_int, buf: *const c_void, count: size_
 }
 
 /// The object a path argument names (its last symlink followed or not).
-unsafe fn path_target<'a>(path: *const c_char, follow: bool) -> ffi::Result<Target<'a>> {
+unsafe fn path_target<'a>(path: *const c_char, follow: bool) -> error::Result<Target<'a>> {
     Ok(Target::Path {
         path: c_path(path)?,
         follow,
     })
 }
 
-fn offset(off: off_t) -> ffi::Result<u64> {
+fn offset(off: off_t) -> error::Result<u64> {
     u64::try_from(off).map_err(|_| err(libc::EINVAL, format!("negative offset {off}")))
 }
 
@@ -373,7 +388,7 @@ pub unsafe extern "C" fn shoal_truncate(path: *const c_char, length: off_t) -> c
     })
 }
 
-unsafe fn stat_of(name: &str, t: ffi::Result<Target>, st: *mut libc::stat) -> c_int {
+unsafe fn stat_of(name: &str, t: error::Result<Target>, st: *mut libc::stat) -> c_int {
     call(name, -1, || {
         let t = t?;
         let st = out_struct(st, "stat buffer")?;
@@ -825,7 +840,7 @@ pub extern "C" fn shoal_closedir(dirfd: c_int) -> c_int {
 
 unsafe fn getxattr(
     name: &str,
-    t: ffi::Result<Target>,
+    t: error::Result<Target>,
     attr: *const c_char,
     value: *mut c_void,
     size: size_t,
@@ -841,7 +856,7 @@ unsafe fn getxattr(
 
 unsafe fn setxattr(
     name: &str,
-    t: ffi::Result<Target>,
+    t: error::Result<Target>,
     attr: *const c_char,
     value: *const c_void,
     size: size_t,
@@ -865,7 +880,7 @@ unsafe fn setxattr(
 
 unsafe fn listxattr(
     name: &str,
-    t: ffi::Result<Target>,
+    t: error::Result<Target>,
     list: *mut c_char,
     size: size_t,
 ) -> ssize_t {
@@ -882,7 +897,7 @@ unsafe fn listxattr(
     })
 }
 
-unsafe fn removexattr(name: &str, t: ffi::Result<Target>, attr: *const c_char) -> c_int {
+unsafe fn removexattr(name: &str, t: error::Result<Target>, attr: *const c_char) -> c_int {
     call(name, -1, || {
         let t = t?;
         let attr = c_str(attr, "name")?.to_string();
@@ -1032,7 +1047,7 @@ struct Capacity {
     ffree: u64,
 }
 
-fn capacity(path: &str) -> ffi::Result<Capacity> {
+fn capacity(path: &str) -> error::Result<Capacity> {
     const BSIZE: u64 = 4096;
     Target::Path { path, follow: true }.attr()?;
     let s = ops::session()?;
@@ -1104,7 +1119,7 @@ pub unsafe extern "C" fn shoal_get_layout(path: *const c_char, out: *mut shoal_l
 
 /// Copies `text` and a NUL into `buf`: with `size` 0 returns the length
 /// (without the NUL); ERANGE if text and NUL do not fit.
-fn copy_text(text: &str, buf: &mut [u8]) -> ffi::Result<ssize_t> {
+fn copy_text(text: &str, buf: &mut [u8]) -> error::Result<ssize_t> {
     if buf.is_empty() {
         return Ok(text.len() as ssize_t);
     }

@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use shoal_client::{LockAsk, LockConflict, LockKind};
 
-use crate::ffi::{err, Result};
+use crate::error::{about, err, Result};
 use crate::files::{self, OpenFile};
-use crate::ops::{about, session};
+use crate::session;
 
 /// The end of a lock "to the end of the file", as the kernel writes it
 /// (OFFSET_MAX), so that the mount's locks and these agree.
@@ -62,7 +62,7 @@ pub fn fcntl(fd: i32, cmd: i32, lock: &mut libc::flock) -> Result<()> {
         end,
         pid: std::process::id(),
     };
-    let s = session()?;
+    let s = session::current()?;
     if matches!(cmd, libc::F_GETLK | libc::F_OFD_GETLK) {
         if kind == LockKind::LockUnlock {
             return Err(err(libc::EINVAL, format!("{fd}: F_GETLK of F_UNLCK")));
@@ -113,7 +113,7 @@ pub fn flock(fd: i32, op: i32) -> Result<()> {
         end: TO_END,
         pid: std::process::id(),
     };
-    let s = session()?;
+    let s = session::current()?;
     s.run(s.client.lock(file.handle, ask, op & libc::LOCK_NB == 0))
         .map_err(about(&file.path))?;
     granted(&file, kind);
@@ -123,7 +123,7 @@ pub fn flock(fd: i32, op: i32) -> Result<()> {
 /// What a close of `file` lets go: the process's POSIX locks on it, and,
 /// at the open file's last close (`last`), its OFD and flock locks.
 pub fn closed(file: &Arc<OpenFile>, last: bool) -> Result<()> {
-    let s = session()?;
+    let s = session::current()?;
     if !s.client.holds_locks(file.handle) {
         return Ok(());
     }
@@ -142,7 +142,7 @@ fn range(file: &OpenFile, lock: &libc::flock) -> Result<(u64, u64)> {
         libc::SEEK_SET => 0,
         libc::SEEK_CUR => file.offset.load(std::sync::atomic::Ordering::SeqCst) as i64,
         libc::SEEK_END => {
-            let s = session()?;
+            let s = session::current()?;
             s.client.forget(file.handle);
             s.run(s.client.getattr(file.handle))
                 .map_err(about(&file.path))?

@@ -14,7 +14,7 @@ use shoal_proto::hints::{self, Hint};
 use shoal_proto::names::split_path;
 use shoal_proto::Handle;
 
-use crate::ffi::{err, Result};
+use crate::error::{about, err, Result};
 use crate::files::{self, DirStream, OpenFile};
 use crate::held_attrs;
 use crate::session::{self, Session};
@@ -24,17 +24,6 @@ const MAX_SYMLINKS: usize = 40;
 
 /// `st_dev` of every Shoal object (one file system per process).
 pub const SHOAL_DEV: u64 = 0x5348_4f4c;
-
-/// Adds `path` in front of a message that does not name it yet.
-pub fn about(path: &str) -> impl Fn(ShoalError) -> ShoalError + '_ {
-    move |e| {
-        if e.message.contains(path) {
-            e
-        } else {
-            e.context(path)
-        }
-    }
-}
 
 /// The session, and the client acting as this process's caller.
 pub fn session() -> Result<Arc<Session>> {

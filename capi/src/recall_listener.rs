@@ -21,8 +21,6 @@ use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
-use crate::session::Session;
-
 /// How often the sockets are read between calls while leases are held:
 /// well inside the servers' bound for an answer (`lease_recall_ms`, 1 s
 /// by default).
@@ -32,6 +30,15 @@ const DRIVE: Duration = Duration::from_micros(500);
 /// A sleeping listener looks at whether its session still exists this
 /// often, so that it ends after the last disconnect.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// What a listener reads the sockets of: the session.
+pub trait Sockets {
+    /// Whether the client holds a lease, which a server may recall.
+    fn holds_leases(&self) -> bool;
+    /// Drives the runtime for `time`, on the calling thread: the
+    /// connections' reader tasks read what arrived.
+    fn drive(&self, time: Duration);
+}
 
 #[derive(Default)]
 pub struct Listener {
@@ -46,7 +53,9 @@ impl Listener {
     /// ends once that session is gone, or if none is sent). None if no
     /// thread could start: the session must then take no leases, since
     /// nothing would answer their recalls between calls.
-    pub fn start(session: mpsc::Receiver<Weak<Session>>) -> Option<Arc<Listener>> {
+    pub fn start<S: Sockets + Send + Sync + 'static>(
+        session: mpsc::Receiver<Weak<S>>,
+    ) -> Option<Arc<Listener>> {
         let listener = Arc::new(Listener::default());
         let me = listener.clone();
         let started = std::thread::Builder::new()
@@ -67,28 +76,28 @@ impl Listener {
 
     /// A call of `session` returned: if it left the client holding a lease
     /// while the listener sleeps, wake it (one wake-up per idle spell).
-    pub fn after_call(&self, session: &Session) {
+    pub fn after_call(&self, session: &impl Sockets) {
         // Against `park`'s store and check, in the other order: one of the
         // two sides sees the other's (a lease noted, the listener parked).
         fence(Ordering::SeqCst);
-        if self.parked.load(Ordering::SeqCst) && session.client.holds_leases() {
+        if self.parked.load(Ordering::SeqCst) && session.holds_leases() {
             *self.woken.lock().unwrap_or_else(|p| p.into_inner()) = true;
             self.wake.notify_one();
         }
     }
 
-    fn run(&self, session: Weak<Session>) {
+    fn run(&self, session: Weak<impl Sockets>) {
         loop {
             let Some(s) = session.upgrade() else {
                 return;
             };
-            if s.client.holds_leases() {
-                s.run_quietly(async { tokio::time::sleep(DRIVE).await });
+            if s.holds_leases() {
+                s.drive(DRIVE);
                 drop(s);
                 std::thread::sleep(POLL);
             } else {
                 drop(s);
-                self.park(|| session.upgrade().is_some_and(|s| s.client.holds_leases()));
+                self.park(|| session.upgrade().is_some_and(|s| s.holds_leases()));
             }
         }
     }

@@ -9,21 +9,20 @@
 //! contents (new runtime, new connections, opened lazily), and the parent's is
 //! leaked, never dropped: dropping it would wait for threads that do not
 //! exist in the child. Descriptors survive the fork (the table is memory),
-//! with their offsets copied, not shared. `pthread_atfork` handlers hold the
-//! library's locks across `fork` so that a child never starts with a lock a
-//! vanished thread held.
+//! with their offsets copied, not shared. `pthread_atfork` handlers (`fork`)
+//! hold the library's locks across `fork` so that a child never starts with a
+//! lock a vanished thread held.
 
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, MutexGuard, Once, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
+use std::time::Duration;
 
 use shoal_client::{Client, Recalled};
 use shoal_proto::cluster::{ClusterConfig, Settings};
 
-use crate::ffi::{err, Result};
-use crate::recall_listener::Listener;
-use crate::{files, held_attrs};
+use crate::error::{err, Result};
+use crate::files;
+use crate::recall_listener::{Listener, Sockets};
 
 /// Worker threads of the library's runtime: they drive the sockets; the
 /// caller's thread runs each call itself (`block_on`).
@@ -154,7 +153,17 @@ impl Session {
     }
 }
 
-struct Connected {
+impl Sockets for Session {
+    fn holds_leases(&self) -> bool {
+        self.client.holds_leases()
+    }
+
+    fn drive(&self, time: Duration) {
+        self.run_quietly(async { tokio::time::sleep(time).await });
+    }
+}
+
+pub struct Connected {
     cluster_file: PathBuf,
     config: ClusterConfig,
     /// shoal_connect calls not matched by shoal_disconnect yet.
@@ -164,7 +173,9 @@ struct Connected {
 
 static STATE: RwLock<Option<Connected>> = RwLock::new(None);
 
-fn write_state() -> RwLockWriteGuard<'static, Option<Connected>> {
+pub type StateGuard = RwLockWriteGuard<'static, Option<Connected>>;
+
+pub fn write_state() -> StateGuard {
     STATE.write().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -187,67 +198,12 @@ pub fn current() -> Result<Arc<Session>> {
     Ok(c.session.clone())
 }
 
-/// Sends what this process holds back: an attribute change (`held_attrs`)
-/// and its client's buffered writes (the gathering path). Reports the first
-/// failure, of this send or of an earlier one not reported yet.
-pub fn send_everything() -> Result<()> {
-    let attrs = held_attrs::flush();
-    let writes = match ours() {
-        Some(s) => s.run(s.client.flush_all()),
-        None => Ok(()),
-    };
-    attrs.and(writes)
-}
-
 /// The session if this process built it (never builds one: a forked child
 /// that made no call has nothing of its own to send).
-fn ours() -> Option<Arc<Session>> {
+pub fn ours() -> Option<Arc<Session>> {
     let state = STATE.read().unwrap_or_else(|e| e.into_inner());
     let c = state.as_ref()?;
     (c.session.pid == std::process::id()).then(|| c.session.clone())
-}
-
-/// Set when the atexit handler below has run.
-static EXITED: AtomicBool = AtomicBool::new(false);
-
-/// Whether [`register_exit_send`]'s handler has run: what a call keeps
-/// after that (a program's own atexit handler registered before the first
-/// Shoal call, stdio's last flush of a stream left open) would never be
-/// sent, so every call then sends it before it returns
-/// ([`crate::ffi::call`]).
-pub fn exited() -> bool {
-    EXITED.load(Ordering::Acquire)
-}
-
-/// [`send_everything`], if anything is held back.
-pub fn send_held_back() -> Result<()> {
-    let keeps = ours().is_some_and(|s| s.client.keeps_writes());
-    if keeps || held_attrs::holding() {
-        send_everything()
-    } else {
-        Ok(())
-    }
-}
-
-/// What is held back goes at exit(3) (not at `_exit`, which skips atexit
-/// handlers: a program that ends so calls shoal_flush first). The exiting
-/// thread's runtime context is gone by then: [`Session::run_quietly`] waits
-/// on a thread of its own.
-fn register_exit_send() {
-    static ONCE: Once = Once::new();
-    extern "C" fn at_exit() {
-        EXITED.store(true, Ordering::Release);
-        let sent = std::panic::catch_unwind(send_held_back);
-        if !matches!(sent, Ok(Ok(()))) {
-            eprintln!(
-                "libshoal: at exit, sending buffered writes or held attribute changes failed"
-            );
-        }
-    }
-    // SAFETY: a plain function that lives as long as the process.
-    ONCE.call_once(|| unsafe {
-        libc::atexit(at_exit);
-    });
 }
 
 fn not_connected() -> shoal_client::ShoalError {
@@ -260,10 +216,9 @@ fn not_connected() -> shoal_client::ShoalError {
 /// Connects to the cluster described by `cluster_file` and, if `check`,
 /// checks that every server answers (otherwise each server is connected to
 /// when a call first needs it). Connecting again to the same file counts one
-/// more user; to another file is EISCONN.
+/// more user; to another file is EISCONN. The caller installs the fork
+/// handlers (`fork`) and the send at exit (`held_back`) first.
 pub fn connect(cluster_file: &Path, check: bool, flavor: Flavor) -> Result<()> {
-    install_fork_handlers();
-    register_exit_send();
     let canonical = std::fs::canonicalize(cluster_file).map_err(|e| {
         shoal_client::ShoalError::from(e)
             .context(format!("cluster file {}", cluster_file.display()))
@@ -334,47 +289,4 @@ pub fn settings() -> Option<Settings> {
 
 pub fn is_connected() -> bool {
     STATE.read().unwrap_or_else(|e| e.into_inner()).is_some()
-}
-
-thread_local! {
-    /// The locks the forking thread holds from prepare to parent/child.
-    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
-}
-
-struct Held {
-    // Dropped in field order: the held attribute change first, state last
-    // (the reverse of taking).
-    _attrs: MutexGuard<'static, Option<held_attrs::Held>>,
-    _files: files::TableGuard,
-    _state: RwLockWriteGuard<'static, Option<Connected>>,
-}
-
-// `try_with`: a fork from a thread-local destructor finds the slot gone;
-// the locks are then let go at once rather than the process aborted in a
-// handler (with libshoal_preload.so these handlers run in every process).
-extern "C" fn before_fork() {
-    let state = write_state();
-    let files = files::lock_table();
-    let attrs = held_attrs::lock();
-    let _ = HELD.try_with(|h| {
-        *h.borrow_mut() = Some(Held {
-            _attrs: attrs,
-            _files: files,
-            _state: state,
-        })
-    });
-}
-
-extern "C" fn after_fork() {
-    let _ = HELD.try_with(|h| h.borrow_mut().take());
-}
-
-pub(crate) fn install_fork_handlers() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: the handlers are plain functions that live forever. If
-        // registration fails, the pid check alone still gives a child new
-        // connections.
-        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
-    });
 }
