@@ -10,20 +10,13 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+use target::ConfigArg;
+
 #[derive(Parser)]
 #[command(name = "shoal", version, about = "Shoal parallel file system")]
-pub(crate) struct Cli {
+struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-/// Where Shoal paths come from: a cluster file, or a path under a live mount.
-#[derive(clap::Args, Clone, Debug)]
-pub struct ConfigArg {
-    /// Cluster file; paths are then Shoal paths such as /dir/file. Without it,
-    /// paths must lie under a live Shoal mount.
-    #[arg(long, short = 'c', global = true)]
-    pub config: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -277,6 +270,45 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("shoal: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_for_every_visible_subcommand() {
+        let dir = std::env::temp_dir().join(format!("shoal-man-test.{}", std::process::id()));
+        commands::docs::man(Cli::command(), &dir).unwrap();
+        let mut pages: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        pages.sort();
+        for page in [
+            "shoal.1",
+            "shoal-up.1",
+            "shoal-config-defaults.1",
+            "shoal-bench-smallfile.1",
+            "shoal-hint-set.1",
+        ] {
+            assert!(pages.iter().any(|p| p == page), "{page} not in {pages:?}");
+        }
+        let up = std::fs::read_to_string(dir.join("shoal-up.1")).unwrap();
+        assert!(up.contains("servers"), "{up}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn completions_name_the_subcommands() {
+        let mut out = Vec::new();
+        let shell = clap_complete::Shell::Bash;
+        clap_complete::generate(shell, &mut Cli::command(), "shoal", &mut out);
+        let script = String::from_utf8(out).unwrap();
+        for word in ["lsplus", "fsck", "completions", "defaults"] {
+            assert!(script.contains(word), "{word} missing");
         }
     }
 }

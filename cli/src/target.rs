@@ -9,10 +9,17 @@ use shoal_client::{mounts, Client};
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Result, ShoalError};
 
-use crate::ConfigArg;
-
 /// Prefix that marks a Shoal path where a local path could also stand (cp).
 pub const SHOAL_PREFIX: &str = "shoal:";
+
+/// Where Shoal paths come from: a cluster file, or a path under a live mount.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ConfigArg {
+    /// Cluster file; paths are then Shoal paths such as /dir/file. Without it,
+    /// paths must lie under a live Shoal mount.
+    #[arg(long, short = 'c', global = true)]
+    pub config: Option<PathBuf>,
+}
 
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()

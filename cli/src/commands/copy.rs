@@ -13,8 +13,7 @@ use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::Handle;
 use tokio::task::JoinSet;
 
-use crate::target::{connect, locate, runtime, SHOAL_PREFIX};
-use crate::ConfigArg;
+use crate::target::{connect, locate, runtime, ConfigArg, SHOAL_PREFIX};
 
 /// Bytes per read or write call; the client splits it across servers.
 const CHUNK: usize = 8 << 20;

@@ -6,8 +6,7 @@ use futures::StreamExt;
 use shoal_client::{Attr, Client, FileKind, SetAttr, SetTime};
 use shoal_proto::error::{Errno, Result, ShoalError};
 
-use crate::target::{open, runtime};
-use crate::ConfigArg;
+use crate::target::{open, runtime, ConfigArg};
 
 /// Attribute requests in flight at once in `ls -l`.
 const LIST_CONCURRENCY: usize = 64;

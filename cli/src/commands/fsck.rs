@@ -4,8 +4,7 @@ use std::time::Duration;
 
 use shoal_proto::error::{Result, ShoalError};
 
-use crate::target::{connect, locate, runtime};
-use crate::ConfigArg;
+use crate::target::{connect, locate, runtime, ConfigArg};
 
 pub fn run(
     cfg: &ConfigArg,

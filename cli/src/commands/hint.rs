@@ -10,8 +10,7 @@ use shoal_proto::hints::{self, Hint};
 use shoal_proto::msg::DirHints;
 use shoal_proto::Handle;
 
-use crate::target::{open, runtime};
-use crate::ConfigArg;
+use crate::target::{open, runtime, ConfigArg};
 
 #[derive(clap::Subcommand)]
 pub enum HintCommand {

@@ -12,8 +12,7 @@ use shoal_client::FileKind;
 use shoal_proto::error::Result;
 
 use super::files::{list_one, long_line};
-use crate::target::{open, runtime};
-use crate::ConfigArg;
+use crate::target::{open, runtime, ConfigArg};
 
 pub fn run(cfg: &ConfigArg, path: &str, long: bool) -> Result<()> {
     runtime()?.block_on(async {

@@ -4,8 +4,7 @@
 use shoal_proto::error::Result;
 use shoal_proto::msg::StatsReply;
 
-use crate::target::{connect, locate, runtime};
-use crate::ConfigArg;
+use crate::target::{connect, locate, runtime, ConfigArg};
 
 pub fn to_json(replies: &[StatsReply]) -> serde_json::Value {
     serde_json::json!({
