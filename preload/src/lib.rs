@@ -26,6 +26,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod cache;
+mod errno;
 #[cfg(not(test))]
 mod fork;
 mod heap;

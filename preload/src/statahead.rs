@@ -16,7 +16,8 @@ use std::sync::Mutex;
 
 use libc::c_int;
 
-use crate::{cache, state};
+use crate::cache;
+use crate::errno::{errno, set_errno};
 
 /// Misses in a row in one directory that make it worth a listing.
 pub const TRIGGER: u32 = 3;
@@ -57,7 +58,7 @@ pub fn missed(path: &[u8]) -> Option<Vec<u8>> {
 /// cache, its first [`MAX_ENTRIES`] entries. A failure is left for the stat
 /// that asked to meet on its own (errno is left as it was).
 pub fn list(dir: &[u8]) {
-    let errno = state::errno();
+    let saved = errno();
     let path = match dir {
         b"/" => dir,
         _ => &dir[..dir.len() - 1],
@@ -71,7 +72,7 @@ pub fn list(dir: &[u8]) {
             shoal::shoal_closedir(fd);
         }
     }
-    state::set_errno(errno);
+    set_errno(saved);
 }
 
 /// Reads listing `fd` of `dir` into the cache.

@@ -16,6 +16,7 @@ use std::sync::{Mutex, OnceLock, RwLock};
 
 use libc::{c_char, c_int};
 
+use crate::errno::{errno, fail, set_errno};
 use crate::paths;
 use crate::real;
 use crate::stats::{self, Op};
@@ -94,22 +95,6 @@ pub fn owned_here() {
 pub fn in_vfork_child() -> bool {
     // SAFETY: no arguments.
     ready() && unsafe { libc::getpid() } != OWNER.load(Ordering::Acquire)
-}
-
-pub fn errno() -> c_int {
-    // SAFETY: this thread's errno slot.
-    unsafe { *libc::__errno_location() }
-}
-
-pub fn set_errno(e: c_int) {
-    // SAFETY: this thread's errno slot.
-    unsafe { *libc::__errno_location() = e };
-}
-
-/// Sets errno to `e` and returns -1 (of the caller's integer type).
-pub fn fail<T: From<i8>>(e: c_int) -> T {
-    set_errno(e);
-    T::from(-1)
 }
 
 /// Runs a call the library serves: this thread's libc calls go straight
@@ -504,6 +489,11 @@ pub fn hold_for_fork() -> Vec<Box<dyn std::any::Any>> {
 pub fn with_info<T>(kfd: c_int, f: impl FnOnce(&mut FdInfo) -> T) -> Option<T> {
     let mut m = INFO.lock().unwrap_or_else(|e| e.into_inner());
     m.as_mut()?.get_mut(&kfd).map(f)
+}
+
+/// The listing of `kfd` starts over: what was fetched and not returned goes.
+pub fn forget_listed(kfd: c_int) {
+    with_info(kfd, |i| i.pending.clear());
 }
 
 /// Who serves descriptor `fd`.

@@ -38,7 +38,7 @@ pub fn guarded<T>(failed: impl FnOnce() -> T, body: impl FnOnce() -> T) -> T {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
         Ok(v) => v,
         Err(_) => {
-            crate::state::set_errno(libc::EIO);
+            crate::errno::set_errno(libc::EIO);
             failed()
         }
     }
@@ -56,10 +56,10 @@ mod tests {
 
     #[test]
     fn a_panic_is_the_types_failure_with_eio() {
-        crate::state::set_errno(0);
+        crate::errno::set_errno(0);
         let r: i64 = guarded(i64::failed, || bug());
         assert_eq!(r, -1);
-        assert_eq!(crate::state::errno(), libc::EIO);
+        assert_eq!(crate::errno::errno(), libc::EIO);
         let p: *mut u8 = guarded(<*mut u8>::failed, || bug());
         assert!(p.is_null());
         assert_eq!(guarded(|| libc::EIO, || -> i32 { bug() }), libc::EIO);
@@ -67,8 +67,8 @@ mod tests {
 
     #[test]
     fn without_a_panic_the_body_answers() {
-        crate::state::set_errno(7);
+        crate::errno::set_errno(7);
         assert_eq!(guarded(i32::failed, || 3), 3);
-        assert_eq!(crate::state::errno(), 7, "errno left alone");
+        assert_eq!(crate::errno::errno(), 7, "errno left alone");
     }
 }

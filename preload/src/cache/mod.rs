@@ -375,18 +375,9 @@ pub fn clear() {
     }
 }
 
-/// A `struct stat` of this mode and size, for tests.
-#[cfg(test)]
-fn stat_of(mode: u32, size: i64) -> libc::stat {
-    // SAFETY: a plain C struct; all zeroes is a valid value.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    st.st_mode = mode;
-    st.st_size = size;
-    st
-}
-
 #[cfg(test)]
 mod tests {
+    use super::run::stat_of;
     use super::*;
 
     // One test: the cache is process-wide.

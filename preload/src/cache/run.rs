@@ -174,9 +174,18 @@ impl Run {
     }
 }
 
+/// A `struct stat` of this mode and size, for tests (of the cache's too).
+#[cfg(test)]
+pub(super) fn stat_of(mode: u32, size: i64) -> libc::stat {
+    // SAFETY: a plain C struct; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    st.st_mode = mode;
+    st.st_size = size;
+    st
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::stat_of;
     use super::*;
 
     fn paths_and_sizes(entries: &[(Vec<u8>, libc::stat)]) -> Vec<(String, i64)> {

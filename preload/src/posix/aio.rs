@@ -11,8 +11,9 @@
 use libc::{c_int, c_void, off64_t, size_t, ssize_t};
 
 use super::files;
+use crate::errno::{errno, fail};
 use crate::real;
-use crate::state::{self, fail};
+use crate::state;
 
 /// glibc's struct aiocb (and aiocb64, the same on 64-bit targets), with the
 /// private fields its aio_error and aio_return read (`<aio.h>`).
@@ -74,7 +75,7 @@ fn notify(ev: &SigEvent) {
 
 /// Marks `cb` finished with `r` (a count, or -1 and errno) and notifies.
 fn finish(cb: &mut Aiocb, r: ssize_t, ev: Option<&SigEvent>) {
-    cb.error_code = if r < 0 { state::errno() } else { 0 };
+    cb.error_code = if r < 0 { errno() } else { 0 };
     cb.return_value = r;
     if let Some(ev) = ev {
         notify(ev);

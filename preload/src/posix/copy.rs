@@ -7,8 +7,9 @@
 use libc::{c_int, c_uint, c_void, off64_t, off_t, size_t, ssize_t};
 
 use super::files;
+use crate::errno::fail;
 use crate::real;
-use crate::state::{self, fail};
+use crate::state;
 
 /// Copies up to `n` bytes between two descriptors of which at least one is
 /// Shoal's, through a buffer, with this library's own read/write/pread/

@@ -11,10 +11,12 @@ use libc::{c_char, c_int, c_long, c_void, size_t, ssize_t, DIR};
 
 use super::files::{busy, close_ours, open_target};
 use crate::cache;
+use crate::errno::{errno, fail, set_errno};
 use crate::listed::Batch;
 use crate::real;
-use crate::state::{self, fail, serve, Fd, Target, Where};
+use crate::state::{self, serve, Fd, Target, Where};
 use crate::stats::Op;
+use crate::unwind::{guarded, Failed};
 
 /// A directory stream of the library's; a `DIR *` points at one.
 struct ShoalDir {
@@ -87,7 +89,7 @@ fn base_of(kfd: c_int) -> Option<Vec<u8>> {
 fn stream(kfd: c_int) -> *mut DIR {
     let local = state::fd_local(kfd);
     let Some((base, local)) = local.and_then(|l| Some((base_of(kfd)?, slash_ended(l)))) else {
-        state::set_errno(libc::EBADF);
+        set_errno(libc::EBADF);
         return std::ptr::null_mut();
     };
     let d = Box::into_raw(Box::new(ShoalDir {
@@ -119,13 +121,13 @@ fn stream_of(t: &Target) -> *mut DIR {
 
 #[no_mangle]
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
-    super::guarded(<*mut DIR as super::Failed>::failed, || {
+    guarded(<*mut DIR as Failed>::failed, || {
         // SAFETY: opendir's contract.
         let w = unsafe { state::classify_at(libc::AT_FDCWD, path) };
         match w {
             Where::Shoal(t) => stream_of(&t),
             Where::Fail(e) => {
-                state::set_errno(e);
+                set_errno(e);
                 std::ptr::null_mut()
             }
             Where::Kernel(_) => {
@@ -139,7 +141,7 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
 
 #[no_mangle]
 pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
-    super::guarded(<*mut DIR as super::Failed>::failed, || {
+    guarded(<*mut DIR as Failed>::failed, || {
         match state::fd(fd) {
             // SAFETY: fdopendir's contract.
             Fd::Kernel => unsafe { real::fdopendir(fd) },
@@ -151,13 +153,13 @@ pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
                     return std::ptr::null_mut();
                 }
                 if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-                    state::set_errno(libc::ENOTDIR);
+                    set_errno(libc::ENOTDIR);
                     return std::ptr::null_mut();
                 }
                 stream(fd)
             }
             Fd::Busy => {
-                state::set_errno(libc::EIO);
+                set_errno(libc::EIO);
                 std::ptr::null_mut()
             }
         }
@@ -227,11 +229,6 @@ fn fetch(
     Ok(batch.len())
 }
 
-/// The listing of `kfd` starts over: what was fetched and not returned goes.
-pub fn forget_listed(kfd: c_int) {
-    state::with_info(kfd, |i| i.pending.clear());
-}
-
 /// Makes `ent` the entry `e` (d_ino, d_type, name), at offset `off`.
 fn fill(ent: &mut libc::dirent64, (ino, kind, name): (u64, u8, &[u8]), off: i64) {
     ent.d_ino = ino;
@@ -256,11 +253,11 @@ unsafe fn readdir_any(d: *mut DIR) -> *mut libc::dirent64 {
     let sfd = match state::fd(sd.kfd) {
         Fd::Shoal(s) => s,
         Fd::Busy => {
-            state::set_errno(libc::EIO);
+            set_errno(libc::EIO);
             return std::ptr::null_mut();
         }
         Fd::Kernel => {
-            state::set_errno(libc::EBADF);
+            set_errno(libc::EBADF);
             return std::ptr::null_mut();
         }
     };
@@ -284,7 +281,7 @@ unsafe fn readdir_any(d: *mut DIR) -> *mut libc::dirent64 {
 
 #[no_mangle]
 pub unsafe extern "C" fn readdir(d: *mut DIR) -> *mut libc::dirent64 {
-    super::guarded(<*mut libc::dirent64 as super::Failed>::failed, || {
+    guarded(<*mut libc::dirent64 as Failed>::failed, || {
         // SAFETY: readdir's contract (dirent and dirent64 are one layout here).
         unsafe { readdir_any(d) }
     })
@@ -292,7 +289,7 @@ pub unsafe extern "C" fn readdir(d: *mut DIR) -> *mut libc::dirent64 {
 
 #[no_mangle]
 pub unsafe extern "C" fn readdir64(d: *mut DIR) -> *mut libc::dirent64 {
-    super::guarded(<*mut libc::dirent64 as super::Failed>::failed, || {
+    guarded(<*mut libc::dirent64 as Failed>::failed, || {
         // SAFETY: readdir's contract.
         unsafe { readdir_any(d) }
     })
@@ -300,7 +297,7 @@ pub unsafe extern "C" fn readdir64(d: *mut DIR) -> *mut libc::dirent64 {
 
 #[no_mangle]
 pub unsafe extern "C" fn closedir(d: *mut DIR) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         if !ours(d) {
             // SAFETY: closedir's contract.
             return unsafe { real::closedir(d) };
@@ -324,7 +321,7 @@ pub unsafe extern "C" fn closedir(d: *mut DIR) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dirfd(d: *mut DIR) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         if ours(d) {
             // SAFETY: one of our streams.
             unsafe { (*(d as *mut ShoalDir)).kfd }
@@ -337,7 +334,7 @@ pub unsafe extern "C" fn dirfd(d: *mut DIR) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn rewinddir(d: *mut DIR) {
-    super::guarded(<() as super::Failed>::failed, || {
+    guarded(<() as Failed>::failed, || {
         if !ours(d) {
             // SAFETY: rewinddir's contract.
             return unsafe { real::rewinddir(d) };
@@ -346,7 +343,7 @@ pub unsafe extern "C" fn rewinddir(d: *mut DIR) {
         let sd = unsafe { &mut *(d as *mut ShoalDir) };
         if let Fd::Shoal(s) = state::fd(sd.kfd) {
             shoal::shoal_rewinddir(s);
-            forget_listed(sd.kfd);
+            state::forget_listed(sd.kfd);
             sd.batch.clear();
             (sd.pos, sd.asked) = (0, 0);
         }
@@ -355,7 +352,7 @@ pub unsafe extern "C" fn rewinddir(d: *mut DIR) {
 
 #[no_mangle]
 pub unsafe extern "C" fn telldir(d: *mut DIR) -> c_long {
-    super::guarded(<c_long as super::Failed>::failed, || {
+    guarded(<c_long as Failed>::failed, || {
         if ours(d) {
             // SAFETY: one of our streams.
             unsafe { (*(d as *mut ShoalDir)).pos }
@@ -369,7 +366,7 @@ pub unsafe extern "C" fn telldir(d: *mut DIR) -> c_long {
 /// seekdir to a position telldir gave: rewinds and reads that many entries.
 #[no_mangle]
 pub unsafe extern "C" fn seekdir(d: *mut DIR, pos: c_long) {
-    super::guarded(<() as super::Failed>::failed, || {
+    guarded(<() as Failed>::failed, || {
         if !ours(d) {
             // SAFETY: seekdir's contract.
             return unsafe { real::seekdir(d, pos) };
@@ -393,7 +390,7 @@ fn reclen(len: usize) -> usize {
 
 #[no_mangle]
 pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    super::guarded(<ssize_t as super::Failed>::failed, || {
+    guarded(<ssize_t as Failed>::failed, || {
         let sfd = match state::fd(fd) {
             // SAFETY: getdents64's contract.
             Fd::Kernel => return unsafe { real::getdents64(fd, buf, n) },
@@ -494,7 +491,7 @@ unsafe fn scan(
     };
     let size = std::mem::size_of::<libc::dirent64>();
     loop {
-        state::set_errno(0);
+        set_errno(0);
         // SAFETY: one of our streams.
         let e = unsafe { readdir_any(d) };
         if e.is_null() {
@@ -514,7 +511,7 @@ unsafe fn scan(
         unsafe { std::ptr::copy_nonoverlapping(e, copy, 1) };
         selected.push(copy);
     }
-    let e = state::errno();
+    let e = errno();
     if e != 0 {
         free_all(&selected);
         return fail(e);
@@ -568,10 +565,10 @@ unsafe fn scandirat_any(
             }
             // SAFETY: our stream; the caller's pointers.
             let n = unsafe { scan(d, list, select, compare) };
-            let e = state::errno();
+            let e = errno();
             // SAFETY: our stream.
             unsafe { closedir(d) };
-            state::set_errno(e);
+            set_errno(e);
             n
         }
         Where::Fail(e) => fail(e),

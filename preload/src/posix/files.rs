@@ -7,9 +7,11 @@
 use libc::{c_char, c_int, c_uint, c_void, mode_t, off64_t, off_t, size_t, ssize_t};
 
 use crate::cache;
+use crate::errno::{errno, fail, set_errno};
 use crate::real;
-use crate::state::{self, fail, serve, Fd, Target, Where};
+use crate::state::{self, serve, Fd, Target, Where};
 use crate::stats::Op;
+use crate::unwind::{guarded, Failed};
 
 pub(crate) fn busy<T: From<i8>>() -> T {
     fail(libc::EIO)
@@ -94,16 +96,16 @@ pub(crate) fn close_ours(kfd: c_int) -> c_int {
         return fail(libc::EBADF);
     };
     let r = serve(Op::Close, || shoal::shoal_close(info.sfd));
-    let e = state::errno();
+    let e = errno();
     // SAFETY: the reserved descriptor.
     unsafe { real::close(kfd) };
-    state::set_errno(e);
+    set_errno(e);
     r
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         match state::fd(fd) {
             // SAFETY: close's contract.
             Fd::Kernel => unsafe { real::close(fd) },
@@ -117,7 +119,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    super::guarded(<ssize_t as super::Failed>::failed, || {
+    guarded(<ssize_t as Failed>::failed, || {
         match state::fd(fd) {
             // SAFETY: read's contract.
             Fd::Kernel => unsafe { real::read(fd, buf, n) },
@@ -130,7 +132,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    super::guarded(<ssize_t as super::Failed>::failed, || {
+    guarded(<ssize_t as Failed>::failed, || {
         match state::fd(fd) {
             // SAFETY: write's contract.
             Fd::Kernel => unsafe { real::write(fd, buf, n) },
@@ -268,7 +270,7 @@ unsafe fn writev_shoal(
 
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    super::guarded(<ssize_t as super::Failed>::failed, || {
+    guarded(<ssize_t as Failed>::failed, || {
         match state::fd(fd) {
             // SAFETY: readv's contract.
             Fd::Kernel => unsafe { real::readv(fd, iov, n) },
@@ -281,7 +283,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    super::guarded(<ssize_t as super::Failed>::failed, || {
+    guarded(<ssize_t as Failed>::failed, || {
         match state::fd(fd) {
             // SAFETY: writev's contract.
             Fd::Kernel => unsafe { real::writev(fd, iov, n) },
@@ -415,7 +417,7 @@ fn lseek_any(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
             let r = shoal::shoal_lseek(s, off, whence);
             if r == 0 {
                 // A directory's listing starts over (getdents64 users).
-                super::dirs::forget_listed(fd);
+                state::forget_listed(fd);
             }
             r
         }),
@@ -433,7 +435,7 @@ exported! {
 
 #[no_mangle]
 pub extern "C" fn fsync(fd: c_int) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         match state::fd(fd) {
             // SAFETY: fsync's contract.
             Fd::Kernel => unsafe { real::fsync(fd) },
@@ -445,7 +447,7 @@ pub extern "C" fn fsync(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn fdatasync(fd: c_int) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         match state::fd(fd) {
             // SAFETY: fdatasync's contract.
             Fd::Kernel => unsafe { real::fdatasync(fd) },
@@ -460,7 +462,7 @@ pub extern "C" fn fdatasync(fd: c_int) -> c_int {
 /// fdatasync does; the range is not narrowed (libshoal syncs a file whole).
 #[no_mangle]
 pub extern "C" fn sync_file_range(fd: c_int, off: off64_t, n: off64_t, flags: c_uint) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         const ALL: c_uint = libc::SYNC_FILE_RANGE_WAIT_BEFORE
             | libc::SYNC_FILE_RANGE_WRITE
             | libc::SYNC_FILE_RANGE_WAIT_AFTER;
@@ -481,7 +483,7 @@ pub extern "C" fn sync_file_range(fd: c_int, off: off64_t, n: off64_t, flags: c_
 /// are theirs to sync).
 #[no_mangle]
 pub extern "C" fn syncfs(fd: c_int) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         match state::fd(fd) {
             // SAFETY: a plain integer.
             Fd::Kernel => unsafe { real::syncfs(fd) },
@@ -568,7 +570,7 @@ exported! {
 /// ahead on its own when reads are sequential).
 #[no_mangle]
 pub extern "C" fn readahead(fd: c_int, off: off64_t, n: size_t) -> ssize_t {
-    super::guarded(<ssize_t as super::Failed>::failed, || {
+    guarded(<ssize_t as Failed>::failed, || {
         match state::fd(fd) {
             // SAFETY: plain integers.
             Fd::Kernel => unsafe { real::readahead(fd, off, n) },
@@ -622,7 +624,7 @@ fn posix_fallocate_any(fd: c_int, off: off64_t, len: off64_t) -> c_int {
         Fd::Kernel => unsafe { real::posix_fallocate64(fd, off, len) },
         Fd::Shoal(s) => match grow(s, off.saturating_add(len)) {
             0 => 0,
-            _ => state::errno(),
+            _ => errno(),
         },
         Fd::Busy => libc::EIO,
     }
@@ -651,13 +653,13 @@ unsafe fn mmap_any(
         // SAFETY: mmap's contract.
         Fd::Kernel => return unsafe { real::mmap64(addr, len, prot, flags, fd, off) },
         Fd::Busy => {
-            state::set_errno(libc::EIO);
+            set_errno(libc::EIO);
             return libc::MAP_FAILED;
         }
         Fd::Shoal(s) => s,
     };
     if flags & libc::MAP_SHARED != 0 && prot & libc::PROT_WRITE != 0 {
-        state::set_errno(libc::ENODEV);
+        set_errno(libc::ENODEV);
         return libc::MAP_FAILED;
     }
     serve(Op::Mmap, || {
@@ -681,10 +683,10 @@ unsafe fn mmap_any(
                 )
             };
             if r < 0 {
-                let e = state::errno();
+                let e = errno();
                 // SAFETY: the mapping just made.
                 unsafe { libc::munmap(m, len) };
-                state::set_errno(e);
+                set_errno(e);
                 return libc::MAP_FAILED;
             }
             if r == 0 {
@@ -709,7 +711,7 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: off_t,
 ) -> *mut c_void {
-    super::guarded(
+    guarded(
         || libc::MAP_FAILED,
         || {
             // SAFETY: mmap's contract.
@@ -727,7 +729,7 @@ pub unsafe extern "C" fn mmap64(
     fd: c_int,
     off: off64_t,
 ) -> *mut c_void {
-    super::guarded(
+    guarded(
         || libc::MAP_FAILED,
         || {
             // SAFETY: mmap's contract.

@@ -11,8 +11,9 @@ use libc::{c_int, c_ulong, c_void};
 
 use super::files::{busy, lseek64};
 use super::meta::fstat64;
+use crate::errno::fail;
 use crate::real;
-use crate::state::{self, fail, Fd};
+use crate::state::{self, Fd};
 
 /// FIDEDUPERANGE: _IOWR(0x94, 54, struct file_dedupe_range) (linux/fs.h;
 /// not in the libc crate).

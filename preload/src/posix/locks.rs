@@ -7,8 +7,9 @@ use libc::{c_int, off64_t, off_t};
 
 use super::files::busy;
 use super::process::fcntl64;
+use crate::errno::fail;
 use crate::real;
-use crate::state::{self, fail, serve, Fd};
+use crate::state::{self, serve, Fd};
 use crate::stats::Op;
 
 // flock(2): on Shoal's descriptors, a whole-file lock for the whole

@@ -6,10 +6,12 @@ use libc::{c_char, c_int, c_uint, c_void, gid_t, mode_t, size_t, ssize_t, uid_t}
 
 use super::files::busy;
 use crate::cache;
+use crate::errno::{errno, fail};
 use crate::real;
 use crate::statahead;
-use crate::state::{self, fail, serve, Fd, Target, Where};
+use crate::state::{self, serve, Fd, Target, Where};
 use crate::stats::{self, Op};
+use crate::unwind::{guarded, Failed};
 
 /// Runs `shoal` for a Shoal path, `kernel(dirfd, path)` for the kernel's.
 unsafe fn at<T: From<i8>>(
@@ -234,7 +236,7 @@ pub unsafe extern "C" fn statx(
     mask: c_uint,
     stx: *mut libc::statx,
 ) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         if stx.is_null() {
             // SAFETY: statx's contract; the kernel reports EFAULT.
             return unsafe { real::statx(dirfd, path, flags, mask, stx) };
@@ -560,7 +562,7 @@ exported! {
 
 #[no_mangle]
 pub extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         match state::fd(fd) {
             // SAFETY: plain integers.
             Fd::Kernel => unsafe { real::fchmod(fd, mode) },
@@ -614,7 +616,7 @@ exported! {
 
 #[no_mangle]
 pub extern "C" fn fchown(fd: c_int, uid: uid_t, gid: gid_t) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         match state::fd(fd) {
             // SAFETY: plain integers.
             Fd::Kernel => unsafe { real::fchown(fd, uid, gid) },
@@ -645,7 +647,7 @@ pub unsafe extern "C" fn utimensat(
     times: *const libc::timespec,
     flags: c_int,
 ) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         if path.is_null() {
             // Linux: utimensat(fd, NULL, ...) is futimens(fd, ...).
             // SAFETY: utimensat's contract.
@@ -703,7 +705,7 @@ exported! {
 
 #[no_mangle]
 pub unsafe extern "C" fn futimes(fd: c_int, tv: *const libc::timeval) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         // SAFETY: the caller's timevals.
         let ts = unsafe { timespecs(tv) };
         let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
@@ -714,7 +716,7 @@ pub unsafe extern "C" fn futimes(fd: c_int, tv: *const libc::timeval) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn utime(path: *const c_char, times: *const libc::utimbuf) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         let ts = (!times.is_null()).then(|| {
             // SAFETY: the caller's struct.
             let t = unsafe { &*times };
@@ -754,7 +756,7 @@ macro_rules! xattr_path {
     ($name:ident, $shoal:ident, ($($a:ident: $t:ty),*) -> $r:ty) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, $($a: $t),*) -> $r {
-            super::guarded(<$r as super::Failed>::failed, || {
+            guarded(<$r as Failed>::failed, || {
                 // SAFETY: the call's contract.
                 unsafe {
                     at(
@@ -771,7 +773,7 @@ macro_rules! xattr_path {
     ($name:ident, $shoal:ident, named ($($a:ident: $t:ty),*) -> $r:ty) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, name: *const c_char, $($a: $t),*) -> $r {
-            super::guarded(<$r as super::Failed>::failed, || {
+            guarded(<$r as Failed>::failed, || {
                 // SAFETY: the call's contract.
                 unsafe {
                     at(
@@ -794,7 +796,7 @@ macro_rules! xattr_fd {
     ($name:ident, $shoal:ident, ($($a:ident: $t:ty),*) -> $r:ty) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, $($a: $t),*) -> $r {
-            super::guarded(<$r as super::Failed>::failed, || {
+            guarded(<$r as Failed>::failed, || {
                 match state::fd(fd) {
                     // SAFETY: the call's contract.
                     Fd::Kernel => unsafe { real::$name(fd, $($a),*) },
@@ -809,7 +811,7 @@ macro_rules! xattr_fd {
     ($name:ident, $shoal:ident, named ($($a:ident: $t:ty),*) -> $r:ty) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, name: *const c_char, $($a: $t),*) -> $r {
-            super::guarded(<$r as super::Failed>::failed, || {
+            guarded(<$r as Failed>::failed, || {
                 match state::fd(fd) {
                     // SAFETY: the call's contract.
                     Fd::Kernel => unsafe { real::$name(fd, name, $($a),*) },
@@ -849,7 +851,7 @@ macro_rules! statfs_calls {
     ($path_fn:ident, $fd_fn:ident, $ty:ty, $shoal:ident, $real_path:ident, $real_fd:ident) => {
         #[no_mangle]
         pub unsafe extern "C" fn $path_fn(path: *const c_char, buf: *mut $ty) -> c_int {
-            super::guarded(<c_int as super::Failed>::failed, || {
+            guarded(<c_int as Failed>::failed, || {
                 // SAFETY: the call's contract.
                 unsafe {
                     at(
@@ -868,7 +870,7 @@ macro_rules! statfs_calls {
 
         #[no_mangle]
         pub unsafe extern "C" fn $fd_fn(fd: c_int, buf: *mut $ty) -> c_int {
-            super::guarded(<c_int as super::Failed>::failed, || {
+            guarded(<c_int as Failed>::failed, || {
                 match state::fd(fd) {
                     // SAFETY: the call's contract.
                     Fd::Kernel => unsafe { real::$real_fd(fd, buf as *mut _) },
@@ -956,7 +958,7 @@ exported! {
 unsafe fn remove_any(path: *const c_char) -> c_int {
     // SAFETY: remove's contract.
     let r = unsafe { unlinkat_any(libc::AT_FDCWD, path, 0) };
-    if r < 0 && state::errno() == libc::EISDIR {
+    if r < 0 && errno() == libc::EISDIR {
         // SAFETY: as above.
         return unsafe { unlinkat_any(libc::AT_FDCWD, path, libc::AT_REMOVEDIR) };
     }

@@ -44,8 +44,6 @@ macro_rules! exported_as {
     };
 }
 
-use crate::unwind::{guarded, Failed};
-
 mod aio;
 mod copy;
 mod dirs;

@@ -11,8 +11,10 @@ use libc::{
     ssize_t, termios,
 };
 
+use crate::errno::{fail, set_errno};
 use crate::real;
-use crate::state::{self, fail};
+use crate::state;
+use crate::unwind::Failed;
 
 /// Refuses each listed call with `errno` when its first argument is a
 /// Shoal descriptor (`= VALUE` where the call's failure is not -1: NULL,
@@ -28,15 +30,15 @@ macro_rules! refused_on_shoal {
     };
 }
 
-/// What a refused call returns: errno set, and [`super::Failed`]'s value
+/// What a refused call returns: errno set, and [`Failed`]'s value
 /// for its type or its own.
 macro_rules! refusal {
     ($errno:expr, $r:ty) => {{
-        state::set_errno($errno);
-        <$r as super::Failed>::failed()
+        set_errno($errno);
+        <$r as Failed>::failed()
     }};
     ($errno:expr, $r:ty, $failed:expr) => {{
-        state::set_errno($errno);
+        set_errno($errno);
         $failed
     }};
 }

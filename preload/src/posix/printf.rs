@@ -11,6 +11,7 @@
 use libc::{c_char, c_int, c_void, size_t, FILE};
 
 use super::files;
+use crate::errno::{errno, set_errno};
 use crate::real;
 use crate::state;
 
@@ -57,10 +58,10 @@ fn print_to(fd: c_int, format: impl FnOnce(*mut FILE) -> c_int) -> c_int {
         },
         _ => -1,
     };
-    let e = state::errno();
+    let e = errno();
     // SAFETY: the stream's buffer.
     unsafe { libc::free(buf as *mut c_void) };
-    state::set_errno(e);
+    set_errno(e);
     r
 }
 

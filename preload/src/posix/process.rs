@@ -12,9 +12,11 @@
 use libc::{c_char, c_int, c_uint, c_ulong, mode_t, size_t};
 
 use super::files::busy;
+use crate::errno::{errno, fail, set_errno};
 use crate::real;
-use crate::state::{self, fail, serve, Fd, FdInfo, Where};
+use crate::state::{self, serve, Fd, FdInfo, Where};
 use crate::stats::Op;
+use crate::unwind::{guarded, Failed};
 
 // ---------------------------------------------------------------- umask
 
@@ -22,7 +24,7 @@ use crate::stats::Op;
 /// reading /proc each time.
 #[no_mangle]
 pub extern "C" fn umask(mask: mode_t) -> mode_t {
-    super::guarded(
+    guarded(
         || 0o022,
         || {
             // SAFETY: umask cannot fail.
@@ -41,7 +43,7 @@ fn is_dir(s: c_int) -> Result<bool, c_int> {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: our own struct.
     if unsafe { shoal::shoal_fstat(s, &mut st) } < 0 {
-        return Err(state::errno());
+        return Err(errno());
     }
     Ok(st.st_mode & libc::S_IFMT == libc::S_IFDIR)
 }
@@ -61,7 +63,7 @@ fn enter(local: Vec<u8>, mounted: bool) {
 
 #[no_mangle]
 pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         // SAFETY: chdir's contract.
         let w = unsafe { state::classify_at(libc::AT_FDCWD, path) };
         match w {
@@ -94,7 +96,7 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn fchdir(fd: c_int) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         match state::fd(fd) {
             Fd::Kernel => {
                 // SAFETY: an integer.
@@ -122,7 +124,7 @@ pub extern "C" fn fchdir(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
-    super::guarded(<*mut c_char as super::Failed>::failed, || {
+    guarded(<*mut c_char as Failed>::failed, || {
         let Some(dir) = (if state::in_lib() { None } else { state::cwd() }) else {
             // SAFETY: getcwd's contract.
             return unsafe { real::getcwd(buf, size) };
@@ -132,23 +134,23 @@ pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
             // glibc: NULL asks for a buffer of `size` bytes, or as big as
             // needed if `size` is 0.
             if size != 0 && size < need {
-                state::set_errno(libc::ERANGE);
+                set_errno(libc::ERANGE);
                 return std::ptr::null_mut();
             }
             // SAFETY: plain allocation; the caller frees it.
             let p = unsafe { libc::malloc(size.max(need)) } as *mut c_char;
             if p.is_null() {
-                state::set_errno(libc::ENOMEM);
+                set_errno(libc::ENOMEM);
                 return p;
             }
             p
         } else {
             if size == 0 {
-                state::set_errno(libc::EINVAL);
+                set_errno(libc::EINVAL);
                 return std::ptr::null_mut();
             }
             if size < need {
-                state::set_errno(libc::ERANGE);
+                set_errno(libc::ERANGE);
                 return std::ptr::null_mut();
             }
             buf
@@ -170,7 +172,7 @@ fn duplicate(kfd: c_int, s: c_int, k2: c_int, cloexec: bool) -> c_int {
     serve(Op::Dup, || {
         let s2 = shoal::shoal_dup(s);
         if s2 < 0 {
-            let e = state::errno();
+            let e = errno();
             // SAFETY: the stand-in just made.
             unsafe { real::close(k2) };
             return fail(e);
@@ -213,7 +215,7 @@ fn release(kfd: c_int) {
 
 #[no_mangle]
 pub extern "C" fn dup(fd: c_int) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         match state::fd(fd) {
             // SAFETY: an integer.
             Fd::Kernel => unsafe { real::dup(fd) },
@@ -289,14 +291,12 @@ fn dup3_any(old: c_int, new: c_int, flags: c_int, dup2_semantics: bool) -> c_int
 
 #[no_mangle]
 pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
-        dup3_any(old, new, 0, true)
-    })
+    guarded(<c_int as Failed>::failed, || dup3_any(old, new, 0, true))
 }
 
 #[no_mangle]
 pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         dup3_any(old, new, flags, false)
     })
 }
@@ -359,7 +359,7 @@ exported! {
 }
 #[no_mangle]
 pub extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         if state::ready() && !state::in_lib() && !state::in_vfork_child() {
             for kfd in state::all_fds() {
                 let k = kfd as c_uint;
@@ -380,7 +380,7 @@ pub extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_in
 
 #[no_mangle]
 pub extern "C" fn closefrom(first: c_int) {
-    super::guarded(<() as super::Failed>::failed, || {
+    guarded(<() as Failed>::failed, || {
         if state::ready() && !state::in_lib() && !state::in_vfork_child() {
             for kfd in state::all_fds() {
                 if kfd >= first {
@@ -453,7 +453,7 @@ fn kernel_twin(kfd: c_int) -> Option<c_int> {
 
 /// The exec failed: the replaced descriptors become stand-ins again.
 fn after_failed_exec(replaced: Vec<c_int>) {
-    let e = state::errno();
+    let e = errno();
     for kfd in replaced {
         let r = state::reserve();
         if r >= 0 {
@@ -464,7 +464,7 @@ fn after_failed_exec(replaced: Vec<c_int>) {
             }
         }
     }
-    state::set_errno(e);
+    set_errno(e);
 }
 
 /// The environment entry that tells the new program its current
@@ -544,7 +544,7 @@ macro_rules! exec_call {
     ($name:ident($($a:ident: $t:ty),*), env) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t,)* envp: Argv) -> c_int {
-            super::guarded(<c_int as super::Failed>::failed, || {
+            guarded(<c_int as Failed>::failed, || {
                 if !state::ready() || state::in_lib() {
                     // SAFETY: the call's contract.
                     return unsafe { real::$name($($a,)* envp) };
@@ -563,7 +563,7 @@ macro_rules! exec_call {
     ($name:ident($($a:ident: $t:ty),*)) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
-            super::guarded(<c_int as super::Failed>::failed, || {
+            guarded(<c_int as Failed>::failed, || {
                 if !state::ready() || state::in_lib() {
                     // SAFETY: the call's contract.
                     return unsafe { real::$name($($a),*) };
@@ -589,7 +589,7 @@ exec_call!(execvpe(file: *const c_char, argv: Argv), env);
 
 #[no_mangle]
 pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         if state::is_ours(fd) {
             // The program's bytes are in Shoal; the kernel cannot run a
             // /dev/null stand-in.

@@ -11,9 +11,11 @@ use std::sync::Mutex;
 use libc::{c_char, c_int, c_void, off64_t, size_t, ssize_t, FILE};
 
 use super::files;
+use crate::errno::{errno, set_errno};
 use crate::modes::mode_flags;
 use crate::real;
 use crate::state::{self, Where};
+use crate::unwind::{guarded, Failed};
 
 #[repr(C)]
 struct CookieIo {
@@ -102,13 +104,13 @@ unsafe fn fopen_any(path: *const c_char, mode: *const c_char) -> *mut FILE {
     match w {
         Where::Shoal(t) => {
             if mode.is_null() {
-                state::set_errno(libc::EINVAL);
+                set_errno(libc::EINVAL);
                 return std::ptr::null_mut();
             }
             // SAFETY: fopen's contract: a NUL-terminated mode.
             let m = unsafe { std::ffi::CStr::from_ptr(mode) }.to_bytes();
             let Some(flags) = mode_flags(m) else {
-                state::set_errno(libc::EINVAL);
+                set_errno(libc::EINVAL);
                 return std::ptr::null_mut();
             };
             let kfd = files::open_target(&t, flags, 0o666);
@@ -118,14 +120,14 @@ unsafe fn fopen_any(path: *const c_char, mode: *const c_char) -> *mut FILE {
             // SAFETY: our descriptor and the caller's mode.
             let f = unsafe { stream(kfd, mode) };
             if f.is_null() {
-                let e = state::errno();
+                let e = errno();
                 files::close_ours(kfd);
-                state::set_errno(e);
+                set_errno(e);
             }
             f
         }
         Where::Fail(e) => {
-            state::set_errno(e);
+            set_errno(e);
             std::ptr::null_mut()
         }
         Where::Kernel(_) => {
@@ -138,7 +140,7 @@ unsafe fn fopen_any(path: *const c_char, mode: *const c_char) -> *mut FILE {
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
-    super::guarded(<*mut FILE as super::Failed>::failed, || {
+    guarded(<*mut FILE as Failed>::failed, || {
         // SAFETY: fopen's contract.
         unsafe { fopen_any(path, mode) }
     })
@@ -146,7 +148,7 @@ pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
-    super::guarded(<*mut FILE as super::Failed>::failed, || {
+    guarded(<*mut FILE as Failed>::failed, || {
         // SAFETY: fopen's contract.
         unsafe { fopen_any(path, mode) }
     })
@@ -154,7 +156,7 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
 
 #[no_mangle]
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
-    super::guarded(<*mut FILE as super::Failed>::failed, || {
+    guarded(<*mut FILE as Failed>::failed, || {
         if state::is_ours(fd) && !state::in_lib() {
             // SAFETY: our descriptor and the caller's mode.
             unsafe { stream(fd, mode) }
@@ -167,7 +169,7 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
 
 #[no_mangle]
 pub unsafe extern "C" fn fileno(f: *mut FILE) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         match stream_fd(f) {
             Some(fd) => fd,
             // SAFETY: fileno's contract.
@@ -182,7 +184,7 @@ exported! {
 
 #[no_mangle]
 pub unsafe extern "C" fn fclose(f: *mut FILE) -> c_int {
-    super::guarded(<c_int as super::Failed>::failed, || {
+    guarded(<c_int as Failed>::failed, || {
         if stream_fd(f).is_some() {
             let mut s = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
             if s.as_mut().and_then(|m| m.remove(&(f as usize))).is_some() {

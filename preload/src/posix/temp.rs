@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use libc::{c_char, c_int};
 
 use super::files::open_target;
+use crate::errno::{errno, fail, set_errno};
 use crate::real;
-use crate::state::{self, fail, Where};
+use crate::state::{self, Where};
+use crate::unwind::{guarded, Failed};
 
 /// Random letters for the X's (xorshift over the time, the pid and a
 /// counter: unpredictability is not the point, O_EXCL decides).
@@ -75,7 +77,7 @@ unsafe fn mkostemps_any(template: *mut c_char, suffix: c_int, flags: c_int) -> c
                 unsafe { real::openat(libc::AT_FDCWD, p, flags, 0o600) }
             }
         };
-        if fd >= 0 || state::errno() != libc::EEXIST {
+        if fd >= 0 || errno() != libc::EEXIST {
             return fd;
         }
     }
@@ -96,20 +98,20 @@ exported! {
 }
 #[no_mangle]
 pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
-    super::guarded(<*mut c_char as super::Failed>::failed, || {
+    guarded(<*mut c_char as Failed>::failed, || {
         // SAFETY: the caller's template.
         match unsafe { state::classify_at(libc::AT_FDCWD, template) } {
             // SAFETY: the call's contract.
             Where::Kernel(None) => return unsafe { real::mkdtemp(template) },
             Where::Fail(e) => {
-                state::set_errno(e);
+                set_errno(e);
                 return std::ptr::null_mut();
             }
             _ => {}
         }
         // SAFETY: the caller's template.
         let Some(x) = (unsafe { xs(template, 0) }) else {
-            state::set_errno(libc::EINVAL);
+            set_errno(libc::EINVAL);
             return std::ptr::null_mut();
         };
         for _ in 0..ATTEMPTS {
@@ -118,11 +120,11 @@ pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
             if unsafe { super::meta::mkdir(template, 0o700) } == 0 {
                 return template;
             }
-            if state::errno() != libc::EEXIST {
+            if errno() != libc::EEXIST {
                 return std::ptr::null_mut();
             }
         }
-        state::set_errno(libc::EEXIST);
+        set_errno(libc::EEXIST);
         std::ptr::null_mut()
     })
 }
