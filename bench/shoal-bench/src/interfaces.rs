@@ -31,7 +31,7 @@ use crate::fsops::{self, at};
 use crate::ls::shoal;
 use crate::pattern;
 use crate::report::{median, Phase};
-use crate::runtime;
+use crate::runtime::runtime;
 use crate::smallfile::{self, SmallfileOptions};
 use crate::workers::{run_phases_with, Barrier};
 

@@ -19,6 +19,7 @@ mod pfa;
 mod pfa_worker;
 mod postmark;
 mod report;
+mod runtime;
 mod smallfile;
 mod smallfile_native;
 mod streaming;
@@ -509,7 +510,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             (Some(k), &[p]) => as_worker(pfa_worker::worker(
                 &a.dirs[0],
                 k,
-                pfa::Length::of(a.steps, a.seconds),
+                pfa_worker::Length::of(a.steps, a.seconds),
                 a.record,
                 p,
             )),
@@ -521,7 +522,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     dirs: a.dirs,
                     procs: a.procs,
                     patterns: a.pattern,
-                    length: pfa::Length::of(a.steps, a.seconds),
+                    length: pfa_worker::Length::of(a.steps, a.seconds),
                     record: a.record,
                     checkpoint_steps: a.checkpoint_steps,
                     rounds: a.rounds.max(1),
@@ -596,14 +597,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .emit(a.json.as_deref(), a.csv.as_deref()),
         },
     }
-}
-
-/// The runtime for native-client calls: two worker threads, as the CLI's.
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?)
 }
 
 /// Runs the parent's side of a benchmark with SIGPIPE ignored: a worker that

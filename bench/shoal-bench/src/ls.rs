@@ -24,7 +24,7 @@ use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Result, ShoalError};
 
 use crate::report::median;
-use crate::runtime;
+use crate::runtime::runtime;
 
 /// Seconds any one child process may take.
 const CHILD_TIMEOUT: &str = "900";

@@ -25,7 +25,7 @@ use shoal_proto::hints::Hint;
 use crate::ls::{requests, settled_requests, shoal};
 use crate::nometafile_worker::PHASES;
 use crate::report::mount_of;
-use crate::runtime;
+use crate::runtime::runtime;
 use crate::workers::Workers;
 
 /// The timed operations (phases of the worker).

@@ -16,7 +16,7 @@ use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::Handle;
 
-use crate::runtime;
+use crate::runtime::runtime;
 use crate::workers::Barrier;
 
 /// The phases, in order; the parent times create, list and remove.

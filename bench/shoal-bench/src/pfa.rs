@@ -28,7 +28,9 @@ use shoal_pfa::{Container, Mode, Options};
 use shoal_proto::error::{Result, ShoalError};
 
 use crate::fsops::at;
-use crate::pfa_worker::{Pattern, CONTAINER, COUNTER_BYTES, LOGICAL_NAME, PHASES, SHARED_FILE};
+use crate::pfa_worker::{
+    Length, Pattern, CONTAINER, COUNTER_BYTES, LOGICAL_NAME, PHASES, SHARED_FILE,
+};
 use crate::report::{self, median, Phase};
 use crate::smallfile::canonical_dir;
 use crate::workers::run_phases;
@@ -38,41 +40,6 @@ pub const RECORD: usize = 272_383;
 pub const CHECKPOINT: usize = 737_534;
 const PAGE: usize = 4096;
 const MIB: f64 = (1 << 20) as f64;
-
-/// How long each rank writes.
-#[derive(Clone, Copy, Debug)]
-pub enum Length {
-    Steps(u64),
-    Seconds(f64),
-}
-
-impl Length {
-    /// `--steps` if given, else `--seconds`.
-    pub fn of(steps: Option<u64>, seconds: f64) -> Length {
-        steps.map_or(Length::Seconds(seconds), Length::Steps)
-    }
-
-    fn args(self) -> [String; 2] {
-        match self {
-            Length::Steps(n) => ["--steps".into(), n.to_string()],
-            Length::Seconds(s) => ["--seconds".into(), s.to_string()],
-        }
-    }
-
-    fn valid(self) -> bool {
-        match self {
-            Length::Steps(n) => n > 0,
-            Length::Seconds(s) => s > 0.0 && s.is_finite(),
-        }
-    }
-
-    fn describe(self) -> String {
-        match self {
-            Length::Steps(n) => format!("for {n} steps"),
-            Length::Seconds(s) => format!("for {s} s"),
-        }
-    }
-}
 
 pub struct PfaOptions {
     /// Directories to run in, each with a label for the tables.

@@ -1,5 +1,5 @@
 //! One rank of `shoal bench pfa`: writes records of RECORD bytes, one per
-//! step, for a fixed time or a fixed number of steps (`pfa::Length`), in one
+//! step, for a fixed time or a fixed number of steps ([`Length`]), in one
 //! of the three patterns of [Kato 2011], then reads them all back and
 //! verifies them, each phase behind the parent's barrier.
 //!
@@ -30,13 +30,47 @@ use shoal_proto::error::{Result, ShoalError};
 
 use crate::fsops::{self, at};
 use crate::pattern;
-use crate::pfa::Length;
 use crate::workers::Barrier;
 
 pub const PHASES: [&str; 2] = ["write", "read"];
 
 /// Where the shared file's counter lives; records start after it.
 pub const COUNTER_BYTES: u64 = 8;
+
+/// How long each rank writes.
+#[derive(Clone, Copy, Debug)]
+pub enum Length {
+    Steps(u64),
+    Seconds(f64),
+}
+
+impl Length {
+    /// `--steps` if given, else `--seconds`.
+    pub fn of(steps: Option<u64>, seconds: f64) -> Length {
+        steps.map_or(Length::Seconds(seconds), Length::Steps)
+    }
+
+    pub fn args(self) -> [String; 2] {
+        match self {
+            Length::Steps(n) => ["--steps".into(), n.to_string()],
+            Length::Seconds(s) => ["--seconds".into(), s.to_string()],
+        }
+    }
+
+    pub fn valid(self) -> bool {
+        match self {
+            Length::Steps(n) => n > 0,
+            Length::Seconds(s) => s > 0.0 && s.is_finite(),
+        }
+    }
+
+    pub fn describe(self) -> String {
+        match self {
+            Length::Steps(n) => format!("for {n} steps"),
+            Length::Seconds(s) => format!("for {s} s"),
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Pattern {

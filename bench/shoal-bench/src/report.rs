@@ -38,6 +38,12 @@ impl Unit {
     }
 }
 
+/// The phase time of workers' (start, end) spans, each after the first
+/// start: the last end.
+pub fn phase_seconds(spans: &[(f64, f64)]) -> f64 {
+    spans.iter().map(|s| s.1).fold(0.0, f64::max)
+}
+
 /// One phase of a benchmark over all its runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Phase {
@@ -66,7 +72,7 @@ impl Phase {
     /// one's end (the method of [Carns 2009], `workers.rs`).
     pub fn seconds(&self) -> Vec<f64> {
         let spans = self.worker_spans.iter();
-        spans.map(|w| crate::workers::phase_seconds(w)).collect()
+        spans.map(|w| phase_seconds(w)).collect()
     }
 
     /// Per run, each worker's own time for the phase.

@@ -16,7 +16,7 @@ use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::Handle;
 
 use crate::pattern;
-use crate::runtime;
+use crate::runtime::runtime;
 use crate::smallfile::PHASES;
 use crate::workers::Barrier;
 

@@ -30,6 +30,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use shoal_proto::error::{Errno, Result, ShoalError};
 
+use crate::report::{phase_seconds, Phase};
+
 /// Runs one benchmark run: `procs` workers of `shoal bench BENCH --worker K
 /// --dir RUN_DIR EXTRA...`, every phase behind the barrier, each worker's time
 /// recorded per phase.
@@ -38,7 +40,7 @@ pub fn run_phases(
     procs: usize,
     run_dir: &std::path::Path,
     extra: &[String],
-    phases: &mut [crate::report::Phase],
+    phases: &mut [Phase],
 ) -> Result<()> {
     run_phases_with(bench, procs, run_dir, extra, &[], phases)
 }
@@ -51,7 +53,7 @@ pub fn run_phases_with(
     run_dir: &std::path::Path,
     extra: &[String],
     env: &[(String, OsString)],
-    phases: &mut [crate::report::Phase],
+    phases: &mut [Phase],
 ) -> Result<()> {
     let mut workers = Workers::spawn_with(procs, env, |k| {
         let mut args: Vec<OsString> = ["bench", bench, "--worker"]
@@ -85,12 +87,6 @@ impl Timed {
     pub fn seconds(&self) -> f64 {
         phase_seconds(&self.worker_spans)
     }
-}
-
-/// The phase time of workers' (start, end) spans, each after the first
-/// start: the last end.
-pub fn phase_seconds(spans: &[(f64, f64)]) -> f64 {
-    spans.iter().map(|s| s.1).fold(0.0, f64::max)
 }
 
 /// The parent's side: the running workers of one run.
