@@ -60,7 +60,6 @@
 //! With `coalescing = false`, every modifying request syncs for itself, as in
 //! the baseline; with `sync = "none"` nothing ever waits.
 
-use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -127,9 +126,11 @@ fn lock(inner: &Inner) -> MutexGuard<'_, State> {
 }
 
 /// A modifying request's place in the scheduling queue. The listener takes it
-/// when the frame arrives; it is given back when the request's changes are
-/// applied (the commit queue takes it from the handler's thread) or, at the
-/// latest, when it is dropped.
+/// when the frame arrives, and the request carries it (`Request`); it is
+/// given back when the request's changes are applied (`Service::change`
+/// hands it to [`CommitQueue::make_durable`]), when the request leaves to
+/// wait on a peer (`Request::leave_scheduling_queue`) or, at the latest,
+/// when it is dropped.
 pub struct Ticket {
     inner: Arc<Inner>,
     low: usize,
@@ -151,48 +152,6 @@ impl Drop for Ticket {
             self.inner.wake.notify_all();
         }
     }
-}
-
-thread_local! {
-    /// The ticket of the request this blocking-pool thread is handling.
-    /// Handlers run synchronously on one thread, so this hands the ticket
-    /// from `Service::handle_scheduled` to `make_durable` without threading
-    /// it through every handler.
-    static CURRENT: RefCell<Option<Ticket>> = const { RefCell::new(None) };
-}
-
-/// Installs a request's ticket on this thread for as long as it is handled.
-/// When dropped (the handler returned, or panicked) any ticket still unused
-/// leaves the scheduling queue.
-pub struct TicketScope {
-    previous: Option<Ticket>,
-}
-
-impl TicketScope {
-    pub fn enter(ticket: Option<Ticket>) -> TicketScope {
-        TicketScope {
-            previous: CURRENT.with(|c| c.replace(ticket)),
-        }
-    }
-}
-
-impl Drop for TicketScope {
-    fn drop(&mut self) {
-        let unused = CURRENT.with(|c| c.replace(self.previous.take()));
-        drop(unused);
-    }
-}
-
-/// Takes this thread's ticket if it belongs to `inner` (a handler of another
-/// queue's server never spends it).
-fn take_ticket(inner: &Arc<Inner>) -> Option<Ticket> {
-    CURRENT.with(|c| {
-        let mut c = c.borrow_mut();
-        match &*c {
-            Some(t) if Arc::ptr_eq(&t.inner, inner) => c.take(),
-            _ => None,
-        }
-    })
 }
 
 /// What a request whose sync failed is told: a full disk stays ENOSPC (the
@@ -239,12 +198,6 @@ impl Drop for SyncInProgress<'_> {
 }
 
 impl CommitQueue {
-    /// A queue without coalescing: every modifying request syncs for itself
-    /// (or never, with `SyncMode::None`).
-    pub fn new(mode: SyncMode) -> CommitQueue {
-        CommitQueue::with_params(mode, false, 1, 1)
-    }
-
     /// The queue the cluster settings ask for.
     pub fn from_settings(s: &Settings) -> CommitQueue {
         CommitQueue::with_params(
@@ -298,29 +251,23 @@ impl CommitQueue {
         })
     }
 
-    /// For a handler about to wait on something other than this server's
-    /// store (a call to a peer: `Pools::ensure`, `Pools::create_remote`,
-    /// `access`): leaves the scheduling queue now. Requests
-    /// deferred behind it would otherwise wait for it, and if the peer's
-    /// reply itself waits on a deferred request there, for each other (until
-    /// the stall limit). Its later apply then decides like a request that
-    /// was never queued. (In PVFS terms, it is no longer waiting for the
-    /// storage thread.)
-    pub fn leave_scheduling_queue(&self) {
-        drop(take_ticket(&self.inner));
-    }
-
     /// Requests in the scheduling queue now (for tests and diagnostics).
     pub fn scheduled(&self) -> usize {
         lock(&self.inner).scheduled
     }
 
-    /// Called once the caller's changes are applied: returns when they (and
-    /// every change applied before them) are durable. Returns the syncs this
-    /// caller performed (1 or 0: with coalescing, another request may have
-    /// performed the sync that covered it).
-    pub fn make_durable(&self, meta: &MetaStore, stats: &Stats) -> Result<u64> {
-        self.durable(&|| meta.sync(), stats)
+    /// Called once the changes of the request holding `ticket` are
+    /// applied: returns when they (and every change applied before them)
+    /// are durable. Returns the syncs this caller performed (1 or 0: with
+    /// coalescing, another request may have performed the sync that
+    /// covered it).
+    pub fn make_durable(
+        &self,
+        ticket: Option<Ticket>,
+        meta: &MetaStore,
+        stats: &Stats,
+    ) -> Result<u64> {
+        self.durable(ticket, &|| meta.sync(), stats)
     }
 
     /// Syncs whatever the mode (fsync asks for it explicitly). With
@@ -334,21 +281,25 @@ impl CommitQueue {
         }
     }
 
-    fn durable(&self, sync: &dyn Fn() -> Result<()>, stats: &Stats) -> Result<u64> {
+    fn durable(
+        &self,
+        ticket: Option<Ticket>,
+        sync: &dyn Fn() -> Result<()>,
+        stats: &Stats,
+    ) -> Result<u64> {
+        debug_assert!(
+            ticket
+                .as_ref()
+                .is_none_or(|t| Arc::ptr_eq(&t.inner, &self.inner)),
+            "a ticket is spent in the queue that issued it"
+        );
         match self.mode {
-            SyncMode::None => {
-                // Scratch mode never waits; a ticket (none is taken in this
-                // mode) would leave with its scope anyway.
-                drop(take_ticket(&self.inner));
-                Ok(0)
-            }
+            // Scratch mode never waits (and takes no tickets).
+            SyncMode::None => Ok(0),
             SyncMode::Full | SyncMode::Replay if !self.coalescing => {
                 sync_counted(sync, stats).map(|()| 1)
             }
-            SyncMode::Full | SyncMode::Replay => {
-                let ticket = take_ticket(&self.inner);
-                self.join_and_wait(sync, stats, ticket, false)
-            }
+            SyncMode::Full | SyncMode::Replay => self.join_and_wait(sync, stats, ticket, false),
         }
     }
 
@@ -503,12 +454,12 @@ mod tests {
     /// scheduling queue, apply, wait until durable. Checks that the reply
     /// comes after a sync that started after the apply.
     fn request(q: &CommitQueue, kv: &Engine, stats: &Stats, key: u64) -> Result<u64> {
-        let _scope = TicketScope::enter(q.schedule(Op::CreateObject));
+        let ticket = q.schedule(Op::CreateObject);
         let mut b = Batch::default();
         b.put(key.to_be_bytes().to_vec(), vec![1]);
         kv.apply(b)?;
         let seq = kv.applied.fetch_add(1, Ordering::SeqCst) + 1;
-        let syncs = q.durable(&|| kv.sync(), stats)?;
+        let syncs = q.durable(ticket, &|| kv.sync(), stats)?;
         assert!(
             kv.durable.load(Ordering::SeqCst) >= seq,
             "apply {seq} acknowledged before a sync covered it"
@@ -588,7 +539,7 @@ mod tests {
         let kv = Engine::default();
         let stats = Stats::default();
         assert!(q.schedule(Op::CreateObject).is_none());
-        assert_eq!(q.durable(&|| kv.sync(), &stats).unwrap(), 0);
+        assert_eq!(q.durable(None, &|| kv.sync(), &stats).unwrap(), 0);
         assert_eq!(kv.syncs.load(Ordering::SeqCst), 0);
     }
 
@@ -602,20 +553,6 @@ mod tests {
         assert_eq!(q.scheduled(), 0);
     }
 
-    #[test]
-    fn a_request_waiting_on_a_peer_leaves_the_scheduling_queue() {
-        let q = queue(true, 1, 8);
-        let other = queue(true, 1, 8);
-        let _scope = TicketScope::enter(q.schedule(Op::Unstuff));
-        assert_eq!(q.scheduled(), 1);
-        other.leave_scheduling_queue();
-        assert_eq!(q.scheduled(), 1, "not the other queue's ticket");
-        q.leave_scheduling_queue();
-        assert_eq!(q.scheduled(), 0);
-        let kv = Engine::default();
-        assert_eq!(q.durable(&|| kv.sync(), &Stats::default()).unwrap(), 1);
-    }
-
     /// Spawns a request that applies without a ticket (so it does not hold
     /// the scheduling queue up itself); its result arrives on the channel.
     fn deferred(
@@ -627,7 +564,7 @@ mod tests {
         let (q, kv, stats, tx) = (q.clone(), kv.clone(), stats.clone(), tx.clone());
         std::thread::spawn(move || {
             kv.applied.fetch_add(1, Ordering::SeqCst);
-            let _ = tx.send(q.durable(&|| kv.sync(), &stats));
+            let _ = tx.send(q.durable(None, &|| kv.sync(), &stats));
         });
     }
 
@@ -681,9 +618,8 @@ mod tests {
         for (i, t) in tickets.into_iter().enumerate() {
             let (q2, kv, stats, tx) = (q.clone(), kv.clone(), stats.clone(), tx.clone());
             std::thread::spawn(move || {
-                let _scope = TicketScope::enter(Some(t));
                 kv.applied.fetch_add(1, Ordering::SeqCst);
-                let _ = tx.send(q2.durable(&|| kv.sync(), &stats));
+                let _ = tx.send(q2.durable(Some(t), &|| kv.sync(), &stats));
             });
             if i < 2 {
                 while lock(&q.inner).queued < i + 1 {

@@ -26,6 +26,7 @@ use shoal_proto::msg::{DatafileSize, ObjectRecord};
 use shoal_proto::time::{now_ns, to_ns};
 use shoal_proto::ObjectKind;
 
+use crate::delegations::{Reader, ServerItself};
 use crate::disk;
 use crate::keys;
 use crate::local_file::LocalFile;
@@ -198,7 +199,7 @@ impl DataStore {
                     format!("write past {MAX_DATAFILE_SIZE} bytes"),
                 )
             })?;
-        let rec = datafile(meta, handle)?;
+        let rec = datafile(meta, &ServerItself, handle)?;
         // Inline bytes are rewritten whole in the KV store, and a promotion
         // moves them to a file: count them too.
         let moved = if rec.in_file {
@@ -213,7 +214,7 @@ impl DataStore {
         }
         let _guard = meta.lock();
         // Re-read under the lock: another writer may have changed or promoted it.
-        let mut rec = datafile(meta, handle)?;
+        let mut rec = datafile(meta, &ServerItself, handle)?;
         if rec.in_file {
             self.file(handle, false)?.write_all_at(data, offset)?;
             return Ok(data.len() as u64);
@@ -267,7 +268,7 @@ impl DataStore {
             ));
         }
         let _guard = meta.lock();
-        let mut rec = datafile(meta, handle)?;
+        let mut rec = datafile(meta, &ServerItself, handle)?;
         if !rec.in_file {
             let mut bytes = meta.kv().get(&keys::bytes(handle))?.unwrap_or_default();
             bytes.resize(rec.size as usize, 0);
@@ -327,7 +328,7 @@ impl DataStore {
                     .iter()
                     .filter(|h| server_of(**h) == meta.server_id())
                     .any(|h| {
-                        meta.try_get(*h)
+                        meta.try_get(&ServerItself, *h)
                             .map_or(true, |df| df.is_some_and(|df| df.in_file))
                     })
             }),
@@ -350,7 +351,7 @@ impl DataStore {
             .iter()
             .filter(|h| server_of(**h) == meta.server_id())
         {
-            if let Some(rec) = meta.try_get(*h)? {
+            if let Some(rec) = meta.try_get(&ServerItself, *h)? {
                 if rec.kind() == ObjectKind::Datafile {
                     let (size, mtime_ns) = self.size_of(&rec)?;
                     sizes.push(DatafileSize {
@@ -377,13 +378,18 @@ impl DataStore {
     }
 }
 
-/// The record of `handle`, which must be a datafile.
-pub fn datafile(meta: &MetaStore, handle: Handle) -> Result<ObjectRecord> {
-    let rec = meta.get(handle)?;
+/// The record of `handle`, which must be a datafile, read for `by`. This
+/// module reads its datafiles for itself (`ServerItself`): a datafile is
+/// never delegated, and a request that names one has read it for itself
+/// first.
+pub fn datafile<R: Reader>(
+    meta: &MetaStore,
+    by: &R,
+    handle: Handle,
+) -> Result<ObjectRecord, R::Error> {
+    let rec = meta.get(by, handle)?;
     if rec.kind() != ObjectKind::Datafile {
-        return Err(ShoalError::invalid(format!(
-            "object {handle:#x} is not a datafile"
-        )));
+        return Err(ShoalError::invalid(format!("object {handle:#x} is not a datafile")).into());
     }
     Ok(rec)
 }
@@ -410,7 +416,7 @@ mod tests {
     }
 
     fn read_all(meta: &MetaStore, data: &DataStore, h: Handle) -> Vec<u8> {
-        let rec = meta.get(h).unwrap();
+        let rec = meta.get(&ServerItself, h).unwrap();
         data.read(meta, &rec, 0, u64::MAX).unwrap().to_vec()
     }
 
@@ -419,11 +425,11 @@ mod tests {
         let (_d, meta, data, h) = setup(16);
         data.write(&meta, h, 4, b"abcd").unwrap();
         assert_eq!(read_all(&meta, &data, h), b"\0\0\0\0abcd");
-        assert!(!meta.get(h).unwrap().in_file);
+        assert!(!meta.get(&ServerItself, h).unwrap().in_file);
         assert!(!data.path_of(h).exists());
 
         data.write(&meta, h, 10, b"0123456789").unwrap();
-        let rec = meta.get(h).unwrap();
+        let rec = meta.get(&ServerItself, h).unwrap();
         assert!(rec.in_file);
         assert_eq!(data.size_of(&rec).unwrap().0, 20);
         assert_eq!(read_all(&meta, &data, h), b"\0\0\0\0abcd\0\x000123456789");
@@ -439,7 +445,7 @@ mod tests {
         data.truncate(&meta, h, 8).unwrap();
         assert_eq!(read_all(&meta, &data, h), b"hello\0\0\0");
         data.truncate(&meta, h, 100).unwrap();
-        assert!(meta.get(h).unwrap().in_file);
+        assert!(meta.get(&ServerItself, h).unwrap().in_file);
         let all = read_all(&meta, &data, h);
         assert_eq!(all.len(), 100);
         assert_eq!(&all[..5], b"hello");

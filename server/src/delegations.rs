@@ -11,10 +11,13 @@
 //! sends what it has not sent yet, then answers, and only then is the
 //! request served, so it sees every file the holder's callers were told
 //! was made. The check sits where the store reads a directory
-//! (`MetaStore`): a read of a delegated directory by another fails the
-//! request's attempt with [`met`] set, `Service::handle` recalls and runs
-//! the request again. So no request waits for a recall while it holds the
-//! store's lock, which the holder's own creates need.
+//! (`MetaStore`, for a [`Reader`]): a read of a delegated directory for
+//! another client's request stops the request's attempt with the delegation
+//! it met ([`Stop::Met`], a value that `?` carries up through the handler
+//! like an error, and that no handler turns into an answer), and
+//! `Service::handle` recalls it and runs the request again. So no request
+//! waits for a recall while it holds the store's lock, which the holder's
+//! own creates need.
 //!
 //! Handles: the holder answers a create with the file's handle before the
 //! file exists (the mount's inode numbers are handles), so the grant
@@ -32,13 +35,12 @@
 //! [`MAX_CLIENTS`] clients.
 //! Delegations live in memory only and end with the holder's connection.
 
-use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::handle::MAX_RESERVATIONS as MAX_RESERVED;
 use shoal_proto::Handle;
 
@@ -60,49 +62,72 @@ pub struct Delegations {
     state: Mutex<State>,
 }
 
-thread_local! {
-    /// The sender of the request being handled on this thread (see [`Asking`]).
-    static ASKING: Cell<Option<u64>> = const { Cell::new(None) };
-    /// A delegation the request's attempt met: (directory, holder).
-    static MET: Cell<Option<(Handle, u64)>> = const { Cell::new(None) };
+/// A delegation a request met: another client, `holder`, holds directory
+/// `dir`'s. The request's attempt stops there, and runs again once the
+/// delegation is recalled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Met {
+    pub dir: Handle,
+    pub holder: u64,
 }
 
-/// A request being handled on this thread, from `client` (0: a server or
-/// an operator); the store's reads check delegations only inside one.
-pub struct Asking {
-    _not_send: std::marker::PhantomData<*const ()>,
+/// Why a request's attempt stopped before its handler's reply: it failed
+/// (the error is its answer), or it met a delegation (it has no answer:
+/// it runs again once the delegation is recalled).
+#[derive(Debug)]
+pub enum Stop {
+    Failed(ShoalError),
+    Met(Met),
 }
 
-impl Asking {
-    pub fn enter(client: u64) -> Asking {
-        ASKING.with(|a| a.set(Some(client)));
-        MET.with(|m| m.set(None));
-        Asking {
-            _not_send: std::marker::PhantomData,
+impl From<ShoalError> for Stop {
+    fn from(e: ShoalError) -> Stop {
+        Stop::Failed(e)
+    }
+}
+
+impl From<Met> for Stop {
+    fn from(met: Met) -> Stop {
+        Stop::Met(met)
+    }
+}
+
+impl Stop {
+    /// The error this stop is, for an answer that reports it as a value
+    /// (one name of a batch refused while the others are made); a
+    /// delegation met is no refusal, and stops the whole attempt: Err.
+    pub fn refusal(self) -> Result<ShoalError, Met> {
+        match self {
+            Stop::Failed(e) => Ok(e),
+            Stop::Met(met) => Err(met),
         }
     }
 }
 
-impl Drop for Asking {
-    fn drop(&mut self) {
-        ASKING.with(|a| a.set(None));
-        MET.with(|m| m.set(None));
+/// Whom the store reads for, as delegations see it: a request being
+/// handled meets the delegations other clients hold (`request::Request`),
+/// the server reading for itself meets none ([`ServerItself`]).
+pub trait Reader {
+    /// How a read for this reader fails: a request's attempt may stop at
+    /// a delegation ([`Stop`]), the server's own reads only fail.
+    type Error: From<ShoalError>;
+
+    /// Ok unless object `h` is a directory whose delegation another client
+    /// holds, and this reader meets delegations.
+    fn meet(&self, delegations: &Delegations, h: Handle) -> Result<(), Self::Error>;
+}
+
+/// The server reading for itself: records it keeps (a datafile's, a file
+/// whose gathered bytes it writes out), never a directory a request named.
+/// It meets no delegation.
+pub struct ServerItself;
+
+impl Reader for ServerItself {
+    type Error = ShoalError;
+
+    fn meet(&self, _: &Delegations, _: Handle) -> Result<()> {
+        Ok(())
     }
-}
-
-/// A delegation met: (directory, holder).
-pub type Met = (Handle, u64);
-
-/// The delegation the request's last attempt met, which must be recalled
-/// before it runs again (taken: asking again says None).
-pub fn met() -> Option<Met> {
-    MET.with(|m| m.take())
-}
-
-/// Whether the request's attempt so far met a delegation (its answer is
-/// then thrown away: it runs again).
-pub fn meeting() -> bool {
-    MET.with(|m| m.get().is_some())
 }
 
 impl Delegations {
@@ -110,24 +135,17 @@ impl Delegations {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Called as the store reads object `h`: fails if another client holds
-    /// `h`'s delegation, noting it for [`met`].
-    pub fn check(&self, h: Handle) -> Result<()> {
+    /// Called as the store reads object `h` for a request from `asking`
+    /// (0: a server or an operator): the delegation it meets, if another
+    /// client holds `h`'s.
+    pub fn check(&self, asking: u64, h: Handle) -> Result<(), Met> {
         if self.held.load(Ordering::SeqCst) == 0 {
             return Ok(());
         }
-        let Some(asking) = ASKING.with(Cell::get) else {
-            return Ok(());
-        };
-        let holder = match self.state().holders.get(&h) {
-            Some(&holder) if holder != asking => holder,
-            _ => return Ok(()),
-        };
-        MET.with(|m| m.set(Some((h, holder))));
-        Err(ShoalError::new(
-            Errno(libc::EAGAIN),
-            format!("directory {h:#x} is delegated to client {holder:#x}: recalling it"),
-        ))
+        match self.state().holders.get(&h) {
+            Some(&holder) if holder != asking => Err(Met { dir: h, holder }),
+            _ => Ok(()),
+        }
     }
 
     /// Gives `dir`'s delegation to `client` (false: another holds it).
@@ -196,24 +214,19 @@ mod tests {
     #[test]
     fn only_another_clients_read_meets_a_delegation() {
         let d = Delegations::default();
-        assert!(d.check(10).is_ok(), "none held");
+        assert_eq!(d.check(2, 10), Ok(()), "none held");
         assert!(d.grant(10, 1));
         assert!(d.grant(10, 1), "a holder may ask again");
         assert!(!d.grant(10, 2));
-        assert!(d.check(10).is_ok(), "outside a request");
-        {
-            let _a = Asking::enter(1);
-            assert!(d.check(10).is_ok(), "the holder's own");
-            assert!(met().is_none());
-        }
-        {
-            let _a = Asking::enter(2);
-            assert!(d.check(11).is_ok());
-            let e = d.check(10).unwrap_err();
-            assert_eq!(e.errno, Errno(libc::EAGAIN));
-            assert_eq!(met(), Some((10, 1)));
-            assert_eq!(met(), None, "taken");
-        }
+        assert_eq!(d.check(1, 10), Ok(()), "the holder's own");
+        assert_eq!(d.check(2, 11), Ok(()));
+        assert_eq!(d.check(2, 10), Err(Met { dir: 10, holder: 1 }));
+        assert_eq!(
+            d.check(0, 10),
+            Err(Met { dir: 10, holder: 1 }),
+            "a server's"
+        );
+        assert!(ServerItself.meet(&d, 10).is_ok(), "the server's own read");
         d.end(10, 2);
         assert_eq!(d.held_by(10), Some(1), "only its holder ends it");
         d.client_gone(1);

@@ -7,8 +7,9 @@
 //! `lease_ms` after the answer that granted it and renewed by every later
 //! one. An answer to a lookup, getattr, get_sizes, readdir, listattr or
 //! create offers leases on the objects it describes (handlers call
-//! [`offer`]); `Service::handle` grants them all or none and says so with
-//! the reply's `LEASED` flag. A datafile's lease is held *as* its file's,
+//! `Request::offer`, which notes them in the request's [`Answer`]);
+//! `Service::handle` grants them all or none and says so with the reply's
+//! `LEASED` flag. A datafile's lease is held *as* its file's,
 //! so its recall names the file, the object the client cached.
 //!
 //! Every change to an object (`Service::change` finds the objects in the
@@ -25,8 +26,9 @@
 //! would hand out a lease on the old state: a change stamps its objects
 //! (`stamps`, a fixed array indexed by a hash of the handle, so that it
 //! takes no memory per object), and a grant is refused when an object it
-//! offers was stamped after the answer began ([`Leases::mark`]). A false
-//! match costs a lease, never correctness.
+//! offers was stamped after the answer began ([`Leases::answer`]), unless
+//! the answer's own change stamped it. A false match costs a lease, never
+//! correctness.
 //!
 //! Bounded: at most `max_leases` are held; when full, expired ones are
 //! dropped and, if that is not enough, answers grant nothing (clients then
@@ -34,7 +36,6 @@
 //! only: a restarted server holds none, and its clients, whose connection
 //! ended, hold none either.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -134,8 +135,19 @@ impl Leases {
 
     /// Where the changes stand as an answer begins: its grant is refused
     /// if an object it offers changed since.
-    pub fn mark(&self) -> u64 {
+    fn mark(&self) -> u64 {
         self.changes.load(Ordering::SeqCst)
+    }
+
+    /// An answer to a request of `client` (0: a server or an operator),
+    /// beginning now.
+    pub fn answer(&self, client: u64) -> Answer {
+        Answer {
+            client,
+            mark: self.mark(),
+            offers: Vec::new(),
+            own: Vec::new(),
+        }
     }
 
     /// `client` sends its requests, and takes its recalls, over connection
@@ -168,16 +180,12 @@ impl Leases {
         false
     }
 
-    /// Grants the client of the request `scope` handles a lease on each
-    /// object its answer offered: all or none. None when leases are off,
-    /// the client cannot be recalled (no connection known), an object was
-    /// changed by another request since the answer began, or the table is
-    /// full.
-    pub fn grant(&self, scope: Scope) -> bool {
-        let Some(answer) = ANSWER.with(|a| a.borrow_mut().take()) else {
-            return false;
-        };
-        self.grant_offers(answer.client, scope.mark, &answer.offers, &answer.own)
+    /// Grants the client `answer` is for a lease on each object it
+    /// offered: all or none. None when leases are off, the client cannot be
+    /// recalled (no connection known), an object was changed by another
+    /// request since the answer began, or the table is full.
+    pub fn grant(&self, answer: &Answer) -> bool {
+        self.grant_offers(answer.client, answer.mark, &answer.offers, &answer.own)
     }
 
     fn grant_offers(
@@ -249,19 +257,19 @@ impl Leases {
             .is_some_and(|v| v.iter().any(|x| x.client != client && x.until > now))
     }
 
-    /// The request handled on this thread changed `handles`: stamps them,
-    /// recalls every lease another client holds on them, and waits for the
-    /// answers, at most `lease_recall_ms`. Returns how many clients were
-    /// recalled.
-    pub fn changed(&self, handles: &[Handle]) -> usize {
-        let changer = changer();
+    /// The request that `by` answers changed `handles`: stamps them (the
+    /// stamp is `by`'s own, which does not refuse its grant), recalls every
+    /// lease another client holds on them, and waits for the answers, at
+    /// most `lease_recall_ms`. Returns how many clients were recalled.
+    pub fn changed(&self, by: &mut Answer, handles: &[Handle]) -> usize {
+        let changer = by.client;
         if !self.on() || handles.is_empty() {
             return 0;
         }
         let mut recalls: HashMap<u64, Vec<Handle>> = HashMap::new();
         let mut st = self.state();
         let count = self.changes.fetch_add(1, Ordering::SeqCst) + 1;
-        note_own(count);
+        by.own.push(count);
         let now = Instant::now();
         for h in handles {
             self.stamps[slot(*h)].store(count, Ordering::SeqCst);
@@ -421,40 +429,26 @@ fn keep_only(st: &mut State, keep: impl Fn(&Holder) -> bool) {
     st.count -= dropped;
 }
 
-/// What the request handled on this thread has done with leases so far.
-struct Answer {
+/// What one answer to a client's request does with leases, from its
+/// beginning ([`Leases::answer`]) to its grant ([`Leases::grant`]). The
+/// request carries it (`Request::offer`), so every offer its handler makes
+/// reaches the grant.
+#[derive(Default)]
+pub struct Answer {
     client: u64,
-    /// Leases its answer offers: (object, the object its recall names).
+    /// Where the changes stood as the answer began.
+    mark: u64,
+    /// Leases it offers: (object, the object its recall names).
     offers: Vec<(Handle, Handle)>,
     /// The stamps its own changes set, which do not refuse its grant.
     own: Vec<u64>,
 }
 
-thread_local! {
-    static ANSWER: RefCell<Option<Answer>> = const { RefCell::new(None) };
-}
-
-/// Offers a lease on `h`, recalled as `recall_as`, with the answer being
-/// built on this thread (nothing if no request is being handled).
-pub fn offer(h: Handle, recall_as: Handle) {
-    ANSWER.with(|a| {
-        if let Some(a) = a.borrow_mut().as_mut() {
-            a.offers.push((h, recall_as));
-        }
-    });
-}
-
-/// The client whose request this thread handles (0: none, or a server).
-pub fn changer() -> u64 {
-    ANSWER.with(|a| a.borrow().as_ref().map_or(0, |a| a.client))
-}
-
-fn note_own(stamp: u64) {
-    ANSWER.with(|a| {
-        if let Some(a) = a.borrow_mut().as_mut() {
-            a.own.push(stamp);
-        }
-    });
+impl Answer {
+    /// Offers a lease on `h`, recalled as `recall_as`.
+    pub fn offer(&mut self, h: Handle, recall_as: Handle) {
+        self.offers.push((h, recall_as));
+    }
 }
 
 /// Runs `wait`, which blocks this thread until other connections' tasks
@@ -475,35 +469,6 @@ fn waiting_here<T>(wait: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(wait)
 }
 
-/// A request of one client being handled on this thread, from its
-/// beginning ([`Scope::enter`]) to its grant ([`Leases::grant`]).
-pub struct Scope {
-    mark: u64,
-    _not_send: std::marker::PhantomData<*const ()>,
-}
-
-impl Scope {
-    pub fn enter(leases: &Leases, client: u64) -> Scope {
-        ANSWER.with(|a| {
-            *a.borrow_mut() = Some(Answer {
-                client,
-                offers: Vec::new(),
-                own: Vec::new(),
-            })
-        });
-        Scope {
-            mark: leases.mark(),
-            _not_send: std::marker::PhantomData,
-        }
-    }
-}
-
-impl Drop for Scope {
-    fn drop(&mut self) {
-        ANSWER.with(|a| a.borrow_mut().take());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -522,7 +487,7 @@ mod tests {
         let l = leases(100);
         l.state().links.insert(7, dummy_link());
         let mark = l.mark();
-        l.changed(&[42]);
+        l.changed(&mut l.answer(8), &[42]);
         assert!(
             !l.grant_offers(7, mark, &[(42, 42)], &[]),
             "42 changed since the mark"
@@ -530,6 +495,15 @@ mod tests {
         assert!(l.grant_offers(7, mark, &[(42, 42)], &[1]), "its own change");
         assert!(l.grant_offers(7, l.mark(), &[(42, 42)], &[]));
         assert_eq!(l.counts().held, 1);
+        // An answer whose own request changed what it offers.
+        let mut own = l.answer(7);
+        l.changed(&mut own, &[43]);
+        own.offer(43, 43);
+        assert!(l.grant(&own), "its own change refuses nothing");
+        let mut late = l.answer(7);
+        late.offer(44, 44);
+        l.changed(&mut l.answer(8), &[44]);
+        assert!(!l.grant(&late), "another's change since it began");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The Shoal server: one process per server id, both metadata server and I/O
 //! server. Start with [`run`]; the pieces, from the socket inwards:
 //! `listener` (connections, frames) -> `handlers` (the operation table and
-//! one module per family of operations, `Service::handle`) -> `service`
+//! one module per family of operations, `Service::handle`; each handler
+//! gets a `request`, which carries the context of its handling to whatever
+//! needs it) -> `service`
 //! (the server's state, and the shell of a change) -> `meta_store` /
 //! `data_store` (typed storage; `local_file` is a large datafile's file)
 //! -> `kv` (the embedded engine), with `commit` deciding when changes are
@@ -31,6 +33,7 @@ pub mod pools;
 pub mod recovery;
 pub mod replay;
 pub mod reply_cache;
+pub mod request;
 pub mod service;
 pub mod stats;
 pub mod uncached;

@@ -56,7 +56,11 @@ pub const DIRECT_ALIGN: usize = 4096;
 
 thread_local! {
     /// The aligned copy of a direct write's bytes, reused by each of the
-    /// server's blocking threads.
+    /// server's blocking threads. It is scratch memory, not a request's
+    /// context: a write fills and empties it before it returns, so nothing
+    /// of it outlives the call or is read elsewhere, and one per thread is
+    /// what lets concurrent writes each have one without allocating it
+    /// anew.
     static STAGING: RefCell<AVec<u8, ConstAlign<DIRECT_ALIGN>>> =
         RefCell::new(AVec::new(DIRECT_ALIGN));
 }

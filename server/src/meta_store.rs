@@ -15,9 +15,10 @@ use shoal_proto::msg::{Attributes, DirEntry, Distribution, ObjectRecord};
 use shoal_proto::time::now_ns;
 use shoal_proto::ObjectKind;
 
-use crate::delegations::Delegations;
+use crate::delegations::{Delegations, Reader};
 use crate::keys;
 use crate::kv::{Batch, BatchOp, KvEngine};
+use crate::replay::{self, Kept};
 
 pub struct MetaStore {
     kv: Arc<dyn KvEngine>,
@@ -35,15 +36,19 @@ pub struct MetaStore {
     /// the changes its clients kept it still has (`recovery`).
     applied_seq: AtomicU64,
     durable_seq: AtomicU64,
-    /// Directories delegated to a client: another's read of one is refused
-    /// until it is recalled (`delegations`).
+    /// Directories delegated to a client: a read of one for another's
+    /// request stops it until the delegation is recalled (`delegations`).
     pub delegations: Delegations,
 }
 
 /// A batch of changes plus the bookkeeping `apply` persists alongside it.
 #[derive(Default)]
-pub struct Txn {
+pub struct Txn<'a> {
     pub batch: Batch,
+    /// The change its request's client keeps until it is durable (`replay`),
+    /// if it does: the handles this transaction allocates are then recorded
+    /// for the reply, or for a replay are the ones its first copy took.
+    kept: Option<&'a Kept>,
     /// The encoded reply of the request this transaction answers, when its
     /// operation's replies are cached (`reply_cache`): `Service::change`
     /// puts it into the same batch.
@@ -56,7 +61,21 @@ pub struct Txn {
     new_objects: Vec<Handle>,
 }
 
-impl Txn {
+impl<'a> Txn<'a> {
+    /// The transaction of a change whose client keeps it as `kept`, if it
+    /// does (see the field).
+    pub fn new(kept: Option<&'a Kept>) -> Txn<'a> {
+        Txn {
+            kept,
+            ..Txn::default()
+        }
+    }
+
+    /// The change its client keeps, if it does (see the field).
+    pub fn kept(&self) -> Option<&'a Kept> {
+        self.kept
+    }
+
     /// The objects whose record, entries, bytes or xattrs this transaction
     /// writes (what leases on them covered), each once.
     pub fn objects_touched(&self) -> Vec<Handle> {
@@ -181,7 +200,7 @@ impl MetaStore {
             durable_seq: AtomicU64::new(transno),
             delegations: Delegations::default(),
         };
-        if server_id == 0 && store.try_get(handle::ROOT)?.is_none() {
+        if server_id == 0 && store.record(handle::ROOT)?.is_none() {
             let _guard = store.lock();
             let mut txn = Txn::default();
             let root = store.alloc(&mut txn);
@@ -228,8 +247,8 @@ impl MetaStore {
             let counter = self.last_counter.fetch_add(1, Ordering::SeqCst) + 1;
             handle::make(self.server_id, counter)
         };
-        let fits = |h: Handle| (low..high).contains(&h) && self.try_get(h).ok() == Some(None);
-        let h = crate::replay::handle(fresh, fits);
+        let fits = |h: Handle| (low..high).contains(&h) && self.record(h).ok() == Some(None);
+        let h = replay::handle(txn.kept, fresh, fits);
         assert!(
             (low..high).contains(&h),
             "handle {h:#x} allocated outside server {}'s range",
@@ -256,7 +275,7 @@ impl MetaStore {
         let fits = |h: Handle| {
             (low..high).contains(&h)
                 && handle::counter_of(h) <= self.last_counter.load(Ordering::SeqCst)
-                && self.try_get(h).ok() == Some(None)
+                && self.record(h).ok() == Some(None)
         };
         if !fits(h) || !reserved(h) {
             return Err(ShoalError::invalid(format!(
@@ -264,7 +283,7 @@ impl MetaStore {
             )));
         }
         txn.allocated = true;
-        Ok(crate::replay::handle(|| h, fits))
+        Ok(replay::handle(txn.kept, || h, fits))
     }
 
     /// Whether `h` was handed out before this server started: a
@@ -335,67 +354,86 @@ impl MetaStore {
         Ok(())
     }
 
-    pub fn try_get(&self, h: Handle) -> Result<Option<ObjectRecord>> {
-        self.delegations.check(h)?;
+    /// Object `h`'s record, if there is one: the server's own read, which
+    /// meets no delegation (the store's bookkeeping, never a request's).
+    fn record(&self, h: Handle) -> Result<Option<ObjectRecord>> {
         match self.kv.get(&keys::object(h))? {
             None => Ok(None),
             Some(v) => decode_object(h, &v).map(Some),
         }
     }
 
+    /// Object `h`'s record, if there is one, read for `by`: a read for a
+    /// request stops at a directory another client holds the delegation
+    /// of (so do the other reads below, of an object or of a directory's
+    /// entries).
+    pub fn try_get<R: Reader>(&self, by: &R, h: Handle) -> Result<Option<ObjectRecord>, R::Error> {
+        by.meet(&self.delegations, h)?;
+        Ok(self.record(h)?)
+    }
+
     /// [`try_get`](Self::try_get) of each handle, index-aligned, in one
     /// read of the store.
-    pub fn try_get_many(&self, hs: &[Handle]) -> Result<Vec<Option<ObjectRecord>>> {
+    pub fn try_get_many<R: Reader>(
+        &self,
+        by: &R,
+        hs: &[Handle],
+    ) -> Result<Vec<Option<ObjectRecord>>, R::Error> {
         for h in hs {
-            self.delegations.check(*h)?;
+            by.meet(&self.delegations, *h)?;
         }
         let keys: Vec<Vec<u8>> = hs.iter().map(|&h| keys::object(h)).collect();
         let asked: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let values = self.kv.get_many(&asked)?;
-        hs.iter()
-            .zip(values)
-            .map(|(h, v)| match v {
-                None => Ok(None),
-                Some(v) => decode_object(*h, &v).map(Some),
-            })
-            .collect()
+        let records = hs.iter().zip(values).map(|(h, v)| match v {
+            None => Ok(None),
+            Some(v) => decode_object(*h, &v).map(Some),
+        });
+        Ok(records.collect::<Result<_>>()?)
     }
 
-    pub fn get(&self, h: Handle) -> Result<ObjectRecord> {
+    pub fn get<R: Reader>(&self, by: &R, h: Handle) -> Result<ObjectRecord, R::Error> {
         self.check_owned(h)?;
-        self.try_get(h)?
-            .ok_or_else(|| ShoalError::not_found(format!("object {h:#x}")))
+        self.try_get(by, h)?
+            .ok_or_else(|| ShoalError::not_found(format!("object {h:#x}")).into())
     }
 
-    pub fn get_dir(&self, h: Handle) -> Result<ObjectRecord> {
-        let rec = self.get(h)?;
+    pub fn get_dir<R: Reader>(&self, by: &R, h: Handle) -> Result<ObjectRecord, R::Error> {
+        let rec = self.get(by, h)?;
         if rec.kind() != ObjectKind::Directory {
             return Err(ShoalError::new(
                 Errno::ENOTDIR,
                 format!("object {h:#x} is not a directory"),
-            ));
+            )
+            .into());
         }
         Ok(rec)
     }
 
-    pub fn lookup(&self, dir: Handle, name: &str) -> Result<Option<(Handle, ObjectKind)>> {
-        self.delegations.check(dir)?;
-        match self.kv.get(&keys::entry(dir, name))? {
-            None => Ok(None),
-            Some(v) => keys::decode_entry(&v)
-                .map(Some)
-                .ok_or_else(|| ShoalError::io(format!("entry {name:?} of {dir:#x} is corrupt"))),
-        }
+    pub fn lookup<R: Reader>(
+        &self,
+        by: &R,
+        dir: Handle,
+        name: &str,
+    ) -> Result<Option<(Handle, ObjectKind)>, R::Error> {
+        by.meet(&self.delegations, dir)?;
+        let Some(v) = self.kv.get(&keys::entry(dir, name))? else {
+            return Ok(None);
+        };
+        let entry = keys::decode_entry(&v)
+            .ok_or_else(|| ShoalError::io(format!("entry {name:?} of {dir:#x} is corrupt")))?;
+        Ok(Some(entry))
     }
 
     /// Up to `max` entries of `dir` after `start_after`, and whether the listing ended.
-    pub fn readdir(
+    pub fn readdir<R: Reader>(
         &self,
+        by: &R,
         dir: Handle,
         start_after: &str,
         max: usize,
-    ) -> Result<(Vec<DirEntry>, bool)> {
-        self.delegations.check(dir)?;
+    ) -> Result<(Vec<DirEntry>, bool), R::Error> {
+        by.meet(&self.delegations, dir)?;
         let after = (!start_after.is_empty()).then(|| keys::entry(dir, start_after));
         let pairs = self
             .kv
@@ -416,8 +454,8 @@ impl MetaStore {
         Ok((entries, done))
     }
 
-    pub fn is_empty_dir(&self, dir: Handle) -> Result<bool> {
-        self.delegations.check(dir)?;
+    pub fn is_empty_dir<R: Reader>(&self, by: &R, dir: Handle) -> Result<bool, R::Error> {
+        by.meet(&self.delegations, dir)?;
         Ok(self.kv.scan(&keys::entries(dir), None, 1)?.is_empty())
     }
 
@@ -437,7 +475,7 @@ impl MetaStore {
             if let Some(df) = d
                 .datafiles
                 .first()
-                .and_then(|h| self.try_get(*h).ok().flatten())
+                .and_then(|h| self.record(*h).ok().flatten())
             {
                 self.delete_keys(txn, &df)?;
                 d.datafiles.retain(|h| *h != df.handle);
@@ -521,13 +559,17 @@ pub fn new_attrs(mode: u32, uid: u32, gid: u32) -> Attributes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::delegations::ServerItself;
     use crate::kv::MemEngine;
 
     #[test]
     fn server_zero_creates_the_root_once_and_handles_survive_reopen() {
         let kv: Arc<dyn KvEngine> = Arc::new(MemEngine::default());
         let store = MetaStore::open(kv.clone(), 0).unwrap();
-        assert_eq!(store.get_dir(handle::ROOT).unwrap().parent, handle::ROOT);
+        assert_eq!(
+            store.get_dir(&ServerItself, handle::ROOT).unwrap().parent,
+            handle::ROOT
+        );
         let mut txn = Txn::default();
         let h = store.alloc(&mut txn);
         txn.insert_object(&ObjectRecord {
@@ -560,16 +602,18 @@ mod tests {
             );
         }
         store.apply(txn).unwrap();
-        let (first, done) = store.readdir(handle::ROOT, "", 4).unwrap();
+        let (first, done) = store.readdir(&ServerItself, handle::ROOT, "", 4).unwrap();
         assert_eq!(first.len(), 4);
         assert!(!done);
-        let (rest, done) = store.readdir(handle::ROOT, &first[3].name, 100).unwrap();
+        let (rest, done) = store
+            .readdir(&ServerItself, handle::ROOT, &first[3].name, 100)
+            .unwrap();
         assert_eq!(rest.len(), 6);
         assert!(done);
         assert_eq!(rest[0].name, "f04");
-        assert!(!store.is_empty_dir(handle::ROOT).unwrap());
+        assert!(!store.is_empty_dir(&ServerItself, handle::ROOT).unwrap());
         assert!(
-            store.get(handle::make(1, 5)).is_err(),
+            store.get(&ServerItself, handle::make(1, 5)).is_err(),
             "foreign handles are refused"
         );
     }

@@ -29,10 +29,11 @@ use shoal_proto::msg::{CreateDatafilesReply, CreateDatafilesRequest, RemoveReply
 use shoal_proto::ops;
 use tokio::sync::{Mutex, Notify};
 
-use crate::commit::CommitQueue;
 use crate::keys;
 use crate::meta_store::{MetaStore, Txn};
 use crate::peers::Peers;
+use crate::replay::{self, Kept};
+use crate::request::Request;
 
 /// Longest a request waits for an empty pool to be filled (or for a peer to
 /// create the datafiles an unstuff needs when precreate is off).
@@ -148,10 +149,10 @@ impl Pools {
     /// holds enough handles, filling empty ones now. Blocks at most
     /// [`FILL_WAIT`]; an unreachable peer is an error naming it.
     ///
-    /// A request that must wait leaves `commit`'s scheduling queue first
-    /// (`CommitQueue::leave_scheduling_queue`): the requests deferred behind
-    /// it must not wait for a peer.
-    pub fn ensure(&self, meta: &MetaStore, commit: &CommitQueue, peers: &[u32]) -> Result<()> {
+    /// Request `r`, if it must wait, leaves the commit queue's scheduling
+    /// queue first (`Request::leave_scheduling_queue`): the requests
+    /// deferred behind it must not wait for a peer.
+    pub fn ensure(&self, r: &Request, meta: &MetaStore, peers: &[u32]) -> Result<()> {
         let mut need: Vec<(u32, u64)> = Vec::new();
         for p in peers {
             match need.iter_mut().find(|(q, _)| q == p) {
@@ -163,7 +164,7 @@ impl Pools {
         if need.is_empty() {
             return Ok(());
         }
-        commit.leave_scheduling_queue();
+        r.leave_scheduling_queue();
         self.block_on(async {
             let fills = need.iter().map(|(p, n)| async move {
                 tokio::time::timeout(FILL_WAIT, self.fill(meta, *p, *n))
@@ -243,7 +244,7 @@ impl Pools {
         txn: &mut Txn,
         peers: &[u32],
     ) -> Result<Option<Vec<Handle>>> {
-        if crate::replay::replaying() {
+        if txn.kept().is_some_and(Kept::replaying) {
             return self.take_again(meta, txn, peers).map(Some);
         }
         let mut picked: Vec<(u32, Vec<Handle>)> = Vec::new();
@@ -269,7 +270,7 @@ impl Pools {
             let h = list.remove(0);
             assert_eq!(server_of(h), *p, "pool of server {p} holds {h:#x}");
             txn.batch.delete(pool_key(h));
-            out.push(crate::replay::handle(|| h, |_| true));
+            out.push(replay::handle(txn.kept(), || h, |_| true));
         }
         Ok(Some(out))
     }
@@ -283,7 +284,7 @@ impl Pools {
     fn take_again(&self, meta: &MetaStore, txn: &mut Txn, peers: &[u32]) -> Result<Vec<Handle>> {
         let mut out = Vec::with_capacity(peers.len());
         for p in peers {
-            let h = crate::replay::handle(|| 0, |h| h != 0 && server_of(h) == *p);
+            let h = replay::handle(txn.kept(), || 0, |h| h != 0 && server_of(h) == *p);
             if h == 0 {
                 continue;
             }
@@ -312,20 +313,20 @@ impl Pools {
 
     /// Without precreate: creates one datafile on each of `peers` now (all
     /// at once), waiting at most [`FILL_WAIT`].
-    /// Leaves `commit`'s scheduling queue first, as [`Pools::ensure`] does.
-    pub fn create_remote(&self, commit: &CommitQueue, peers: &[u32]) -> Result<Vec<Handle>> {
+    /// Request `r` leaves the scheduling queue first, as in [`Pools::ensure`].
+    pub fn create_remote(&self, r: &Request, peers: &[u32]) -> Result<Vec<Handle>> {
         if peers.is_empty() {
             return Ok(Vec::new());
         }
-        if crate::replay::replaying() {
+        if r.kept().is_some_and(Kept::replaying) {
             // The datafiles its first copy had made (durable on their
             // servers: other servers' requests are synced before replies).
             return Ok(peers
                 .iter()
-                .map(|p| crate::replay::handle(|| 0, |h| h != 0 && server_of(h) == *p))
+                .map(|p| replay::handle(r.kept(), || 0, |h| h != 0 && server_of(h) == *p))
                 .collect());
         }
-        commit.leave_scheduling_queue();
+        r.leave_scheduling_queue();
         let created: Vec<Result<Handle>> = self.block_on(async {
             let calls = peers.iter().map(|p| async move {
                 let reply: CreateDatafilesReply = self
@@ -357,7 +358,7 @@ impl Pools {
         Ok(created
             .into_iter()
             .flatten()
-            .map(|h| crate::replay::handle(|| h, |_| true))
+            .map(|h| replay::handle(r.kept(), || h, |_| true))
             .collect())
     }
 
@@ -456,8 +457,11 @@ async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
 pub(crate) mod tests {
     use super::*;
     use crate::kv::MemEngine;
-    use shoal_proto::cluster::{ServerEntry, Settings, SyncMode};
+    use bytes::Bytes;
+    use shoal_proto::cluster::{ServerEntry, Settings};
+    use shoal_proto::frame::Frame;
     use shoal_proto::handle::make;
+    use shoal_proto::{Cred, Op};
 
     /// A cluster of `n` servers that are not there.
     pub(crate) fn config(n: u32) -> ClusterConfig {
@@ -510,12 +514,14 @@ pub(crate) mod tests {
             .build()
             .unwrap();
         let meta = MetaStore::open(Arc::new(MemEngine::default()), 0).unwrap();
-        let pools = Pools::open(&config(2), 0, &meta).unwrap();
+        let config = config(2);
+        let pools = Pools::open(&config, 0, &meta).unwrap();
+        let create = Frame::request(Op::CreateFile, 1, Cred::ROOT, Bytes::new(), Bytes::new());
         let started = std::time::Instant::now();
         let err = rt
             .block_on(async {
                 tokio::task::spawn_blocking(move || {
-                    pools.ensure(&meta, &CommitQueue::new(SyncMode::Full), &[1])
+                    pools.ensure(&Request::of(&create, &config), &meta, &[1])
                 })
                 .await
                 .unwrap()

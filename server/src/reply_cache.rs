@@ -18,7 +18,6 @@
 //! its first copy is still being handled (the connection broke, the server
 //! did not) waits for the first and is answered with its reply.
 
-use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -65,39 +64,6 @@ fn now_ms() -> u64 {
 pub fn key_of(header: &Header) -> Option<RequestKey> {
     (header.op.reply_cached() && header.client.client != 0)
         .then_some((header.client.client, header.id))
-}
-
-thread_local! {
-    /// The request whose reply this blocking-pool thread may record: set
-    /// while a cached operation is handled, taken by the change that
-    /// records it (handlers run on one thread, so this reaches
-    /// `Service::change` without threading it through every handler).
-    static ANSWERING: Cell<Option<(ClientRef, u64)>> = const { Cell::new(None) };
-}
-
-/// Makes request `id` of `client` the one this thread answers, until dropped.
-pub struct Answering {
-    previous: Option<(ClientRef, u64)>,
-}
-
-impl Answering {
-    pub fn enter(client: ClientRef, id: u64) -> Answering {
-        Answering {
-            previous: ANSWERING.with(|a| a.replace(Some((client, id)))),
-        }
-    }
-}
-
-impl Drop for Answering {
-    fn drop(&mut self) {
-        ANSWERING.with(|a| a.set(self.previous.take()));
-    }
-}
-
-/// The request this thread answers, if its reply is not recorded yet; the
-/// first change that records it takes it (a request records one reply).
-pub fn take_answering() -> Option<(ClientRef, u64)> {
-    ANSWERING.with(Cell::take)
 }
 
 /// A request being handled; the next copy of it may go once this is dropped.

@@ -1,8 +1,9 @@
 //! A server's state ([`Service`]: its stores, commit queue, pools and
-//! peers), what a handler gets and returns ([`Request`], [`Reply`]), and the
-//! shell of every change to the metadata ([`Service::change`]). How a frame
-//! is handled is `handlers`' business (`Service::handle` is there, beside the
-//! operation table), so that nothing here depends on a handler.
+//! peers), what a handler returns ([`Reply`]; what it gets is a
+//! `request::Request`), and the shell of every change to the metadata
+//! ([`Service::change`]). How a frame is handled is `handlers`' business
+//! (`Service::handle` is there, beside the operation table), so that
+//! nothing here depends on a handler.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,22 +14,24 @@ use prost::Message;
 use shoal_proto::auth::Secret;
 use shoal_proto::cluster::{ClusterConfig, SyncMode};
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::frame::{Frame, Header};
-use shoal_proto::{crash_points, Cred, Handle, Operation};
+use shoal_proto::{crash_points, Handle};
 
 use crate::client_table::ClientTable;
 use crate::commit::CommitQueue;
 use crate::data_store::DataStore;
+use crate::delegations::Stop;
 use crate::gathering::Gathering;
+use crate::keys;
 use crate::kv::{KvEngine, RedbEngine, WalEngine};
 use crate::leases::Leases;
 use crate::locks::Locks;
 use crate::meta_store::{MetaStore, Txn};
 use crate::pools::Pools;
 use crate::recovery::Recovery;
-use crate::reply_cache::{self, ReplyCache};
+use crate::replay::Kept;
+use crate::reply_cache::ReplyCache;
+use crate::request::Request;
 use crate::stats::Stats;
-use crate::{keys, replay};
 
 pub struct Service {
     pub id: u32,
@@ -59,16 +62,6 @@ pub struct Service {
     /// The cluster secret, which signs and checks capabilities; `None` on a
     /// scratch cluster (no capabilities: data requests are not checked).
     pub secret: Option<Secret>,
-}
-
-/// One request as a handler sees it.
-pub struct Request<'a> {
-    pub header: &'a Header,
-    /// Who the request acts for: the header's credentials, root-squashed
-    /// when the cluster says so. Every permission check uses this.
-    pub cred: Cred,
-    pub body: &'a Bytes,
-    pub payload: &'a Bytes,
 }
 
 /// What a handler returns: its reply message `M` (the reply of its
@@ -107,32 +100,6 @@ pub struct Encoded {
     pub body: Bytes,
     pub payload: Bytes,
     pub syncs: u64,
-}
-
-impl<'a> Request<'a> {
-    /// The request `frame` holds, acting for its caller as `config` says.
-    /// Root squash is applied here, and only here.
-    pub fn of(frame: &'a Frame, config: &ClusterConfig) -> Request<'a> {
-        let cred = frame.header.cred;
-        Request {
-            header: &frame.header,
-            cred: if config.settings.root_squash {
-                cred.squashed()
-            } else {
-                cred
-            },
-            body: &frame.body,
-            payload: &frame.payload,
-        }
-    }
-
-    /// The body as the request of operation `O`.
-    pub fn decode<O: Operation>(&self) -> Result<O::Request> {
-        debug_assert_eq!(self.header.op, O::OP, "a request decoded as another op's");
-        O::Request::decode(self.body.clone()).map_err(|e| {
-            ShoalError::protocol(format!("{} request body: {e}", self.header.op.name()))
-        })
-    }
 }
 
 impl Service {
@@ -217,57 +184,71 @@ impl Service {
         }
     }
 
-    /// Runs `build` under the store lock to read what it needs and fill a
-    /// transaction, applies it, then (lock released) waits until it is durable.
-    /// Returns what `build` returned and the syncs it took (with commit
-    /// coalescing, 0 when another request's sync covered this change).
+    /// Runs `build` under the store lock to read what it needs for request
+    /// `r` and fill a transaction, applies it, then (lock released) waits
+    /// until it is durable. Returns what `build` returned and the syncs it
+    /// took (with commit coalescing, 0 when another request's sync covered
+    /// this change); stops where `build` stops (an error, or a delegation
+    /// it met), having applied nothing.
     ///
     /// `make_durable` is where the request leaves the commit queue's scheduling
-    /// queue (its changes are applied) and decides to sync now or defer; it must
-    /// run after `apply` and without the store lock, so that requests applying
-    /// behind this one can join the same sync.
+    /// queue (its changes are applied: it spends `r`'s ticket) and decides to
+    /// sync now or defer; it must run after `apply` and without the store
+    /// lock, so that requests applying behind this one can join the same sync.
+    ///
+    /// The reply `build` says answers the change (`Txn::record_reply`) goes
+    /// into the change's own transaction when `r`'s replies are cached: a
+    /// restart keeps both or neither (see `reply_cache`).
     ///
     /// With `sync = "replay"`, a change from a client in the client table
     /// does not wait: its place in the commit sequence goes back with the
-    /// reply (`replay`), and the client keeps the request until it is
-    /// durable. A client's first such change enters it into the table, and
-    /// waits for the disk like any other.
+    /// reply (`r`'s kept change, `replay`), and the client keeps the request
+    /// until it is durable. A client's first such change enters it into the
+    /// table, and waits for the disk like any other.
     ///
     /// Before it returns, the leases other clients hold on the objects the
-    /// change touched are recalled (`leases`).
-    pub fn change<T>(&self, build: impl FnOnce(&mut Txn) -> Result<T>) -> Result<(T, u64)> {
+    /// change touched are recalled (`leases`), and the change's stamps are
+    /// noted as `r`'s own (they do not refuse its answer's leases).
+    pub fn change<T>(
+        &self,
+        r: &Request,
+        build: impl FnOnce(&mut Txn) -> Result<T, Stop>,
+    ) -> Result<(T, u64), Stop> {
+        let kept = r.kept();
         let guard = self.meta.lock();
-        let mut txn = Txn::default();
+        let mut txn = Txn::new(kept);
         let out = build(&mut txn)?;
-        replay::misfit()?;
+        if let Some(kept) = kept {
+            kept.misfit()?;
+        }
         if let Some(reply) = txn.reply.take() {
-            // The reply goes into the change's own transaction: a restart
-            // keeps both or neither (see `reply_cache`).
-            if let Some((client, id)) = reply_cache::take_answering() {
+            if let Some((client, id)) = r.reply_to_record() {
                 self.replies.record(&mut txn, client, id, &reply);
             }
         }
-        let kept = replay::kept_client();
-        let entering = kept.filter(|c| !self.clients.knows(*c));
+        let entering = kept.map(Kept::client).filter(|c| !self.clients.knows(*c));
         if let Some(client) = entering {
             self.clients.enter(&mut txn, client);
         }
         let touched = txn.objects_touched();
         self.meta.apply(txn)?;
         let seq = self.meta.applied_seq();
-        if let Some(client) = kept {
-            self.clients.changed(client, seq);
+        if let Some(kept) = kept {
+            self.clients.changed(kept.client(), seq);
         }
         drop(guard);
         // Applied, not yet answered: whoever else cached these objects
         // drops them before the change returns.
-        self.leases.changed(&touched);
+        self.leases.changed(&mut r.leasing(), &touched);
         shoal_proto::crash_point!(crash_points::COMMIT_AFTER_APPLY);
-        let syncs = if kept.is_some() && entering.is_none() {
-            replay::applied_as(seq);
-            0
-        } else {
-            self.commit.make_durable(&self.meta, &self.stats)?
+        let syncs = match kept {
+            Some(kept) if entering.is_none() => {
+                kept.applied_as(seq);
+                0
+            }
+            _ => self
+                .commit
+                .make_durable(r.take_ticket(), &self.meta, &self.stats)?,
         };
         shoal_proto::crash_point!(crash_points::COMMIT_BEFORE_REPLY);
         Ok((out, syncs))

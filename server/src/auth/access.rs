@@ -8,28 +8,30 @@
 //! the lock held; under the lock, an entry that names another object by
 //! then is ESTALE (the client's request fails; trying again reads anew).
 
-use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::error::{Errno, ShoalError};
 use shoal_proto::handle::server_of;
 use shoal_proto::msg::ObjectRecord;
-use shoal_proto::{Cred, Handle};
+use shoal_proto::Handle;
 
 use crate::auth::perms;
+use crate::request::{Request, Result};
 use crate::service::Service;
 
-/// The record of object `h`, from this server or from the one holding it.
-pub(crate) fn record_anywhere(s: &Service, h: Handle) -> Result<ObjectRecord> {
+/// The record of object `h`, from this server or from the one holding it,
+/// read for request `r`.
+pub(crate) fn record_anywhere(s: &Service, r: &Request, h: Handle) -> Result<ObjectRecord> {
     if server_of(h) == s.id {
-        s.meta.get(h)
+        s.meta.get(r, h)
     } else {
-        remote_record(s, h)
+        Ok(remote_record(s, r, h)?)
     }
 }
 
 /// The record of object `h` of another server, read through a peer. The
-/// request leaves the scheduling queue first: the requests deferred behind
-/// it must not wait for a peer (`CommitQueue::leave_scheduling_queue`).
-fn remote_record(s: &Service, h: Handle) -> Result<ObjectRecord> {
-    s.commit.leave_scheduling_queue();
+/// request `r` leaves the scheduling queue first: the requests deferred
+/// behind it must not wait for a peer (`Request::leave_scheduling_queue`).
+fn remote_record(s: &Service, r: &Request, h: Handle) -> Result<ObjectRecord, ShoalError> {
+    r.leave_scheduling_queue();
     s.pools.peers.record(h)
 }
 
@@ -44,39 +46,40 @@ pub(crate) struct Owners(Vec<(Handle, u32)>);
 
 impl Owners {
     /// For each of the entries `names` of directory `dir`: if the sticky rule
-    /// will need the owner of the object it names (`perms::sticky_applies`)
-    /// and that object lives on another server, reads it now.
-    pub fn prefetch(s: &Service, cred: &Cred, dir: Handle, names: &[&str]) -> Result<Owners> {
+    /// will need the owner of the object it names (`perms::sticky_applies`,
+    /// for `r`'s caller) and that object lives on another server, reads it
+    /// now.
+    pub fn prefetch(s: &Service, r: &Request, dir: Handle, names: &[&str]) -> Result<Owners> {
         let mut owners = Owners::default();
-        match s.meta.try_get(dir)? {
-            Some(d) if perms::sticky_applies(cred, &d) => {}
+        match s.meta.try_get(r, dir)? {
+            Some(d) if perms::sticky_applies(&r.cred, &d) => {}
             _ => return Ok(owners),
         }
         for name in names {
-            if let Some((h, _)) = s.meta.lookup(dir, name)? {
+            if let Some((h, _)) = s.meta.lookup(r, dir, name)? {
                 if server_of(h) != s.id {
-                    owners.0.push((h, owner(&remote_record(s, h)?)));
+                    owners.0.push((h, owner(&remote_record(s, r, h)?)));
                 }
             }
         }
         Ok(owners)
     }
 
-    /// The sticky rule for the entry of `dir` naming `h` (EPERM when it
-    /// forbids); run under the store lock.
+    /// The sticky rule for `r`'s caller and the entry of `dir` naming `h`
+    /// (EPERM when it forbids); run under the store lock.
     pub fn check(
         &self,
         s: &Service,
-        cred: &Cred,
+        r: &Request,
         dir: &ObjectRecord,
         h: Handle,
         doing: &str,
     ) -> Result<()> {
-        if !perms::sticky_applies(cred, dir) {
+        if !perms::sticky_applies(&r.cred, dir) {
             return Ok(());
         }
         let uid = if server_of(h) == s.id {
-            owner(&s.meta.get(h)?)
+            owner(&s.meta.get(r, h)?)
         } else {
             self.0
                 .iter()
@@ -89,6 +92,6 @@ impl Owners {
                     )
                 })?
         };
-        perms::check_sticky(cred, dir, uid, doing)
+        Ok(perms::check_sticky(&r.cred, dir, uid, doing)?)
     }
 }

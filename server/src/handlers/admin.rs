@@ -5,7 +5,8 @@ use shoal_proto::handle;
 use shoal_proto::msg::{Empty, PingReply, RecallRequest, StatfsReply, StatsReply};
 
 use crate::disk;
-use crate::service::{Reply, Request, Service};
+use crate::request::Request;
+use crate::service::{Reply, Service};
 
 pub fn ping(s: &Service) -> Result<Reply<PingReply>> {
     let (low, high) = handle::range_of(s.id);

@@ -7,7 +7,7 @@
 //! capability for its data (`caps`). Changes follow `perms::check_setattr`,
 //! extended attributes `perms::check_xattr`.
 
-use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::error::{Errno, ShoalError};
 use shoal_proto::hints::Hint;
 use shoal_proto::msg::*;
 use shoal_proto::time::now_ns;
@@ -17,26 +17,27 @@ use super::hints;
 use crate::auth::caps;
 use crate::auth::perms;
 use crate::keys;
-use crate::leases;
-use crate::service::{Reply, Request, Service};
+use crate::request::{Request, Result};
+use crate::service::{Reply, Service};
 
 /// Longest xattr name and value, as Linux allows.
 const XATTR_NAME_MAX: usize = 255;
 const XATTR_SIZE_MAX: usize = 64 << 10;
 
 pub fn getattr(s: &Service, r: &Request, q: GetAttrRequest) -> Result<Reply<GetAttrReply>> {
-    Ok(Reply::new(attributes(s, &r.cred, s.meta.get(q.handle)?)?))
+    Ok(Reply::new(attributes(s, r, s.meta.get(r, q.handle)?)?))
 }
 
-/// What a stat of `object` by `cred` needs from this server: its record (a
-/// datafile's with its current size), so that a stuffed file's stat is one
-/// message the sizes of its datafiles that live here, and the caller's
-/// capability for the file's data.
+/// What a stat of `object` for request `r` needs from this server: its
+/// record (a datafile's with its current size), so that a stuffed file's
+/// stat is one message the sizes of its datafiles that live here, and the
+/// caller's capability for the file's data. Offers `r`'s client a lease on
+/// each.
 pub(crate) fn attributes(
     s: &Service,
-    cred: &shoal_proto::Cred,
+    r: &Request,
     mut object: ObjectRecord,
-) -> Result<GetAttrReply> {
+) -> Result<GetAttrReply, ShoalError> {
     if object.kind() == ObjectKind::Datafile {
         let (size, mtime) = s.data.size_of(&object)?;
         object.size = size;
@@ -47,27 +48,27 @@ pub(crate) fn attributes(
     } else {
         Vec::new()
     };
-    offer_object(&object, &sizes);
+    offer_object(r, &object, &sizes);
     Ok(GetAttrReply {
-        cap: caps::grant(s, cred, &object),
+        cap: caps::grant(s, &r.cred, &object),
         object: Some(object),
         sizes,
     })
 }
 
-/// Offers a lease on `object` as an answer describes it, and on each of
-/// its datafiles whose size the answer carries (recalled as the object).
-pub(crate) fn offer_object(object: &ObjectRecord, sizes: &[DatafileSize]) {
-    leases::offer(object.handle, object.handle);
+/// Offers a lease on `object` as `r`'s answer describes it, and on each
+/// of its datafiles whose size the answer carries (recalled as the object).
+fn offer_object(r: &Request, object: &ObjectRecord, sizes: &[DatafileSize]) {
+    r.offer(object.handle, object.handle);
     for size in sizes {
-        leases::offer(size.handle, object.handle);
+        r.offer(size.handle, object.handle);
     }
 }
 
 pub fn setattr(s: &Service, r: &Request, q: SetAttrRequest) -> Result<Reply<SetAttrReply>> {
     let has = |bit: SetAttrBits| q.mask & bit as u32 != 0;
-    let (object, syncs) = s.change(|txn| {
-        let mut rec = s.meta.get(q.handle)?;
+    let (object, syncs) = s.change(r, |txn| {
+        let mut rec = s.meta.get(r, q.handle)?;
         let mode = perms::check_setattr(&r.cred, &rec, &q)?;
         let mut a = rec.attrs.unwrap_or_default();
         a.mode = mode;
@@ -106,10 +107,11 @@ pub fn setattr(s: &Service, r: &Request, q: SetAttrRequest) -> Result<Reply<SetA
 /// Checks that the caller may read (`write` false) or change the extended
 /// attribute `name` of object `h` (`perms::check_xattr`).
 fn xattr_access(s: &Service, r: &Request, h: u64, name: &str, write: bool) -> Result<()> {
-    perms::check_xattr(&r.cred, &s.meta.get(h)?, name, write)
+    let rec = s.meta.get(r, h)?;
+    Ok(perms::check_xattr(&r.cred, &rec, name, write)?)
 }
 
-fn check_xattr_name(name: &str) -> Result<()> {
+fn check_xattr_name(name: &str) -> Result<(), ShoalError> {
     if name.is_empty() || name.len() > XATTR_NAME_MAX || name.contains('\0') {
         return Err(ShoalError::new(
             Errno::ERANGE,
@@ -123,26 +125,28 @@ pub fn setxattr(s: &Service, r: &Request, q: SetXattrRequest) -> Result<Reply<Em
     check_xattr_name(&q.name)?;
     xattr_access(s, r, q.handle, &q.name, true)?;
     if let Some(hint) = Hint::from_xattr(&q.name) {
-        return hints::set(s, q.handle, hint?, &q.value, q.create_only, q.replace_only);
+        return hints::set(
+            s,
+            r,
+            q.handle,
+            hint?,
+            &q.value,
+            q.create_only,
+            q.replace_only,
+        );
     }
     if q.value.len() > XATTR_SIZE_MAX {
-        return Err(ShoalError::new(Errno::E2BIG, "xattr value over 64 KiB"));
+        return Err(ShoalError::new(Errno::E2BIG, "xattr value over 64 KiB").into());
     }
     let key = keys::xattr(q.handle, &q.name);
-    let ((), syncs) = s.change(|txn| {
-        s.meta.get(q.handle)?;
+    let ((), syncs) = s.change(r, |txn| {
+        s.meta.get(r, q.handle)?;
         let exists = s.meta.kv().get(&key)?.is_some();
         if q.create_only && exists {
-            return Err(ShoalError::new(
-                Errno::EEXIST,
-                format!("xattr {} exists", q.name),
-            ));
+            return Err(ShoalError::new(Errno::EEXIST, format!("xattr {} exists", q.name)).into());
         }
         if q.replace_only && !exists {
-            return Err(ShoalError::new(
-                Errno::ENODATA,
-                format!("no xattr {}", q.name),
-            ));
+            return Err(ShoalError::new(Errno::ENODATA, format!("no xattr {}", q.name)).into());
         }
         txn.batch.put(key, q.value.to_vec());
         txn.record_reply(&Empty {});
@@ -155,12 +159,12 @@ pub fn getxattr(s: &Service, r: &Request, q: GetXattrRequest) -> Result<Reply<Ge
     check_xattr_name(&q.name)?;
     xattr_access(s, r, q.handle, &q.name, false)?;
     if let Some(hint) = Hint::from_xattr(&q.name) {
-        let value = hints::get(s, q.handle, hint?)?;
+        let value = hints::get(s, r, q.handle, hint?)?;
         return Ok(Reply::new(GetXattrReply {
             value: value.into(),
         }));
     }
-    s.meta.get(q.handle)?;
+    s.meta.get(r, q.handle)?;
     let value = s
         .meta
         .kv()
@@ -171,8 +175,8 @@ pub fn getxattr(s: &Service, r: &Request, q: GetXattrRequest) -> Result<Reply<Ge
     }))
 }
 
-pub fn listxattr(s: &Service, _r: &Request, q: ListXattrRequest) -> Result<Reply<ListXattrReply>> {
-    let rec = s.meta.get(q.handle)?;
+pub fn listxattr(s: &Service, r: &Request, q: ListXattrRequest) -> Result<Reply<ListXattrReply>> {
+    let rec = s.meta.get(r, q.handle)?;
     let mut names = hints::names(&rec);
     names.extend(
         s.meta
@@ -188,16 +192,13 @@ pub fn removexattr(s: &Service, r: &Request, q: RemoveXattrRequest) -> Result<Re
     check_xattr_name(&q.name)?;
     xattr_access(s, r, q.handle, &q.name, true)?;
     if let Some(hint) = Hint::from_xattr(&q.name) {
-        return hints::unset(s, q.handle, hint?);
+        return hints::unset(s, r, q.handle, hint?);
     }
     let key = keys::xattr(q.handle, &q.name);
-    let ((), syncs) = s.change(|txn| {
-        s.meta.get(q.handle)?;
+    let ((), syncs) = s.change(r, |txn| {
+        s.meta.get(r, q.handle)?;
         if s.meta.kv().get(&key)?.is_none() {
-            return Err(ShoalError::new(
-                Errno::ENODATA,
-                format!("no xattr {}", q.name),
-            ));
+            return Err(ShoalError::new(Errno::ENODATA, format!("no xattr {}", q.name)).into());
         }
         txn.batch.delete(key);
         txn.record_reply(&Empty {});

@@ -18,7 +18,7 @@
 //! directory the file is one local datafile named by the entry, made in the
 //! same single step.
 
-use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::error::{Errno, ShoalError};
 use shoal_proto::handle::server_of;
 use shoal_proto::hints::{check_write_threshold, new_file, NewFile};
 use shoal_proto::msg::*;
@@ -29,10 +29,10 @@ use std::time::Instant;
 use super::hints;
 use crate::auth::caps;
 use crate::auth::perms::{self, W, X};
-use crate::leases;
 use crate::meta_store::{new_attrs, Txn};
 use crate::pools::FILL_WAIT;
-use crate::service::{require, Reply, Request, Service};
+use crate::request::{Request, Result};
+use crate::service::{require, Reply, Service};
 
 /// Whether a request whose pools were emptied by others (between its refill
 /// and its transaction) may refill and try again.
@@ -147,7 +147,7 @@ pub fn create_file(
     // transaction checks that they did not change meanwhile.
     let under = match q.dir {
         0 => None,
-        d => Some(hints::of(&s.meta.get_dir(d)?)),
+        d => Some(hints::of(&s.meta.get_dir(r, d)?)),
     };
     let layout = match &under {
         Some(h) => new_file(h, &s.config),
@@ -170,8 +170,8 @@ pub fn create_file(
     };
     let started = Instant::now();
     while may_retry(started) {
-        s.pools.ensure(&s.meta, &s.commit, &remote)?;
-        let (made, syncs) = s.change(|txn| {
+        s.pools.ensure(r, &s.meta, &remote)?;
+        let (made, syncs) = s.change(r, |txn| {
             // Colocate: the entry goes in the same step; check it first so a
             // refused name takes nothing from the pools.
             let dir = match &under {
@@ -199,17 +199,17 @@ pub fn create_file(
         if let Some((reply, taken)) = made {
             s.pools.taken(&taken);
             if let Some(rec) = &reply.object {
-                offer_new(s, rec);
+                offer_new(s, r, rec);
             }
             return Ok(Reply::new(reply).with_syncs(syncs));
         }
     }
-    Err(pools_empty_error("create"))
+    Err(pools_empty_error("create").into())
 }
 
 /// The layout a create that is not colocated asks for (the client took it
 /// from the directory's hints).
-fn requested_layout(s: &Service, q: &CreateFileRequest) -> Result<NewFile> {
+fn requested_layout(s: &Service, q: &CreateFileRequest) -> Result<NewFile, ShoalError> {
     let settings = &s.config.settings;
     let strip_size = match q.strip_size {
         0 => settings.strip_size,
@@ -245,7 +245,7 @@ fn create_without_metafile(
     attrs: Attributes,
     under: &DirHints,
 ) -> Result<Reply<CreateFileReply>> {
-    let (reply, syncs) = s.change(|txn| {
+    let (reply, syncs) = s.change(r, |txn| {
         let dir = entry_dir(s, r, q.dir, &q.name, under)?;
         let h = s.meta.alloc(txn);
         let rec = new_lone_datafile(txn, h, attrs, q.dir);
@@ -259,18 +259,18 @@ fn create_without_metafile(
         Ok(reply)
     })?;
     if let Some(rec) = &reply.object {
-        offer_new(s, rec);
+        offer_new(s, r, rec);
     }
     Ok(Reply::new(reply).with_syncs(syncs))
 }
 
-/// Offers the creator a lease on the file it made and on its datafiles
-/// that live here (a stuffed file's one datafile).
-pub(super) fn offer_new(s: &Service, rec: &ObjectRecord) {
-    leases::offer(rec.handle, rec.handle);
+/// Offers the creator (`r`'s client) a lease on the file it made and on
+/// its datafiles that live here (a stuffed file's one datafile).
+pub(super) fn offer_new(s: &Service, r: &Request, rec: &ObjectRecord) {
+    r.offer(rec.handle, rec.handle);
     let datafiles = rec.dist.iter().flat_map(|d| &d.datafiles);
     for d in datafiles.filter(|d| server_of(**d) == s.id) {
-        leases::offer(*d, rec.handle);
+        r.offer(*d, rec.handle);
     }
 }
 
@@ -287,7 +287,7 @@ fn entry_dir(
 ) -> Result<ObjectRecord> {
     let rec = writable_dir(s, r, dir, name)?;
     hints::check_unchanged(&rec, under, name)?;
-    name_free(s, dir, name)?;
+    name_free(s, r, dir, name)?;
     Ok(rec)
 }
 
@@ -295,29 +295,26 @@ fn entry_dir(
 /// caller may write and search it, and it is not being removed (`what`:
 /// the name or names, for the errors).
 pub(super) fn writable_dir(s: &Service, r: &Request, dir: u64, what: &str) -> Result<ObjectRecord> {
-    let rec = s.meta.get_dir(dir)?;
+    let rec = s.meta.get_dir(r, dir)?;
     perms::require(&r.cred, &rec, W | X, &format!("create {what:?}"))?;
     if rec.removing {
-        return Err(ShoalError::not_found(format!(
-            "directory {dir:#x} (being removed)"
-        )));
+        return Err(ShoalError::not_found(format!("directory {dir:#x} (being removed)")).into());
     }
     Ok(rec)
 }
 
-/// EEXIST if `dir` has an entry `name`.
-pub(super) fn name_free(s: &Service, dir: u64, name: &str) -> Result<()> {
-    if s.meta.lookup(dir, name)?.is_some() {
-        return Err(ShoalError::new(
-            shoal_proto::Errno::EEXIST,
-            format!("{name}: file exists"),
-        ));
+/// EEXIST if `dir` has an entry `name` (read for `r`).
+pub(super) fn name_free(s: &Service, r: &Request, dir: u64, name: &str) -> Result<()> {
+    if s.meta.lookup(r, dir, name)?.is_some() {
+        return Err(
+            ShoalError::new(shoal_proto::Errno::EEXIST, format!("{name}: file exists")).into(),
+        );
     }
     Ok(())
 }
 
 pub fn unstuff(s: &Service, r: &Request, q: UnstuffRequest) -> Result<Reply<UnstuffReply>> {
-    let file = s.meta.get(q.handle)?;
+    let file = s.meta.get(r, q.handle)?;
     let dist = file_dist(q.handle, &file)?;
     let reply = |dist: Distribution| {
         let mut file = file.clone();
@@ -334,7 +331,8 @@ pub fn unstuff(s: &Service, r: &Request, q: UnstuffRequest) -> Result<Reply<Unst
                 "unstuff of file {:#x}: uid {} may not write it",
                 q.handle, r.cred.uid
             ),
-        ));
+        )
+        .into());
     }
     if !dist.stuffed {
         return Ok(reply(dist));
@@ -348,9 +346,9 @@ pub fn unstuff(s: &Service, r: &Request, q: UnstuffRequest) -> Result<Reply<Unst
     if s.config.settings.precreate {
         let started = Instant::now();
         while may_retry(started) {
-            s.pools.ensure(&s.meta, &s.commit, &remote)?;
-            let (done, syncs) = s.change(|txn| {
-                let mut rec = s.meta.get(q.handle)?;
+            s.pools.ensure(r, &s.meta, &remote)?;
+            let (done, syncs) = s.change(r, |txn| {
+                let mut rec = s.meta.get(r, q.handle)?;
                 let mut dist = rec.dist.clone().unwrap_or_default();
                 if !dist.stuffed {
                     return Ok(Some((dist, Vec::new())));
@@ -371,14 +369,14 @@ pub fn unstuff(s: &Service, r: &Request, q: UnstuffRequest) -> Result<Reply<Unst
                 return Ok(reply(dist).with_syncs(syncs));
             }
         }
-        return Err(pools_empty_error("unstuff"));
+        return Err(pools_empty_error("unstuff").into());
     }
     // Without precreate: create the remote datafiles now, then set them
     // unless another unstuff got there first (then they are not needed).
-    let created = s.pools.create_remote(&s.commit, &remote)?;
+    let created = s.pools.create_remote(r, &remote)?;
     shoal_proto::crash_point!(shoal_proto::crash_points::UNSTUFF_AFTER_CREATE);
-    let ((dist, used), syncs) = s.change(|txn| {
-        let mut rec = s.meta.get(q.handle)?;
+    let ((dist, used), syncs) = s.change(r, |txn| {
+        let mut rec = s.meta.get(r, q.handle)?;
         let mut dist = rec.dist.clone().unwrap_or_default();
         if !dist.stuffed {
             return Ok((dist, false));
@@ -398,7 +396,7 @@ pub fn unstuff(s: &Service, r: &Request, q: UnstuffRequest) -> Result<Reply<Unst
 }
 
 /// The distribution of file `h`, whose record this server holds is `rec`.
-fn file_dist(h: Handle, rec: &ObjectRecord) -> Result<Distribution> {
+fn file_dist(h: Handle, rec: &ObjectRecord) -> Result<Distribution, ShoalError> {
     if rec.kind() != ObjectKind::Metafile {
         return Err(ShoalError::new(
             if rec.kind() == ObjectKind::Directory {

@@ -20,7 +20,7 @@
 
 use std::collections::HashSet;
 
-use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::error::{Errno, ShoalError};
 use shoal_proto::hints::{new_file, NewFile};
 use shoal_proto::msg::*;
 use shoal_proto::names::check_name;
@@ -29,8 +29,10 @@ use shoal_proto::ObjectKind;
 use super::create_file::{name_free, new_lone_datafile, new_metafile, offer_new, writable_dir};
 use super::hints;
 use crate::auth::caps;
+use crate::delegations::Stop;
 use crate::meta_store::new_attrs;
-use crate::service::{require, Reply, Request, Service};
+use crate::request::{Request, Result};
+use crate::service::{require, Reply, Service};
 
 /// The most names one request may carry.
 pub const MAX_NAMES: usize = 4096;
@@ -50,11 +52,12 @@ pub fn create_files(
         return Err(ShoalError::invalid(format!(
             "create_files takes 1 to {MAX_NAMES} names, not {}",
             q.names.len()
-        )));
+        ))
+        .into());
     }
     let mode = q.attrs.as_ref().map(|a| a.mode).unwrap_or(0o644);
     let attrs = new_attrs(mode, r.cred.uid, r.cred.gid);
-    let (reply, syncs) = s.change(|txn| {
+    let (reply, syncs) = s.change(r, |txn| {
         // The layout comes from the directory as this transaction reads it:
         // no hint can change in between.
         let mut dir = writable_dir(s, r, q.dir, &format!("{} names", q.names.len()))?;
@@ -66,7 +69,8 @@ pub fn create_files(
                 "create_files: {} handles for {} names",
                 q.handles.len(),
                 q.names.len()
-            )));
+            ))
+            .into());
         }
         let client = r.header.client.client;
         let mut given = HashSet::with_capacity(q.names.len());
@@ -74,25 +78,29 @@ pub fn create_files(
         let mut files = Vec::with_capacity(q.names.len());
         for (i, name) in q.names.iter().enumerate() {
             let free = check_name(name)
-                .and_then(|()| name_free(s, q.dir, name))
+                .map_err(Stop::from)
+                .and_then(|()| name_free(s, r, q.dir, name))
                 .and_then(|()| match given.insert(name.as_str()) {
                     true => Ok(()),
-                    false => Err(ShoalError::invalid(format!("{name:?} given twice"))),
+                    false => Err(ShoalError::invalid(format!("{name:?} given twice")).into()),
                 })
                 .and_then(|()| match q.handles.get(i) {
                     // A delegation's holder names the handle it answered with.
                     Some(&h) if !handles_given.insert(h) => {
-                        Err(ShoalError::invalid(format!("handle {h:#x} given twice")))
+                        Err(ShoalError::invalid(format!("handle {h:#x} given twice")).into())
                     }
-                    Some(&h) => s.meta.alloc_given(txn, h, |h| {
+                    Some(&h) => Ok(s.meta.alloc_given(txn, h, |h| {
                         s.meta.delegations.reserved_for(client, h)
                             || s.meta.from_before_this_start(h)
-                    }),
+                    })?),
                     None => Ok(s.meta.alloc(txn)),
                 });
             let h = match free {
                 Ok(h) => h,
-                Err(e) => {
+                Err(stop) => {
+                    // A refused name is the name's own; a delegation met
+                    // stops the whole batch.
+                    let e = stop.refusal()?;
                     files.push(CreatedFile {
                         errno: e.errno.0,
                         error: e.message,
@@ -126,7 +134,7 @@ pub fn create_files(
         Ok(reply)
     })?;
     for rec in reply.files.iter().filter_map(|f| f.object.as_ref()) {
-        offer_new(s, rec);
+        offer_new(s, r, rec);
     }
     Ok(Reply::new(reply).with_syncs(syncs))
 }
@@ -140,7 +148,7 @@ fn takes_nothing_from_the_pools(
     dir: u64,
     layout: &NewFile,
     stuffed: bool,
-) -> Result<()> {
+) -> Result<(), ShoalError> {
     if layout.no_metafile || stuffed {
         return Ok(());
     }

@@ -1,10 +1,10 @@
 //! Granting a directory's delegation (`DelegateDir`; see `delegations`).
 
-use shoal_proto::error::Result;
 use shoal_proto::msg::{DelegateDirReply, DelegateDirRequest};
 
 use super::create_file::writable_dir;
-use crate::service::{Reply, Request, Service};
+use crate::request::{Request, Result};
+use crate::service::{Reply, Service};
 
 /// The most handles one grant reserves.
 pub const MAX_HANDLES: u32 = 4096;
@@ -23,7 +23,7 @@ pub fn delegate_dir(
     if !asking_again {
         // Whoever else cached the directory drops it first: from now on it
         // changes without this server hearing of it until the holder sends.
-        s.leases.changed(&[q.dir]);
+        s.leases.changed(&mut r.leasing(), &[q.dir]);
         let guard = s.meta.lock();
         // A delegation another holds is recalled here (the read meets it).
         let dir = writable_dir(s, r, q.dir, "delegated files")?;
@@ -39,7 +39,7 @@ pub fn delegate_dir(
         // not meet it, may be granted a lease after it: stamping the
         // directory again refuses that lease, or recalls it if granted
         // already.
-        s.leases.changed(&[q.dir]);
+        s.leases.changed(&mut r.leasing(), &[q.dir]);
     }
     let count = q.handles.clamp(1, MAX_HANDLES);
     let reserved = s.meta.reserve_handles(count as u64)?;

@@ -17,13 +17,15 @@ use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::extents::{self, Extents};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
-use shoal_proto::{ops, Cred, ObjectKind};
+use shoal_proto::{ops, ObjectKind};
 
 use crate::auth::perms;
 use crate::data_store::datafile;
+use crate::delegations::{ServerItself, Stop};
 use crate::gathering::lock;
 use crate::peers::CONNS_PER_PEER;
-use crate::service::{Reply, Request, Service};
+use crate::request::Request;
+use crate::service::{Reply, Service};
 
 /// How long a server holding a strip may take to take a write-out or a
 /// sync.
@@ -35,15 +37,16 @@ pub fn gather_write(
     s: &Service,
     r: &Request,
     q: GatherWriteRequest,
-) -> Result<Reply<GatherWriteReply>> {
-    let dist = may_write(s, &r.cred, q.handle)?;
+) -> Result<Reply<GatherWriteReply>, Stop> {
+    let dist = may_write(s, r, q.handle)?;
     let extents = extents::from_request(&q, r.payload)?;
     let end = extents.iter().map(|(o, d)| o + d.len() as u64).max();
     if dist.stuffed && end.is_some_and(|e| e > dist.strip_size) {
         return Err(ShoalError::invalid(format!(
             "file {:#x} is stuffed: unstuff it before gathering writes past its first strip",
             q.handle
-        )));
+        ))
+        .into());
     }
     // Read before the bytes are put: if any of them is lost after this,
     // the epoch a later commit answers under is another.
@@ -71,31 +74,35 @@ pub fn gather_commit(
     s: &Service,
     r: &Request,
     q: GatherCommitRequest,
-) -> Result<Reply<GatherCommitReply>> {
-    may_write(s, &r.cred, q.handle)?;
+) -> Result<Reply<GatherCommitReply>, Stop> {
+    may_write(s, r, q.handle)?;
     commit(s, q.handle, q.durable)?;
     Ok(Reply::new(GatherCommitReply {
         epoch: s.gathering.epoch(s.verifier),
     }))
 }
 
-/// The layout of file `h` if `cred` may write it; EACCES if not.
-fn may_write(s: &Service, cred: &Cred, h: Handle) -> Result<Distribution> {
+/// The layout of file `h` if `r`'s caller may write it; EACCES if not.
+fn may_write(s: &Service, r: &Request, h: Handle) -> Result<Distribution, Stop> {
     s.check_handle(h)?;
-    let rec = s.meta.get(h)?;
+    let rec = s.meta.get(r, h)?;
     let dist = layout_of(&rec)?;
+    let cred = &r.cred;
     if perms::data_rights(cred, &rec) & WRITE == 0 {
         return Err(ShoalError::new(
             Errno::EACCES,
             format!("file {h:#x}: uid {} may not write it", cred.uid),
-        ));
+        )
+        .into());
     }
     Ok(dist)
 }
 
-/// The layout file `h`'s bytes are written out to (see [`layout_of`]).
+/// The layout file `h`'s bytes are written out to (see [`layout_of`]),
+/// read by the server itself: a write-out is no request's, and reads a
+/// file whose gathered bytes a request's [`may_write`] let in.
 fn layout(s: &Service, h: Handle) -> Result<Distribution> {
-    layout_of(&s.meta.get(h)?)
+    layout_of(&s.meta.get(&ServerItself, h)?)
 }
 
 /// The layout a file's bytes are written out to, from its record: its
@@ -232,7 +239,7 @@ async fn sync_datafile(s: &Service, d: Handle) -> Result<()> {
     let peer = server_of(d);
     if peer == s.id {
         // Gone since: nothing of it to keep.
-        let Ok(rec) = datafile(&s.meta, d) else {
+        let Ok(rec) = datafile(&s.meta, &ServerItself, d) else {
             return Ok(());
         };
         s.data.fsync(&rec)?;

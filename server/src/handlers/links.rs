@@ -5,12 +5,13 @@
 //! an entry that the count misses, which would let the object go while a
 //! name still names it.
 
-use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::error::{Errno, ShoalError};
 use shoal_proto::msg::*;
 use shoal_proto::ObjectKind;
 
 use crate::meta_store::{touch_ctime, Txn};
-use crate::service::{Reply, Request, Service};
+use crate::request::{Request, Result};
+use crate::service::{Reply, Service};
 
 /// Most names one object may have (as ext4).
 pub const MAX_LINKS: u32 = 65_000;
@@ -26,9 +27,9 @@ pub(super) struct Dropped {
     pub gone: Vec<ObjectRecord>,
 }
 
-pub fn link(s: &Service, _r: &Request, q: LinkRequest) -> Result<Reply<LinkReply>> {
-    let ((reply, gone), syncs) = s.change(|txn| {
-        let (reply, gone) = link_change(s, txn, q)?;
+pub fn link(s: &Service, r: &Request, q: LinkRequest) -> Result<Reply<LinkReply>> {
+    let ((reply, gone), syncs) = s.change(r, |txn| {
+        let (reply, gone) = link_change(s, r, txn, q)?;
         txn.record_reply(&reply);
         Ok((reply, gone))
     })?;
@@ -36,14 +37,15 @@ pub fn link(s: &Service, _r: &Request, q: LinkRequest) -> Result<Reply<LinkReply
     Ok(Reply::new(reply).with_syncs(syncs))
 }
 
-/// What a link request changes (in `txn`), its reply, and the local files
-/// of datafiles it deleted.
+/// What link request `r` changes (in `txn`), its reply, and the local
+/// files of datafiles it deleted.
 fn link_change(
     s: &Service,
+    r: &Request,
     txn: &mut Txn,
     q: LinkRequest,
 ) -> Result<(LinkReply, Vec<ObjectRecord>)> {
-    let rec = s.meta.get(q.handle)?;
+    let rec = s.meta.get(r, q.handle)?;
     if let Some(count) = q.fsck_set {
         return Ok((
             LinkReply {
@@ -60,7 +62,8 @@ fn link_change(
                 "{:#x} is a directory: directories have no hard links",
                 q.handle
             ),
-        ));
+        )
+        .into());
     }
     if !q.drop {
         return Ok((
@@ -95,7 +98,7 @@ fn set_count(txn: &mut Txn, mut rec: ObjectRecord, count: u32) -> ObjectRecord {
 }
 
 /// Counts a new link of `rec` in `txn`; returns the record as stored.
-fn count_link(txn: &mut Txn, mut rec: ObjectRecord) -> Result<ObjectRecord> {
+fn count_link(txn: &mut Txn, mut rec: ObjectRecord) -> Result<ObjectRecord, ShoalError> {
     if rec.links == 0 {
         return Err(ShoalError::not_found(format!(
             "{:#x} (unlinked: no name left to link to)",
@@ -122,7 +125,7 @@ pub(super) fn drop_link(
     txn: &mut Txn,
     mut rec: ObjectRecord,
     keep: bool,
-) -> Result<Dropped> {
+) -> Result<Dropped, ShoalError> {
     debug_assert_ne!(rec.kind(), ObjectKind::Directory);
     rec.links = rec.links.saturating_sub(1);
     if rec.links > 0 || keep {

@@ -11,14 +11,14 @@
 use std::collections::HashMap;
 
 use prost::Message;
-use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::error::{Errno, ShoalError};
 use shoal_proto::frame::MAX_BODY;
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::ObjectKind;
 
-use crate::leases;
-use crate::service::{require, Reply, Request, Service};
+use crate::request::{Request, Result};
+use crate::service::{require, Reply, Service};
 
 /// Most handles one listattr request may name (a readdir batch is at most 4096).
 pub const MAX_LISTATTR_HANDLES: usize = 16384;
@@ -26,13 +26,14 @@ pub const MAX_LISTATTR_HANDLES: usize = 16384;
 /// wide distributions); the client then asks for the handles in halves.
 const MAX_REPLY_BYTES: usize = MAX_BODY - (64 << 10);
 
-pub fn listattr(s: &Service, _r: &Request, q: ListAttrRequest) -> Result<Reply<ListAttrReply>> {
+pub fn listattr(s: &Service, r: &Request, q: ListAttrRequest) -> Result<Reply<ListAttrReply>> {
     require(s.config.settings.readdirplus, "readdirplus")?;
     if q.handles.len() > MAX_LISTATTR_HANDLES {
         return Err(ShoalError::invalid(format!(
             "listattr of {} handles is over the limit of {MAX_LISTATTR_HANDLES}",
             q.handles.len()
-        )));
+        ))
+        .into());
     }
     for &h in &q.handles {
         s.check_handle(h)?;
@@ -40,7 +41,7 @@ pub fn listattr(s: &Service, _r: &Request, q: ListAttrRequest) -> Result<Reply<L
     }
     // Two reads of the store in all: the objects, then their datafiles
     // that live here.
-    let objects = s.meta.try_get_many(&q.handles)?;
+    let objects = s.meta.try_get_many(r, &q.handles)?;
     let local: Vec<Handle> = objects
         .iter()
         .flatten()
@@ -51,7 +52,7 @@ pub fn listattr(s: &Service, _r: &Request, q: ListAttrRequest) -> Result<Reply<L
         .collect();
     let datafiles: HashMap<Handle, ObjectRecord> = s
         .meta
-        .try_get_many(&local)?
+        .try_get_many(r, &local)?
         .into_iter()
         .flatten()
         .map(|r| (r.handle, r))
@@ -68,13 +69,13 @@ pub fn listattr(s: &Service, _r: &Request, q: ListAttrRequest) -> Result<Reply<L
                     object.data_mtime_ns = mtime;
                 }
                 Err(e) if gone(&e) => continue,
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             },
             ObjectKind::Metafile => {
                 let dist = object.dist.as_ref().map(|d| d.datafiles.as_slice());
                 for d in dist.unwrap_or_default() {
                     if let Some(size) = local_size(s, datafiles.get(d))? {
-                        leases::offer(size.handle, object.handle);
+                        r.offer(size.handle, object.handle);
                         bytes += size.encoded_len() + 2;
                         reply.sizes.push(size);
                     }
@@ -90,9 +91,10 @@ pub fn listattr(s: &Service, _r: &Request, q: ListAttrRequest) -> Result<Reply<L
                     "listattr reply of {} handles is over {MAX_REPLY_BYTES} bytes; ask for fewer",
                     q.handles.len()
                 ),
-            ));
+            )
+            .into());
         }
-        leases::offer(object.handle, object.handle);
+        r.offer(object.handle, object.handle);
         reply.objects.push(object);
     }
     Ok(Reply::new(reply))
@@ -100,7 +102,7 @@ pub fn listattr(s: &Service, _r: &Request, q: ListAttrRequest) -> Result<Reply<L
 
 /// Size of a local datafile (its record, if it still exists), or None if it
 /// no longer exists.
-fn local_size(s: &Service, rec: Option<&ObjectRecord>) -> Result<Option<DatafileSize>> {
+fn local_size(s: &Service, rec: Option<&ObjectRecord>) -> Result<Option<DatafileSize>, ShoalError> {
     let Some(rec) = rec.filter(|r| r.kind() == ObjectKind::Datafile) else {
         return Ok(None);
     };

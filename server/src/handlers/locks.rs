@@ -10,14 +10,16 @@ use std::time::Instant;
 use bytes::Bytes;
 use prost::Message;
 use shoal_net::sink::FrameSink;
-use shoal_proto::error::{Result, ShoalError};
+use shoal_proto::error::ShoalError;
 use shoal_proto::frame::Frame;
 use shoal_proto::msg::{ErrorReply, LockKind, LockReply, TestLockReply, TestLockRequest};
 use shoal_proto::record_locks::Range;
 use shoal_proto::{ops, Handle};
 
+use crate::delegations::Stop;
 use crate::locks::{Ask, Owner, Taken};
-use crate::service::{Reply, Request, Service};
+use crate::request::{Request, Result};
+use crate::service::{Reply, Service};
 use crate::stats::Sample;
 
 /// The connection a lock request came on, where a waiting one's reply goes.
@@ -40,7 +42,7 @@ pub fn lock(
 pub fn test_lock(s: &Service, r: &Request, q: TestLockRequest) -> Result<Reply<TestLockReply>> {
     let ask = checked(s, r, q.file, q.owner, q.kind, q.start, q.end, 0, 0)?;
     if ask.kind == LockKind::LockUnlock {
-        return Err(ShoalError::invalid("F_GETLK of an unlock"));
+        return Err(ShoalError::invalid("F_GETLK of an unlock").into());
     }
     Ok(Reply::new(match s.locks.test(&ask)? {
         None => TestLockReply::default(),
@@ -66,8 +68,8 @@ fn take(
     let mut ask = checked(s, r, q.file, q.owner, q.kind, q.start, q.end, q.pid, conn)?;
     ask.reclaim = q.reclaim;
     match via {
-        Some(via) if q.wait => s.locks.take_or_wait(ask, *r.header, via.sink.clone()),
-        _ => s.locks.take(&ask).map(|()| Taken::Granted),
+        Some(via) if q.wait => Ok(s.locks.take_or_wait(ask, *r.header, via.sink.clone())?),
+        _ => Ok(s.locks.take(&ask).map(|()| Taken::Granted)?),
     }
 }
 
@@ -91,7 +93,7 @@ fn checked(
         ShoalError::invalid(format!("lock range {start}..={end} ends before it starts"))
     })?;
     // Exists and lives here (ENOENT, EINVAL otherwise).
-    s.meta.get(file)?;
+    s.meta.get(r, file)?;
     Ok(Ask {
         file,
         owner: Owner {
@@ -112,9 +114,13 @@ impl Service {
     /// waits (the lock table answers it once granted).
     pub fn serve_lock(&self, frame: &Frame, sink: &Arc<FrameSink>, conn: u64) -> Option<Frame> {
         let started = Instant::now();
+        // Before it is handled: the read of the file meets no delegation
+        // (none could be recalled on the connection's task), and a lock
+        // needs none recalled: it reads no directory's entries.
         let r = Request::of(frame, &self.config);
         let taken = r
             .decode::<ops::Lock>()
+            .map_err(Stop::from)
             .and_then(|q| take(self, &r, q, Some(Via { conn, sink })));
         let reply = match taken {
             Ok(Taken::Waiting) => None,
@@ -122,7 +128,10 @@ impl Service {
                 let body = Bytes::from(LockReply {}.encode_to_vec());
                 Some(Frame::reply_to(&frame.header, 0, body, Bytes::new()))
             }
-            Err(e) => {
+            Err(Stop::Met(met)) => {
+                unreachable!("a lock served on its connection's task met {met:?}")
+            }
+            Err(Stop::Failed(e)) => {
                 let body = ErrorReply { message: e.message }.encode_to_vec();
                 Some(Frame::reply_to(
                     &frame.header,

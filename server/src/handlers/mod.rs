@@ -24,7 +24,6 @@ use std::time::Instant;
 
 use prost::Message;
 use shoal_proto::cluster::SyncMode;
-use shoal_proto::error::Result;
 use shoal_proto::frame::{Commit, Frame};
 use shoal_proto::msg::{Allocations, ErrorReply};
 use shoal_proto::{ops, Op, Operation};
@@ -33,11 +32,13 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
-use crate::commit::{Ticket, TicketScope};
-use crate::reply_cache::{self, Answering};
-use crate::service::{Encoded, Reply, Request, Service};
+use crate::commit::Ticket;
+use crate::delegations::{Met, Stop};
+use crate::replay::Kept;
+use crate::reply_cache;
+use crate::request::{Request, Result};
+use crate::service::{Encoded, Reply, Service};
 use crate::stats::Sample;
-use crate::{delegations, leases, replay};
 
 /// The server's side of the operation table (`shoal_proto::op`), one row
 /// per operation: its handler, whether the handler reads the request body
@@ -152,17 +153,15 @@ impl Service {
 
     /// Handles a request that holds `ticket`, its place in the commit
     /// queue's scheduling queue (taken by the listener when the frame
-    /// arrived). The ticket is available to the commit queue while the
-    /// handler runs, which gives it back once the request's changes are
-    /// applied; if the handler never gets there, the ticket is given back
-    /// when this returns, so that the queue never counts a request that is
-    /// gone.
+    /// arrived). The request carries the ticket (`Request`) to the commit
+    /// queue, which takes it once the request's changes are applied; if the
+    /// handler never gets there, the ticket is given back when this
+    /// returns, so that the queue never counts a request that is gone.
     ///
     /// While the server recovers (`recovery`), a client's request waits
     /// here for the end of it; its `recover` does not, nor do other
     /// servers' requests and the questions of an operator.
     pub fn handle_scheduled(&self, frame: &Frame, ticket: Option<Ticket>) -> Frame {
-        let _scope = TicketScope::enter(ticket);
         let h = &frame.header;
         if self.recovery.active()
             && h.client.client != 0
@@ -170,7 +169,7 @@ impl Service {
         {
             self.wait_for_recovery();
         }
-        self.handle(frame)
+        self.handle_holding(frame, ticket)
     }
 
     /// Whether `frame` can be answered without waiting on a disk, a sync or
@@ -192,21 +191,49 @@ impl Service {
     /// (`delegations`) runs again once the delegation is recalled: its
     /// first attempt read nothing it acted on and changed nothing.
     pub fn handle(&self, frame: &Frame) -> Frame {
-        let _asking = delegations::Asking::enter(frame.header.client.client);
+        self.handle_holding(frame, None)
+    }
+
+    /// [`Service::handle`] of a request that holds `ticket`, which passes
+    /// from each attempt to the next.
+    fn handle_holding(&self, frame: &Frame, ticket: Option<Ticket>) -> Frame {
+        let mut ticket = ticket;
+        self.until_answered(|| {
+            let r = self.request(frame, ticket.take());
+            let attempt = self.handle_once(frame, &r);
+            ticket = r.into_ticket();
+            attempt
+        })
+    }
+
+    /// Runs `attempt`s at a request until one is answered, recalling the
+    /// delegation each other one met.
+    fn until_answered(&self, mut attempt: impl FnMut() -> Result<Frame, Met>) -> Frame {
         loop {
-            let reply = self.handle_once(frame);
-            let Some(met) = delegations::met() else {
-                return reply;
-            };
-            self.recall_delegation(met);
+            match attempt() {
+                Ok(reply) => return reply,
+                Err(met) => self.recall_delegation(met),
+            }
         }
+    }
+
+    /// An attempt at the request `frame` holds, holding `ticket`; with
+    /// `sync = "replay"`, a client's change is kept (`replay`).
+    fn request<'a>(&self, frame: &'a Frame, ticket: Option<Ticket>) -> Request<'a> {
+        let h = &frame.header;
+        let client = h.client.client;
+        let kept = (self.config.settings.sync == SyncMode::Replay
+            && client != 0
+            && h.op.modifies_metadata())
+        .then(|| Kept::first(client));
+        Request::of(frame, &self.config).handled(ticket, kept, self.leases.answer(client))
     }
 
     /// Recalls a delegation a request met (the holder sends its unsent
     /// changes, then answers) and ends it.
-    pub fn recall_delegation(&self, (dir, holder): delegations::Met) {
-        self.leases.recall_delegation(dir, holder);
-        self.meta.delegations.end(dir, holder);
+    pub fn recall_delegation(&self, met: Met) {
+        self.leases.recall_delegation(met.dir, met.holder);
+        self.meta.delegations.end(met.dir, met.holder);
     }
 
     /// Handles a request that stays in memory (see [`stays_in_memory`]) on
@@ -216,24 +243,18 @@ impl Service {
     /// connection (two holders reading each other's directory), so the
     /// caller recalls it and runs the request again where waiting is safe
     /// ([`Service::recall_delegation`], `handle_scheduled`).
-    pub fn handle_in_memory(&self, frame: &Frame) -> std::result::Result<Frame, delegations::Met> {
-        let _asking = delegations::Asking::enter(frame.header.client.client);
-        let reply = self.handle_once(frame);
-        match delegations::met() {
-            None => Ok(reply),
-            Some(met) => Err(met),
-        }
+    pub fn handle_in_memory(&self, frame: &Frame) -> Result<Frame, Met> {
+        self.handle_once(frame, &self.request(frame, None))
     }
 
-    fn handle_once(&self, frame: &Frame) -> Frame {
+    /// One attempt at request `r`, which `frame` holds: its reply, or the
+    /// delegation it met (it then has none).
+    fn handle_once(&self, frame: &Frame, r: &Request) -> Result<Frame, Met> {
         if self.config.settings.sync != SyncMode::Replay {
-            return self.answer(frame);
+            return self.answer(frame, r);
         }
-        let h = &frame.header;
-        let kept = (h.client.client != 0 && h.op.modifies_metadata())
-            .then(|| replay::Scope::first(h.client.client));
-        let mut reply = self.answer(frame);
-        let (seq, handles) = kept.map(replay::Scope::finish).unwrap_or_default();
+        let mut reply = self.answer(frame, r)?;
+        let (seq, handles) = r.kept().map(Kept::finish).unwrap_or_default();
         let commit = Commit {
             seq: if reply.header.status == 0 { seq } else { 0 },
             flushed: self.meta.durable_seq(),
@@ -245,26 +266,25 @@ impl Service {
             );
             reply.payload = Bytes::from(Allocations { handles }.encode_to_vec());
         }
-        reply.with_commit(commit)
+        Ok(reply.with_commit(commit))
     }
 
-    /// Handles one request frame: from the reply cache if it is a copy of
-    /// one applied, else by its handler.
-    fn answer(&self, frame: &Frame) -> Frame {
+    /// Answers request `r`, which `frame` holds: from the reply cache if it
+    /// is a copy of one applied, else by its handler; Err: the handler met
+    /// a delegation, and nothing answers this attempt.
+    fn answer(&self, frame: &Frame, r: &Request) -> Result<Frame, Met> {
         let started = Instant::now();
         let key = reply_cache::key_of(&frame.header);
         let _running = key.map(|k| self.replies.begin(k));
         let resent = key.filter(|_| frame.header.client.resent);
         if let Some(body) = resent.and_then(|k| self.cached_reply(k)) {
             self.stats.cached_replies.fetch_add(1, Ordering::Relaxed);
-            return Frame::reply_to(&frame.header, 0, body, Bytes::new());
+            return Ok(Frame::reply_to(&frame.header, 0, body, Bytes::new()));
         }
-        let _answering = key.map(|_| Answering::enter(frame.header.client, frame.header.id));
-        let leasing = leases::Scope::enter(&self.leases, frame.header.client.client);
-        let result = dispatch(self, &Request::of(frame, &self.config));
-        let (status, reply) = match result {
-            Ok(r) => (0, r),
-            Err(e) => {
+        let (status, reply) = match dispatch(self, r) {
+            Ok(reply) => (0, reply),
+            Err(Stop::Met(met)) => return Err(met),
+            Err(Stop::Failed(e)) => {
                 tracing::debug!(
                     op = frame.header.op.name(),
                     errno = e.errno.0,
@@ -278,12 +298,8 @@ impl Service {
             }
         };
         let mut out = Frame::reply_to(&frame.header, status, reply.body, reply.payload);
-        if status == 0 && self.leases.grant(leasing) {
+        if status == 0 && self.leases.grant(&r.leasing()) {
             out = out.leased();
-        }
-        if delegations::meeting() {
-            // Not answered: it runs again once the delegation is recalled.
-            return out;
         }
         self.stats.record(
             frame.header.op,
@@ -295,6 +311,6 @@ impl Service {
                 latency: started.elapsed(),
             },
         );
-        out
+        Ok(out)
     }
 }

@@ -12,7 +12,7 @@
 //! trust model (README, "Permissions and users") trusts a client that holds
 //! the cluster secret to compose them as the client library does.
 
-use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::error::{Errno, ShoalError};
 use shoal_proto::handle;
 use shoal_proto::msg::*;
 use shoal_proto::names::check_name;
@@ -24,9 +24,9 @@ use super::links;
 use crate::auth::access::{record_anywhere, Owners};
 use crate::auth::caps;
 use crate::auth::perms::{self, R, W, X};
-use crate::leases;
 use crate::meta_store::{new_attrs, touch_ctime, Txn};
-use crate::service::{Reply, Request, Service};
+use crate::request::{Request, Result};
+use crate::service::{Reply, Service};
 
 /// Most datafiles one CreateDatafiles request may ask for.
 const MAX_DATAFILES_PER_REQUEST: u32 = 4096;
@@ -35,13 +35,13 @@ const MAX_READDIR: u32 = 4096;
 
 pub fn lookup(s: &Service, r: &Request, q: LookupRequest) -> Result<Reply<LookupReply>> {
     check_name(&q.name)?;
-    let dir = s.meta.get_dir(q.dir)?;
+    let dir = s.meta.get_dir(r, q.dir)?;
     perms::require(&r.cred, &dir, X, &format!("lookup of {:?}", q.name))?;
     let (handle, kind) = s
         .meta
-        .lookup(q.dir, &q.name)?
+        .lookup(r, q.dir, &q.name)?
         .ok_or_else(|| ShoalError::not_found(&q.name))?;
-    leases::offer(q.dir, q.dir);
+    r.offer(q.dir, q.dir);
     let mut reply = LookupReply {
         handle,
         kind: kind as i32,
@@ -50,8 +50,8 @@ pub fn lookup(s: &Service, r: &Request, q: LookupRequest) -> Result<Reply<Lookup
     if q.want_attrs && handle::server_of(handle) == s.id {
         // The entry is read without the store lock, so the object may have
         // gone since: then the client asks for it as it would have anyway.
-        if let Some(rec) = s.meta.try_get(handle)? {
-            let attrs = super::attrs::attributes(s, &r.cred, rec)?;
+        if let Some(rec) = s.meta.try_get(r, handle)? {
+            let attrs = super::attrs::attributes(s, r, rec)?;
             reply.object = attrs.object;
             reply.sizes = attrs.sizes;
             reply.cap = attrs.cap;
@@ -90,7 +90,7 @@ pub fn create_object(
         }
         ObjectKind::Symlink => {
             if q.target.is_empty() || q.target.len() > shoal_proto::names::PATH_MAX {
-                return Err(ShoalError::invalid("symlink target must be 1..4096 bytes"));
+                return Err(ShoalError::invalid("symlink target must be 1..4096 bytes").into());
             }
             rec.target = q.target;
             if let Some(a) = rec.attrs.as_mut() {
@@ -100,12 +100,12 @@ pub fn create_object(
         ObjectKind::Fifo | ObjectKind::Socket => {}
         ObjectKind::CharDevice | ObjectKind::BlockDevice => rec.rdev = q.rdev,
         other => {
-            return Err(ShoalError::invalid(format!(
-                "create_object cannot create a {other:?}"
-            )))
+            return Err(
+                ShoalError::invalid(format!("create_object cannot create a {other:?}")).into(),
+            )
         }
     }
-    let (reply, syncs) = s.change(|txn| {
+    let (reply, syncs) = s.change(r, |txn| {
         rec.handle = s.meta.alloc(txn);
         txn.insert_object(&rec);
         let reply = CreateObjectReply { handle: rec.handle };
@@ -117,16 +117,17 @@ pub fn create_object(
 
 pub fn create_datafiles(
     s: &Service,
-    _r: &Request,
+    r: &Request,
     q: CreateDatafilesRequest,
 ) -> Result<Reply<CreateDatafilesReply>> {
     if q.count == 0 || q.count > MAX_DATAFILES_PER_REQUEST {
         return Err(ShoalError::invalid(format!(
             "datafile count {} must be 1..={MAX_DATAFILES_PER_REQUEST}",
             q.count
-        )));
+        ))
+        .into());
     }
-    let (reply, syncs) = s.change(|txn| {
+    let (reply, syncs) = s.change(r, |txn| {
         let handles = (0..q.count)
             .map(|_| {
                 let h = s.meta.alloc(txn);
@@ -157,7 +158,7 @@ pub fn set_dist(s: &Service, r: &Request, q: SetDistRequest) -> Result<Reply<Set
         || dist.datafiles.is_empty()
         || dist.datafiles.len() > s.config.servers.len() * 64
     {
-        return Err(ShoalError::invalid("set_dist: invalid distribution"));
+        return Err(ShoalError::invalid("set_dist: invalid distribution").into());
     }
     for h in &dist.datafiles {
         s.check_handle(*h)?;
@@ -165,13 +166,12 @@ pub fn set_dist(s: &Service, r: &Request, q: SetDistRequest) -> Result<Reply<Set
     if let Some(t) = dist.write_threshold {
         shoal_proto::hints::check_write_threshold(t)?;
     }
-    let (reply, syncs) = s.change(|txn| {
-        let mut rec = s.meta.get(q.handle)?;
+    let (reply, syncs) = s.change(r, |txn| {
+        let mut rec = s.meta.get(r, q.handle)?;
         if rec.kind() != ObjectKind::Metafile {
-            return Err(ShoalError::invalid(format!(
-                "object {:#x} is not a file",
-                q.handle
-            )));
+            return Err(
+                ShoalError::invalid(format!("object {:#x} is not a file", q.handle)).into(),
+            );
         }
         rec.dist = Some(dist);
         txn.put_object(&rec);
@@ -185,7 +185,7 @@ pub fn set_dist(s: &Service, r: &Request, q: SetDistRequest) -> Result<Reply<Set
 }
 
 /// POSIX rename rules for replacing an existing entry.
-fn check_replace(new: ObjectKind, old: ObjectKind, name: &str) -> Result<()> {
+fn check_replace(new: ObjectKind, old: ObjectKind, name: &str) -> Result<(), ShoalError> {
     match (new == ObjectKind::Directory, old == ObjectKind::Directory) {
         (true, false) => Err(ShoalError::new(
             Errno::ENOTDIR,
@@ -207,33 +207,32 @@ pub fn crdirent(s: &Service, r: &Request, q: CrDirEntRequest) -> Result<Reply<Cr
     if !names_an_entry(kind) {
         return Err(ShoalError::invalid(
             "a directory entry must name a directory, file, symlink or special file",
-        ));
+        )
+        .into());
     }
     let doing = format!("adding entry {:?}", q.name);
-    let owners = Owners::prefetch(s, &r.cred, q.dir, &[&q.name])?;
-    let (reply, syncs) = s.change(|txn| {
-        let dir = s.meta.get_dir(q.dir)?;
+    let owners = Owners::prefetch(s, r, q.dir, &[&q.name])?;
+    let (reply, syncs) = s.change(r, |txn| {
+        let dir = s.meta.get_dir(r, q.dir)?;
         perms::require(&r.cred, &dir, W | X, &doing)?;
         if dir.removing {
-            return Err(ShoalError::not_found(format!(
-                "directory {:#x} (being removed)",
-                q.dir
-            )));
+            return Err(
+                ShoalError::not_found(format!("directory {:#x} (being removed)", q.dir)).into(),
+            );
         }
         if let Some(under) = &q.created_under {
             hints::check_unchanged(&dir, under, &q.name)?;
         }
         let mut reply = CrDirEntReply::default();
         let mut replaced = None;
-        if let Some((old, old_kind)) = s.meta.lookup(q.dir, &q.name)? {
+        if let Some((old, old_kind)) = s.meta.lookup(r, q.dir, &q.name)? {
             if !q.replace {
-                return Err(ShoalError::new(
-                    Errno::EEXIST,
-                    format!("{}: file exists", q.name),
-                ));
+                return Err(
+                    ShoalError::new(Errno::EEXIST, format!("{}: file exists", q.name)).into(),
+                );
             }
             check_replace(kind, old_kind, &q.name)?;
-            owners.check(s, &r.cred, &dir, old, &doing)?;
+            owners.check(s, r, &dir, old, &doing)?;
             reply.replaced_handle = old;
             reply.replaced_kind = old_kind as i32;
             replaced = Some(old_kind);
@@ -275,20 +274,20 @@ pub fn removes_in_memory(s: &Service, r: &Request) -> bool {
     if q.check_only || !changes_dir_in_memory(s, r, q.dir) {
         return false;
     }
-    !q.drop_local_link || !may_free_local_files(s, q.dir, &q.name)
+    !q.drop_local_link || !may_free_local_files(s, r, q.dir, &q.name)
 }
 
 /// Whether the sticky rule applies to the caller in `dir`, or `dir` cannot
 /// be read here (its handler then says why, wherever it runs).
 fn sticky_or_unknown(s: &Service, r: &Request, dir: Handle) -> bool {
-    !matches!(s.meta.try_get(dir), Ok(Some(d)) if !perms::sticky_applies(&r.cred, &d))
+    !matches!(s.meta.try_get(r, dir), Ok(Some(d)) if !perms::sticky_applies(&r.cred, &d))
 }
 
 /// Whether removing entry `name` of `dir` could delete a local file: it
 /// names an object of this server that keeps bytes in one. A failed read
 /// counts as yes.
-pub(super) fn may_free_local_files(s: &Service, dir: Handle, name: &str) -> bool {
-    let handle = match s.meta.lookup(dir, name) {
+pub(super) fn may_free_local_files(s: &Service, r: &Request, dir: Handle, name: &str) -> bool {
+    let handle = match s.meta.lookup(r, dir, name) {
         Ok(Some((h, _))) => h,
         Ok(None) => return false,
         Err(_) => return true,
@@ -296,7 +295,7 @@ pub(super) fn may_free_local_files(s: &Service, dir: Handle, name: &str) -> bool
     if handle::server_of(handle) != s.id {
         return false;
     }
-    match s.meta.try_get(handle) {
+    match s.meta.try_get(r, handle) {
         Ok(Some(rec)) => s.data.keeps_local_files(&s.meta, &rec),
         Ok(None) => false,
         Err(_) => true,
@@ -309,30 +308,27 @@ pub fn rmdirent(s: &Service, r: &Request, q: RmDirEntRequest) -> Result<Reply<Rm
         return check_move_out(s, r, &q);
     }
     let doing = format!("removing entry {:?}", q.name);
-    let owners = Owners::prefetch(s, &r.cred, q.dir, &[&q.name])?;
-    let (reply, syncs) = s.change(|txn| {
+    let owners = Owners::prefetch(s, r, q.dir, &[&q.name])?;
+    let (reply, syncs) = s.change(r, |txn| {
         let (dir, handle, kind) = entry_to_change(s, r, q.dir, &q.name, &doing)?;
-        owners.check(s, &r.cred, &dir, handle, &doing)?;
+        owners.check(s, r, &dir, handle, &doing)?;
         if q.expect_handle != 0 && q.expect_handle != handle {
-            return Err(ShoalError::new(
-                Errno::ESTALE,
-                format!("{}: entry changed", q.name),
-            ));
+            return Err(
+                ShoalError::new(Errno::ESTALE, format!("{}: entry changed", q.name)).into(),
+            );
         }
         let is_dir = kind == ObjectKind::Directory;
         if q.must_be_dir && !is_dir {
-            return Err(ShoalError::new(
-                Errno::ENOTDIR,
-                format!("{}: not a directory", q.name),
-            ));
+            return Err(
+                ShoalError::new(Errno::ENOTDIR, format!("{}: not a directory", q.name)).into(),
+            );
         }
         if q.must_not_be_dir && is_dir {
-            return Err(ShoalError::new(
-                Errno::EISDIR,
-                format!("{}: is a directory", q.name),
-            ));
+            return Err(
+                ShoalError::new(Errno::EISDIR, format!("{}: is a directory", q.name)).into(),
+            );
         }
-        let (reply, gone) = remove_entry(s, txn, dir, &q.name, (handle, kind), &q)?;
+        let (reply, gone) = remove_entry(s, r, txn, dir, &q.name, (handle, kind), &q)?;
         txn.record_reply(&reply);
         Ok((reply, gone))
     })?;
@@ -342,12 +338,14 @@ pub fn rmdirent(s: &Service, r: &Request, q: RmDirEntRequest) -> Result<Reply<Rm
 }
 
 /// Removes entry `name` of directory `dir` (its record as the transaction
-/// has it), which names `object`: with `q.drop_local_link`, the object's
-/// link too if it lives here (with its last link, the object). Returns the
-/// reply, whose `dir` is the directory's new record, and the local files
-/// to delete once the transaction is applied.
+/// has it), which names `object`, for request `r`: with
+/// `q.drop_local_link`, the object's link too if it lives here (with its
+/// last link, the object). Returns the reply, whose `dir` is the
+/// directory's new record, and the local files to delete once the
+/// transaction is applied.
 pub(super) fn remove_entry(
     s: &Service,
+    r: &Request,
     txn: &mut Txn,
     dir: ObjectRecord,
     name: &str,
@@ -364,7 +362,7 @@ pub(super) fn remove_entry(
     let mut gone = Vec::new();
     let is_dir = kind == ObjectKind::Directory;
     if q.drop_local_link && !is_dir && handle::server_of(handle) == s.id {
-        if let Some(rec) = s.meta.try_get(handle)? {
+        if let Some(rec) = s.meta.try_get(r, handle)? {
             let dropped = links::drop_link(s, txn, rec, q.keep_unlinked)?;
             reply.dropped = true;
             reply.links = dropped.left.as_ref().map_or(0, |k| k.links);
@@ -386,11 +384,11 @@ fn entry_to_change(
     name: &str,
     doing: &str,
 ) -> Result<(ObjectRecord, Handle, ObjectKind)> {
-    let rec = s.meta.get_dir(dir)?;
+    let rec = s.meta.get_dir(r, dir)?;
     perms::require(&r.cred, &rec, W | X, doing)?;
     let (h, kind) = s
         .meta
-        .lookup(dir, name)?
+        .lookup(r, dir, name)?
         .ok_or_else(|| ShoalError::not_found(name))?;
     Ok((rec, h, kind))
 }
@@ -404,7 +402,7 @@ fn check_move_out(s: &Service, r: &Request, q: &RmDirEntRequest) -> Result<Reply
     let (dir, handle, kind) = entry_to_change(s, r, q.dir, &q.name, &doing)?;
     let is_dir = kind == ObjectKind::Directory;
     if is_dir || perms::sticky_applies(&r.cred, &dir) {
-        let object = record_anywhere(s, handle)?;
+        let object = record_anywhere(s, r, handle)?;
         let owner = object.attrs.unwrap_or_default().uid;
         perms::check_sticky(&r.cred, &dir, owner, &doing)?;
         if is_dir {
@@ -426,8 +424,8 @@ pub fn rename_entry(
     check_name(&q.old_name)?;
     check_name(&q.new_name)?;
     let doing = format!("renaming {:?} to {:?}", q.old_name, q.new_name);
-    let owners = Owners::prefetch(s, &r.cred, q.dir, &[&q.old_name, &q.new_name])?;
-    let (reply, syncs) = s.change(|txn| {
+    let owners = Owners::prefetch(s, r, q.dir, &[&q.old_name, &q.new_name])?;
+    let (reply, syncs) = s.change(r, |txn| {
         let (dir, h, kind) = entry_to_change(s, r, q.dir, &q.old_name, &doing)?;
         let mut reply = RenameEntryReply::default();
         if q.old_name == q.new_name {
@@ -435,16 +433,15 @@ pub fn rename_entry(
             return Ok(reply);
         }
         let mut replaced = None;
-        owners.check(s, &r.cred, &dir, h, &doing)?;
-        if let Some((old, old_kind)) = s.meta.lookup(q.dir, &q.new_name)? {
+        owners.check(s, r, &dir, h, &doing)?;
+        if let Some((old, old_kind)) = s.meta.lookup(r, q.dir, &q.new_name)? {
             if q.no_replace {
-                return Err(ShoalError::new(
-                    Errno::EEXIST,
-                    format!("{}: file exists", q.new_name),
-                ));
+                return Err(
+                    ShoalError::new(Errno::EEXIST, format!("{}: file exists", q.new_name)).into(),
+                );
             }
             check_replace(kind, old_kind, &q.new_name)?;
-            owners.check(s, &r.cred, &dir, old, &doing)?;
+            owners.check(s, r, &dir, old, &doing)?;
             reply.replaced_handle = old;
             reply.replaced_kind = old_kind as i32;
             replaced = Some(old_kind);
@@ -452,7 +449,7 @@ pub fn rename_entry(
         txn.delete_entry(q.dir, &q.old_name);
         txn.put_entry(q.dir, &q.new_name, h, kind);
         txn.touch_dir(dir, None, replaced);
-        if let Some(mut moved) = s.meta.try_get(h)? {
+        if let Some(mut moved) = s.meta.try_get(r, h)? {
             touch_ctime(&mut moved);
             txn.put_object(&moved);
             reply.touched = true;
@@ -464,11 +461,11 @@ pub fn rename_entry(
 }
 
 pub fn readdir(s: &Service, r: &Request, q: ReaddirRequest) -> Result<Reply<ReaddirReply>> {
-    let dir = s.meta.get_dir(q.dir)?;
+    let dir = s.meta.get_dir(r, q.dir)?;
     perms::require(&r.cred, &dir, R, "listing")?;
     let max = q.max.clamp(1, MAX_READDIR) as usize;
-    let (entries, done) = s.meta.readdir(q.dir, &q.start_after, max)?;
-    leases::offer(q.dir, q.dir);
+    let (entries, done) = s.meta.readdir(r, q.dir, &q.start_after, max)?;
+    r.offer(q.dir, q.dir);
     Ok(Reply::new(ReaddirReply {
         entries,
         done,
@@ -477,15 +474,12 @@ pub fn readdir(s: &Service, r: &Request, q: ReaddirRequest) -> Result<Reply<Read
     }))
 }
 
-pub fn remove(s: &Service, _r: &Request, q: RemoveRequest) -> Result<Reply<RemoveReply>> {
+pub fn remove(s: &Service, r: &Request, q: RemoveRequest) -> Result<Reply<RemoveReply>> {
     if q.handle == handle::ROOT {
-        return Err(ShoalError::new(
-            Errno::EBUSY,
-            "the root directory cannot be removed",
-        ));
+        return Err(ShoalError::new(Errno::EBUSY, "the root directory cannot be removed").into());
     }
-    let ((reply, gone), syncs) = s.change(|txn| {
-        let rec = s.meta.get(q.handle)?;
+    let ((reply, gone), syncs) = s.change(r, |txn| {
+        let rec = s.meta.get(r, q.handle)?;
         let is_dir = rec.kind() == ObjectKind::Directory;
         let keep = if is_dir {
             q.expect_parent != 0 && !named_from(&rec, q.expect_parent)
@@ -499,8 +493,8 @@ pub fn remove(s: &Service, _r: &Request, q: RemoveRequest) -> Result<Reply<Remov
             };
             (stays, Vec::new())
         } else {
-            if is_dir && !s.meta.is_empty_dir(q.handle)? {
-                return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty"));
+            if is_dir && !s.meta.is_empty_dir(r, q.handle)? {
+                return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty").into());
             }
             let (dist, gone) = s.meta.remove_object(txn, rec)?;
             (RemoveReply { dist, stays: false }, gone)
@@ -519,17 +513,14 @@ fn named_from(rec: &ObjectRecord, dir: shoal_proto::Handle) -> bool {
     rec.parent == 0 || rec.parent == dir
 }
 
-fn set_removing(s: &Service, q: RmdirRequest, removing: bool) -> Result<Reply<Empty>> {
+fn set_removing(s: &Service, r: &Request, q: RmdirRequest, removing: bool) -> Result<Reply<Empty>> {
     if q.dir == handle::ROOT {
-        return Err(ShoalError::new(
-            Errno::EBUSY,
-            "the root directory cannot be removed",
-        ));
+        return Err(ShoalError::new(Errno::EBUSY, "the root directory cannot be removed").into());
     }
-    let ((), syncs) = s.change(|txn| {
-        let mut dir = s.meta.get_dir(q.dir)?;
-        if removing && !s.meta.is_empty_dir(q.dir)? {
-            return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty"));
+    let ((), syncs) = s.change(r, |txn| {
+        let mut dir = s.meta.get_dir(r, q.dir)?;
+        if removing && !s.meta.is_empty_dir(r, q.dir)? {
+            return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty").into());
         }
         dir.removing = removing;
         txn.put_object(&dir);
@@ -539,26 +530,23 @@ fn set_removing(s: &Service, q: RmdirRequest, removing: bool) -> Result<Reply<Em
     Ok(Reply::default().with_syncs(syncs))
 }
 
-pub fn rmdir_prepare(s: &Service, _r: &Request, q: RmdirRequest) -> Result<Reply<Empty>> {
-    set_removing(s, q, true)
+pub fn rmdir_prepare(s: &Service, r: &Request, q: RmdirRequest) -> Result<Reply<Empty>> {
+    set_removing(s, r, q, true)
 }
 
-pub fn rmdir_abort(s: &Service, _r: &Request, q: RmdirRequest) -> Result<Reply<Empty>> {
-    set_removing(s, q, false)
+pub fn rmdir_abort(s: &Service, r: &Request, q: RmdirRequest) -> Result<Reply<Empty>> {
+    set_removing(s, r, q, false)
 }
 
 pub fn set_parent(s: &Service, r: &Request, q: SetParentRequest) -> Result<Reply<Empty>> {
     s.check_handle(q.parent)?;
-    let ((), syncs) = s.change(|txn| {
-        let mut rec = s.meta.get(q.dir)?;
+    let ((), syncs) = s.change(r, |txn| {
+        let mut rec = s.meta.get(r, q.dir)?;
         if rec.kind() == ObjectKind::Directory && rec.parent != q.parent {
             perms::require(&r.cred, &rec, W, "moving a directory to another parent")?;
         }
         if !names_an_entry(rec.kind()) {
-            return Err(ShoalError::invalid(format!(
-                "object {:#x} has no parent",
-                q.dir
-            )));
+            return Err(ShoalError::invalid(format!("object {:#x} has no parent", q.dir)).into());
         }
         rec.parent = q.parent;
         touch_ctime(&mut rec);

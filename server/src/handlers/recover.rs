@@ -12,8 +12,9 @@ use shoal_proto::msg::{CommitRequest, Empty, RecoverReply, RecoverRequest, Repla
 use shoal_proto::{Cred, Op};
 
 use crate::recovery::Outcome;
-use crate::replay;
-use crate::service::{Reply, Request, Service};
+use crate::replay::Kept;
+use crate::request::Request;
+use crate::service::{Reply, Service};
 
 fn client_of(r: &Request) -> Result<u64> {
     match r.header.client.client {
@@ -74,7 +75,8 @@ impl Service {
     }
 
     /// Runs `client`'s kept change `item` again, with the handles its first
-    /// copy took; returns its errno (0: done).
+    /// copy took (as many times as it meets a delegation, which is
+    /// recalled first, as `handle` does); returns its errno (0: done).
     pub fn replay(&self, client: u64, item: &Replayed) -> Outcome {
         let Some(op) = u16::try_from(item.op).ok().and_then(Op::from_code) else {
             return shoal_proto::Errno::EINVAL.0;
@@ -91,9 +93,15 @@ impl Service {
                 acked: 0,
                 resent: false,
             });
-        let scope = replay::Scope::replay(client, item.allocated.clone());
-        let reply = self.answer(&frame);
-        drop(scope);
+        let reply = self.until_answered(|| {
+            let kept = Kept::replay(client, item.allocated.clone());
+            let r = Request::of(&frame, &self.config).handled(
+                None,
+                Some(kept),
+                self.leases.answer(client),
+            );
+            self.answer(&frame, &r)
+        });
         self.stats.replayed.fetch_add(1, Ordering::Relaxed);
         if reply.header.status != 0 {
             self.stats.replays_failed.fetch_add(1, Ordering::Relaxed);

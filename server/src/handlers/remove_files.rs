@@ -10,7 +10,7 @@
 
 use std::collections::HashSet;
 
-use shoal_proto::error::{Errno, Result, ShoalError};
+use shoal_proto::error::{Errno, ShoalError};
 use shoal_proto::msg::*;
 use shoal_proto::names::check_name;
 use shoal_proto::{ops, ObjectKind};
@@ -18,7 +18,9 @@ use shoal_proto::{ops, ObjectKind};
 use super::namespace::{changes_dir_in_memory, may_free_local_files, remove_entry};
 use crate::auth::access::Owners;
 use crate::auth::perms::{self, W, X};
-use crate::service::{Reply, Request, Service};
+use crate::delegations::Stop;
+use crate::request::{Request, Result};
+use crate::service::{Reply, Service};
 
 /// The most names one request may carry.
 pub const MAX_NAMES: usize = 4096;
@@ -29,7 +31,8 @@ pub fn removes_in_memory(s: &Service, r: &Request) -> bool {
     let Ok(q) = r.decode::<ops::RemoveFiles>() else {
         return true;
     };
-    changes_dir_in_memory(s, r, q.dir) && !q.names.iter().any(|n| may_free_local_files(s, q.dir, n))
+    changes_dir_in_memory(s, r, q.dir)
+        && !q.names.iter().any(|n| may_free_local_files(s, r, q.dir, n))
 }
 
 pub fn remove_files(
@@ -41,10 +44,11 @@ pub fn remove_files(
         return Err(ShoalError::invalid(format!(
             "remove_files takes 1 to {MAX_NAMES} names, not {}",
             q.names.len()
-        )));
+        ))
+        .into());
     }
     let names: Vec<&str> = q.names.iter().map(String::as_str).collect();
-    let owners = Owners::prefetch(s, &r.cred, q.dir, &names)?;
+    let owners = Owners::prefetch(s, r, q.dir, &names)?;
     // Each name as an unlink of it alone would be.
     let single = RmDirEntRequest {
         dir: q.dir,
@@ -52,11 +56,11 @@ pub fn remove_files(
         drop_local_link: s.config.settings.colocate,
         ..Default::default()
     };
-    let ((reply, gone), syncs) = s.change(|txn| {
+    let ((reply, gone), syncs) = s.change(r, |txn| {
         let doing = format!("removing {} names", q.names.len());
         // The directory is read and checked once; each removal then
         // changes the record the next one starts from.
-        let mut dir = s.meta.get_dir(q.dir)?;
+        let mut dir = s.meta.get_dir(r, q.dir)?;
         perms::require(&r.cred, &dir, W | X, &doing)?;
         let mut given = HashSet::with_capacity(q.names.len());
         let mut files = Vec::with_capacity(q.names.len());
@@ -66,7 +70,8 @@ pub fn remove_files(
                 "remove_files: {} handles for {} names",
                 q.expected.len(),
                 q.names.len()
-            )));
+            ))
+            .into());
         }
         for (i, name) in q.names.iter().enumerate() {
             let removed = check_name(name)
@@ -74,30 +79,34 @@ pub fn remove_files(
                     true => Ok(()),
                     false => Err(ShoalError::invalid(format!("{name:?} given twice"))),
                 })
+                .map_err(Stop::from)
                 .and_then(|()| {
                     let (handle, kind) = s
                         .meta
-                        .lookup(q.dir, name)?
+                        .lookup(r, q.dir, name)?
                         .ok_or_else(|| ShoalError::not_found(name))?;
-                    owners.check(s, &r.cred, &dir, handle, &format!("removing {name:?}"))?;
+                    owners.check(s, r, &dir, handle, &format!("removing {name:?}"))?;
                     if q.expected.get(i).is_some_and(|&h| h != handle) {
                         return Err(ShoalError::new(
                             Errno::ESTALE,
                             format!("{name}: entry changed"),
-                        ));
+                        )
+                        .into());
                     }
                     if kind == ObjectKind::Directory {
                         return Err(ShoalError::new(
                             Errno::EISDIR,
                             format!("{name}: is a directory"),
-                        ));
+                        )
+                        .into());
                     }
                     Ok((handle, kind))
                 });
             // A refusal is the name's own; a failure once its entry is
             // removed fails the whole batch (nothing applied), as it fails
             // an rmdirent.
-            match removed.map(|object| remove_entry(s, txn, dir.clone(), name, object, &single)) {
+            match removed.map(|object| remove_entry(s, r, txn, dir.clone(), name, object, &single))
+            {
                 Ok(done) => {
                     let (entry, freed) = done?;
                     dir = entry.dir.clone().expect("remove_entry gives the directory");
@@ -107,11 +116,15 @@ pub fn remove_files(
                         ..Default::default()
                     });
                 }
-                Err(e) => files.push(RemovedFile {
-                    errno: e.errno.0,
-                    error: e.message,
-                    ..Default::default()
-                }),
+                Err(stop) => {
+                    // A delegation met is no refusal: it stops the batch.
+                    let e = stop.refusal()?;
+                    files.push(RemovedFile {
+                        errno: e.errno.0,
+                        error: e.message,
+                        ..Default::default()
+                    })
+                }
             }
         }
         let reply = RemoveFilesReply {

@@ -7,12 +7,13 @@
 use std::time::{Duration, SystemTime};
 
 use prost::Message;
-use shoal_proto::error::{Result, ShoalError};
+use shoal_proto::error::ShoalError;
 use shoal_proto::msg::*;
 use shoal_proto::ObjectKind;
 
 use crate::keys;
-use crate::service::{Reply, Request, Service};
+use crate::request::{Request, Result};
+use crate::service::{Reply, Service};
 
 /// Most items one scan reply carries.
 const MAX_SCAN: u32 = 4096;
@@ -20,7 +21,7 @@ const MAX_SCAN: u32 = 4096;
 /// being moved out of the KV store writes its file just before its record.
 const FILE_GRACE: Duration = Duration::from_secs(60);
 
-pub fn scan(s: &Service, _r: &Request, q: ScanRequest) -> Result<Reply<ScanReply>> {
+pub fn scan(s: &Service, r: &Request, q: ScanRequest) -> Result<Reply<ScanReply>> {
     let max = q.max.clamp(1, MAX_SCAN) as usize;
     let mut reply = ScanReply::default();
     match q.what() {
@@ -60,10 +61,10 @@ pub fn scan(s: &Service, _r: &Request, q: ScanRequest) -> Result<Reply<ScanReply
             reply.done = pairs.len() < max;
         }
         ScanWhat::ScanOrphanFiles => {
-            let orphans = orphan_files(s, max)?;
+            let orphans = orphan_files(s, r, max)?;
             if q.repair {
                 for h in &orphans {
-                    std::fs::remove_file(s.data.path_of(*h))?;
+                    std::fs::remove_file(s.data.path_of(*h)).map_err(ShoalError::from)?;
                 }
             }
             reply.done = orphans.len() < max;
@@ -73,14 +74,20 @@ pub fn scan(s: &Service, _r: &Request, q: ScanRequest) -> Result<Reply<ScanReply
     Ok(Reply::new(reply))
 }
 
-fn page(s: &Service, prefix: &[u8], after: &[u8], max: usize) -> Result<Vec<crate::kv::Pair>> {
+fn page(
+    s: &Service,
+    prefix: &[u8],
+    after: &[u8],
+    max: usize,
+) -> Result<Vec<crate::kv::Pair>, ShoalError> {
     let after = (!after.is_empty()).then_some(after);
     s.meta.kv().scan(prefix, after, max)
 }
 
 /// Handles of local datafile files (not changed for FILE_GRACE) whose record
-/// is missing or does not say its bytes live in a file; at most `max`.
-fn orphan_files(s: &Service, max: usize) -> Result<Vec<u64>> {
+/// (read for `r`) is missing or does not say its bytes live in a file; at
+/// most `max`.
+fn orphan_files(s: &Service, r: &Request, max: usize) -> Result<Vec<u64>> {
     let mut found = Vec::new();
     let files_dir = s.data_dir.join("files");
     let Ok(shards) = std::fs::read_dir(&files_dir) else {
@@ -88,7 +95,10 @@ fn orphan_files(s: &Service, max: usize) -> Result<Vec<u64>> {
     };
     let now = SystemTime::now();
     for shard in shards.flatten() {
-        for file in std::fs::read_dir(shard.path())?.flatten() {
+        for file in std::fs::read_dir(shard.path())
+            .map_err(ShoalError::from)?
+            .flatten()
+        {
             let Some(h) = file
                 .file_name()
                 .to_str()
@@ -106,7 +116,7 @@ fn orphan_files(s: &Service, max: usize) -> Result<Vec<u64>> {
             }
             let owned = s
                 .meta
-                .try_get(h)?
+                .try_get(r, h)?
                 .is_some_and(|rec| rec.kind() == ObjectKind::Datafile && rec.in_file);
             if !owned {
                 found.push(h);

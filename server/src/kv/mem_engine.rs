@@ -6,7 +6,7 @@ use std::sync::RwLock;
 
 use shoal_proto::error::Result;
 
-use super::{prefix_end, Batch, BatchOp, KvEngine, Pair};
+use super::engine::{prefix_end, Batch, BatchOp, KvEngine, Pair};
 
 #[derive(Default)]
 pub struct MemEngine {

@@ -8,7 +8,7 @@ use std::ops::Bound;
 
 use shoal_proto::error::Result;
 
-use super::{prefix_end, Batch, BatchOp, KvEngine, Pair};
+use super::engine::{prefix_end, Batch, BatchOp, KvEngine, Pair};
 
 #[derive(Default)]
 pub struct MemTable {
@@ -153,7 +153,7 @@ impl<'a> Below<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::MemEngine;
+    use crate::kv::mem_engine::MemEngine;
 
     fn table(ops: &[(&str, Option<&str>)]) -> MemTable {
         let mut t = MemTable::default();

@@ -1,6 +1,7 @@
-//! The storage engine behind a small trait: every piece of a server's metadata
-//! (objects, directory entries, inline file bytes, xattrs, counters) is a key in
-//! one ordered KV store. The key layout is in `keys.rs`.
+//! The storage engine behind a small trait (`engine`: [`KvEngine`]): every
+//! piece of a server's metadata (objects, directory entries, inline file
+//! bytes, xattrs, counters) is a key in one ordered KV store. The key layout
+//! is in `keys.rs`.
 //!
 //! Writes are split in two on purpose: [`KvEngine::apply`] makes a batch visible
 //! at once, [`KvEngine::sync`] makes everything applied so far durable. The commit
@@ -11,74 +12,17 @@
 //! append and fdatasync of the log, and redb's own (costlier) durable commit
 //! happens only at log checkpoints.
 
+mod engine;
 mod mem_engine;
 mod memtable;
 mod redb_engine;
 mod wal;
 mod wal_log;
 
+pub use engine::{Batch, BatchOp, KvEngine, Pair};
 pub use mem_engine::MemEngine;
 pub use redb_engine::RedbEngine;
 pub use wal::WalEngine;
-
-use shoal_proto::error::Result;
-
-/// One atomic group of changes.
-#[derive(Default, Debug)]
-pub struct Batch {
-    pub ops: Vec<BatchOp>,
-}
-
-#[derive(Debug)]
-pub enum BatchOp {
-    Put(Vec<u8>, Vec<u8>),
-    Delete(Vec<u8>),
-}
-
-impl Batch {
-    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.ops.push(BatchOp::Put(key, value));
-    }
-    pub fn delete(&mut self, key: Vec<u8>) {
-        self.ops.push(BatchOp::Delete(key));
-    }
-    pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
-    }
-}
-
-/// A key and its value, as returned by scans.
-pub type Pair = (Vec<u8>, Vec<u8>);
-
-pub trait KvEngine: Send + Sync + 'static {
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
-    /// What [`get`](KvEngine::get) of each key returns, index-aligned: an
-    /// engine with a per-read cost (redb's read transaction) pays it once for
-    /// the lot, as a listattr of hundreds of records wants.
-    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
-        keys.iter().map(|k| self.get(k)).collect()
-    }
-    /// Up to `limit` pairs whose keys start with `prefix` and sort strictly after
-    /// `after` (when given), in key order.
-    fn scan(&self, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Pair>>;
-    /// Applies `batch` atomically; readers see it at once; durable after `sync`.
-    fn apply(&self, batch: Batch) -> Result<()>;
-    /// Makes every batch applied so far durable.
-    fn sync(&self) -> Result<()>;
-}
-
-/// The smallest key strictly greater than every key that starts with `prefix`,
-/// or None if there is none (prefix of all 0xff).
-pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
-}
 
 #[cfg(test)]
 mod tests {
@@ -148,12 +92,5 @@ mod tests {
         let kv = open();
         assert_eq!(kv.get(b"E1/b").unwrap(), Some(b"B".to_vec()));
         assert_eq!(kv.get(b"E2/x").unwrap(), Some(b"x".to_vec()));
-    }
-
-    #[test]
-    fn prefix_end_is_the_next_key() {
-        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
-        assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));
-        assert_eq!(prefix_end(&[0xff, 0xff]), None);
     }
 }

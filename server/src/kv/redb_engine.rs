@@ -11,7 +11,7 @@ use std::path::Path;
 use redb::{Database, Durability, ReadableDatabase, TableDefinition};
 use shoal_proto::error::{Result, ShoalError};
 
-use super::{prefix_end, Batch, BatchOp, KvEngine, Pair};
+use super::engine::{prefix_end, Batch, BatchOp, KvEngine, Pair};
 
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("shoal");
 

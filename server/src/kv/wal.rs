@@ -37,9 +37,9 @@ use std::time::Duration;
 
 use shoal_proto::error::Result;
 
+use super::engine::{Batch, KvEngine, Pair};
 use super::memtable::{merged_scan, MemTable};
 use super::wal_log::{encode, io_err, read_run, LogFile, LOG_FILES};
-use super::{Batch, KvEngine, Pair};
 use crate::disk;
 use crate::keys;
 
@@ -373,7 +373,8 @@ impl<E: KvEngine> KvEngine for WalEngine<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::{MemEngine, RedbEngine};
+    use crate::kv::mem_engine::MemEngine;
+    use crate::kv::redb_engine::RedbEngine;
 
     fn put(k: &str, v: &str) -> Batch {
         let mut b = Batch::default();
@@ -512,7 +513,7 @@ mod tests {
                 }
                 fn apply(&self, b: Batch) -> Result<()> {
                     match &b.ops[..] {
-                        [super::super::BatchOp::Put(k, _)] if k == keys::WAL_SEQ => Ok(()),
+                        [crate::kv::engine::BatchOp::Put(k, _)] if k == keys::WAL_SEQ => Ok(()),
                         _ => Err(shoal_proto::ShoalError::io("disk full")),
                     }
                 }

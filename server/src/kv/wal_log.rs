@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use shoal_proto::error::{Result, ShoalError};
 
-use super::{Batch, BatchOp};
+use super::engine::{Batch, BatchOp};
 
 /// The two log files, beside the inner engine's files.
 pub const LOG_FILES: [&str; 2] = ["meta.wal.0", "meta.wal.1"];
