@@ -138,7 +138,7 @@ impl<'a> Request<'a> {
     /// was never queued. (In PVFS terms, it is no longer waiting for the
     /// storage thread.)
     pub fn leave_scheduling_queue(&self) {
-        drop(self.ticket.take());
+        drop(self.take_ticket());
     }
 
     /// The request's ticket, for `CommitQueue::make_durable` once its
