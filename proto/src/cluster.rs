@@ -109,20 +109,38 @@ impl WriteThreshold {
 }
 
 /// Cluster-wide settings. Every field has a default; the cluster file may set any.
+///
+/// Each field's doc comment ends with its tier, one line `Tier: NAME.`,
+/// which `shoal config defaults` shows (and its tests require of every
+/// setting):
+/// - `stable`: a switch or policy whose default is what production runs,
+///   measured and under the tests; change it for what its doc says it does.
+/// - `tuning`: a size, interval or limit; any value `validate` accepts
+///   works, trading speed or memory against what its doc says (how stale a
+///   cache, how long a wait, how much a crash may take).
+/// - `experimental`: off by default, or on by default from limited
+///   evidence (its doc says which); its default, or the setting, may
+///   change.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// Durability of metadata: "replay" (default), "full" or "none" (scratch).
+    /// Tier: stable.
     pub sync: SyncMode,
     /// Strip size of new files, in bytes. Default 1 MiB.
+    /// Tier: tuning.
     pub strip_size: u64,
     /// Datafiles per new file; 0 means one on every server. Default 0.
+    /// Tier: tuning.
     pub num_dfiles: u32,
     /// Datafiles up to this many bytes keep their bytes in the KV store. Default 64 KiB.
+    /// Tier: tuning.
     pub inline_max: u64,
     /// Directory entries per readdir request. Default 512.
+    /// Tier: tuning.
     pub readdir_batch: u32,
     /// Client name and attribute cache lifetime in milliseconds. Default 100.
+    /// Tier: tuning.
     pub cache_ttl_ms: u64,
     /// Entries each of a client's caches and tables of objects keeps at
     /// most: names, attributes, layouts, capabilities, the leases it
@@ -135,30 +153,37 @@ pub struct Settings {
     /// the mount's resident memory stays under 256 MiB however many files
     /// it sees (185 MiB after 1,000,000, `bench/results/mount-memory.md`).
     /// Default 65536.
+    /// Tier: tuning.
     pub cache_entries: u32,
     /// Names a client keeps of the directories it made and follows change
     /// by change (`client/src/consistency/known_dirs.rs`: negative lookups without a
     /// message, and the directory delegations that need them), in all.
     /// Past it, the directory least lately confirmed is forgotten: its
     /// lookups go to its server again. Default 131072.
+    /// Tier: tuning.
     pub known_names: u32,
     /// Metadata changes become durable by appending to a write-ahead log
     /// (one small fdatasync) instead of by a durable commit of the KV store's
     /// B-tree (several scattered page writes and an fsync); the store is
     /// checkpointed every 16 MiB of log. Default true; false is for measuring
     /// what it buys (`bench/results/kv-engine.md`).
+    /// Tier: stable.
     pub metadata_log: bool,
     /// Requests a client keeps in flight per server connection. Default 256.
+    /// Tier: tuning.
     pub max_inflight: u32,
     /// Requests a server handles at once per connection. Default 256.
+    /// Tier: tuning.
     pub server_inflight: u32,
     /// Largest data payload of one request, in bytes; larger transfers are split
     /// into pipelined requests. Default 1 MiB.
+    /// Tier: tuning.
     pub max_transfer: u32,
     /// Root squash: requests from uid 0 act as uid 65534 (`nobody`), and
     /// group 0 as group 65534, as NFS's `root_squash` does, so root on a
     /// client machine has no more rights than an unprivileged user. Default
     /// false.
+    /// Tier: stable.
     pub root_squash: bool,
     /// How long a client waits for a server it cannot reach (down, or
     /// restarting) before a call fails with EHOSTUNREACH, in milliseconds:
@@ -170,16 +195,19 @@ pub struct Settings {
     /// 0 fails at once (NFS's soft mount); a large value waits as NFS's hard
     /// mount does. A mount may choose its own (`-o restart_wait_ms=N`).
     /// Default 60000.
+    /// Tier: tuning.
     pub restart_wait_ms: u32,
     /// With `sync = "replay"`: the longest a change waits in a server's
     /// memory before the group flush that makes it durable, in
     /// milliseconds. Default 5.
+    /// Tier: tuning.
     pub replay_flush_ms: u32,
     /// With `sync = "replay"`: how long a restarted server waits for the
     /// clients that may hold changes it lost to replay them before it
     /// serves anything new, in milliseconds (Lustre's recovery window). A
     /// client that has not come back by then cannot replay, and its
     /// unflushed changes are lost. Default 20000.
+    /// Tier: tuning.
     pub recovery_window_ms: u32,
     /// How often each server makes durable what it applied and nobody
     /// synced, in milliseconds: file data held in its store and not
@@ -187,25 +215,30 @@ pub struct Settings {
     /// file system's commit interval (ext4's `commit=`): a server killed,
     /// or its machine crashing, loses at most this much of such writes.
     /// Default 1000.
+    /// Tier: tuning.
     pub data_flush_ms: u32,
     /// Lifetime of a capability, in seconds: the data right a file's server
     /// grants a user with its attributes, which the servers holding the
     /// data check (`capability.rs`). A chmod or chown reaches a user who
     /// already holds one within this time. Default 60.
+    /// Tier: tuning.
     pub capability_ttl_s: u32,
     /// Leases: a server's answer to a lookup, getattr, listing or create
     /// lets the asking client cache what it names for this many
     /// milliseconds (renewed by each answer), and the server recalls it
     /// before another client's change to it returns. 0: no leases, every
     /// client cache lives `cache_ttl_ms`. Default 30000.
+    /// Tier: tuning.
     pub lease_ms: u32,
     /// The longest a change waits for a client to acknowledge a recall of
     /// its lease, in milliseconds; a client that has not answered by then
     /// loses its leases on this server and the change goes on. Default 1000.
+    /// Tier: tuning.
     pub lease_recall_ms: u32,
     /// Leases one server keeps at most (each one a client's on one object,
     /// about 64 bytes); when full, answers grant none and clients cache for
     /// `cache_ttl_ms` as without leases. Default 1000000.
+    /// Tier: tuning.
     pub max_leases: u32,
     /// Directory delegations (`server/src/delegations.rs`): a client that
     /// knows every entry of a directory may take its delegation, answer
@@ -219,10 +252,12 @@ pub struct Settings {
     /// dies loses what it answered and had not sent (docs/reliability.md).
     /// No effect with `sync = "full"`, which answers nothing before it is
     /// durable. Default true.
+    /// Tier: stable.
     pub dir_delegations: bool,
     /// How long a client keeps the creates it answered under a delegation
     /// before it sends them, in milliseconds (sooner when 256 wait in one
     /// directory, or when anything else is sent). Default 5.
+    /// Tier: tuning.
     pub delegated_flush_ms: u32,
 
     // The write threshold [Hildebrand 2006]: the gathering path for small
@@ -235,8 +270,10 @@ pub struct Settings {
     /// write_threshold=N`). `"auto"`: each client follows the crossover of
     /// the two paths that its own writes' costs show, as it moves with the
     /// load. Default 32 KiB.
+    /// Tier: tuning.
     pub write_threshold: WriteThreshold,
     /// Bytes a file's gathering buffer holds before it is sent. Default 1 MiB.
+    /// Tier: tuning.
     pub gather_buffer: u32,
     /// Milliseconds a buffered write waits at most before it is sent, if
     /// nothing sends it sooner (a full buffer, fsync, close, a read or a
@@ -244,6 +281,7 @@ pub struct Settings {
     /// (libshoal, the preload library) sends on its next write or read
     /// after that, and everything at exit.
     /// Default 20.
+    /// Tier: tuning.
     pub gather_delay_ms: u32,
     /// Write-behind on the direct path: a write of at least 32 KiB returns
     /// once it is on its way, while the file has fewer than this many bytes
@@ -252,6 +290,7 @@ pub struct Settings {
     /// waits for its reply. Default 8 MiB (`bench/results/changes.md`).
     /// Other clients see a write once its writer's close or fsync returned
     /// (close-to-open), as with the gathering path's buffered writes.
+    /// Tier: tuning.
     pub write_behind: u32,
     /// Streamed reads through the mount: a file at least this big opened
     /// read-only is read past the kernel's page cache, and the mount keeps
@@ -263,6 +302,9 @@ pub struct Settings {
     /// read in pieces of a few KiB is far behind
     /// (`bench/results/read-streams.md`), so off by default: 0, every
     /// file is read through the page cache with the kernel's readahead.
+    /// Experimental: off by default, for mounts whose programs read large
+    /// files in large pieces.
+    /// Tier: experimental.
     pub stream_reads: u32,
     /// Server reads of at least this many bytes of a datafile pass through
     /// the page cache without staying there (`RWF_DONTCACHE`, asked of Linux
@@ -276,12 +318,19 @@ pub struct Settings {
     /// (0.8x-0.85x), and a large file read again by another client (or
     /// through `stream_reads`) comes from the servers' disks again
     /// (`bench/results/changes.md`). 0: every read stays in the page
-    /// cache. Default 256 KiB.
+    /// cache. Default 256 KiB. Experimental: the default was set from one
+    /// VM's measurement (this 2-core Firecracker VM, whose host takes back
+    /// memory the guest freed): 2.1x-2.2x there for cold memory, but 0.8x
+    /// where memory is warm (as it is on a machine whose freed memory is
+    /// not taken back, or in a loaded one that reuses it at once), where 0
+    /// may do better.
+    /// Tier: experimental.
     pub uncached_reads: u32,
     /// Scattered buffered writes (a buffer of several extents) go to the
     /// file's gathering server, its metafile's, which merges every
     /// client's into strip-aligned large writes; off, each extent goes
     /// straight to the strips' servers. Default true.
+    /// Tier: stable.
     pub gather_on_server: bool,
     /// The mount takes its requests from the kernel through io_uring rings
     /// (FUSE over io_uring, Linux 6.14+) when the kernel offers them, which
@@ -291,43 +340,59 @@ pub struct Settings {
     /// (`bench/results/changes.md`); in smallfile, reads of files
     /// held open since their create 0.82x and unlinks after closes 0.85x
     /// (`bench/results/changes.md`). Default true.
+    /// Experimental: on by default from A/Bs on one VM and kernel (6.18),
+    /// with some workloads slower; a kernel without the rings, or without
+    /// `enable_uring`, never uses them, so most mounts run without.
+    /// Tier: experimental.
     pub fuse_io_uring: bool,
 
     // The small-file techniques of [Carns 2009], each a switch (all on by default;
     // `shoal up --baseline` turns all five off).
     /// Precreate: servers keep pools of datafile handles created ahead on every
     /// other server, so a create is one augmented request plus the entry.
+    /// Tier: stable.
     pub precreate: bool,
     /// Datafiles requested from a server in one batch when a pool is refilled.
+    /// Tier: tuning.
     pub precreate_batch: u32,
     /// A pool under this many handles is refilled in the background.
+    /// Tier: tuning.
     pub precreate_low_mark: u32,
     /// Stuffing: a new file has one datafile, on its metafile's server, until it
     /// grows past the first strip.
+    /// Tier: stable.
     pub stuffing: bool,
     /// Commit coalescing: modifying requests that arrive together share a sync.
+    /// Tier: stable.
     pub coalescing: bool,
     /// Sync at once while fewer than this many modifying requests are queued.
+    /// Tier: tuning.
     pub low_watermark: u32,
     /// Sync once this many completions are waiting.
+    /// Tier: tuning.
     pub high_watermark: u32,
     /// Eager I/O: data up to `eager_limit` travels inside the request (write)
     /// or the reply (read); above it, or with `eager` off, a rendezvous first.
+    /// Tier: stable.
     pub eager: bool,
     /// Bytes carried eagerly. Default 16 KiB.
+    /// Tier: tuning.
     pub eager_limit: u32,
     /// Readdirplus: directory listings with attributes fetched in batches
     /// (one listattr per server) instead of one getattr per entry.
+    /// Tier: stable.
     pub readdirplus: bool,
     /// Beyond the papers: a new file's metafile lives on its parent directory's
     /// server, so a create (with precreate or stuffing) is one message that
     /// also adds the entry, and removing a stuffed file is one message.
+    /// Tier: stable.
     pub colocate: bool,
     /// Mounts of this cluster let every user of the machine use them (FUSE
     /// `allow_other`; the mount checks permissions for each caller, and the
     /// servers check them again), as a multi-user node needs. Off: only
     /// the user who mounted may use a mount (`shoal mount --allow-other`
     /// turns it on for one mount).
+    /// Tier: stable.
     pub allow_other: bool,
 }
 

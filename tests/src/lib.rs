@@ -6,6 +6,14 @@
 //! It runs the `shoal` binary of this workspace's target directory (built by
 //! `cargo build -p shoal-cli` before the tests; `scripts/test` does that), or
 //! the one named by `SHOAL_BIN`.
+//!
+//! `SHOAL_TEST_SETTINGS` (e.g. `sync=full,dir_delegations=false`) gives every
+//! cluster the kit starts other defaults: its comma-separated `key=value`
+//! settings apply over `Settings::default()` and under what a test sets
+//! itself ([`Builder::set`], [`Builder::baseline`]), so a test about one
+//! mode keeps it. A malformed value fails every test that starts a cluster,
+//! naming the variable. `scripts/test-matrix` runs the cluster tests under
+//! each `sync` mode with directory delegations on and off this way.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,12 +22,38 @@ use std::time::{Duration, Instant};
 
 use shoal_client::Client;
 use shoal_proto::auth::Secret;
-use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings};
+use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings, SyncMode};
 use shoal_proto::handle::{server_of, Handle, ROOT};
 
 pub mod churn;
 pub mod crash_work;
 pub mod page_cache;
+
+/// The environment variable with the kit's own defaults (module doc).
+pub const SETTINGS_ENV: &str = "SHOAL_TEST_SETTINGS";
+
+/// The settings every kit cluster starts from: the defaults, with those of
+/// `SHOAL_TEST_SETTINGS` applied (comma-separated `key=value`, as `shoal up
+/// --set` takes them; blank entries are skipped). Panics, naming the
+/// variable, on a malformed value.
+pub fn base_settings() -> Settings {
+    let assignments = std::env::var(SETTINGS_ENV).unwrap_or_default();
+    settings_from(&assignments).unwrap_or_else(|e| panic!("{SETTINGS_ENV}={assignments:?}: {e}"))
+}
+
+/// `Settings::default()` with each of the comma-separated `key=value`
+/// settings of `assignments` applied in order.
+fn settings_from(assignments: &str) -> Result<Settings, String> {
+    let mut settings = Settings::default();
+    for kv in assignments
+        .split(',')
+        .map(str::trim)
+        .filter(|kv| !kv.is_empty())
+    {
+        settings.set(kv).map_err(|e| e.message)?;
+    }
+    Ok(settings)
+}
 
 /// How long a server or mount gets to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -89,6 +123,8 @@ pub fn mount_stats(mnt: &Path, extra: &[&str]) -> String {
 pub struct Builder {
     servers: u32,
     sets: Vec<String>,
+    durable: bool,
+    delegating: bool,
     data_dirs: BTreeMap<u32, PathBuf>,
 }
 
@@ -118,6 +154,26 @@ impl Builder {
         }
     }
 
+    /// For a test that kills servers and expects every acknowledged change
+    /// back: a `sync` that keeps them (`replay`, or `full`), whatever
+    /// `SHOAL_TEST_SETTINGS` says. With `sync = "none"` (scratch) a server
+    /// killed loses its last `data_flush_ms` of changes, so the cluster gets
+    /// the default, `replay`, instead.
+    pub fn durable(mut self) -> Self {
+        self.durable = true;
+        self
+    }
+
+    /// For a test of directory delegations: `dir_delegations = true`, and a
+    /// `sync` that grants them (`replay` or `none`), whatever
+    /// `SHOAL_TEST_SETTINGS` says: with `sync = "full"` the cluster gets the
+    /// default, `replay`, instead.
+    pub fn delegating(mut self) -> Self {
+        self.sets.push("dir_delegations=true".into());
+        self.delegating = true;
+        self
+    }
+
     /// Puts server `id`'s data directory at `path` instead of under the
     /// cluster's temporary directory (e.g. on a small tmpfs). The caller
     /// owns `path` and removes it.
@@ -126,7 +182,8 @@ impl Builder {
         self
     }
 
-    /// A cluster setting, as `shoal up --set` takes it.
+    /// A cluster setting, as `shoal up --set` takes it; over any of
+    /// `SHOAL_TEST_SETTINGS` (module doc).
     pub fn set(mut self, kv: &str) -> Self {
         self.sets.push(kv.to_string());
         self
@@ -137,9 +194,15 @@ impl Builder {
             .prefix("shoal-test-")
             .tempdir()
             .expect("tempdir");
-        let mut settings = Settings::default();
+        let mut settings = base_settings();
         for s in &self.sets {
             settings.set(s).expect("valid setting");
+        }
+        if self.durable && settings.sync == SyncMode::None {
+            settings.sync = SyncMode::Replay;
+        }
+        if self.delegating && settings.sync == SyncMode::Full {
+            settings.sync = SyncMode::Replay;
         }
         // Every kit cluster is authenticated, like one `shoal up` makes.
         let secret_file = dir.path().join("secret");
@@ -188,6 +251,8 @@ impl Cluster {
         Builder {
             servers: 4,
             sets: Vec::new(),
+            durable: false,
+            delegating: false,
             data_dirs: BTreeMap::new(),
         }
     }
@@ -693,4 +758,35 @@ fn is_mounted(dir: &Path) -> bool {
             let _ = f.next();
             f.next() == Some(&*dir.to_string_lossy()) && f.next() == Some("fuse.shoal")
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_settings_apply_in_order_over_the_defaults() {
+        assert_eq!(settings_from("").unwrap(), Settings::default());
+        assert_eq!(settings_from(" , ").unwrap(), Settings::default());
+        let s = settings_from("sync=full, dir_delegations=false,").unwrap();
+        assert_eq!(s.sync, SyncMode::Full);
+        assert!(!s.dir_delegations);
+        assert_eq!(
+            settings_from("sync=none,sync=replay").unwrap().sync,
+            SyncMode::Replay
+        );
+    }
+
+    #[test]
+    fn malformed_test_settings_are_refused_with_what_is_wrong() {
+        let e = settings_from("sync=full;dir_delegations=false").unwrap_err();
+        assert!(e.contains("sync"), "{e}");
+        assert!(settings_from("sync").unwrap_err().contains("not key=value"));
+        assert!(settings_from("no_such=1")
+            .unwrap_err()
+            .contains("unknown setting"));
+        assert!(settings_from("sync=sometimes")
+            .unwrap_err()
+            .contains("sync"));
+    }
 }

@@ -14,7 +14,7 @@ use shoal_tests::{delegated_dir, entry_names, pattern, settled_fsck, Cluster};
 fn cluster() -> Cluster {
     Cluster::builder()
         .servers(2)
-        .set("dir_delegations=true")
+        .delegating()
         .set("delegated_flush_ms=60000")
         .start()
 }
@@ -143,7 +143,7 @@ async fn unsent_creates_survive_a_restart_of_their_server() {
 async fn two_holders_list_each_others_directory_at_once() {
     let cluster = Cluster::builder()
         .servers(1)
-        .set("dir_delegations=true")
+        .delegating()
         .set("delegated_flush_ms=60000")
         .set("lease_recall_ms=5000")
         .start();

@@ -261,6 +261,8 @@ fn a_files_threshold_is_an_xattr_of_the_client() {
 async fn a_server_killed_during_a_stream_of_small_writes_means_eio_or_all_data() {
     let mut cluster = Cluster::builder()
         .servers(3)
+        // Killed servers keep what they acknowledged (not `sync=none`).
+        .durable()
         .set(SOFT)
         .set("strip_size=65536")
         .set("gather_delay_ms=1")

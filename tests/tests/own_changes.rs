@@ -21,6 +21,8 @@ async fn a_write_made_while_its_create_is_answered_is_never_hidden_by_that_answe
     // Unsent creates go only when something makes them (a fence, an fsync).
     let cluster = Cluster::builder()
         .servers(2)
+        // Creates answered by the client under a delegation.
+        .delegating()
         .set("delegated_flush_ms=60000")
         .start();
     let c = cluster.client();

@@ -395,7 +395,8 @@ fn native_lock(kind: LockKind) -> LockAsk {
 /// a write lock on its bytes 0..99; then the server holding the file's
 /// locks is killed (SIGKILL) and started again, holding none.
 fn lock_then_restart() -> (Cluster, std::path::PathBuf, u64, Agent) {
-    let mut cluster = Cluster::builder().servers(2).start();
+    // The file made just before the kill must be there after it.
+    let mut cluster = Cluster::builder().servers(2).durable().start();
     let m = cluster.mount();
     let h = file(&m, "f", &[0u8; 64]);
     let server = server_of(h);

@@ -114,7 +114,8 @@ fn names_under(root: &Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_and_restarted_during_cp_r_is_not_seen_by_cp() {
-    let mut cluster = Cluster::builder().servers(4).start();
+    // Every name `cp` made before the kill must be there after it.
+    let mut cluster = Cluster::builder().servers(4).durable().start();
     let mnt = cluster.mount();
     let src = cluster.dir().join("src");
     source_tree(&src, 40, 40);

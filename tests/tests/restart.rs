@@ -17,6 +17,8 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 fn writing_direct() -> Cluster {
     Cluster::builder()
         .servers(2)
+        // Its tests kill servers holding files made a moment before.
+        .durable()
         .set("write_threshold=0")
         .start()
 }

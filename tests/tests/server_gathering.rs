@@ -63,6 +63,8 @@ fn eager_senders(cluster: &Cluster) -> Vec<Client> {
 fn holding_gathered_bytes(servers: u32) -> Cluster {
     Cluster::builder()
         .servers(servers)
+        // Its tests kill servers holding files made a moment before.
+        .durable()
         .set("strip_size=65536")
         .set("gather_delay_ms=60000")
         .start()

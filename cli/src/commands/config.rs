@@ -6,9 +6,12 @@
 //! The values come from `Settings::default()` at run time. The documentation
 //! is the doc comment of each field in `proto/src/cluster.rs`, the one place
 //! where settings are defined: that file is compiled into this binary as text
-//! and its `///` lines are read field by field. The tests fail if a setting
-//! has no documentation, if a documented field is not a setting, or if the
-//! printed file does not read back as the defaults.
+//! and its `///` lines are read field by field. The last of them, `Tier:
+//! NAME.`, is the setting's tier (`TIERS`), printed as a tag before its
+//! documentation. The tests fail if a setting has no documentation or no
+//! tier, if a documented field is not a setting, if the printed file does
+//! not read back as the defaults, or if docs/operations.md lists a setting
+//! under another tier than the code.
 
 use std::path::PathBuf;
 
@@ -22,6 +25,26 @@ const CLUSTER_RS: &str = include_str!("../../../proto/src/cluster.rs");
 
 /// Width of the printed comment lines.
 const WIDTH: usize = 78;
+
+/// The tiers a setting may be in (its doc comment's `Tier: NAME.` line), with
+/// what each means (as the doc comment of `Settings` says).
+const TIERS: [(&str, &str); 3] = [
+    (
+        "stable",
+        "a switch or policy whose default is what production runs, measured \
+         and under the tests",
+    ),
+    (
+        "tuning",
+        "a size, interval or limit: any value the servers accept works, \
+         trading speed or memory against what its documentation says",
+    ),
+    (
+        "experimental",
+        "off by default, or on by default from limited evidence (its \
+         documentation says which); its default, or the setting, may change",
+    ),
+];
 
 #[derive(clap::Subcommand, Debug)]
 pub enum ConfigCommand {
@@ -60,16 +83,18 @@ pub fn run(command: ConfigCommand) -> Result<()> {
     Ok(())
 }
 
-/// A field of a struct of the cluster file and its doc comment, in one line.
+/// A field of a struct of the cluster file and its doc comment, in one line,
+/// with its tier taken out of it (`Tier: NAME.`, None without one).
 #[derive(Debug, PartialEq, Eq)]
 struct FieldDoc {
     name: String,
     doc: String,
+    tier: Option<String>,
 }
 
 /// The fields of `pub struct NAME` in `source`, in order, with their doc
 /// comments (`///` lines joined by spaces; attributes and `//` comments
-/// between them are skipped).
+/// between them are skipped) and tiers (a `/// Tier: NAME.` line).
 fn field_docs(source: &str, name: &str) -> Vec<FieldDoc> {
     let header = format!("pub struct {name} {{");
     let mut lines = source
@@ -78,21 +103,27 @@ fn field_docs(source: &str, name: &str) -> Vec<FieldDoc> {
         .skip(1);
     let mut fields = Vec::new();
     let mut doc: Vec<&str> = Vec::new();
+    let mut tier = None;
     for line in lines.by_ref() {
         let line = line.trim();
         if line == "}" {
             break;
         }
         if let Some(text) = line.strip_prefix("///") {
-            doc.push(text.trim());
+            match text.trim().strip_prefix("Tier:") {
+                Some(t) => tier = Some(t.trim().trim_end_matches('.').to_string()),
+                None => doc.push(text.trim()),
+            }
         } else if let Some(field) = line.strip_prefix("pub ") {
             if let Some((field, _ty)) = field.split_once(':') {
                 fields.push(FieldDoc {
                     name: field.trim().to_string(),
                     doc: doc.join(" "),
+                    tier: tier.take(),
                 });
             }
             doc.clear();
+            tier = None;
         }
     }
     fields
@@ -137,12 +168,46 @@ pub fn defaults() -> Result<String> {
                 ShoalError::invalid(format!("{name} has no doc comment in proto/src/cluster.rs"))
             })
     };
+    let tier_of = |field: &FieldDoc| -> Result<&'static str> {
+        let tier = field.tier.as_deref().unwrap_or_default();
+        TIERS
+            .iter()
+            .map(|(name, _)| *name)
+            .find(|name| *name == tier)
+            .ok_or_else(|| {
+                ShoalError::invalid(format!(
+                    "{} has no tier (a last doc line `Tier: NAME.`, NAME one of {}) \
+                     in proto/src/cluster.rs",
+                    field.name,
+                    TIERS.map(|(name, _)| name).join(", ")
+                ))
+            })
+    };
     let mut out = comment(
         "A Shoal cluster file: every setting at its default, under its documentation \
          (generated from proto/src/cluster.rs by `shoal config defaults`). The same file \
          goes to every server and client. Every key of [settings] is optional: keep the \
          ones you change.",
     );
+    out.push_str("#\n");
+    out.push_str(&comment(
+        "Each setting's documentation starts with its tier in brackets:",
+    ));
+    for (name, meaning) in TIERS {
+        // Hanging lines, under the tag's text.
+        let item = wrap(&format!("[{name}] {meaning}."), "#     ");
+        out.push_str(&item.replacen("#     ", "#   ", 1));
+    }
+    let mut experimental = Vec::new();
+    for field in &docs {
+        if tier_of(field)? == "experimental" {
+            experimental.push(field.name.as_str());
+        }
+    }
+    out.push_str(&comment(&format!(
+        "Experimental here: {}.",
+        experimental.join(", ")
+    )));
     out.push('\n');
     let cluster = field_docs(CLUSTER_RS, "ClusterConfig");
     out.push_str(&comment(&doc_of(&cluster, "secret_file")?));
@@ -154,7 +219,11 @@ pub fn defaults() -> Result<String> {
                 field.name
             ))
         })?;
-        out.push_str(&comment(&doc_of(&docs, &field.name)?));
+        let tier = tier_of(field)?;
+        out.push_str(&comment(&format!(
+            "[{tier}] {}",
+            doc_of(&docs, &field.name)?
+        )));
         out.push_str(&format!("{} = {value}\n", field.name));
     }
     for key in values.keys() {
@@ -232,9 +301,82 @@ mod tests {
         );
     }
 
+    /// The settings of each tier, as the code gives them, in order.
+    fn settings_by_tier() -> Vec<(&'static str, Vec<String>)> {
+        let docs = field_docs(CLUSTER_RS, "Settings");
+        TIERS
+            .iter()
+            .map(|(tier, _)| {
+                let names = docs
+                    .iter()
+                    .filter(|f| f.tier.as_deref() == Some(tier))
+                    .map(|f| f.name.clone())
+                    .collect();
+                (*tier, names)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_setting_has_a_tier() {
+        let docs = field_docs(CLUSTER_RS, "Settings");
+        let all = toml::Table::try_from(Settings::default()).unwrap();
+        for key in all.keys() {
+            let field = docs.iter().find(|f| &f.name == key).unwrap();
+            let tier = field.tier.as_deref();
+            assert!(
+                TIERS.iter().any(|(name, _)| Some(*name) == tier),
+                "{key} has tier {tier:?}, not one of {TIERS:?}"
+            );
+        }
+        let experimental = &settings_by_tier()[2];
+        assert_eq!(experimental.0, "experimental");
+        for key in ["stream_reads", "fuse_io_uring", "uncached_reads"] {
+            assert!(experimental.1.iter().any(|k| k == key), "{key}");
+        }
+        // Printed as a tag before each setting's documentation.
+        let text = defaults().unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for field in &docs {
+            let at = lines
+                .iter()
+                .position(|l| l.starts_with(&format!("{} = ", field.name)))
+                .unwrap();
+            let first = lines[..at]
+                .iter()
+                .rposition(|l| !l.starts_with("# ") || l.starts_with("# ["))
+                .unwrap();
+            let tag = format!("# [{}] ", field.tier.as_deref().unwrap());
+            assert!(lines[first].starts_with(&tag), "{}", field.name);
+        }
+        assert!(text.contains("Experimental here: stream_reads, uncached_reads, fuse_io_uring."));
+    }
+
+    #[test]
+    fn the_operations_guide_lists_every_setting_under_its_tier() {
+        let guide = include_str!("../../../docs/operations.md");
+        for (tier, names) in settings_by_tier() {
+            let row = guide
+                .lines()
+                .find(|l| l.starts_with(&format!("| {tier} |")))
+                .unwrap_or_else(|| panic!("docs/operations.md has no row for {tier}"));
+            let listed: Vec<String> = row
+                .rsplit('|')
+                .nth(1)
+                .unwrap()
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(String::from)
+                .collect();
+            assert_eq!(listed, names, "docs/operations.md's {tier} row");
+        }
+    }
+
     #[test]
     fn field_docs_join_lines_and_skip_attributes_and_comments() {
-        let source = "pub struct A {\n    /// One\n    /// two.\n    #[serde(default)]\n    \
+        let source = "pub struct A {\n    /// One\n    /// two.\n    /// Tier: tuning.\n    \
+                      #[serde(default)]\n    \
                       pub x: u32,\n\n    // a group comment\n    /// Three.\n    pub y: bool,\n}\n\
                       pub struct B {\n    /// Not A's.\n    pub z: u8,\n}\n";
         assert_eq!(
@@ -242,11 +384,13 @@ mod tests {
             vec![
                 FieldDoc {
                     name: "x".into(),
-                    doc: "One two.".into()
+                    doc: "One two.".into(),
+                    tier: Some("tuning".into()),
                 },
                 FieldDoc {
                     name: "y".into(),
-                    doc: "Three.".into()
+                    doc: "Three.".into(),
+                    tier: None,
                 },
             ]
         );
