@@ -114,7 +114,8 @@ impl WriteThreshold {
 /// which `shoal config defaults` shows (and its tests require of every
 /// setting):
 /// - `stable`: a switch or policy whose default is what production runs,
-///   measured and under the tests; change it for what its doc says it does.
+///   under the tests (and measured, where it costs or buys speed); change
+///   it for what its doc says it does.
 /// - `tuning`: a size, interval or limit; any value `validate` accepts
 ///   works, trading speed or memory against what its doc says (how stale a
 ///   cache, how long a wait, how much a crash may take).

@@ -31,8 +31,8 @@ const WIDTH: usize = 78;
 const TIERS: [(&str, &str); 3] = [
     (
         "stable",
-        "a switch or policy whose default is what production runs, measured \
-         and under the tests",
+        "a switch or policy whose default is what production runs, under the \
+         tests (and measured, where it costs or buys speed)",
     ),
     (
         "tuning",
