@@ -101,6 +101,12 @@ impl Session {
             let _in_rt = rt.enter();
             Client::new(config)
         };
+        // No readable secret and no credential from a broker: said now, so
+        // that a caller (the preload library) can leave the cluster to the
+        // mount instead of failing every call.
+        if let Some(e) = client.cannot_connect() {
+            return Err(e);
+        }
         Ok(Session {
             client,
             rt,

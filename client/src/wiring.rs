@@ -14,6 +14,7 @@ use crate::consistency::{delegations, known_dirs, lease_ledger, leases, name_cac
 use crate::data::caps;
 use crate::data::dists::DistCache;
 use crate::namespace;
+use crate::transport::authority::Authority;
 use crate::transport::pool::Pool;
 use crate::types::current_cred;
 
@@ -26,6 +27,10 @@ impl Client {
         let known_names = config.settings.known_names as usize;
         let first = std::process::id() % config.num_servers();
         let delay = Duration::from_millis(config.settings.delegated_flush_ms as u64);
+        let authority = Authority::of(&config);
+        // With a credential, the client acts for the user it names, and
+        // only for that user.
+        let cred = authority.user().unwrap_or_else(current_cred);
         let client = Client {
             inner: Arc::new_cyclic(|me| Inner {
                 names: name_cache::NameCache::new(ttl, entries),
@@ -41,9 +46,9 @@ impl Client {
                 listings_ahead: Default::default(),
                 leases: lease_ledger::Ledger::new(entries),
                 delegated: delegations::DelegatedCreates::new(delay, known_names),
-                pool: Pool::new(config, leases::on_recall(me.clone())),
+                pool: Pool::new(config, authority, leases::on_recall(me.clone())),
             }),
-            cred: current_cred(),
+            cred,
         };
         let fence = namespace::delegated::fence(Arc::downgrade(&client.inner));
         client.inner.pool.set_fence(fence);

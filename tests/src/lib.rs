@@ -209,6 +209,8 @@ impl Builder {
         Secret::create_file(&secret_file).expect("write secret file");
         let config = ClusterConfig {
             secret_file: Some(secret_file),
+            broker_socket: None,
+            loaded_from: None,
             settings,
             servers: (0..self.servers)
                 .map(|id| ServerEntry {
