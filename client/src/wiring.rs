@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shoal_proto::cluster::ClusterConfig;
+use shoal_proto::credential::Issued;
 
 use crate::client::{Client, Inner};
 use crate::consistency::cache::{self, TtlCache};
@@ -22,12 +23,25 @@ impl Client {
     /// A client of the cluster described by `config`. Connections open lazily;
     /// call [`Client::ping_all`] to check that every server answers.
     pub fn new(config: ClusterConfig) -> Client {
+        let authority = Authority::of(&config);
+        Client::with_authority(config, authority)
+    }
+
+    /// A client that opens its connections with the user credential
+    /// `issued` (from a broker, `shoal_net::broker::ask`), and so acts only
+    /// for the user it names, until it expires, even in a process that
+    /// could read the cluster secret.
+    pub fn with_credential(config: ClusterConfig, issued: Issued) -> Client {
+        let authority = Authority::given(issued, &config);
+        Client::with_authority(config, authority)
+    }
+
+    fn with_authority(config: ClusterConfig, authority: Authority) -> Client {
         let ttl = Duration::from_millis(config.settings.cache_ttl_ms);
         let entries = config.settings.cache_entries as usize;
         let known_names = config.settings.known_names as usize;
         let first = std::process::id() % config.num_servers();
         let delay = Duration::from_millis(config.settings.delegated_flush_ms as u64);
-        let authority = Authority::of(&config);
         // With a credential, the client acts for the user it names, and
         // only for that user.
         let cred = authority.user().unwrap_or_else(current_cred);

@@ -226,6 +226,11 @@ impl Builder {
         };
         let config_path = dir.path().join("cluster.toml");
         config.save(&config_path).expect("write cluster file");
+        // As `ClusterConfig::load` gives it: this names the broker socket.
+        let config = ClusterConfig {
+            loaded_from: Some(std::fs::canonicalize(&config_path).expect("cluster file")),
+            ..config
+        };
         let mut cluster = Cluster {
             dir,
             config_path,

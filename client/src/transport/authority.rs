@@ -23,9 +23,10 @@ pub enum Authority {
     /// A cluster without a secret: scratch, nothing to prove.
     Open,
     Secret(Secret),
-    /// The broker at `socket`, and the credential it last issued.
-    Broker {
-        socket: PathBuf,
+    /// A user credential, and the broker that renews it (None: one given
+    /// to the client, [`Authority::given`], used until it expires).
+    Credential {
+        broker: Option<PathBuf>,
         lifetime_s: u64,
         held: Mutex<Issued>,
     },
@@ -74,8 +75,8 @@ impl Authority {
             return Authority::None(unreadable);
         };
         match shoal_net::broker::ask(&socket) {
-            Ok(issued) => Authority::Broker {
-                socket,
+            Ok(issued) => Authority::Credential {
+                broker: Some(socket),
                 lifetime_s: config.settings.credential_ttl_s as u64,
                 held: Mutex::new(issued),
             },
@@ -86,11 +87,21 @@ impl Authority {
         }
     }
 
+    /// A credential issued elsewhere (a broker asked by another process,
+    /// or made by a holder of the secret), used until it expires.
+    pub fn given(issued: Issued, config: &ClusterConfig) -> Authority {
+        Authority::Credential {
+            broker: None,
+            lifetime_s: config.settings.credential_ttl_s as u64,
+            held: Mutex::new(issued),
+        }
+    }
+
     /// Whom a credential lets this client act for (None: anyone it says,
     /// with the secret or on a cluster without one).
     pub fn user(&self) -> Option<Cred> {
         match self {
-            Authority::Broker { held, .. } => Some(lock(held).credential.cred),
+            Authority::Credential { held, .. } => Some(lock(held).credential.cred),
             _ => None,
         }
     }
@@ -112,14 +123,17 @@ impl Authority {
             Authority::Open => Ok(Proving::Nothing),
             Authority::Secret(s) => Ok(Proving::Secret(s.clone())),
             Authority::None(e) => Err(e.clone()),
-            Authority::Broker {
-                socket,
+            Authority::Credential {
+                broker,
                 lifetime_s,
                 held,
             } => {
                 let mut held = lock(held);
                 let now = shoal_proto::time::now_s();
-                if held.credential.expires_s < now + lifetime_s / 2 {
+                if let Some(socket) = broker
+                    .as_ref()
+                    .filter(|_| held.credential.expires_s < now + lifetime_s / 2)
+                {
                     let fresh = shoal_net::broker::ask(socket)?;
                     if fresh.credential.cred != held.credential.cred {
                         return Err(ShoalError::new(
@@ -141,9 +155,14 @@ impl Authority {
     /// be replaced before its next use.
     pub fn expiring(&self, expires_s: Option<u64>) -> bool {
         match (self, expires_s) {
-            (Authority::Broker { lifetime_s, .. }, Some(at)) => {
-                shoal_proto::time::now_s() + lifetime_s / 4 >= at
-            }
+            (
+                Authority::Credential {
+                    broker: Some(_),
+                    lifetime_s,
+                    ..
+                },
+                Some(at),
+            ) => shoal_proto::time::now_s() + lifetime_s / 4 >= at,
             _ => false,
         }
     }
