@@ -3,6 +3,9 @@
 //! in one invocation through every way a program reaches Shoal:
 //!
 //! - `preload`: POSIX calls through `libshoal_preload.so` (LD_PRELOAD), no kernel;
+//! - `preload-user`: the same as an unprivileged user (uid 65534, smallfile
+//!   only), who cannot read the cluster secret: the library's connections
+//!   carry a credential from the mount's broker;
 //! - `mount`: the same calls through the FUSE mount;
 //! - `native`: the Rust client (smallfile and bandwidth only);
 //! - `passthrough`: bindfs --multithreaded over tmpfs, the ceiling of any
@@ -44,6 +47,7 @@ const SETTLE: Duration = Duration::from_millis(300);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Target {
     Preload,
+    PreloadUser,
     Mount,
     Native,
     Passthrough,
@@ -53,6 +57,7 @@ impl Target {
     pub fn name(self) -> &'static str {
         match self {
             Target::Preload => "preload",
+            Target::PreloadUser => "preload-user",
             Target::Mount => "mount",
             Target::Native => "native",
             Target::Passthrough => "passthrough",
@@ -107,7 +112,14 @@ impl Workload {
 
     fn targets(&self) -> &'static [Target] {
         match self {
-            Workload::Smallfile { .. } | Workload::Bandwidth { .. } => &[
+            Workload::Smallfile { .. } => &[
+                Target::Preload,
+                Target::PreloadUser,
+                Target::Mount,
+                Target::Native,
+                Target::Passthrough,
+            ],
+            Workload::Bandwidth { .. } => &[
                 Target::Preload,
                 Target::Mount,
                 Target::Native,
@@ -227,6 +239,20 @@ impl Setup {
         Ok(setup)
     }
 
+    /// Connections the servers have seen opened with a user credential.
+    fn user_connections(&self) -> Result<u64> {
+        let config = ClusterConfig::load(&self.data.join("cluster.toml"))?;
+        let servers = config.num_servers();
+        let client = Client::new(config);
+        runtime()?.block_on(async {
+            let mut n = 0;
+            for s in 0..servers {
+                n += client.server_stats(s).await?.user_connections;
+            }
+            Ok(n)
+        })
+    }
+
     /// Where `target` works, and the environment its programs get.
     fn dir(&self, t: Target) -> &Path {
         match t {
@@ -237,7 +263,9 @@ impl Setup {
 
     fn env(&self, t: Target) -> Vec<(String, OsString)> {
         match t {
-            Target::Preload => vec![("LD_PRELOAD".into(), self.preload.clone().into())],
+            Target::Preload | Target::PreloadUser => {
+                vec![("LD_PRELOAD".into(), self.preload.clone().into())]
+            }
             _ => Vec::new(),
         }
     }
@@ -397,7 +425,8 @@ fn markdown(
     let _ = writeln!(
         md,
         "{what}. {}-server local cluster{} and its FUSE mount; `preload`: the same POSIX \
-         programs with LD_PRELOAD=libshoal_preload.so; `native`: the Rust client; \
+         programs with LD_PRELOAD=libshoal_preload.so (`preload-user`: as uid 65534, \
+         through a user credential from the mount's broker); `native`: the Rust client; \
          `passthrough`: bindfs --multithreaded over tmpfs (the ceiling of a FUSE mount). \
          Median of {} round{}, targets alternating within a round, the first rotating. {} build.\n",
         opts.servers,
@@ -431,16 +460,21 @@ fn markdown(
         let _ = write!(md, " {} |", t.name());
     }
     let has_native = targets.contains(&Target::Native);
+    let has_user = targets.contains(&Target::PreloadUser);
     let _ = write!(md, " preload/mount |");
     if has_native {
         let _ = write!(md, " preload/native |");
+    }
+    if has_user {
+        let _ = write!(md, " preload-user/preload |");
     }
     let _ = writeln!(md);
     let _ = write!(md, "|---|---|");
     for _ in targets {
         let _ = write!(md, "---:|");
     }
-    let _ = writeln!(md, "---:|{}", if has_native { "---:|" } else { "" });
+    let extra = 1 + usize::from(has_native) + usize::from(has_user);
+    let _ = writeln!(md, "{}", "---:|".repeat(extra));
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) if a > 0.0 && b > 0.0 && a.is_finite() && b.is_finite() => {
             // As a speed-up: >1 means the preload library is faster.
@@ -469,11 +503,15 @@ fn markdown(
         if has_native {
             let _ = write!(md, " {} |", ratio(p, value("native", metric)));
         }
+        if has_user {
+            let _ = write!(md, " {} |", ratio(value("preload-user", metric), p));
+        }
         let _ = writeln!(md);
     }
     let _ = writeln!(
         md,
-        "\nRatios are speed-ups of the preload library (>1: it is faster).\n"
+        "\nRatios are speed-ups of the preload library (>1: it is faster); \
+         preload-user/preload: of the unprivileged user's library over root's.\n"
     );
     let _ = writeln!(md, "Every round:\n");
     for (t, metric, _, _, all) in rows {
@@ -494,6 +532,7 @@ fn run_smallfile(
     size: usize,
     reopen: bool,
 ) -> Result<Vec<Sample>> {
+    let users_before = s.user_connections()?;
     let report = smallfile::smallfile(&SmallfileOptions {
         dir: s.dir(t).to_path_buf(),
         procs,
@@ -503,8 +542,16 @@ fn run_smallfile(
         native: t == Target::Native,
         reopen,
         create_batch: 1,
-        preload: (t == Target::Preload).then(|| s.preload.clone()),
+        preload: matches!(t, Target::Preload | Target::PreloadUser).then(|| s.preload.clone()),
+        uid: (t == Target::PreloadUser).then_some(shoal_proto::cred::NOBODY),
     })?;
+    // The user's workers were served directly, with credentials, not left
+    // to the mount (which would time the mount under another name).
+    if t == Target::PreloadUser && s.user_connections()? == users_before {
+        return Err(ShoalError::io(
+            "preload-user: no connection was opened with a user credential",
+        ));
+    }
     Ok(report
         .phases
         .iter()
@@ -679,12 +726,16 @@ fn run_bandwidth(
         if t == Target::Native {
             extra.push("--native".into());
         }
+        let launch = crate::workers::Launch {
+            env: s.env(t),
+            uid: None,
+        };
         run_phases_with(
             "bandwidth-worker",
             procs,
             &file,
             &extra,
-            &s.env(t),
+            &launch,
             &mut phases,
         )?;
         fs::remove_file(&file).map_err(|e| at(&file, e))?;
