@@ -352,3 +352,86 @@ async fn an_unprivileged_user_gets_a_credential_for_itself_and_never_the_secret(
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no credential broker"), "{stderr}");
 }
+
+/// A root program under the preload library forks; the child, after a call
+/// as root, becomes another user (as `su` or a daemon dropping its
+/// privileges does) and carries on: its library builds a session for the
+/// user it is now (a credential from the mount's broker), never keeping
+/// root's, and the parent stays root.
+#[test]
+fn a_forked_child_that_changes_user_acts_as_that_user() {
+    let cluster = Cluster::builder().servers(2).start();
+    std::fs::set_permissions(cluster.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let m = shoal_tests::SharedMount::new(&cluster);
+    let dir = m.path().join("shared");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::write(dir.join("roots"), "root's\n").unwrap();
+    std::fs::set_permissions(dir.join("roots"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let script = r#"
+import os, sys
+d = sys.argv[1]
+open(os.path.join(d, "parent-before"), "w").write("root\n")
+pid = os.fork()
+if pid == 0:
+    # A call as root first: the child's session is root's until it drops.
+    open(os.path.join(d, "child-as-root"), "w").write("root\n")
+    os.setgroups([])
+    os.setgid(1001)
+    os.setuid(1001)
+    open(os.path.join(d, "child"), "w").write("alice\n")
+    try:
+        open(os.path.join(d, "roots")).read()
+        sys.exit(3)
+    except PermissionError:
+        sys.exit(0)
+_, status = os.waitpid(pid, 0)
+open(os.path.join(d, "parent-after"), "w").write("root\n")
+print(open(os.path.join(d, "roots")).read(), end="")
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+    let stats = tempfile::Builder::new()
+        .prefix("shoal-fork-stats-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(stats.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&dir)
+        .env(
+            "LD_PRELOAD",
+            shoal_bin().with_file_name("libshoal_preload.so"),
+        )
+        .env("SHOAL_STATS", stats.path().join("%p"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "root's\n");
+    // Both served by the library: the parent with the secret, the child
+    // with alice's credential.
+    let tables: Vec<String> = std::fs::read_dir(stats.path())
+        .unwrap()
+        .map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(tables.len(), 2, "{tables:?}");
+    assert!(
+        tables
+            .iter()
+            .any(|t| t.contains("# served with the cluster secret")),
+        "{tables:?}"
+    );
+    assert!(
+        tables
+            .iter()
+            .any(|t| t.contains("# served as uid 1001, by a user credential")),
+        "{tables:?}"
+    );
+    let owner = |n: &str| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(dir.join(n)).unwrap().uid()
+    };
+    assert_eq!(owner("parent-before"), 0);
+    assert_eq!(owner("child-as-root"), 0);
+    assert_eq!(owner("child"), 1001);
+    assert_eq!(owner("parent-after"), 0);
+}
