@@ -70,8 +70,16 @@ pub enum Proof<'a> {
 }
 
 /// The cluster secret. Its bytes are never printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(Arc<[u8]>);
+#[derive(Clone)]
+pub struct Secret(Arc<[u8]>, Arc<Hmac<Sha256>>);
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Secret) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Secret {}
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -84,7 +92,10 @@ impl Secret {
         if bytes.is_empty() {
             return Err(ShoalError::invalid("the cluster secret is empty"));
         }
-        Ok(Secret(bytes.into()))
+        // Keyed once: every tag (a proof, each capability a server grants
+        // or checks) starts from a copy instead of hashing the key again.
+        let keyed = Hmac::<Sha256>::new_from_slice(bytes).expect("HMAC takes any key length");
+        Ok(Secret(bytes.into(), Arc::new(keyed)))
     }
 
     /// Reads a secret file (surrounding whitespace is not part of the secret).
@@ -118,7 +129,7 @@ impl Secret {
     /// a tag made for one purpose (the handshake, a capability) is never
     /// valid for another.
     pub(crate) fn keyed(&self, context: &[u8]) -> Hmac<Sha256> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        let mut mac = (*self.1).clone();
         mac.update(context);
         mac
     }

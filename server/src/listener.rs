@@ -17,8 +17,9 @@
 //! Before any frame, a connection proves the cluster secret or a user
 //! credential (`auth`); one that does not is closed without a frame read.
 //! One opened with a credential acts only for its user (`user_peers`, which
-//! refuses any other request alone) and ends when the credential expires. A frame whose first byte has
-//! arrived must arrive whole within [`FRAME_TIMEOUT`].
+//! refuses any other request alone) and ends when the credential expires.
+//! A frame whose first byte has arrived must arrive whole within
+//! [`FRAME_TIMEOUT`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -138,11 +139,14 @@ async fn serve_connection(
                 break;
             }
             if let Err(e) = user_peers::admit(cred, &frame) {
-                service
+                let before = service
                     .stats
                     .identity_refusals
                     .fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("refused a request from {peer}: {}", e.message);
+                // Logged, but a flood of them is counted, not written out.
+                if before < 100 {
+                    tracing::warn!("refused a request from {peer}: {}", e.message);
+                }
                 if sink.send(&service.refusal(&frame, e)).is_err() {
                     break;
                 }

@@ -138,15 +138,7 @@ async fn a_credential_acts_for_its_user_and_no_request_for_another_is_served() {
     let bob = Cred::new(1002, 1002);
     let frames = vec![
         request(Op::Ping, 1, Cred::ROOT, &Empty {}),
-        request(
-            Op::GetAttr,
-            2,
-            bob,
-            &GetAttrRequest {
-                handle: ROOT,
-                ..Default::default()
-            },
-        ),
+        request(Op::GetAttr, 2, bob, &GetAttrRequest { handle: ROOT }),
         request(Op::CreateFile, 3, Cred::ROOT, &create),
         request(
             Op::Lookup,
@@ -434,4 +426,42 @@ sys.exit(os.waitstatus_to_exitcode(status))
     assert_eq!(owner("child-as-root"), 0);
     assert_eq!(owner("child"), 1001);
     assert_eq!(owner("parent-after"), 0);
+}
+
+/// Garbage where a credential should be (an unknown proof kind, a length
+/// past the longest credential, a truncated one, random bytes): the
+/// connection is refused or closed, never served, and the server goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_credential_closes_that_connection_only() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cluster = Cluster::builder().servers(1).start();
+    let addr = cluster.config().servers[0].addr;
+    let good = credential(&cluster, ALICE, 600).credential.encode();
+    let mut garbage: Vec<Vec<u8>> = vec![
+        vec![9; 40],
+        [&[2u8][..], &u16::MAX.to_be_bytes(), &[0; 64]].concat(),
+        [
+            &[2u8][..],
+            &(good.len() as u16).to_be_bytes(),
+            &good[..good.len() / 2],
+        ]
+        .concat(),
+    ];
+    for n in [0usize, 1, 33, 200, 300] {
+        let len = (n as u16).to_be_bytes();
+        let noise: Vec<u8> = (0..n + 32).map(|i| (i * 37 + n) as u8).collect();
+        garbage.push([&[2u8][..], &len, &noise].concat());
+    }
+    for bytes in garbage {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut nonce = [0u8; 32];
+        s.read_exact(&mut nonce).await.unwrap();
+        let _ = s.write_all(&bytes).await;
+        let _ = s.shutdown().await;
+        // A refusal byte or nothing, then the end: never a frame.
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest)).await;
+        assert!(rest.len() <= 1 && rest.iter().all(|&b| b == 0), "{rest:?}");
+    }
+    cluster.client().getattr(ROOT).await.unwrap();
 }

@@ -6,6 +6,9 @@
 //! - `preload-user`: the same as an unprivileged user (uid 65534, smallfile
 //!   only), who cannot read the cluster secret: the library's connections
 //!   carry a credential from the mount's broker;
+//! - `preload-user-secret`: the same user with the secret made readable to it
+//!   for its turn (a control: the same user's permission checks, no
+//!   credential);
 //! - `mount`: the same calls through the FUSE mount;
 //! - `native`: the Rust client (smallfile and bandwidth only);
 //! - `passthrough`: bindfs --multithreaded over tmpfs, the ceiling of any
@@ -48,6 +51,7 @@ const SETTLE: Duration = Duration::from_millis(300);
 pub enum Target {
     Preload,
     PreloadUser,
+    PreloadUserSecret,
     Mount,
     Native,
     Passthrough,
@@ -58,6 +62,7 @@ impl Target {
         match self {
             Target::Preload => "preload",
             Target::PreloadUser => "preload-user",
+            Target::PreloadUserSecret => "preload-user-secret",
             Target::Mount => "mount",
             Target::Native => "native",
             Target::Passthrough => "passthrough",
@@ -115,6 +120,7 @@ impl Workload {
             Workload::Smallfile { .. } => &[
                 Target::Preload,
                 Target::PreloadUser,
+                Target::PreloadUserSecret,
                 Target::Mount,
                 Target::Native,
                 Target::Passthrough,
@@ -263,7 +269,7 @@ impl Setup {
 
     fn env(&self, t: Target) -> Vec<(String, OsString)> {
         match t {
-            Target::Preload | Target::PreloadUser => {
+            Target::Preload | Target::PreloadUser | Target::PreloadUserSecret => {
                 vec![("LD_PRELOAD".into(), self.preload.clone().into())]
             }
             _ => Vec::new(),
@@ -426,7 +432,8 @@ fn markdown(
         md,
         "{what}. {}-server local cluster{} and its FUSE mount; `preload`: the same POSIX \
          programs with LD_PRELOAD=libshoal_preload.so (`preload-user`: as uid 65534, \
-         through a user credential from the mount's broker); `native`: the Rust client; \
+         through a user credential from the mount's broker; `preload-user-secret`: the same \
+         user with the secret made readable to it, a control without credentials); `native`: the Rust client; \
          `passthrough`: bindfs --multithreaded over tmpfs (the ceiling of a FUSE mount). \
          Median of {} round{}, targets alternating within a round, the first rotating. {} build.\n",
         opts.servers,
@@ -533,6 +540,15 @@ fn run_smallfile(
     reopen: bool,
 ) -> Result<Vec<Sample>> {
     let users_before = s.user_connections()?;
+    let as_user = matches!(t, Target::PreloadUser | Target::PreloadUserSecret);
+    let secret = s.data.join("secret");
+    let secret_mode = |mode| {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&secret, fs::Permissions::from_mode(mode)).map_err(|e| at(&secret, e))
+    };
+    if t == Target::PreloadUserSecret {
+        secret_mode(0o644)?;
+    }
     let report = smallfile::smallfile(&SmallfileOptions {
         dir: s.dir(t).to_path_buf(),
         procs,
@@ -542,9 +558,13 @@ fn run_smallfile(
         native: t == Target::Native,
         reopen,
         create_batch: 1,
-        preload: matches!(t, Target::Preload | Target::PreloadUser).then(|| s.preload.clone()),
-        uid: (t == Target::PreloadUser).then_some(shoal_proto::cred::NOBODY),
-    })?;
+        preload: (t == Target::Preload || as_user).then(|| s.preload.clone()),
+        uid: as_user.then_some(shoal_proto::cred::NOBODY),
+    });
+    if t == Target::PreloadUserSecret {
+        secret_mode(0o600)?;
+    }
+    let report = report?;
     // The user's workers were served directly, with credentials, not left
     // to the mount (which would time the mount under another name).
     if t == Target::PreloadUser && s.user_connections()? == users_before {

@@ -28,7 +28,7 @@ pub enum Authority {
     Credential {
         broker: Option<PathBuf>,
         lifetime_s: u64,
-        held: Mutex<Issued>,
+        held: Box<Mutex<Issued>>,
     },
     /// Neither readable secret nor broker: why, for every connection.
     None(ShoalError),
@@ -78,7 +78,7 @@ impl Authority {
             Ok(issued) => Authority::Credential {
                 broker: Some(socket),
                 lifetime_s: config.settings.credential_ttl_s as u64,
-                held: Mutex::new(issued),
+                held: Box::new(Mutex::new(issued)),
             },
             Err(e) => Authority::None(ShoalError::new(
                 Errno::EACCES,
@@ -93,7 +93,7 @@ impl Authority {
         Authority::Credential {
             broker: None,
             lifetime_s: config.settings.credential_ttl_s as u64,
-            held: Mutex::new(issued),
+            held: Box::new(Mutex::new(issued)),
         }
     }
 
