@@ -15,8 +15,8 @@
 //!   FUSE mount on this machine (nothing durable, no network).
 //!
 //! One local cluster (`shoal up --mount --detach`) and one bindfs are set up
-//! for the whole run; targets alternate within each round, the first one
-//! rotating from round to round, and the median of the rounds is reported.
+//! for the whole run; targets alternate within each round, in another order
+//! each round, and the median of the rounds is reported.
 //! Every child runs under `timeout`. Writes `interfaces-<workload>.{csv,md}`
 //! and a PNG chart (bench/plot.py).
 
@@ -300,11 +300,14 @@ pub fn interfaces(opts: &InterfacesOptions) -> Result<()> {
         _ => None,
     };
     for round in 0..opts.rounds {
-        // Which target goes first rotates from round to round: a target's
-        // leftovers on the shared cluster (its deletes still settling, the
-        // store's compaction) land on the next one, and a fixed order would
-        // always hand them to the same target.
-        for i in (0..targets.len()).map(|k| (k + round) % targets.len()) {
+        // A target's leftovers on the shared cluster (its deletes still
+        // settling, the store's compaction) land on the next one: each round
+        // takes the targets in another order (the same for a given round
+        // number, run to run), so that no target always follows the same one,
+        // as a rotation of one fixed order would have it (the target after
+        // the only one that leaves the cluster alone always ran on a quiet
+        // cluster).
+        for i in round_order(targets.len(), round) {
             let t = targets[i];
             eprintln!(
                 "bench interfaces {}: round {} of {}: {}",
@@ -358,6 +361,21 @@ pub fn interfaces(opts: &InterfacesOptions) -> Result<()> {
     let png = opts.out.join(format!("interfaces-{name}.png"));
     crate::ablation::plot("interfaces", &csv_path, &png);
     Ok(())
+}
+
+/// The order of `n` targets in round `round`: a shuffle seeded by the
+/// round's number (Fisher-Yates over a 64-bit LCG).
+fn round_order(n: usize, round: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut state = (round as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for i in (1..n).rev() {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let j = ((state >> 33) % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    order
 }
 
 /// (target, metric, unit, median, every round) in metric order.
@@ -435,7 +453,7 @@ fn markdown(
          through a user credential from the mount's broker; `preload-user-secret`: the same \
          user with the secret made readable to it, a control without credentials); `native`: the Rust client; \
          `passthrough`: bindfs --multithreaded over tmpfs (the ceiling of a FUSE mount). \
-         Median of {} round{}, targets alternating within a round, the first rotating. {} build.\n",
+         Median of {} round{}, targets alternating within a round, in another order each round. {} build.\n",
         opts.servers,
         if opts.settings.is_empty() {
             " (defaults: metadata durable)".to_string()
@@ -929,6 +947,21 @@ fn run_bonnie(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_round_takes_every_target_once_and_predecessors_vary() {
+        let mut after = std::collections::BTreeSet::new();
+        for round in 0..20 {
+            let mut o = round_order(6, round);
+            assert_eq!(round_order(6, round), o, "the same for a round number");
+            if let Some(k) = o.iter().position(|&t| t == 1) {
+                after.insert(if k == 0 { None } else { Some(o[k - 1]) });
+            }
+            o.sort();
+            assert_eq!(o, (0..6).collect::<Vec<_>>());
+        }
+        assert!(after.len() >= 4, "target 1 follows many others: {after:?}");
+    }
 
     #[test]
     fn a_tree_other_than_the_default_names_its_results_apart() {
