@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::Secret;
 use crate::error::{Result, ShoalError};
 use crate::handle::MAX_SERVERS;
+use crate::secret::Secret;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]

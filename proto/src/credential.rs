@@ -39,8 +39,8 @@ use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::Sha256;
 
-use crate::auth::{Secret, NONCE_LEN, PROOF_LEN};
 use crate::cred::{Cred, MAX_GROUPS};
+use crate::secret::{Secret, NONCE_LEN, PROOF_LEN};
 
 /// Bytes of a credential's key and of a proof made with it.
 pub const KEY_LEN: usize = 32;
@@ -275,7 +275,7 @@ impl Issued {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::nonce;
+    use crate::secret::nonce;
 
     const NOW: u64 = 1_800_000_000;
 
