@@ -184,6 +184,15 @@ pub fn connected_settings() -> Option<shoal_proto::cluster::Settings> {
     session::settings()
 }
 
+/// How this process's session proves itself, for `libshoal_preload.so`'s
+/// statistics: `Some(uid)` with a user credential from the node's broker
+/// (acting as that uid only), None with the cluster secret or not connected
+/// (Rust only).
+#[doc(hidden)]
+pub fn connected_credential_uid() -> Option<u32> {
+    session::ours()?.client.credential_user().map(|c| c.uid)
+}
+
 /// Drops one user of the connection; the last one closes every descriptor
 /// and the connections. ENOTCONN if not connected.
 #[no_mangle]

@@ -32,6 +32,10 @@ pub struct Session {
     pub client: Client,
     rt: tokio::runtime::Runtime,
     pid: u32,
+    /// The effective uid that built it: a process that becomes another
+    /// user gets a session of that user's (its connections prove who it
+    /// was: the secret, or a credential for the old uid).
+    euid: u32,
     flavor: Flavor,
     /// Reads the sockets between calls for lease recalls (`Caller` only).
     listener: Option<Arc<Listener>>,
@@ -101,10 +105,17 @@ impl Session {
             let _in_rt = rt.enter();
             Client::new(config)
         };
+        // No readable secret and no credential from a broker: said now, so
+        // that a caller (the preload library) can leave the cluster to the
+        // mount instead of failing every call.
+        if let Some(e) = client.cannot_connect() {
+            return Err(e);
+        }
         Ok(Session {
             client,
             rt,
             pid: std::process::id(),
+            euid: euid(),
             flavor,
             listener,
         })
@@ -179,12 +190,19 @@ pub fn write_state() -> StateGuard {
     STATE.write().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The session of this process; in a forked child, a new one.
+fn euid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The session of this process; in a forked child, or once the process
+/// acts as another user (setuid), a new one.
 pub fn current() -> Result<Arc<Session>> {
+    let ours = |s: &Session| s.pid == std::process::id() && s.euid == euid();
     {
         let state = STATE.read().unwrap_or_else(|e| e.into_inner());
         let c = state.as_ref().ok_or_else(not_connected)?;
-        if c.session.pid == std::process::id() {
+        if ours(&c.session) {
             return Ok(c.session.clone());
         }
     }
@@ -194,6 +212,15 @@ pub fn current() -> Result<Arc<Session>> {
         let fresh = Session::start(c.config.clone(), c.session.flavor)?;
         let parents = std::mem::replace(&mut c.session, fresh);
         std::mem::forget(parents);
+    } else if !ours(&c.session) {
+        // The same process as another user: what the old session holds back
+        // goes first, as the user that wrote it; its connections close once
+        // calls still running on it end.
+        let fresh = Session::start(c.config.clone(), c.session.flavor)?;
+        let old = std::mem::replace(&mut c.session, fresh);
+        if let Err(e) = old.run(old.client.flush_all()) {
+            eprintln!("libshoal: writes held back before a change of user were lost: {e}");
+        }
     }
     Ok(c.session.clone())
 }

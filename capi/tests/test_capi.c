@@ -29,6 +29,8 @@
 #include <shoal.h>
 
 static const char *cluster_file;
+/* The directory the tests make theirs in ("" for the root). */
+static const char *top = "";
 static char base[64];
 
 /* A call that must succeed: on failure, says which and why. */
@@ -137,7 +139,7 @@ static int connect_all(void **state)
                 shoal_last_error());
         return -1;
     }
-    snprintf(base, sizeof base, "/capi-%d", (int)getpid());
+    snprintf(base, sizeof base, "%s/capi-%d", top, (int)getpid());
     return shoal_mkdir(base, 0755);
 }
 
@@ -1160,11 +1162,13 @@ static void test_record_locks_hold_across_clients(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s CLUSTER.toml\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s CLUSTER.toml [DIR]\n", argv[0]);
         return 2;
     }
     cluster_file = argv[1];
+    if (argc == 3)
+        top = argv[2];
     const struct CMUnitTest unconnected[] = {
         cmocka_unit_test(test_calls_before_connect_fail_with_enotconn),
     };

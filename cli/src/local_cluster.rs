@@ -95,6 +95,8 @@ impl LocalCluster {
             }
             ClusterConfig {
                 secret_file: Some(secret_file),
+                broker_socket: None,
+                loaded_from: None,
                 settings: Settings::default(),
                 servers: (0..n)
                     .map(|id| ServerEntry {

@@ -37,6 +37,13 @@ enum Command {
     },
     /// Mount a cluster on a directory through FUSE.
     Mount(commands::mount::MountArgs),
+    /// Serve this node's credential broker without a mount: programs under
+    /// libshoal run by users who cannot read the cluster secret get a
+    /// credential for themselves from it (a mount serves one too).
+    Agent {
+        /// The cluster file (its secret must be readable: run as root).
+        cluster: PathBuf,
+    },
     /// List a directory.
     Ls {
         #[command(flatten)]
@@ -187,7 +194,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if !matches!(
         cli.command,
-        Command::Server { .. } | Command::Mount(_) | Command::Up(_)
+        Command::Server { .. } | Command::Mount(_) | Command::Up(_) | Command::Agent { .. }
     ) {
         // Tools print to pipes (`shoal cat f | head`): end quietly on a closed
         // pipe as cat does. Servers and mounts keep SIGPIPE ignored so a closed
@@ -212,6 +219,7 @@ fn main() -> ExitCode {
         Command::Up(args) => commands::up::run(args),
         Command::Down { data } => commands::down::run(&data),
         Command::Mount(args) => commands::mount::run(args),
+        Command::Agent { cluster } => commands::agent::run(&cluster),
         Command::Ls { cfg, long, path } => commands::files::ls(&cfg, &path, long),
         Command::Lsplus { cfg, long, path } => commands::lsplus::run(&cfg, &path, long),
         Command::Stat {

@@ -55,13 +55,12 @@ pub(crate) struct Inner {
 }
 
 impl Client {
-    /// A client of `inner` acting for nobody in particular: for work that
-    /// picks who it acts for itself.
+    /// A client of `inner` acting for nobody in particular (root, or the
+    /// one user a credential allows): for work that picks who it acts for
+    /// itself.
     pub(crate) fn of(inner: Arc<Inner>) -> Client {
-        Client {
-            inner,
-            cred: Cred::ROOT,
-        }
+        let cred = inner.pool.own_cred();
+        Client { inner, cred }
     }
 
     /// The same client acting as `cred`. Connections and caches are shared,
@@ -76,6 +75,20 @@ impl Client {
 
     pub fn cred(&self) -> Cred {
         self.cred
+    }
+
+    /// Why this client cannot open a connection at all (it can read no
+    /// cluster secret and no broker issued it a credential), if so: known
+    /// when it starts, before a call would fail with it.
+    pub fn cannot_connect(&self) -> Option<ShoalError> {
+        self.pool().authority().refused().cloned()
+    }
+
+    /// The user a credential from this node's broker lets this client act
+    /// for, and no other; None if it holds the secret (or the cluster has
+    /// none).
+    pub fn credential_user(&self) -> Option<Cred> {
+        self.pool().authority().user()
     }
 
     pub fn config(&self) -> &ClusterConfig {

@@ -626,6 +626,8 @@ fn config(u: &mut Unstructured) -> ArbResult<ClusterConfig> {
     }
     Ok(ClusterConfig {
         secret_file: None,
+        broker_socket: None,
+        loaded_from: None,
         settings,
         servers: (0..servers)
             .map(|id| ServerEntry {

@@ -1,24 +1,25 @@
 //! Opening a connection to a server, for a client and for a server asking
 //! its peers alike: connect within a time limit, set the socket options
 //! every connection of Shoal's wants, and prove the cluster secret
-//! (`shoal_proto::auth`) before the first frame.
+//! or a user credential (`shoal_proto::auth`) before the first frame.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use shoal_proto::auth::{client_handshake, Secret};
+use shoal_proto::auth::{client_handshake, Proof};
 use shoal_proto::error::{Errno, Result, ShoalError};
 use tokio::net::TcpStream;
 
 /// Connects to server `server` at `addr`, failing with ETIMEDOUT if it takes
 /// longer than `timeout` and EHOSTUNREACH if the connection is refused;
-/// sets TCP_NODELAY (a small request goes out at once); with a `secret`,
-/// runs the cluster handshake (a refusal is EACCES).
+/// sets TCP_NODELAY (a small request goes out at once); with a `proof`
+/// (the cluster secret, or a user credential), runs the handshake (a
+/// refusal is EACCES).
 pub async fn connect(
     server: u32,
     addr: SocketAddr,
     timeout: Duration,
-    secret: Option<&Secret>,
+    proof: Option<Proof<'_>>,
 ) -> Result<TcpStream> {
     let mut stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
         .await
@@ -35,8 +36,8 @@ pub async fn connect(
             )
         })?;
     stream.set_nodelay(true)?;
-    if let Some(secret) = secret {
-        client_handshake(&mut stream, secret, &format!("server {server} at {addr}")).await?;
+    if let Some(proof) = proof {
+        client_handshake(&mut stream, proof, &format!("server {server} at {addr}")).await?;
     }
     Ok(stream)
 }

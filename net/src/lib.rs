@@ -5,8 +5,10 @@
 //! and the server's listener), how much the receiving side of those buffers
 //! ([`receive`]), TCP keepalive on a server's connections
 //! ([`keepalive`]) and free loopback ports for local clusters ([`ports`],
-//! used by `shoal up` and the test kit).
+//! used by `shoal up` and the test kit); and a client node's credential
+//! broker ([`broker`]: the mount and `shoal agent` serve it, libshoal asks).
 
+pub mod broker;
 pub mod connect;
 pub mod keepalive;
 pub mod ports;

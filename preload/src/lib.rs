@@ -94,7 +94,7 @@ fn append_stats() {
     let Some(file) = STATS_FILE.get() else {
         return;
     };
-    if stats::calls() == 0 {
+    if stats::calls() == 0 && stats::calls_left_to_the_mount() == 0 {
         // Nothing on Shoal (a shell, `timeout`, ...): no table.
         return;
     }
@@ -139,6 +139,17 @@ fn append_stats() {
             gathered_sends: paths.gathered_sends,
         };
         text += &format!("# write paths: {paths} (sent so far)\n");
+    }
+    match shoal::connected_credential_uid() {
+        Some(uid) => {
+            text += &format!("# served as uid {uid}, by a user credential from the node's broker\n")
+        }
+        None if stats::calls() > 0 => text += "# served with the cluster secret\n",
+        None => {}
+    }
+    let left = stats::calls_left_to_the_mount();
+    if left > 0 {
+        text += &format!("# left to the mount: {left} calls (libshoal could not connect)\n");
     }
     use std::io::Write;
     let _ = std::fs::OpenOptions::new()

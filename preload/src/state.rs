@@ -196,6 +196,7 @@ fn connect(p: &Prefix) -> Result<bool, c_int> {
         return Ok(*c == p.cluster);
     }
     if LEFT_TO_THE_MOUNT.get() == Some(&p.cluster) {
+        stats::left_to_the_mount();
         return Ok(false);
     }
     let _g = Guard::enter();
@@ -204,6 +205,7 @@ fn connect(p: &Prefix) -> Result<bool, c_int> {
         return Ok(*c == p.cluster);
     }
     if LEFT_TO_THE_MOUNT.get() == Some(&p.cluster) {
+        stats::left_to_the_mount();
         return Ok(false);
     }
     let file = CString::new(p.cluster.clone()).map_err(|_| libc::EINVAL)?;
@@ -223,6 +225,7 @@ fn connect(p: &Prefix) -> Result<bool, c_int> {
                 msg.to_string_lossy()
             );
             let _ = LEFT_TO_THE_MOUNT.set(p.cluster.clone());
+            stats::left_to_the_mount();
             return Ok(false);
         }
         // Once, not at every call that meets it.

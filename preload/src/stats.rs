@@ -4,7 +4,7 @@
 //! reads and three relaxed atomic adds, and only when `SHOAL_STATS` is set.
 //! The histograms and the table are `shoal_metrics`', shared with the mount.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use shoal_metrics::Histogram;
@@ -126,8 +126,22 @@ pub extern "C" fn reset() {
             for c in &COUNTERS {
                 c.reset();
             }
+            LEFT_TO_THE_MOUNT.store(0, Ordering::Relaxed);
         },
     )
+}
+
+/// Calls on Shoal paths passed to the mount because libshoal could not
+/// connect (no readable secret, no broker): counted whether or not the
+/// table is on, as they are rare and the reason a program is slower.
+static LEFT_TO_THE_MOUNT: AtomicU64 = AtomicU64::new(0);
+
+pub fn left_to_the_mount() {
+    LEFT_TO_THE_MOUNT.fetch_add(1, Ordering::Relaxed);
+}
+
+pub fn calls_left_to_the_mount() -> u64 {
+    LEFT_TO_THE_MOUNT.load(Ordering::Relaxed)
 }
 
 /// Calls counted so far.

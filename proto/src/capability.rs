@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use hmac::Mac;
 
-use crate::auth::Secret;
 use crate::error::{Errno, Result, ShoalError};
 use crate::handle::Handle;
 use crate::msg::Capability;
+use crate::secret::Secret;
 
 /// Right to read the file's data.
 pub const READ: u32 = 1;

@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::Secret;
 use crate::error::{Result, ShoalError};
 use crate::handle::MAX_SERVERS;
+use crate::secret::Secret;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -31,6 +31,17 @@ pub struct ClusterConfig {
     /// Without it connections are not authenticated: scratch clusters only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_file: Option<PathBuf>,
+    /// Where a client node's credential broker (the mount, `shoal agent`)
+    /// listens, for processes that cannot read the secret
+    /// (`credential`); a relative path is resolved as `secret_file` is.
+    /// Default: `/run/shoal/broker-<hash of this file's path>.sock`
+    /// ([`ClusterConfig::broker_socket`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broker_socket: Option<PathBuf>,
+    /// This file's own path, as loaded (canonical): names the default
+    /// broker socket.
+    #[serde(skip)]
+    pub loaded_from: Option<PathBuf>,
     #[serde(default)]
     pub settings: Settings,
     #[serde(rename = "server")]
@@ -224,6 +235,14 @@ pub struct Settings {
     /// already holds one within this time. Default 60.
     /// Tier: tuning.
     pub capability_ttl_s: u32,
+    /// Lifetime of a user credential, in seconds: what a client node's
+    /// broker issues a process that cannot read the cluster secret
+    /// (`credential.rs`). A connection opened with one ends when it
+    /// expires; the library asks for a new one before that. Longer is
+    /// fewer broker round trips and reconnections; shorter, a stolen
+    /// credential or a user's changed groups outlive less. Default 600.
+    /// Tier: tuning.
+    pub credential_ttl_s: u32,
     /// Leases: a server's answer to a lookup, getattr, listing or create
     /// lets the asking client cache what it names for this many
     /// milliseconds (renewed by each answer), and the server recalls it
@@ -414,6 +433,7 @@ impl Default for Settings {
             max_transfer: 1 << 20,
             root_squash: false,
             capability_ttl_s: 60,
+            credential_ttl_s: 600,
             lease_ms: 30_000,
             lease_recall_ms: 1_000,
             max_leases: 1_000_000,
@@ -562,6 +582,10 @@ impl Settings {
             "capability_ttl_s must be 1..=3600",
         )?;
         check(
+            (10..=crate::credential::MAX_LIFETIME_S as u32).contains(&self.credential_ttl_s),
+            "credential_ttl_s must be 10..=86400",
+        )?;
+        check(
             (1..=4096).contains(&self.precreate_batch),
             "precreate_batch must be 1..=4096",
         )?;
@@ -623,10 +647,13 @@ impl ClusterConfig {
             .map_err(|e| ShoalError::from(e).context(format!("cluster file {}", path.display())))?;
         let mut config: ClusterConfig = toml::from_str(&text)
             .map_err(|e| ShoalError::invalid(format!("cluster file {}: {e}", path.display())))?;
-        if let Some(secret) = config.secret_file.as_mut().filter(|p| p.is_relative()) {
-            let dir = path.parent().unwrap_or(Path::new("."));
-            *secret = dir.join(&*secret);
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for file in [&mut config.secret_file, &mut config.broker_socket] {
+            if let Some(f) = file.as_mut().filter(|p| p.is_relative()) {
+                *f = dir.join(&*f);
+            }
         }
+        config.loaded_from = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.into()));
         Ok(config)
     }
 
@@ -671,6 +698,23 @@ impl ClusterConfig {
     /// has none (connections are then not authenticated).
     pub fn secret(&self) -> Result<Option<Secret>> {
         self.secret_file.as_deref().map(Secret::load).transpose()
+    }
+
+    /// Where this cluster's credential broker listens on this node: the
+    /// file's `broker_socket`, else one under `/run/shoal` named by a hash
+    /// of the cluster file's path (the mount and the library find the same
+    /// one without being told), None for a cluster without a secret or a
+    /// file not loaded from disk.
+    pub fn broker_socket(&self) -> Option<PathBuf> {
+        use sha2::Digest;
+        self.secret_file.as_ref()?;
+        if let Some(p) = &self.broker_socket {
+            return Some(p.clone());
+        }
+        let path = self.loaded_from.as_ref()?;
+        let hash = sha2::Sha256::digest(path.as_os_str().as_encoded_bytes());
+        let name: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
+        Some(PathBuf::from(format!("/run/shoal/broker-{name}.sock")))
     }
 
     pub fn server(&self, id: u32) -> Result<&ServerEntry> {

@@ -284,6 +284,8 @@ mod tests {
     fn config(servers: u32) -> ClusterConfig {
         ClusterConfig {
             secret_file: None,
+            broker_socket: None,
+            loaded_from: None,
             settings: Settings::default(),
             servers: (0..servers)
                 .map(|id| ServerEntry {

@@ -6,8 +6,8 @@
 //! space ([`handle`]), striping arithmetic ([`dist`]), the byte extents of the
 //! gathering path ([`extents`]), directory hints
 //! ([`hints`]), name validation ([`names`]), the cluster file ([`cluster`]),
-//! the authentication handshake ([`auth`]), who a request acts for
-//! ([`cred`]), the data rights a file's server grants ([`capability`]) and
+//! the cluster secret ([`secret`]), the authentication handshake ([`auth`]), who a request acts for
+//! ([`cred`]), the user credentials a node's broker issues ([`credential`]), the data rights a file's server grants ([`capability`]) and
 //! the rules of POSIX record locks ([`record_locks`]).
 //! It holds the wire only: the socket's sending side and free ports are in
 //! `shoal-net`, the syscalls that read a process's credentials in the client.
@@ -17,6 +17,7 @@ pub mod capability;
 pub mod cluster;
 pub mod crash_points;
 pub mod cred;
+pub mod credential;
 pub mod dist;
 pub mod durability;
 pub mod error;
@@ -28,6 +29,7 @@ pub mod msg;
 pub mod names;
 pub mod op;
 pub mod record_locks;
+pub mod secret;
 pub mod time;
 
 pub use cred::Cred;

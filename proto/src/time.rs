@@ -6,6 +6,13 @@ pub fn now_ns() -> i64 {
     to_ns(SystemTime::now())
 }
 
+/// Whole seconds since the Unix epoch (0 before it).
+pub fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 pub fn to_ns(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => d.as_nanos().min(i64::MAX as u128) as i64,

@@ -14,15 +14,19 @@
 //! them also carries the server's lease recalls to it (`leases`), and the
 //! client's answers come back as reply frames, the only ones a server takes.
 //!
-//! Before any frame, a connection proves the cluster secret (`auth`); one that
-//! does not is closed without a frame read. A frame whose first byte has
-//! arrived must arrive whole within [`FRAME_TIMEOUT`].
+//! Before any frame, a connection proves the cluster secret or a user
+//! credential (`auth`); one that does not is closed without a frame read.
+//! One opened with a credential acts only for its user (`user_peers`, which
+//! refuses any other request alone) and ends when the credential expires.
+//! A frame whose first byte has arrived must arrive whole within
+//! [`FRAME_TIMEOUT`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use shoal_net::sink::FrameSink;
-use shoal_proto::auth::{server_handshake, Refusal, Secret};
+use shoal_proto::auth::{server_handshake, Peer, Refusal, Secret};
+use shoal_proto::credential::CredentialKey;
 use shoal_proto::frame::{read_frame_timeout, FrameError, Kind};
 use shoal_proto::Op;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +34,7 @@ use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use crate::auth::user_peers;
 use crate::service::Service;
 
 /// How long the rest of a frame may take once its first byte has arrived.
@@ -37,6 +42,10 @@ pub const FRAME_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30
 
 /// Serves connections; with a `secret`, each must pass the handshake first.
 pub async fn serve(listener: TcpListener, service: Arc<Service>, secret: Option<Secret>) {
+    let secret = secret.map(|s| {
+        let key = CredentialKey::derive(&s);
+        Arc::new((s, key))
+    });
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -59,15 +68,16 @@ async fn serve_connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     service: Arc<Service>,
-    secret: Option<Secret>,
+    secret: Option<Arc<(Secret, CredentialKey)>>,
 ) {
     let _ = stream.set_nodelay(true);
     if let Err(e) = shoal_net::keepalive::keep_alive(&stream) {
         tracing::warn!("connection from {peer}: no TCP keepalive: {e}");
     }
-    if let Some(secret) = &secret {
-        match server_handshake(&mut stream, secret).await {
-            Ok(()) => {}
+    let mut peer_is = Peer::Member;
+    if let Some(keys) = &secret {
+        match server_handshake(&mut stream, &keys.0, &keys.1).await {
+            Ok(p) => peer_is = p,
             Err(Refusal::Closed) => {
                 tracing::debug!("connection from {peer} closed before the handshake");
                 return;
@@ -78,6 +88,18 @@ async fn serve_connection(
             }
         }
     }
+    // A user connection: whom it acts for, and until when.
+    let user = match peer_is {
+        Peer::Member => None,
+        Peer::User { cred, expires_s } => {
+            service
+                .stats
+                .user_connections
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!("connection from {peer} acts for {cred:?}");
+            Some((cred, expires_s))
+        }
+    };
     let (read_half, write_half) = stream.into_split();
     let mut reader = BufReader::with_capacity(shoal_net::receive::RECEIVE_BUFFER, read_half);
     let inflight = service.config.settings.server_inflight as usize;
@@ -110,6 +132,26 @@ async fn serve_connection(
             }
             service.leases.answered(frame.header.id);
             continue;
+        }
+        if let Some((cred, expires_s)) = &user {
+            if shoal_proto::time::now_s() >= *expires_s {
+                tracing::info!("closing connection from {peer}: its user credential expired");
+                break;
+            }
+            if let Err(e) = user_peers::admit(cred, &frame) {
+                let before = service
+                    .stats
+                    .identity_refusals
+                    .fetch_add(1, Ordering::Relaxed);
+                // Logged, but a flood of them is counted, not written out.
+                if before < 100 {
+                    tracing::warn!("refused a request from {peer}: {}", e.message);
+                }
+                if sink.send(&service.refusal(&frame, e)).is_err() {
+                    break;
+                }
+                continue;
+            }
         }
         let from = frame.header.client.client;
         if from != 0 && from != client {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
-use shoal_proto::auth::Secret;
+use shoal_proto::auth::{Proof, Secret};
 use shoal_proto::cluster::ClusterConfig;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{read_frame, write_frame, Frame, Kind};
@@ -164,7 +164,8 @@ impl Peers {
 }
 
 async fn connect(peer: u32, addr: SocketAddr, secret: Option<&Secret>) -> Result<PeerConn> {
-    let stream = shoal_net::connect::connect(peer, addr, CONNECT_TIMEOUT, secret).await?;
+    let stream =
+        shoal_net::connect::connect(peer, addr, CONNECT_TIMEOUT, secret.map(Proof::Secret)).await?;
     let (r, w) = stream.into_split();
     Ok(PeerConn {
         reader: BufReader::with_capacity(BUFFER, r),

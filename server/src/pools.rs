@@ -467,6 +467,8 @@ pub(crate) mod tests {
     pub(crate) fn config(n: u32) -> ClusterConfig {
         ClusterConfig {
             secret_file: None,
+            broker_socket: None,
+            loaded_from: None,
             settings: Settings::default(),
             servers: (0..n)
                 .map(|id| ServerEntry {

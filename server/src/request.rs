@@ -195,6 +195,8 @@ mod tests {
     fn config() -> ClusterConfig {
         ClusterConfig {
             secret_file: None,
+            broker_socket: None,
+            loaded_from: None,
             settings: Default::default(),
             servers: Vec::new(),
         }

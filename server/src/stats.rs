@@ -43,6 +43,10 @@ pub struct Stats {
     pub replay_flushes: AtomicU64,
     pub replayed: AtomicU64,
     pub replays_failed: AtomicU64,
+    /// Connections opened with a user credential, and their requests
+    /// refused for acting for someone else (`auth::user_peers`).
+    pub user_connections: AtomicU64,
+    pub identity_refusals: AtomicU64,
 }
 
 impl Default for Stats {
@@ -55,6 +59,8 @@ impl Default for Stats {
             replay_flushes: AtomicU64::new(0),
             replayed: AtomicU64::new(0),
             replays_failed: AtomicU64::new(0),
+            user_connections: AtomicU64::new(0),
+            identity_refusals: AtomicU64::new(0),
         }
     }
 }

@@ -209,6 +209,8 @@ impl Builder {
         Secret::create_file(&secret_file).expect("write secret file");
         let config = ClusterConfig {
             secret_file: Some(secret_file),
+            broker_socket: None,
+            loaded_from: None,
             settings,
             servers: (0..self.servers)
                 .map(|id| ServerEntry {
@@ -224,6 +226,11 @@ impl Builder {
         };
         let config_path = dir.path().join("cluster.toml");
         config.save(&config_path).expect("write cluster file");
+        // As `ClusterConfig::load` gives it: this names the broker socket.
+        let config = ClusterConfig {
+            loaded_from: Some(std::fs::canonicalize(&config_path).expect("cluster file")),
+            ..config
+        };
         let mut cluster = Cluster {
             dir,
             config_path,

@@ -4,31 +4,43 @@
 //! or "Operation not permitted" (EPERM, sticky directories) where POSIX
 //! says, with the exit status of a failure; a supplementary group opens
 //! what its group bits allow (the servers must not refuse what the kernel
-//! allows); and with root squash, root on the mount is refused by the
+//! allows); the same users and tools get exactly the same answers under
+//! the preload library, which serves them directly with credentials from
+//! the mount's broker; and with root squash, root on the mount is refused by the
 //! servers where only root's privilege would have let it through.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use shoal_tests::{Cluster, SharedMount};
+use shoal_tests::{shoal_bin, Cluster, SharedMount};
 
 const ALICE: u32 = 1001;
 const BOB: u32 = 1002;
 /// The team's group; neither user has it unless a test gives it.
 const TEAM: u32 = 2000;
 
+/// How a user's tools reach the files: through the mount, or through
+/// `libshoal_preload.so` (its credential from the mount's broker), each
+/// process's statistics written under `stats`.
+#[derive(Clone, Copy)]
+enum Via<'a> {
+    Mount,
+    Library { stats: &'a Path },
+}
+
 /// Runs `sh -c script` in `dir` as `uid` (its own gid) with the
-/// supplementary groups `groups`, under `timeout 120`.
-fn as_user(uid: u32, groups: &[u32], dir: &Path, script: &str) -> Output {
+/// supplementary groups `groups`, under `timeout 120`, `via` the mount or
+/// the library.
+fn as_user_via(via: Via, uid: u32, groups: &[u32], dir: &Path, script: &str) -> Output {
     let groups = if groups.is_empty() {
         "--clear-groups".to_string()
     } else {
         let list: Vec<String> = groups.iter().map(u32::to_string).collect();
         format!("--groups={}", list.join(","))
     };
-    Command::new("timeout")
-        .arg("120")
+    let mut cmd = Command::new("timeout");
+    cmd.arg("120")
         .arg("setpriv")
         .arg(format!("--reuid={uid}"))
         .arg(format!("--regid={uid}"))
@@ -36,9 +48,15 @@ fn as_user(uid: u32, groups: &[u32], dir: &Path, script: &str) -> Output {
         .args(["sh", "-c", script])
         .current_dir(dir)
         .env("LC_ALL", "C")
-        .stdin(Stdio::null())
-        .output()
-        .expect("spawn setpriv")
+        .stdin(Stdio::null());
+    if let Via::Library { stats } = via {
+        cmd.env(
+            "LD_PRELOAD",
+            shoal_bin().with_file_name("libshoal_preload.so"),
+        )
+        .env("SHOAL_STATS", stats.join("%p"));
+    }
+    cmd.output().expect("spawn setpriv")
 }
 
 fn text(b: &[u8]) -> String {
@@ -48,7 +66,12 @@ fn text(b: &[u8]) -> String {
 /// `script` as `uid` succeeds; returns its stdout.
 #[track_caller]
 fn ok(uid: u32, groups: &[u32], dir: &Path, script: &str) -> String {
-    let out = as_user(uid, groups, dir, script);
+    ok_via(Via::Mount, uid, groups, dir, script)
+}
+
+#[track_caller]
+fn ok_via(via: Via, uid: u32, groups: &[u32], dir: &Path, script: &str) -> String {
+    let out = as_user_via(via, uid, groups, dir, script);
     assert!(
         out.status.success(),
         "uid {uid}: {script:?} failed ({}): {}",
@@ -61,7 +84,12 @@ fn ok(uid: u32, groups: &[u32], dir: &Path, script: &str) -> String {
 /// `script` as `uid` fails, and says `why` ("Permission denied").
 #[track_caller]
 fn refused(uid: u32, groups: &[u32], dir: &Path, script: &str, why: &str) {
-    let out = as_user(uid, groups, dir, script);
+    refused_via(Via::Mount, uid, groups, dir, script, why)
+}
+
+#[track_caller]
+fn refused_via(via: Via, uid: u32, groups: &[u32], dir: &Path, script: &str, why: &str) {
+    let out = as_user_via(via, uid, groups, dir, script);
     let stderr = text(&out.stderr);
     assert!(
         !out.status.success() && stderr.contains(why),
@@ -84,7 +112,51 @@ fn dir_of(mnt: &Path, name: &str, mode: u32, uid: u32, gid: u32) {
 fn two_users_get_exactly_what_the_modes_give_them() {
     let cluster = Cluster::builder().servers(3).start();
     let shared = SharedMount::new(&cluster);
-    let mnt = shared.path();
+    the_two_users_matrix(Via::Mount, &shared.path());
+}
+
+/// The same users and tools under the preload library, which serves them
+/// directly with a credential from the mount's broker (each process's
+/// statistics say so, and none left a call to the mount): exactly the
+/// mount's answers.
+#[test]
+fn two_users_get_exactly_what_the_modes_give_them_through_the_library() {
+    let cluster = Cluster::builder().servers(3).start();
+    // The cluster file is the users' to read, the secret is not.
+    std::fs::set_permissions(cluster.dir(), PermissionsExt::from_mode(0o755)).unwrap();
+    let shared = SharedMount::new(&cluster);
+    let stats = tempfile::Builder::new()
+        .prefix("shoal-user-stats-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(stats.path(), PermissionsExt::from_mode(0o1777)).unwrap();
+    the_two_users_matrix(
+        Via::Library {
+            stats: stats.path(),
+        },
+        &shared.path(),
+    );
+    let mut served = 0;
+    for f in std::fs::read_dir(stats.path()).unwrap() {
+        let table = std::fs::read_to_string(f.unwrap().path()).unwrap();
+        assert!(!table.contains("left to the mount"), "{table}");
+        if table.contains("by a user credential") {
+            served += 1;
+            assert!(
+                table.contains("served as uid 1001") || table.contains("served as uid 1002"),
+                "{table}"
+            );
+        }
+    }
+    assert!(served >= 20, "processes the library served: {served}");
+}
+
+fn the_two_users_matrix(via: Via, mnt: &Path) {
+    let mnt = mnt.to_path_buf();
+    let ok = |uid, groups: &[u32], dir: &Path, script: &str| ok_via(via, uid, groups, dir, script);
+    let refused = |uid, groups: &[u32], dir: &Path, script: &str, why: &str| {
+        refused_via(via, uid, groups, dir, script, why)
+    };
     dir_of(&mnt, "alice", 0o755, ALICE, ALICE);
     dir_of(&mnt, "team", 0o770, 0, TEAM);
     dir_of(&mnt, "shared", 0o777, 0, 0);

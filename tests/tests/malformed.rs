@@ -41,9 +41,14 @@ static SECRET: OnceLock<Secret> = OnceLock::new();
 /// it sends next reaches the frame reader.
 async fn connect(addr: SocketAddr) -> TcpStream {
     let secret = SECRET.get().expect("cluster secret");
-    shoal_net::connect::connect(0, addr, IO_TIMEOUT, Some(secret))
-        .await
-        .expect("connect and handshake")
+    shoal_net::connect::connect(
+        0,
+        addr,
+        IO_TIMEOUT,
+        Some(shoal_proto::auth::Proof::Secret(secret)),
+    )
+    .await
+    .expect("connect and handshake")
 }
 
 /// The bytes of a request frame on the wire.

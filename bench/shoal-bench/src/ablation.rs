@@ -126,6 +126,7 @@ fn one(opts: &AblationOptions, name: &str, count: usize, round: usize) -> Result
         reopen: false,
         create_batch: 1,
         preload: None,
+        uid: None,
     });
     let down = shoal(&["down".into(), "--data".into(), data.display().to_string()]);
     let _ = std::fs::remove_dir_all(&base);

@@ -3,14 +3,20 @@
 //! in one invocation through every way a program reaches Shoal:
 //!
 //! - `preload`: POSIX calls through `libshoal_preload.so` (LD_PRELOAD), no kernel;
+//! - `preload-user`: the same as an unprivileged user (uid 65534, smallfile
+//!   only), who cannot read the cluster secret: the library's connections
+//!   carry a credential from the mount's broker;
+//! - `preload-user-secret`: the same user with the secret made readable to it
+//!   for its turn (a control: the same user's permission checks, no
+//!   credential);
 //! - `mount`: the same calls through the FUSE mount;
 //! - `native`: the Rust client (smallfile and bandwidth only);
 //! - `passthrough`: bindfs --multithreaded over tmpfs, the ceiling of any
 //!   FUSE mount on this machine (nothing durable, no network).
 //!
 //! One local cluster (`shoal up --mount --detach`) and one bindfs are set up
-//! for the whole run; targets alternate within each round, the first one
-//! rotating from round to round, and the median of the rounds is reported.
+//! for the whole run; targets alternate within each round, in another order
+//! each round, and the median of the rounds is reported.
 //! Every child runs under `timeout`. Writes `interfaces-<workload>.{csv,md}`
 //! and a PNG chart (bench/plot.py).
 
@@ -44,6 +50,8 @@ const SETTLE: Duration = Duration::from_millis(300);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Target {
     Preload,
+    PreloadUser,
+    PreloadUserSecret,
     Mount,
     Native,
     Passthrough,
@@ -53,6 +61,8 @@ impl Target {
     pub fn name(self) -> &'static str {
         match self {
             Target::Preload => "preload",
+            Target::PreloadUser => "preload-user",
+            Target::PreloadUserSecret => "preload-user-secret",
             Target::Mount => "mount",
             Target::Native => "native",
             Target::Passthrough => "passthrough",
@@ -107,7 +117,15 @@ impl Workload {
 
     fn targets(&self) -> &'static [Target] {
         match self {
-            Workload::Smallfile { .. } | Workload::Bandwidth { .. } => &[
+            Workload::Smallfile { .. } => &[
+                Target::Preload,
+                Target::PreloadUser,
+                Target::PreloadUserSecret,
+                Target::Mount,
+                Target::Native,
+                Target::Passthrough,
+            ],
+            Workload::Bandwidth { .. } => &[
                 Target::Preload,
                 Target::Mount,
                 Target::Native,
@@ -227,6 +245,20 @@ impl Setup {
         Ok(setup)
     }
 
+    /// Connections the servers have seen opened with a user credential.
+    fn user_connections(&self) -> Result<u64> {
+        let config = ClusterConfig::load(&self.data.join("cluster.toml"))?;
+        let servers = config.num_servers();
+        let client = Client::new(config);
+        runtime()?.block_on(async {
+            let mut n = 0;
+            for s in 0..servers {
+                n += client.server_stats(s).await?.user_connections;
+            }
+            Ok(n)
+        })
+    }
+
     /// Where `target` works, and the environment its programs get.
     fn dir(&self, t: Target) -> &Path {
         match t {
@@ -237,7 +269,9 @@ impl Setup {
 
     fn env(&self, t: Target) -> Vec<(String, OsString)> {
         match t {
-            Target::Preload => vec![("LD_PRELOAD".into(), self.preload.clone().into())],
+            Target::Preload | Target::PreloadUser | Target::PreloadUserSecret => {
+                vec![("LD_PRELOAD".into(), self.preload.clone().into())]
+            }
             _ => Vec::new(),
         }
     }
@@ -266,11 +300,14 @@ pub fn interfaces(opts: &InterfacesOptions) -> Result<()> {
         _ => None,
     };
     for round in 0..opts.rounds {
-        // Which target goes first rotates from round to round: a target's
-        // leftovers on the shared cluster (its deletes still settling, the
-        // store's compaction) land on the next one, and a fixed order would
-        // always hand them to the same target.
-        for i in (0..targets.len()).map(|k| (k + round) % targets.len()) {
+        // A target's leftovers on the shared cluster (its deletes still
+        // settling, the store's compaction) land on the next one: each round
+        // takes the targets in another order (the same for a given round
+        // number, run to run), so that no target always follows the same one,
+        // as a rotation of one fixed order would have it (the target after
+        // the only one that leaves the cluster alone always ran on a quiet
+        // cluster).
+        for i in round_order(targets.len(), round) {
             let t = targets[i];
             eprintln!(
                 "bench interfaces {}: round {} of {}: {}",
@@ -324,6 +361,21 @@ pub fn interfaces(opts: &InterfacesOptions) -> Result<()> {
     let png = opts.out.join(format!("interfaces-{name}.png"));
     crate::ablation::plot("interfaces", &csv_path, &png);
     Ok(())
+}
+
+/// The order of `n` targets in round `round`: a shuffle seeded by the
+/// round's number (Fisher-Yates over a 64-bit LCG).
+fn round_order(n: usize, round: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut state = (round as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for i in (1..n).rev() {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let j = ((state >> 33) % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    order
 }
 
 /// (target, metric, unit, median, every round) in metric order.
@@ -397,9 +449,11 @@ fn markdown(
     let _ = writeln!(
         md,
         "{what}. {}-server local cluster{} and its FUSE mount; `preload`: the same POSIX \
-         programs with LD_PRELOAD=libshoal_preload.so; `native`: the Rust client; \
+         programs with LD_PRELOAD=libshoal_preload.so (`preload-user`: as uid 65534, \
+         through a user credential from the mount's broker; `preload-user-secret`: the same \
+         user with the secret made readable to it, a control without credentials); `native`: the Rust client; \
          `passthrough`: bindfs --multithreaded over tmpfs (the ceiling of a FUSE mount). \
-         Median of {} round{}, targets alternating within a round, the first rotating. {} build.\n",
+         Median of {} round{}, targets alternating within a round, in another order each round. {} build.\n",
         opts.servers,
         if opts.settings.is_empty() {
             " (defaults: metadata durable)".to_string()
@@ -431,16 +485,21 @@ fn markdown(
         let _ = write!(md, " {} |", t.name());
     }
     let has_native = targets.contains(&Target::Native);
+    let has_user = targets.contains(&Target::PreloadUser);
     let _ = write!(md, " preload/mount |");
     if has_native {
         let _ = write!(md, " preload/native |");
+    }
+    if has_user {
+        let _ = write!(md, " preload-user/preload |");
     }
     let _ = writeln!(md);
     let _ = write!(md, "|---|---|");
     for _ in targets {
         let _ = write!(md, "---:|");
     }
-    let _ = writeln!(md, "---:|{}", if has_native { "---:|" } else { "" });
+    let extra = 1 + usize::from(has_native) + usize::from(has_user);
+    let _ = writeln!(md, "{}", "---:|".repeat(extra));
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) if a > 0.0 && b > 0.0 && a.is_finite() && b.is_finite() => {
             // As a speed-up: >1 means the preload library is faster.
@@ -469,11 +528,15 @@ fn markdown(
         if has_native {
             let _ = write!(md, " {} |", ratio(p, value("native", metric)));
         }
+        if has_user {
+            let _ = write!(md, " {} |", ratio(value("preload-user", metric), p));
+        }
         let _ = writeln!(md);
     }
     let _ = writeln!(
         md,
-        "\nRatios are speed-ups of the preload library (>1: it is faster).\n"
+        "\nRatios are speed-ups of the preload library (>1: it is faster); \
+         preload-user/preload: of the unprivileged user's library over root's.\n"
     );
     let _ = writeln!(md, "Every round:\n");
     for (t, metric, _, _, all) in rows {
@@ -494,6 +557,16 @@ fn run_smallfile(
     size: usize,
     reopen: bool,
 ) -> Result<Vec<Sample>> {
+    let users_before = s.user_connections()?;
+    let as_user = matches!(t, Target::PreloadUser | Target::PreloadUserSecret);
+    let secret = s.data.join("secret");
+    let secret_mode = |mode| {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&secret, fs::Permissions::from_mode(mode)).map_err(|e| at(&secret, e))
+    };
+    if t == Target::PreloadUserSecret {
+        secret_mode(0o644)?;
+    }
     let report = smallfile::smallfile(&SmallfileOptions {
         dir: s.dir(t).to_path_buf(),
         procs,
@@ -503,8 +576,20 @@ fn run_smallfile(
         native: t == Target::Native,
         reopen,
         create_batch: 1,
-        preload: (t == Target::Preload).then(|| s.preload.clone()),
-    })?;
+        preload: (t == Target::Preload || as_user).then(|| s.preload.clone()),
+        uid: as_user.then_some(shoal_proto::cred::NOBODY),
+    });
+    if t == Target::PreloadUserSecret {
+        secret_mode(0o600)?;
+    }
+    let report = report?;
+    // The user's workers were served directly, with credentials, not left
+    // to the mount (which would time the mount under another name).
+    if t == Target::PreloadUser && s.user_connections()? == users_before {
+        return Err(ShoalError::io(
+            "preload-user: no connection was opened with a user credential",
+        ));
+    }
     Ok(report
         .phases
         .iter()
@@ -679,12 +764,16 @@ fn run_bandwidth(
         if t == Target::Native {
             extra.push("--native".into());
         }
+        let launch = crate::workers::Launch {
+            env: s.env(t),
+            uid: None,
+        };
         run_phases_with(
             "bandwidth-worker",
             procs,
             &file,
             &extra,
-            &s.env(t),
+            &launch,
             &mut phases,
         )?;
         fs::remove_file(&file).map_err(|e| at(&file, e))?;
@@ -858,6 +947,21 @@ fn run_bonnie(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_round_takes_every_target_once_and_predecessors_vary() {
+        let mut after = std::collections::BTreeSet::new();
+        for round in 0..20 {
+            let mut o = round_order(6, round);
+            assert_eq!(round_order(6, round), o, "the same for a round number");
+            if let Some(k) = o.iter().position(|&t| t == 1) {
+                after.insert(if k == 0 { None } else { Some(o[k - 1]) });
+            }
+            o.sort();
+            assert_eq!(o, (0..6).collect::<Vec<_>>());
+        }
+        assert!(after.len() >= 4, "target 1 follows many others: {after:?}");
+    }
 
     #[test]
     fn a_tree_other_than_the_default_names_its_results_apart() {

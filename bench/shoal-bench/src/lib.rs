@@ -572,6 +572,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     reopen: a.reopen,
                     create_batch: a.create_batch,
                     preload: a.preload,
+                    uid: None,
                 })
             })?
             .emit(a.json.as_deref(), a.csv.as_deref()),

@@ -14,7 +14,7 @@ use shoal_proto::error::{Result, ShoalError};
 use crate::fsops::{self, at};
 use crate::pattern;
 use crate::report::{self, Phase, Report, Unit};
-use crate::workers::{run_phases_with, Barrier};
+use crate::workers::{run_phases_with, Barrier, Launch};
 
 /// The phases, in order, and whether each counts one operation per process
 /// (mkdir, rmdir) rather than one per file.
@@ -60,6 +60,9 @@ pub struct SmallfileOptions {
     /// Run the POSIX workers with this library as LD_PRELOAD
     /// (libshoal_preload.so).
     pub preload: Option<PathBuf>,
+    /// Run the workers as this user (from root; each run's directory is
+    /// made theirs). None: as this process.
+    pub uid: Option<u32>,
 }
 
 impl SmallfileOptions {
@@ -118,6 +121,10 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
         // leftovers of an interrupted one never collide.
         let run_dir = dir.join(format!("shoal-smallfile.{}.{run}", std::process::id()));
         fs::create_dir(&run_dir).map_err(|e| at(&run_dir, e))?;
+        if let Some(uid) = opts.uid {
+            std::os::unix::fs::chown(&run_dir, Some(uid), Some(uid))
+                .map_err(|e| at(&run_dir, e))?;
+        }
         let result = one_run(opts, &run_dir, &mut phases);
         if result.is_err() {
             // The error names what went wrong; don't leave thousands of files behind.
@@ -136,6 +143,7 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
     }
     let interface = match (opts.native, &opts.preload) {
         (true, _) => "native client",
+        (false, Some(_)) if opts.uid.is_some() => "POSIX through LD_PRELOAD, as another user",
         (false, Some(_)) => "POSIX through LD_PRELOAD",
         (false, None) => "POSIX",
     };
@@ -196,12 +204,15 @@ fn one_run(opts: &SmallfileOptions, run_dir: &Path, phases: &mut [Phase]) -> Res
     if opts.create_batch > 1 {
         extra.extend(["--create-batch".into(), opts.create_batch.to_string()]);
     }
-    let env: Vec<(String, std::ffi::OsString)> = opts
-        .preload
-        .iter()
-        .map(|lib| ("LD_PRELOAD".to_string(), lib.clone().into_os_string()))
-        .collect();
-    run_phases_with("smallfile", opts.procs, run_dir, &extra, &env, phases)
+    let launch = Launch {
+        env: opts
+            .preload
+            .iter()
+            .map(|lib| ("LD_PRELOAD".to_string(), lib.clone().into_os_string()))
+            .collect(),
+        uid: opts.uid,
+    };
+    run_phases_with("smallfile", opts.procs, run_dir, &extra, &launch, phases)
 }
 
 pub fn canonical_dir(dir: &Path) -> Result<PathBuf> {

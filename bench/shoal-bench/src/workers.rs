@@ -42,7 +42,7 @@ pub fn run_phases(
     extra: &[String],
     phases: &mut [Phase],
 ) -> Result<()> {
-    run_phases_with(bench, procs, run_dir, extra, &[], phases)
+    run_phases_with(bench, procs, run_dir, extra, &Launch::default(), phases)
 }
 
 /// `run_phases` with `env` added to the workers' environment (e.g.
@@ -52,10 +52,10 @@ pub fn run_phases_with(
     procs: usize,
     run_dir: &std::path::Path,
     extra: &[String],
-    env: &[(String, OsString)],
+    launch: &Launch,
     phases: &mut [Phase],
 ) -> Result<()> {
-    let mut workers = Workers::spawn_with(procs, env, |k| {
+    let mut workers = Workers::spawn_with(procs, launch, |k| {
         let mut args: Vec<OsString> = ["bench", bench, "--worker"]
             .iter()
             .map(OsString::from)
@@ -72,6 +72,14 @@ pub fn run_phases_with(
         phase.cpu_seconds.extend(timed.cpu_seconds);
     }
     workers.finish()
+}
+
+/// How workers start: what they get added to their environment, and the
+/// user they run as (None: this process's).
+#[derive(Clone, Debug, Default)]
+pub struct Launch {
+    pub env: Vec<(String, OsString)>,
+    pub uid: Option<u32>,
 }
 
 /// What one phase took.
@@ -104,13 +112,13 @@ struct Worker {
 impl Workers {
     /// Starts `count` copies of this executable, worker K with `args(K)`.
     pub fn spawn(count: usize, args: impl Fn(usize) -> Vec<OsString>) -> Result<Workers> {
-        Workers::spawn_with(count, &[], args)
+        Workers::spawn_with(count, &Launch::default(), args)
     }
 
-    /// `spawn`, with `env` added to each worker's environment.
+    /// `spawn`, the workers started as `launch` says.
     pub fn spawn_with(
         count: usize,
-        env: &[(String, OsString)],
+        launch: &Launch,
         args: impl Fn(usize) -> Vec<OsString>,
     ) -> Result<Workers> {
         let exe = std::env::current_exe()
@@ -119,9 +127,15 @@ impl Workers {
             children: Vec::with_capacity(count),
         };
         for id in 0..count {
-            let mut child = Command::new(&exe)
+            let mut command = Command::new(&exe);
+            if let Some(uid) = launch.uid {
+                use std::os::unix::process::CommandExt;
+                // From root, std drops the supplementary groups too.
+                command.uid(uid).gid(uid);
+            }
+            let mut child = command
                 .args(args(id))
-                .envs(env.iter().map(|(k, v)| (k, v)))
+                .envs(launch.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())

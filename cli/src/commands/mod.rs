@@ -1,5 +1,6 @@
 //! One module per subcommand (or family of small ones).
 
+pub mod agent;
 pub mod config;
 pub mod copy;
 pub mod docs;

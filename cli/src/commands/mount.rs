@@ -98,7 +98,17 @@ pub fn run(args: MountArgs) -> Result<()> {
         allow_other: args.allow_other || config.settings.allow_other,
         ttl: Duration::from_millis(config.settings.cache_ttl_ms),
     };
+    // This node's credential broker, for users' programs under libshoal
+    // (a mount that cannot start one still serves its own users).
+    let broker = match crate::commands::agent::start(rt.handle(), &config) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!("no credential broker: {e}");
+            None
+        }
+    };
     let served = shoal_fuse::mount(client, rt.handle().clone(), &dir, &opts);
+    drop(broker);
     // Idle connection tasks would otherwise hold the exit for seconds.
     rt.shutdown_timeout(Duration::from_millis(100));
     served

@@ -19,6 +19,8 @@ pub fn to_json(replies: &[StatsReply]) -> serde_json::Value {
             "replay_flushes": r.replay_flushes,
             "replayed": r.replayed,
             "replays_failed": r.replays_failed,
+            "user_connections": r.user_connections,
+            "identity_refusals": r.identity_refusals,
             "uptime_ms": r.uptime_ms,
             "ops": r.ops.iter().map(|o| (o.op.clone(), serde_json::json!({
                 "requests": o.requests,
@@ -103,6 +105,10 @@ pub fn run(cfg: &ConfigArg, path: Option<&str>, server: Option<u32>, json: bool)
             println!(
                 "{:>6} {:<16} {:>10}   (kept changes replayed after a restart; {} failed)",
                 r.server_id, "replayed", r.replayed, r.replays_failed
+            );
+            println!(
+                "{:>6} {:<16} {:>10}   (connections opened with a user credential; {} requests refused for acting as another)",
+                r.server_id, "user_conns", r.user_connections, r.identity_refusals
             );
         }
         Ok(())

@@ -152,6 +152,8 @@ pub(crate) fn test_client(servers: u32, settings: shoal_proto::cluster::Settings
     use shoal_proto::cluster::{ClusterConfig, ServerEntry};
     Client::new(ClusterConfig {
         secret_file: None,
+        broker_socket: None,
+        loaded_from: None,
         settings,
         servers: (0..servers)
             .map(|id| ServerEntry {

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::transport::authority::Proving;
 use bytes::Bytes;
 use prost::Message;
 use shoal_net::sink::FrameSink;
-use shoal_proto::auth::Secret;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{read_frame_head, ClientRef, Frame, FrameError, FrameHead, Kind};
 use shoal_proto::msg::{ErrorReply, RecallRequest};
@@ -133,19 +133,22 @@ pub struct Connection {
     /// recall arrived is not trusted with it (the grant may predate the
     /// change the recall is for).
     recalls: Arc<AtomicU64>,
+    credential_expires_s: Option<u64>,
 }
 
 impl Connection {
-    /// Connects to `server` at `addr` and, with a `secret`, proves it before
-    /// any request (a refusal is EACCES).
+    /// Connects to `server` at `addr` and proves what `proving` holds (the
+    /// secret, a user credential, or nothing) before any request (a refusal
+    /// is EACCES).
     pub async fn connect(
         server: u32,
         addr: SocketAddr,
         max_inflight: usize,
-        secret: Option<&Secret>,
+        proving: &Proving,
         on_recall: OnRecall,
     ) -> Result<Connection> {
-        let stream = shoal_net::connect::connect(server, addr, CONNECT_TIMEOUT, secret).await?;
+        let proof = proving.proof();
+        let stream = shoal_net::connect::connect(server, addr, CONNECT_TIMEOUT, proof).await?;
         let (read_half, write_half) = stream.into_split();
         let sink = Arc::new(FrameSink::new(write_half));
         let pending: Pending = Arc::default();
@@ -176,7 +179,14 @@ impl Connection {
             boot: AtomicU64::new(0),
             ended,
             recalls,
+            credential_expires_s: proving.expires_s(),
         })
+    }
+
+    /// When the user credential this connection was opened with expires
+    /// (its server ends it then), if it was opened with one.
+    pub fn credential_expires_s(&self) -> Option<u64> {
+        self.credential_expires_s
     }
 
     /// Resolves once the connection has ended (the server closed it, died

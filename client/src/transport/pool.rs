@@ -24,9 +24,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use crate::transport::authority::Authority;
 use bytes::Bytes;
 use prost::Message;
-use shoal_proto::auth::Secret;
 use shoal_proto::cluster::{ClusterConfig, SyncMode};
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{ClientRef, NO_LEASES};
@@ -63,6 +63,8 @@ pub type Fence = Arc<dyn Fn() -> Option<futures::future::BoxFuture<'static, ()>>
 
 pub struct Pool {
     config: ClusterConfig,
+    /// What each new connection proves: the secret, or a credential.
+    authority: Authority,
     slots: Vec<Mutex<Option<Arc<Connection>>>>,
     /// This client's id in every request (random, never 0: 0 is "none").
     client: u64,
@@ -128,7 +130,7 @@ fn lock(m: &std::sync::Mutex<BTreeSet<u64>>) -> std::sync::MutexGuard<'_, BTreeS
 }
 
 impl Pool {
-    pub fn new(config: ClusterConfig, on_recall: OnRecall) -> Arc<Pool> {
+    pub fn new(config: ClusterConfig, authority: Authority, on_recall: OnRecall) -> Arc<Pool> {
         let slots = config.servers.iter().map(|_| Mutex::new(None)).collect();
         let awaited = config.servers.iter().map(|_| Default::default()).collect();
         let kept = config.servers.iter().map(|_| Default::default()).collect();
@@ -149,6 +151,7 @@ impl Pool {
             fence: std::sync::OnceLock::new(),
             lease: Duration::from_millis(config.settings.lease_ms as u64),
             changes: AtomicU64::new(0),
+            authority,
             config,
         })
     }
@@ -184,6 +187,16 @@ impl Pool {
         }
     }
 
+    pub fn authority(&self) -> &Authority {
+        &self.authority
+    }
+
+    /// Whom the pool's own requests (a recover, locks taken again) act
+    /// for: root, or with a user credential the one user it may.
+    pub fn own_cred(&self) -> Cred {
+        self.authority.user().unwrap_or(Cred::ROOT)
+    }
+
     pub fn config(&self) -> &ClusterConfig {
         &self.config
     }
@@ -196,15 +209,17 @@ impl Pool {
             ))
         })?;
         let mut slot = slot.lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| c.is_alive()) {
+        let fresh = |c: &&Arc<Connection>| {
+            c.is_alive() && !self.authority.expiring(c.credential_expires_s())
+        };
+        if let Some(c) = slot.as_ref().filter(fresh) {
             return Ok(c.clone());
         }
-        let secret = self.config.secret()?;
         let wait = Duration::from_millis(self.config.settings.restart_wait_ms as u64);
         let started = Instant::now();
         let mut pause = FIRST_PAUSE;
         let c = loop {
-            match self.open(server, secret.as_ref()).await {
+            match self.open(server).await {
                 Ok(c) => break c,
                 // Down or restarting (or dying again while we set up the
                 // connection): wait for it, as long as the cluster says.
@@ -225,11 +240,12 @@ impl Pool {
     /// Opens a connection to `server` and, with `sync = "replay"`, hands
     /// back what this client keeps for it (the connection's first request)
     /// and watches it.
-    async fn open(&self, server: u32, secret: Option<&Secret>) -> Result<Arc<Connection>> {
+    async fn open(&self, server: u32) -> Result<Arc<Connection>> {
         let addr = self.config.servers[server as usize].addr;
         let inflight = self.config.settings.max_inflight as usize;
         let on_recall = self.on_recall.clone();
-        let c = Arc::new(Connection::connect(server, addr, inflight, secret, on_recall).await?);
+        let proving = self.authority.proving()?;
+        let c = Arc::new(Connection::connect(server, addr, inflight, &proving, on_recall).await?);
         if self.config.settings.sync == SyncMode::Replay {
             self.recover(server, &c).await?;
         }
@@ -365,7 +381,7 @@ impl Pool {
         let client = self.client_ref(server, O::OP, id, false);
         let body = Bytes::from(request.encode_to_vec());
         let reply = c
-            .call(O::OP, id, client, Cred::new(0, 0), body, Bytes::new(), None)
+            .call(O::OP, id, client, self.own_cred(), body, Bytes::new(), None)
             .await?;
         O::Reply::decode(reply.body).map_err(|e| {
             ShoalError::protocol(format!("{} reply from server {server}: {e}", O::OP.name()))
@@ -523,6 +539,8 @@ mod tests {
         use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings};
         let config = ClusterConfig {
             secret_file: None,
+            broker_socket: None,
+            loaded_from: None,
             settings: Settings {
                 lease_ms,
                 ..Default::default()
@@ -534,7 +552,7 @@ mod tests {
             }],
         };
         let on_recall: OnRecall = Arc::new(|_| futures::future::ready(()).boxed());
-        Pool::new(config, on_recall).client
+        Pool::new(config, Authority::Open, on_recall).client
     }
 
     #[test]

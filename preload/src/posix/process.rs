@@ -272,6 +272,14 @@ fn dup3_any(old: c_int, new: c_int, flags: c_int, dup2_semantics: bool) -> c_int
                     kernel_twin(old)
                 };
                 if let Some(k) = twin {
+                    if k == new {
+                        // `new` was free (the caller closed it first, as a
+                        // shell's redirection does), so the twin took it.
+                        let fd_flags = if cloexec { libc::FD_CLOEXEC } else { 0 };
+                        // SAFETY: our descriptor.
+                        unsafe { real::fcntl64(k, libc::F_SETFD, fd_flags as libc::c_ulong) };
+                        return new;
+                    }
                     // SAFETY: descriptors of ours.
                     let r = unsafe { real::dup3(k, new, flags & libc::O_CLOEXEC) };
                     // SAFETY: our descriptor.

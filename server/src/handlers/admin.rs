@@ -53,6 +53,8 @@ pub fn stats(s: &Service) -> Result<Reply<StatsReply>> {
         leases_held: leases.held,
         lease_recalls: leases.recalls,
         lease_recall_timeouts: leases.recall_timeouts,
+        user_connections: count(&s.stats.user_connections),
+        identity_refusals: count(&s.stats.identity_refusals),
         uptime_ms: s.started.elapsed().as_millis() as u64,
     }))
 }

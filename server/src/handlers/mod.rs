@@ -20,13 +20,13 @@ mod recover;
 mod remove_files;
 mod scan;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use prost::Message;
 use shoal_proto::cluster::SyncMode;
 use shoal_proto::frame::{Commit, Frame};
 use shoal_proto::msg::{Allocations, ErrorReply};
-use shoal_proto::{ops, Op, Operation};
+use shoal_proto::{ops, Op, Operation, ShoalError};
 
 use std::sync::atomic::Ordering;
 
@@ -267,6 +267,24 @@ impl Service {
             reply.payload = Bytes::from(Allocations { handles }.encode_to_vec());
         }
         Ok(reply.with_commit(commit))
+    }
+
+    /// The reply that refuses `frame`'s request with `e` before any handler
+    /// saw it (`auth::user_peers`); counted as a failed request of its op.
+    pub fn refusal(&self, frame: &Frame, e: ShoalError) -> Frame {
+        let body = Reply::new(ErrorReply { message: e.message }).encode().body;
+        let out = Frame::reply_to(&frame.header, e.errno.0, body, Bytes::new());
+        self.stats.record(
+            frame.header.op,
+            &Sample {
+                ok: false,
+                bytes_in: frame.wire_len(),
+                bytes_out: out.wire_len(),
+                syncs: 0,
+                latency: Duration::ZERO,
+            },
+        );
+        out
     }
 
     /// Answers request `r`, which `frame` holds: from the reply cache if it

@@ -173,6 +173,16 @@ pub fn set_dist(s: &Service, r: &Request, q: SetDistRequest) -> Result<Reply<Set
                 ShoalError::invalid(format!("object {:#x} is not a file", q.handle)).into(),
             );
         }
+        // Its creator sets it, right after making the object: no one else
+        // may point a file at other datafiles.
+        let owner = rec.attrs.as_ref().map_or(0, |a| a.uid);
+        if !r.cred.is_root() && r.cred.uid != owner {
+            return Err(ShoalError::new(
+                Errno::EPERM,
+                format!("set_dist: {:#x} belongs to uid {owner}", q.handle),
+            )
+            .into());
+        }
         rec.dist = Some(dist);
         txn.put_object(&rec);
         let reply = SetDistReply {
