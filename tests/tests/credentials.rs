@@ -465,3 +465,64 @@ async fn a_malformed_credential_closes_that_connection_only() {
     }
     cluster.client().getattr(ROOT).await.unwrap();
 }
+
+/// A user's process that outlives its credential (here 10 s) goes on
+/// unnoticed: the library asks the broker for a new one and replaces its
+/// connections before their credential expires, so no request meets an
+/// expired one and nothing fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_outliving_its_credential_renews_it_unnoticed() {
+    let cluster = Cluster::builder()
+        .servers(2)
+        .set("credential_ttl_s=10")
+        .start();
+    std::fs::set_permissions(cluster.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let m = shoal_tests::SharedMount::new(&cluster);
+    let dir = m.path().join("shared");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let script = r#"
+import os, sys, time
+d, t0, n = sys.argv[1], time.time(), 0
+while time.time() - t0 < 14:
+    p = os.path.join(d, "f%d" % n)
+    with open(p, "w") as f:
+        f.write("x" * 100)
+    assert open(p).read() == "x" * 100
+    n += 1
+    time.sleep(0.1)
+print(n)
+"#;
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=1001",
+            "--regid=1001",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            script,
+        ])
+        .arg(&dir)
+        .env(
+            "LD_PRELOAD",
+            shoal_bin().with_file_name("libshoal_preload.so"),
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let root = cluster.client();
+    let (mut most, mut refused) = (0, 0);
+    for s in cluster.server_ids() {
+        let st = root.server_stats(s).await.unwrap();
+        most = most.max(st.user_connections);
+        refused += st.identity_refusals;
+    }
+    assert_eq!(refused, 0);
+    // The server of its directory: a first connection, then at least one
+    // more, opened with a renewed credential.
+    assert!(most >= 2, "connections opened with a credential: {most}");
+    for id in cluster.server_ids() {
+        let log = cluster.read_log(&format!("server-{id}"));
+        assert!(!log.contains("credential expired"), "{log}");
+    }
+}
