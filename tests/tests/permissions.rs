@@ -679,3 +679,33 @@ async fn alices_create_and_write(cluster: &Cluster, root: &Client) -> (Handle, H
     w.unwrap();
     (home, h, [create, write])
 }
+
+/// A file's distribution (which datafiles hold its bytes) is set by its
+/// creator right after making it: no one else may point a file at other
+/// datafiles (EPERM), its owner and root may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_owner_or_root_sets_a_files_distribution() {
+    use shoal_proto::msg::SetDistRequest;
+    let cluster = Cluster::builder().servers(2).start();
+    let root = cluster.client();
+    let shared = root.mkdir(ROOT, "shared", 0o777).await.unwrap().handle;
+    let alice = root.with_cred(ALICE);
+    let bob = root.with_cred(BOB);
+    let h = alice.create(shared, "hers", 0o666).await.unwrap().handle;
+    let dist = alice.distribution(h).await.unwrap();
+    let set = SetDistRequest {
+        handle: h,
+        dist: Some(dist.clone()),
+    };
+    let e = bob
+        .call::<ops::SetDist>(server_of(h), &set)
+        .await
+        .unwrap_err();
+    assert_eq!(e.errno, Errno::EPERM, "{e:?}");
+    alice
+        .call::<ops::SetDist>(server_of(h), &set)
+        .await
+        .unwrap();
+    root.call::<ops::SetDist>(server_of(h), &set).await.unwrap();
+    assert_eq!(root.distribution(h).await.unwrap(), dist);
+}

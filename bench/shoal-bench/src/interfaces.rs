@@ -557,7 +557,12 @@ fn run_smallfile(
     size: usize,
     reopen: bool,
 ) -> Result<Vec<Sample>> {
-    let users_before = s.user_connections()?;
+    // Counted for the credentials' target only: each count is a client
+    // and a round to every server.
+    let users_before = match t {
+        Target::PreloadUser => s.user_connections()?,
+        _ => 0,
+    };
     let as_user = matches!(t, Target::PreloadUser | Target::PreloadUserSecret);
     let secret = s.data.join("secret");
     let secret_mode = |mode| {

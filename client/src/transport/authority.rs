@@ -26,6 +26,8 @@ pub enum Authority {
     /// A user credential, and the broker that renews it (None: one given
     /// to the client, [`Authority::given`], used until it expires).
     Credential {
+        /// The user it names: every renewal must name the same one.
+        user: Cred,
         broker: Option<PathBuf>,
         lifetime_s: u64,
         held: Box<Mutex<Issued>>,
@@ -76,6 +78,7 @@ impl Authority {
         };
         match shoal_net::broker::ask(&socket) {
             Ok(issued) => Authority::Credential {
+                user: issued.credential.cred,
                 broker: Some(socket),
                 lifetime_s: config.settings.credential_ttl_s as u64,
                 held: Box::new(Mutex::new(issued)),
@@ -91,6 +94,7 @@ impl Authority {
     /// or made by a holder of the secret), used until it expires.
     pub fn given(issued: Issued, config: &ClusterConfig) -> Authority {
         Authority::Credential {
+            user: issued.credential.cred,
             broker: None,
             lifetime_s: config.settings.credential_ttl_s as u64,
             held: Box::new(Mutex::new(issued)),
@@ -101,7 +105,7 @@ impl Authority {
     /// with the secret or on a cluster without one).
     pub fn user(&self) -> Option<Cred> {
         match self {
-            Authority::Credential { held, .. } => Some(lock(held).credential.cred),
+            Authority::Credential { user, .. } => Some(*user),
             _ => None,
         }
     }
@@ -124,6 +128,7 @@ impl Authority {
             Authority::Secret(s) => Ok(Proving::Secret(s.clone())),
             Authority::None(e) => Err(e.clone()),
             Authority::Credential {
+                user,
                 broker,
                 lifetime_s,
                 held,
@@ -135,12 +140,12 @@ impl Authority {
                     .filter(|_| held.credential.expires_s < now + lifetime_s / 2)
                 {
                     let fresh = shoal_net::broker::ask(socket)?;
-                    if fresh.credential.cred != held.credential.cred {
+                    if fresh.credential.cred != *user {
                         return Err(ShoalError::new(
                             Errno::EACCES,
                             format!(
-                                "this process acts as {:?} now, its connections as {:?}",
-                                fresh.credential.cred, held.credential.cred
+                                "this process acts as {:?} now, its connections as {user:?}",
+                                fresh.credential.cred
                             ),
                         ));
                     }
