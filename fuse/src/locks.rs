@@ -1,9 +1,10 @@
-//! POSIX record locks through the mount. With FUSE_POSIX_LOCKS the kernel
-//! hands fcntl(2) locks (F_SETLK, F_SETLKW, F_GETLK, lockf, OFD locks) to
-//! the mount, which takes them for the whole cluster (`Client::lock`), so
-//! processes on different machines exclude each other. flock(2) stays each
-//! machine's own (fuser does not say which of the two a request is, and
-//! only FUSE_FLOCK_LOCKS would send flock here): Lustre's `localflock`.
+//! POSIX record locks and flock(2) through the mount. With FUSE_POSIX_LOCKS
+//! the kernel hands fcntl(2) locks (F_SETLK, F_SETLKW, F_GETLK, lockf, OFD
+//! locks) to the mount, and with FUSE_FLOCK_LOCKS flock(2) locks too
+//! (FUSE_LK_FLOCK); the mount takes both for the whole cluster
+//! (`Client::lock`), so processes on different machines exclude each other,
+//! as Lustre's and BeeGFS's coherent flock do. The two kinds stay apart, as
+//! Linux keeps them: a flock lock never meets an fcntl lock.
 //!
 //! When locks go, as POSIX says: a close of any descriptor of the file by
 //! the owner (the kernel's FLUSH names the owner). A read-only open
@@ -11,18 +12,24 @@
 //! a lock no open gets it (`fs::open_file`); the locks taken through a
 //! read-only descriptor opened before the mount's first lock, and OFD locks
 //! (whose owner is the open file, never named by a FLUSH), go at the file's
-//! last close on this mount (RELEASE).
+//! last close on this mount (RELEASE). A flock lock goes at its open file's
+//! last close (the kernel's RELEASE names it).
 //!
-//! Not handled: a caller's signal while it waits (fuser answers the
-//! kernel's FUSE_INTERRUPT itself, with ENOSYS), so a process blocked in
-//! F_SETLKW waits until it is granted the lock, even SIGKILLed.
+//! A caller's signal while it waits (F_SETLKW, a blocking flock) reaches
+//! the mount as FUSE_INTERRUPT ([`Waits`]): the wait is withdrawn at its
+//! server and answered EINTR, so the caller returns EINTR from its handler,
+//! or, SIGKILLed, is gone at once (the kernel waits for the request's
+//! answer even for a dying process).
 //!
 //! After a grant, the kernel's pages and attributes of the file are
 //! dropped (unless a lease says nobody changed it): the process reads what
 //! the last holder wrote.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
 
 use shoal_client::{Client, LockAsk, LockKind};
 use shoal_proto::error::{Result, ShoalError};
@@ -34,14 +41,21 @@ use crate::shared::Shared;
 /// past it are given back as it, or the kernel refuses the answer.
 const OFFSET_MAX: u64 = i64::MAX as u64;
 
+/// How many interrupts of requests not (yet) waiting are remembered: one
+/// can arrive before its lock request is seen, and most are of requests
+/// that never wait here (a read a signal cut short).
+const EARLY_INTERRUPTS: usize = 64;
+
 /// A lock as the kernel asked for it: lock owner, byte range (`end`
-/// included), `typ` (F_RDLCK, F_WRLCK, F_UNLCK), caller's pid.
+/// included), `typ` (F_RDLCK, F_WRLCK, F_UNLCK), caller's pid, and whether
+/// it is a flock lock.
 pub struct KernelLock {
     pub owner: u64,
     pub start: u64,
     pub end: u64,
     pub typ: i32,
     pub pid: u32,
+    pub flock: bool,
 }
 
 /// What F_GETLK answers: a lock in the way, or F_UNLCK over the range.
@@ -66,26 +80,91 @@ impl KernelLock {
             start: self.start,
             end: self.end,
             pid: self.pid,
+            flock: self.flock,
         })
     }
 }
 
-/// F_SETLK and F_SETLKW (`wait`).
+/// F_SETLK and F_SETLKW (`wait`), and flock(2); the kernel's request
+/// `unique`, whose interrupt ends a wait.
 pub async fn set(
     c: Client,
     s: Arc<Shared>,
     ino: Handle,
     lock: KernelLock,
     wait: bool,
+    unique: u64,
 ) -> Result<()> {
     let ask = lock.ask()?;
     s.locking.store(true, Ordering::Relaxed);
-    c.lock(ino, ask, wait).await?;
+    if wait {
+        let interrupted = s.lock_waits.waiting(unique);
+        let taken = c.lock_until(ino, ask, true, interrupted).await;
+        s.lock_waits.done(unique);
+        taken?;
+    } else {
+        c.lock(ino, ask, false).await?;
+    }
     if ask.kind != LockKind::LockUnlock && c.lease_until(ino).is_none() {
         s.streams.changed(ino);
         s.leases.drop_inode(ino).await;
     }
     Ok(())
+}
+
+/// The lock requests waiting at their servers, by the kernel's request id,
+/// for its interrupts to reach.
+#[derive(Default)]
+pub struct Waits {
+    inner: Mutex<WaitsInner>,
+}
+
+#[derive(Default)]
+struct WaitsInner {
+    waiting: HashMap<u64, oneshot::Sender<()>>,
+    /// Interrupts that named no waiting request, newest last.
+    early: VecDeque<u64>,
+}
+
+impl Waits {
+    /// Request `unique` waits: the future is ready once it is interrupted
+    /// (at once if its interrupt came first).
+    fn waiting(&self, unique: u64) -> impl std::future::Future<Output = ()> {
+        let (tx, rx) = oneshot::channel();
+        let mut w = self.inner.lock().unwrap();
+        if let Some(i) = w.early.iter().position(|u| *u == unique) {
+            w.early.remove(i);
+            let _ = tx.send(());
+        } else {
+            w.waiting.insert(unique, tx);
+        }
+        async move {
+            // A sender dropped unsent (the wait ended) is no interrupt.
+            if rx.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    fn done(&self, unique: u64) {
+        self.inner.lock().unwrap().waiting.remove(&unique);
+    }
+
+    /// FUSE_INTERRUPT of request `unique`.
+    pub fn interrupt(&self, unique: u64) {
+        let mut w = self.inner.lock().unwrap();
+        match w.waiting.remove(&unique) {
+            Some(tx) => {
+                let _ = tx.send(());
+            }
+            None => {
+                if w.early.len() == EARLY_INTERRUPTS {
+                    w.early.pop_front();
+                }
+                w.early.push_back(unique);
+            }
+        }
+    }
 }
 
 /// F_GETLK.
