@@ -16,7 +16,7 @@
 //! last close (the kernel's RELEASE names it).
 //!
 //! A caller's signal while it waits (F_SETLKW, a blocking flock) reaches
-//! the mount as FUSE_INTERRUPT ([`Waits`]): the wait is withdrawn at its
+//! the mount as FUSE_INTERRUPT (`lock_waits`): the wait is withdrawn at its
 //! server and answered EINTR, so the caller returns EINTR from its handler,
 //! or, SIGKILLed, is gone at once (the kernel waits for the request's
 //! answer even for a dying process).
@@ -25,11 +25,8 @@
 //! dropped (unless a lease says nobody changed it): the process reads what
 //! the last holder wrote.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
-
-use tokio::sync::oneshot;
+use std::sync::Arc;
 
 use shoal_client::{Client, LockAsk, LockKind};
 use shoal_proto::error::{Result, ShoalError};
@@ -40,11 +37,6 @@ use crate::shared::Shared;
 /// The kernel's end of a lock "to the end of the file" (OFFSET_MAX): ends
 /// past it are given back as it, or the kernel refuses the answer.
 const OFFSET_MAX: u64 = i64::MAX as u64;
-
-/// How many interrupts of requests not (yet) waiting are remembered: one
-/// can arrive before its lock request is seen, and most are of requests
-/// that never wait here (a read a signal cut short).
-const EARLY_INTERRUPTS: usize = 64;
 
 /// A lock as the kernel asked for it: lock owner, byte range (`end`
 /// included), `typ` (F_RDLCK, F_WRLCK, F_UNLCK), caller's pid, and whether
@@ -110,61 +102,6 @@ pub async fn set(
         s.leases.drop_inode(ino).await;
     }
     Ok(())
-}
-
-/// The lock requests waiting at their servers, by the kernel's request id,
-/// for its interrupts to reach.
-#[derive(Default)]
-pub struct Waits {
-    inner: Mutex<WaitsInner>,
-}
-
-#[derive(Default)]
-struct WaitsInner {
-    waiting: HashMap<u64, oneshot::Sender<()>>,
-    /// Interrupts that named no waiting request, newest last.
-    early: VecDeque<u64>,
-}
-
-impl Waits {
-    /// Request `unique` waits: the future is ready once it is interrupted
-    /// (at once if its interrupt came first).
-    fn waiting(&self, unique: u64) -> impl std::future::Future<Output = ()> {
-        let (tx, rx) = oneshot::channel();
-        let mut w = self.inner.lock().unwrap();
-        if let Some(i) = w.early.iter().position(|u| *u == unique) {
-            w.early.remove(i);
-            let _ = tx.send(());
-        } else {
-            w.waiting.insert(unique, tx);
-        }
-        async move {
-            // A sender dropped unsent (the wait ended) is no interrupt.
-            if rx.await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-    }
-
-    fn done(&self, unique: u64) {
-        self.inner.lock().unwrap().waiting.remove(&unique);
-    }
-
-    /// FUSE_INTERRUPT of request `unique`.
-    pub fn interrupt(&self, unique: u64) {
-        let mut w = self.inner.lock().unwrap();
-        match w.waiting.remove(&unique) {
-            Some(tx) => {
-                let _ = tx.send(());
-            }
-            None => {
-                if w.early.len() == EARLY_INTERRUPTS {
-                    w.early.pop_front();
-                }
-                w.early.push_back(unique);
-            }
-        }
-    }
 }
 
 /// F_GETLK.

@@ -43,7 +43,7 @@ pub struct Shared {
     /// FLUSH from then on (`locks`).
     pub locking: AtomicBool,
     /// Lock requests waiting, for their interrupts.
-    pub lock_waits: crate::locks::Waits,
+    pub lock_waits: crate::lock_waits::Waits,
     /// Memory given back after many forgets.
     pub sweeps: Arc<Sweeps>,
 }
