@@ -58,6 +58,17 @@ impl Hosts {
         Ipv4Addr::new(10, 77, 0, 10 + u8::try_from(i).expect("a server host"))
     }
 
+    /// A command that runs a command on a host, as ssh does (the host's
+    /// name or address, then words for sh): for mpirun's `plm_rsh_agent`.
+    pub fn launcher(&self) -> String {
+        format!("{} ssh {}", script().display(), self.name)
+    }
+
+    /// Client host `j`'s address.
+    pub fn client_addr(j: u32) -> Ipv4Addr {
+        Ipv4Addr::new(10, 77, 0, 100 + u8::try_from(j).expect("a client host"))
+    }
+
     /// The network namespace of host `host` (`s0`, `c1`, ...).
     fn netns(&self, host: &str) -> PathBuf {
         PathBuf::from(format!("/run/netns/{}-{host}", self.name))

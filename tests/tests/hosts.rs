@@ -7,7 +7,9 @@
 //! a lease recalled across hosts; fcntl and flock locks across hosts,
 //! taken back after their server's restart and gone with a dead client
 //! host; an unprivileged user on a client host served through that host's
-//! own credential broker.
+//! own credential broker; an MPI job of 8 ranks on the two client hosts
+//! (mpirun launching through `scripts/hosts ssh`) adding to one file's
+//! counter under fcntl locks and reading each other's blocks.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -16,6 +18,7 @@ use std::process::Command;
 use shoal_client::Client;
 use shoal_proto::handle::server_of;
 use shoal_proto::msg::StatsReply;
+use shoal_tests::hosts::Hosts;
 use shoal_tests::lock_agent::Agent;
 use shoal_tests::{pattern, shoal_bin, Cluster};
 
@@ -267,4 +270,68 @@ fn an_unprivileged_user_on_a_client_host_is_served_through_its_broker() {
         after > before,
         "the library connected with a user credential from host c1's broker"
     );
+}
+
+#[test]
+fn an_mpi_job_on_two_client_hosts_locks_writes_and_reads_one_file() {
+    let mut cluster = Cluster::builder().servers(3).on_hosts(2).start();
+    let a = cluster.host_mount(0);
+    let b = cluster.host_mount(1);
+    std::fs::write(a.join("shared"), [0u8; 8]).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let prog = work.path().join("shared_file");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi/shared_file.c");
+    sh(&format!(
+        "mpicc -O2 -Wall -Wextra -Werror {} -o {}",
+        source.display(),
+        prog.display()
+    ));
+    let hostfile = work.path().join("hosts");
+    std::fs::write(
+        &hostfile,
+        format!(
+            "{} slots=4\n{} slots=4\n",
+            Hosts::client_addr(0),
+            Hosts::client_addr(1)
+        ),
+    )
+    .unwrap();
+    let out = cluster
+        .hosts()
+        .command("c0", "timeout")
+        .args([
+            "300",
+            "mpirun",
+            "--allow-run-as-root",
+            "-np",
+            "8",
+            "--hostfile",
+        ])
+        .arg(&hostfile)
+        .args(["--mca", "plm_rsh_agent", &cluster.hosts().launcher()])
+        .args(["--mca", "btl", "self,tcp"])
+        .arg(&prog)
+        .arg(a.join("shared"))
+        .arg(b.join("shared"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "mpirun: {said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for host in ["c0", "c1"] {
+        let ranks = said
+            .lines()
+            .filter(|l| l.ends_with(&format!("on client host {host}: ok")))
+            .count();
+        assert_eq!(ranks, 4, "ranks on host {host}: {said}");
+    }
+    let total = u64::from_le_bytes(
+        std::fs::read(b.join("shared")).unwrap()[..8]
+            .try_into()
+            .unwrap(),
+    );
+    assert_eq!(total, 8 * 50, "the counter, read on host c1");
 }
