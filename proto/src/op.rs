@@ -252,6 +252,7 @@ mod tests {
             (41, "create_files", true),
             (42, "delegate_dir", false),
             (43, "remove_files", true),
+            (44, "withdraw_lock", false),
         ];
         assert_eq!(table, expected);
     }
