@@ -26,6 +26,7 @@ mod files;
 mod fork;
 mod held_attrs;
 mod held_back;
+mod lock_wait;
 mod locks;
 mod ops;
 mod read_ahead;

@@ -6,8 +6,8 @@
 //! the process's, and a close of any of its descriptors of the file lets
 //! all of them go; an OFD lock (F_OFD_*) is the open file's, shared by its
 //! duplicates, and goes at its last close. flock(2) is a whole-file lock of
-//! the open file, as NFS makes it (so, unlike on a local disk, it meets
-//! fcntl locks of the same file).
+//! the open file, kept apart from fcntl locks as Linux keeps them (neither
+//! meets the other), and meets the mount's flock locks of the same file.
 
 use std::sync::Arc;
 
@@ -15,6 +15,7 @@ use shoal_client::{LockAsk, LockConflict, LockKind};
 
 use crate::error::{about, err, Result};
 use crate::files::{self, OpenFile};
+use crate::lock_wait;
 use crate::session;
 
 /// The end of a lock "to the end of the file", as the kernel writes it
@@ -61,6 +62,7 @@ pub fn fcntl(fd: i32, cmd: i32, lock: &mut libc::flock) -> Result<()> {
         start,
         end,
         pid: std::process::id(),
+        flock: false,
     };
     let s = session::current()?;
     if matches!(cmd, libc::F_GETLK | libc::F_OFD_GETLK) {
@@ -81,9 +83,12 @@ pub fn fcntl(fd: i32, cmd: i32, lock: &mut libc::flock) -> Result<()> {
     if !allowed {
         return Err(err(libc::EBADF, format!("{fd}: not open for {mode}")));
     }
-    let wait = matches!(cmd, libc::F_SETLKW | libc::F_OFD_SETLKW);
-    s.run(s.client.lock(file.handle, ask, wait))
-        .map_err(about(&file.path))?;
+    let taken = if matches!(cmd, libc::F_SETLKW | libc::F_OFD_SETLKW) {
+        lock_wait::lock(&s, file.handle, ask)
+    } else {
+        s.run(s.client.lock(file.handle, ask, false))
+    };
+    taken.map_err(about(&file.path))?;
     granted(&file, kind);
     Ok(())
 }
@@ -112,10 +117,15 @@ pub fn flock(fd: i32, op: i32) -> Result<()> {
         start: 0,
         end: TO_END,
         pid: std::process::id(),
+        flock: true,
     };
     let s = session::current()?;
-    s.run(s.client.lock(file.handle, ask, op & libc::LOCK_NB == 0))
-        .map_err(about(&file.path))?;
+    let taken = if op & libc::LOCK_NB == 0 {
+        lock_wait::lock(&s, file.handle, ask)
+    } else {
+        s.run(s.client.lock(file.handle, ask, false))
+    };
+    taken.map_err(about(&file.path))?;
     granted(&file, kind);
     Ok(())
 }
@@ -128,9 +138,13 @@ pub fn closed(file: &Arc<OpenFile>, last: bool) -> Result<()> {
         return Ok(());
     }
     let h = file.handle;
-    s.run(s.client.unlock_owner(h, u64::from(std::process::id())))?;
+    s.run(
+        s.client
+            .unlock_owner(h, u64::from(std::process::id()), false),
+    )?;
     if last {
-        s.run(s.client.unlock_owner(h, open_file_owner(file)))?;
+        s.run(s.client.unlock_owner(h, open_file_owner(file), false))?;
+        s.run(s.client.unlock_owner(h, open_file_owner(file), true))?;
     }
     Ok(())
 }

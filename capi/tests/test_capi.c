@@ -1103,9 +1103,37 @@ static int child_meets_the_lock(const char *path, pid_t parent)
         return 42;
     if (lock_range(fd, F_SETLK, F_WRLCK, 10, 10) < 0) /* beside it: free */
         return 43;
-    if (shoal_flock(fd, LOCK_EX | LOCK_NB) != -1 || errno != EWOULDBLOCK)
-        return 44; /* flock is a whole-file lock here, as on NFS */
+    if (shoal_flock(fd, LOCK_EX | LOCK_NB) < 0)
+        return 44; /* flock locks never meet fcntl locks, as on Linux */
     return shoal_close(fd) < 0 ? 45 : 0;
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
+
+/* A child (another client) meets the parent's flock LOCK_EX and write lock
+ * on all of `path`: LOCK_NB fails; a blocking flock and F_SETLKW wait until
+ * a signal whose handler has no SA_RESTART ends them with EINTR. */
+static int child_is_interrupted(const char *path)
+{
+    int fd = shoal_open(path, O_RDWR, 0);
+    if (fd < 0)
+        return 60;
+    if (shoal_flock(fd, LOCK_SH | LOCK_NB) != -1 || errno != EWOULDBLOCK)
+        return 61;
+    struct sigaction sa = {.sa_handler = on_alarm}; /* no SA_RESTART */
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGALRM, &sa, NULL) < 0)
+        return 62;
+    alarm(1);
+    if (shoal_flock(fd, LOCK_EX) != -1 || errno != EINTR)
+        return 63;
+    alarm(1);
+    if (lock_range(fd, F_SETLKW, F_WRLCK, 0, 0) != -1 || errno != EINTR)
+        return 64;
+    return shoal_close(fd) < 0 ? 65 : 0;
 }
 
 static int wait_child(pid_t pid)
@@ -1114,6 +1142,22 @@ static int wait_child(pid_t pid)
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
         return -1;
     return WEXITSTATUS(status);
+}
+
+/* wait_child, but a child still there after `secs` seconds is killed:
+ * -2. */
+static int wait_child_within(pid_t pid, int secs)
+{
+    for (int i = 0; i < secs * 50; i++) {
+        int status;
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        usleep(20000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -2;
 }
 
 static void test_record_locks_hold_across_clients(void **state)
@@ -1135,6 +1179,18 @@ static void test_record_locks_hold_across_clients(void **state)
         _exit(child_meets_the_lock(path, getppid()));
     }
     assert_int_equal(wait_child(pid), 0);
+    OK(lock_range(fd, F_SETLK, F_UNLCK, 0, 0));
+
+    /* A signal ends a wait for the parent's locks. */
+    OK(shoal_flock(fd, LOCK_EX | LOCK_NB));
+    OK(lock_range(fd, F_SETLK, F_WRLCK, 0, 0));
+    fflush(NULL);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(child_is_interrupted(path));
+    assert_int_equal(wait_child_within(pid, 60), 0);
+    OK(shoal_flock(fd, LOCK_UN));
     OK(lock_range(fd, F_SETLK, F_UNLCK, 0, 0));
 
     /* A read-only descriptor takes no write lock (EBADF, as fcntl says). */

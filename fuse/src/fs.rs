@@ -27,7 +27,7 @@ use fuser::{
     AccessFlags, BsdFileFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, RequestId, TimeOrNow, WriteFlags,
 };
 use shoal_client::{Attr, Client, Cred, FileKind, SetAttr, SetTime, StatFs};
 use shoal_proto::error::{Errno, Result, ShoalError};
@@ -442,6 +442,15 @@ fn open_file(s: &Shared, ino: u64, flags: OpenFlags) -> (FileHandle, FopenFlags)
     (fh, opened)
 }
 
+/// What a RELEASE lets go of the file's locks.
+enum Unlock {
+    Nothing,
+    /// The file's last close on this mount: every lock left.
+    All,
+    /// The open file's flock lock (its owner).
+    Flock(u64),
+}
+
 impl Filesystem for ShoalFs {
     fn destroy(&mut self) {
         let c = self.shared.client.clone();
@@ -482,8 +491,10 @@ impl Filesystem for ShoalFs {
             InitFlags::FUSE_MAX_PAGES,
             // A symlink's target never changes in place: let the kernel cache it.
             InitFlags::FUSE_CACHE_SYMLINKS,
-            // fcntl locks come here, to be taken for the whole cluster.
+            // fcntl and flock locks come here, to be taken for the whole
+            // cluster (`locks`).
             InitFlags::FUSE_POSIX_LOCKS,
+            InitFlags::FUSE_FLOCK_LOCKS,
         ];
         for flag in wanted {
             if let Err(missing) = config.add_capabilities(flag) {
@@ -859,7 +870,7 @@ impl Filesystem for ShoalFs {
                 Ok(())
             };
             if locked {
-                c.unlock_owner(ino.0, lock_owner.0).await?;
+                c.unlock_owner(ino.0, lock_owner.0, false).await?;
             }
             flushed
         });
@@ -871,7 +882,7 @@ impl Filesystem for ShoalFs {
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        flock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
@@ -886,16 +897,26 @@ impl Filesystem for ShoalFs {
                 self.shared.client.closed(ino.0);
             }
             // The file's last close here: what locks are left (taken
-            // through a descriptor that sent no FLUSH) go (`locks`).
-            (reclaim, last && self.shared.client.holds_locks(ino.0))
+            // through a descriptor that sent no FLUSH) go (`locks`). Else
+            // the open file's flock lock, if it took one.
+            let locked = self.shared.client.holds_locks(ino.0);
+            let unlock = match (locked, last, flock_owner) {
+                (false, _, _) => Unlock::Nothing,
+                (true, true, _) => Unlock::All,
+                (true, false, Some(owner)) => Unlock::Flock(owner.0),
+                (true, false, None) => Unlock::Nothing,
+            };
+            (reclaim, unlock)
         };
-        if !reclaim && !unlock {
+        if !reclaim && matches!(unlock, Unlock::Nothing) {
             reply.ok();
             return self.answered("release", Instant::now());
         }
         self.serve(req, "release", reply, move |c, _| async move {
-            if unlock {
-                c.unlock_all(ino.0).await?;
+            match unlock {
+                Unlock::All => c.unlock_all(ino.0).await?,
+                Unlock::Flock(owner) => c.unlock_owner(ino.0, owner, true).await?,
+                Unlock::Nothing => {}
             }
             if reclaim {
                 c.reclaim(ino.0).await?;
@@ -922,6 +943,7 @@ impl Filesystem for ShoalFs {
             end,
             typ,
             pid,
+            flock: false,
         };
         self.serve_then(
             req,
@@ -943,6 +965,7 @@ impl Filesystem for ShoalFs {
         typ: i32,
         pid: u32,
         sleep: bool,
+        flock: bool,
         reply: ReplyEmpty,
     ) {
         let lock = KernelLock {
@@ -951,10 +974,22 @@ impl Filesystem for ShoalFs {
             end,
             typ,
             pid,
+            flock,
         };
+        let unique = req.unique().0;
         self.serve(req, "setlk", reply, move |c, s| {
-            locks::set(c, s, ino.0, lock, sleep)
+            locks::set(c, s, ino.0, lock, sleep, unique)
         });
+    }
+
+    fn interrupt(
+        &self,
+        _req: &Request,
+        unique: RequestId,
+    ) -> std::result::Result<(), fuser::Errno> {
+        // Only a lock's wait is long enough to be worth ending early.
+        self.shared.lock_waits.interrupt(unique.0);
+        Ok(())
     }
 
     fn fsync(

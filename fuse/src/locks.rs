@@ -1,9 +1,10 @@
-//! POSIX record locks through the mount. With FUSE_POSIX_LOCKS the kernel
-//! hands fcntl(2) locks (F_SETLK, F_SETLKW, F_GETLK, lockf, OFD locks) to
-//! the mount, which takes them for the whole cluster (`Client::lock`), so
-//! processes on different machines exclude each other. flock(2) stays each
-//! machine's own (fuser does not say which of the two a request is, and
-//! only FUSE_FLOCK_LOCKS would send flock here): Lustre's `localflock`.
+//! POSIX record locks and flock(2) through the mount. With FUSE_POSIX_LOCKS
+//! the kernel hands fcntl(2) locks (F_SETLK, F_SETLKW, F_GETLK, lockf, OFD
+//! locks) to the mount, and with FUSE_FLOCK_LOCKS flock(2) locks too
+//! (FUSE_LK_FLOCK); the mount takes both for the whole cluster
+//! (`Client::lock`), so processes on different machines exclude each other,
+//! as Lustre's and BeeGFS's coherent flock do. The two kinds stay apart, as
+//! Linux keeps them: a flock lock never meets an fcntl lock.
 //!
 //! When locks go, as POSIX says: a close of any descriptor of the file by
 //! the owner (the kernel's FLUSH names the owner). A read-only open
@@ -11,11 +12,14 @@
 //! a lock no open gets it (`fs::open_file`); the locks taken through a
 //! read-only descriptor opened before the mount's first lock, and OFD locks
 //! (whose owner is the open file, never named by a FLUSH), go at the file's
-//! last close on this mount (RELEASE).
+//! last close on this mount (RELEASE). A flock lock goes at its open file's
+//! last close (the kernel's RELEASE names it).
 //!
-//! Not handled: a caller's signal while it waits (fuser answers the
-//! kernel's FUSE_INTERRUPT itself, with ENOSYS), so a process blocked in
-//! F_SETLKW waits until it is granted the lock, even SIGKILLed.
+//! A caller's signal while it waits (F_SETLKW, a blocking flock) reaches
+//! the mount as FUSE_INTERRUPT (`lock_waits`): the wait is withdrawn at its
+//! server and answered EINTR, so the caller returns EINTR from its handler,
+//! or, SIGKILLed, is gone at once (the kernel waits for the request's
+//! answer even for a dying process).
 //!
 //! After a grant, the kernel's pages and attributes of the file are
 //! dropped (unless a lease says nobody changed it): the process reads what
@@ -35,13 +39,15 @@ use crate::shared::Shared;
 const OFFSET_MAX: u64 = i64::MAX as u64;
 
 /// A lock as the kernel asked for it: lock owner, byte range (`end`
-/// included), `typ` (F_RDLCK, F_WRLCK, F_UNLCK), caller's pid.
+/// included), `typ` (F_RDLCK, F_WRLCK, F_UNLCK), caller's pid, and whether
+/// it is a flock lock.
 pub struct KernelLock {
     pub owner: u64,
     pub start: u64,
     pub end: u64,
     pub typ: i32,
     pub pid: u32,
+    pub flock: bool,
 }
 
 /// What F_GETLK answers: a lock in the way, or F_UNLCK over the range.
@@ -66,21 +72,31 @@ impl KernelLock {
             start: self.start,
             end: self.end,
             pid: self.pid,
+            flock: self.flock,
         })
     }
 }
 
-/// F_SETLK and F_SETLKW (`wait`).
+/// F_SETLK and F_SETLKW (`wait`), and flock(2); the kernel's request
+/// `unique`, whose interrupt ends a wait.
 pub async fn set(
     c: Client,
     s: Arc<Shared>,
     ino: Handle,
     lock: KernelLock,
     wait: bool,
+    unique: u64,
 ) -> Result<()> {
     let ask = lock.ask()?;
     s.locking.store(true, Ordering::Relaxed);
-    c.lock(ino, ask, wait).await?;
+    if wait {
+        let interrupted = s.lock_waits.waiting(unique);
+        let taken = c.lock_until(ino, ask, true, interrupted).await;
+        s.lock_waits.done(unique);
+        taken?;
+    } else {
+        c.lock(ino, ask, false).await?;
+    }
     if ask.kind != LockKind::LockUnlock && c.lease_until(ino).is_none() {
         s.streams.changed(ino);
         s.leases.drop_inode(ino).await;

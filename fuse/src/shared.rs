@@ -42,6 +42,8 @@ pub struct Shared {
     /// A record lock was asked for through this mount: opens send their
     /// FLUSH from then on (`locks`).
     pub locking: AtomicBool,
+    /// Lock requests waiting, for their interrupts.
+    pub lock_waits: crate::lock_waits::Waits,
     /// Memory given back after many forgets.
     pub sweeps: Arc<Sweeps>,
 }
@@ -68,6 +70,7 @@ impl Shared {
             streams,
             hardlinks_protected: crate::access::hardlinks_protected(),
             locking: AtomicBool::new(false),
+            lock_waits: Default::default(),
             sweeps,
         }
     }

@@ -33,6 +33,7 @@ impl Errno {
     pub const EMLINK: Errno = Errno(libc::EMLINK);
     pub const EAGAIN: Errno = Errno(libc::EAGAIN);
     pub const EDEADLK: Errno = Errno(libc::EDEADLK);
+    pub const EINTR: Errno = Errno(libc::EINTR);
 
     pub fn describe(self) -> String {
         std::io::Error::from_raw_os_error(self.0).to_string()

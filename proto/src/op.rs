@@ -145,6 +145,9 @@ ops! {
     42 => DelegateDir("delegate_dir", DelegateDirRequest => DelegateDirReply, false),
     /// Many unlinks in one directory, one transaction.
     43 => RemoveFiles("remove_files", RemoveFilesRequest => RemoveFilesReply, true),
+    /// Withdraws an owner's waiting lock requests on a file (its caller
+    /// was interrupted): each is answered EINTR.
+    44 => WithdrawLock("withdraw_lock", WithdrawLockRequest => Empty, false),
 }
 
 impl Op {
@@ -164,7 +167,7 @@ impl Op {
             Ping | Lookup | GetAttr | SetAttr | Readdir | Read | Write | Truncate | Fsync
             | GetSizes | GetXattr | ListXattr | Statfs | Stats | Unstuff | ListAttr
             | Rendezvous | Scan | GatherWrite | GatherCommit | WriteExtents | Recover | Commit
-            | Recall | Lock | TestLock | DelegateDir => false,
+            | Recall | Lock | TestLock | DelegateDir | WithdrawLock => false,
             CreateObject | CreateDatafiles | SetDist | CrDirEnt | RmDirEnt | RenameEntry
             | Remove | RmdirPrepare | RmdirAbort | SetParent | SetXattr | RemoveXattr
             | CreateFile | Link | CreateFiles | RemoveFiles => true,
@@ -249,6 +252,7 @@ mod tests {
             (41, "create_files", true),
             (42, "delegate_dir", false),
             (43, "remove_files", true),
+            (44, "withdraw_lock", false),
         ];
         assert_eq!(table, expected);
     }

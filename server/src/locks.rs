@@ -1,7 +1,10 @@
-//! POSIX record locks on this server's files, for the whole cluster: every
-//! client's fcntl locks on a file meet here, at the file's server, as
-//! Lustre's flock locks meet at the MDS and NFS's at the server's lock
-//! manager. The rules of one owner's ranges are `shoal_proto::record_locks`.
+//! POSIX record locks and flock(2) locks on this server's files, for the
+//! whole cluster: every client's locks on a file meet here, at the file's
+//! server, as Lustre's flock locks meet at the MDS and NFS's at the
+//! server's lock manager. The rules of one owner's ranges are
+//! `shoal_proto::record_locks`; a flock lock is one whole-file range. The
+//! two kinds live in separate tables ([`Space`]), as Linux keeps them: a
+//! flock lock never meets an fcntl lock, even on one file.
 //!
 //! An owner is a client's lock owner (`Owner`). A request that conflicts
 //! with another owner's lock fails with EAGAIN, or with `wait` waits here:
@@ -10,7 +13,9 @@
 //! waiters of a file are granted in the order they came, each as soon as
 //! nothing another owner holds is in its way. A wait that would close a
 //! cycle of owners waiting for each other's locks on this server fails
-//! with EDEADLK, as Linux's own locks do.
+//! with EDEADLK, as Linux's own locks do. A waiter whose caller was
+//! interrupted (a signal, or killed) is withdrawn ([`Locks::withdraw`]) and
+//! answered EINTR.
 //!
 //! Locks live in memory only and belong to the connection that carried
 //! them: when it ends (the client died, or its connection broke) they are
@@ -35,7 +40,7 @@ use prost::Message;
 use shoal_net::sink::FrameSink;
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::frame::{Frame, Header};
-use shoal_proto::msg::{LockKind, LockReply};
+use shoal_proto::msg::{ErrorReply, LockKind, LockReply};
 use shoal_proto::record_locks::{Held, OwnerLocks, Range};
 use shoal_proto::Handle;
 
@@ -46,10 +51,18 @@ pub struct Owner {
     pub owner: u64,
 }
 
+/// Which of a file's two lock tables: its fcntl (POSIX record) locks or
+/// its flock locks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Space {
+    pub file: Handle,
+    pub flock: bool,
+}
+
 /// A lock request, checked.
 #[derive(Clone, Copy, Debug)]
 pub struct Ask {
-    pub file: Handle,
+    pub space: Space,
     pub owner: Owner,
     pub kind: LockKind,
     pub range: Range,
@@ -68,6 +81,14 @@ pub const MARKER: &str = "locks-held";
 /// its clients reconnect within a second of its start (their pauses
 /// between tries grow to half a second).
 pub const GRACE: Duration = Duration::from_secs(3);
+
+/// Owners holding locks (one per owner, file and kind), requests waiting,
+/// and waits withdrawn since the start.
+pub struct LockCounts {
+    pub holders: u64,
+    pub waits: u64,
+    pub withdrawn: u64,
+}
 
 /// Another owner's lock in the way: what F_GETLK reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,7 +189,9 @@ impl FileLocks {
 }
 
 pub struct Locks {
-    files: Mutex<HashMap<Handle, FileLocks>>,
+    files: Mutex<HashMap<Space, FileLocks>>,
+    /// Waits withdrawn since the start.
+    withdrawn: std::sync::atomic::AtomicU64,
     marker: PathBuf,
     /// The marker is on disk.
     marked: AtomicBool,
@@ -188,6 +211,7 @@ impl Locks {
         let held_before = marker.exists();
         Locks {
             files: Mutex::default(),
+            withdrawn: Default::default(),
             marker,
             marked: AtomicBool::new(held_before),
             grace_until: held_before.then(|| Instant::now() + GRACE),
@@ -236,7 +260,7 @@ impl Locks {
         self.admit(ask)?;
         let answers = {
             let mut files = lock(&self.files);
-            let f = files.entry(ask.file).or_default();
+            let f = files.entry(ask.space).or_default();
             if let Some((_, c)) = f.conflict(ask) {
                 return Err(busy(ask, &c));
             }
@@ -253,21 +277,21 @@ impl Locks {
         self.admit(&ask)?;
         let answers = {
             let mut files = lock(&self.files);
-            let in_way = files.entry(ask.file).or_default().conflict(&ask);
+            let in_way = files.entry(ask.space).or_default().conflict(&ask);
             match in_way {
                 None => self.apply_and_regrant(&mut files, &ask),
                 Some(_) => {
-                    let holders = files[&ask.file].in_way(&ask);
+                    let holders = files[&ask.space].in_way(&ask);
                     if waits_for(&files, holders, ask.owner) {
                         return Err(ShoalError::new(
                             Errno::EDEADLK,
                             format!(
                                 "a lock on {:#x} would wait for an owner that waits for this one",
-                                ask.file
+                                ask.space.file
                             ),
                         ));
                     }
-                    let f = files.get_mut(&ask.file).expect("made above");
+                    let f = files.get_mut(&ask.space).expect("made above");
                     f.waiting.push_back(Waiter { ask, header, sink });
                     return Ok(Taken::Waiting);
                 }
@@ -279,13 +303,15 @@ impl Locks {
 
     /// Applies `ask`, which nothing is in the way of, and grants the
     /// waiters an unlock or a narrower lock lets through.
-    fn apply_and_regrant(&self, files: &mut HashMap<Handle, FileLocks>, ask: &Ask) -> Granted {
-        let f = files.get_mut(&ask.file).expect("the caller made the entry");
+    fn apply_and_regrant(&self, files: &mut HashMap<Space, FileLocks>, ask: &Ask) -> Granted {
+        let f = files
+            .get_mut(&ask.space)
+            .expect("the caller made the entry");
         let mut granted = Granted::default();
         f.apply(ask);
         f.grant_waiters(&mut granted.0);
         if f.is_empty() {
-            files.remove(&ask.file);
+            files.remove(&ask.space);
         }
         granted
     }
@@ -295,7 +321,7 @@ impl Locks {
         self.admit(ask)?;
         let files = lock(&self.files);
         Ok(files
-            .get(&ask.file)
+            .get(&ask.space)
             .and_then(|f| f.conflict(ask))
             .map(|(_, c)| c))
     }
@@ -321,6 +347,49 @@ impl Locks {
         answers.send();
     }
 
+    /// The waiting requests of `owner` in `space` end, each answered EINTR
+    /// (their caller was interrupted); how many there were. Whatever waits
+    /// behind them may now be granted (they could have held up a read lock
+    /// behind a write lock's wait).
+    pub fn withdraw(&self, space: Space, owner: Owner) -> usize {
+        let mut answers = Granted::default();
+        let withdrawn: VecDeque<Waiter> = {
+            let mut files = lock(&self.files);
+            let Some(f) = files.get_mut(&space) else {
+                return 0;
+            };
+            let (gone, left) = std::mem::take(&mut f.waiting)
+                .into_iter()
+                .partition(|w| w.ask.owner == owner);
+            f.waiting = left;
+            f.grant_waiters(&mut answers.0);
+            if f.is_empty() {
+                files.remove(&space);
+            }
+            gone
+        };
+        answers.send();
+        let n = withdrawn.len();
+        self.withdrawn.fetch_add(n as u64, Ordering::Relaxed);
+        for w in withdrawn {
+            w.answer(
+                Errno::EINTR,
+                "the lock's caller was interrupted while it waited",
+            );
+        }
+        n
+    }
+
+    /// What the table holds now (statistics).
+    pub fn counts(&self) -> LockCounts {
+        let files = lock(&self.files);
+        LockCounts {
+            holders: files.values().map(|f| f.owners.len() as u64).sum(),
+            waits: files.values().map(|f| f.waiting.len() as u64).sum(),
+            withdrawn: self.withdrawn.load(Ordering::Relaxed),
+        }
+    }
+
     /// How many files have locks or waiters (statistics, tests).
     pub fn files_locked(&self) -> usize {
         lock(&self.files).len()
@@ -330,7 +399,7 @@ impl Locks {
 /// Whether any of `holders`, through the owners they wait for on this
 /// server, waits for `asker`: a search of every owner in the way of every
 /// wait, each owner looked at once.
-fn waits_for(files: &HashMap<Handle, FileLocks>, holders: Vec<Owner>, asker: Owner) -> bool {
+fn waits_for(files: &HashMap<Space, FileLocks>, holders: Vec<Owner>, asker: Owner) -> bool {
     let mut seen = std::collections::HashSet::new();
     let mut next = holders;
     while let Some(at) = next.pop() {
@@ -354,7 +423,7 @@ fn busy(ask: &Ask, c: &Conflict) -> ShoalError {
         Errno::EAGAIN,
         format!(
             "bytes {}..={} of {:#x} are locked by process {} of another owner",
-            c.held.range.start, c.held.range.end, ask.file, c.pid
+            c.held.range.start, c.held.range.end, ask.space.file, c.pid
         ),
     )
 }
@@ -367,12 +436,27 @@ struct Granted(Vec<Waiter>);
 impl Granted {
     fn send(self) {
         for w in self.0 {
-            let body = Bytes::from(LockReply {}.encode_to_vec());
             // A failed send means the connection is gone: its end drops
             // the lock.
+            let body = Bytes::from(LockReply {}.encode_to_vec());
             let _ = w
                 .sink
                 .send(&Frame::reply_to(&w.header, 0, body, Bytes::new()));
         }
+    }
+}
+
+impl Waiter {
+    /// Answers the waiting request with an error.
+    fn answer(self, errno: Errno, message: &str) {
+        let body = ErrorReply {
+            message: message.to_string(),
+        };
+        let _ = self.sink.send(&Frame::reply_to(
+            &self.header,
+            errno.0,
+            Bytes::from(body.encode_to_vec()),
+            Bytes::new(),
+        ));
     }
 }

@@ -27,6 +27,7 @@ use shoal_proto::handle::{server_of, Handle, ROOT};
 
 pub mod churn;
 pub mod crash_work;
+pub mod lock_agent;
 pub mod page_cache;
 
 /// The environment variable with the kit's own defaults (module doc).

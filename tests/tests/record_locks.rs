@@ -7,74 +7,22 @@
 //! also an idle holder's; a dead client's locks go; waiters hold no
 //! request slots, and a grant that lets an earlier waiter through grants it.
 //!
-//! The processes that lock are python3 (`AGENT`, driven line by line over
-//! its stdin and stdout, or `COUNTER`): POSIX locks belong to a process, so
-//! each lock owner must be one. Every wait is bounded: an agent's reply by
-//! `REPLY_TIMEOUT`, an agent's life by `alarm`, a counter by `timeout`.
+//! The processes that lock are python3 (`shoal_tests::lock_agent`, or
+//! `COUNTER`): POSIX locks belong to a process, so each lock owner must be
+//! one. Every wait is bounded: an agent's by the agent, a counter by
+//! `timeout`.
 
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use shoal_client::{Client, Errno, LockAsk, LockKind};
 use shoal_proto::handle::{server_of, ROOT};
+use shoal_tests::lock_agent::Agent;
 use shoal_tests::{Cluster, SharedMount};
 
 const PYTHON: &str = "/usr/bin/python3";
-
-/// The longest an agent's reply to one command may take.
-const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A process that takes and tests locks on one file as it is told, one
-/// command per line on its stdin, one answer per line on its stdout:
-///
-/// - `open PATH`: opens PATH read-write (`ok`);
-/// - `lock T START LEN WAIT`: fcntl F_SETLK (WAIT 0) or F_SETLKW (WAIT 1)
-///   of type T (`r`, `w`, `u`) on LEN bytes from START (0: to the end):
-///   `ok` or `err ERRNO-NAME`;
-/// - `getlk T START LEN`: F_GETLK: `lk T START LEN PID` (`lk u ...` if
-///   nothing is in the way);
-/// - `close`: closes the file (`ok`).
-///
-/// Its first line is `ready PID`. It ends itself after 300 s (`alarm`).
-const AGENT: &str = r#"
-import errno, fcntl, os, signal, struct, sys
-signal.alarm(300)
-FMT = "hhqqi4x"  # struct flock on Linux x86_64/aarch64: 32 bytes
-TYPES = {"r": fcntl.F_RDLCK, "w": fcntl.F_WRLCK, "u": fcntl.F_UNLCK}
-NAMES = {v: k for k, v in TYPES.items()}
-print("ready", os.getpid(), flush=True)
-fd = None
-for line in sys.stdin:
-    cmd = line.split()
-    try:
-        if cmd[0] == "open":
-            fd = os.open(cmd[1], os.O_RDWR)
-            out = "ok"
-        elif cmd[0] == "close":
-            os.close(fd)
-            fd = None
-            out = "ok"
-        elif cmd[0] == "lock":
-            op = fcntl.F_SETLKW if cmd[4] == "1" else fcntl.F_SETLK
-            fl = struct.pack(FMT, TYPES[cmd[1]], os.SEEK_SET, int(cmd[2]), int(cmd[3]), 0)
-            fcntl.fcntl(fd, op, fl)
-            out = "ok"
-        elif cmd[0] == "getlk":
-            fl = struct.pack(FMT, TYPES[cmd[1]], os.SEEK_SET, int(cmd[2]), int(cmd[3]), 0)
-            t, _, start, length, pid = struct.unpack(FMT, fcntl.fcntl(fd, fcntl.F_GETLK, fl))
-            out = "lk %s %d %d %d" % (NAMES[t], start, length, pid)
-        else:
-            out = "bad command " + line.strip()
-    except OSError as e:
-        # EDEADLK, not its alias EDEADLOCK
-        name = "EDEADLK" if e.errno == errno.EDEADLK else errno.errorcode.get(e.errno, str(e.errno))
-        out = "err " + name
-    print(out, flush=True)
-"#;
 
 /// Increments the 8-byte little-endian counter at the start of file
 /// argv[1] argv[2] times, each under lockf(F_LOCK) of those 8 bytes
@@ -95,89 +43,6 @@ for _ in range(int(sys.argv[2])):
 os.close(fd)
 print("done", flush=True)
 "#;
-
-struct Agent {
-    name: &'static str,
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<String>,
-    pid: u32,
-}
-
-impl Agent {
-    /// An agent named `name` (for messages) with `path` open.
-    fn open(name: &'static str, path: &Path) -> Agent {
-        let mut child = Command::new(PYTHON)
-            .args(["-c", AGENT])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn python3");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut agent = Agent {
-            name,
-            pid: child.id(),
-            child,
-            stdin,
-            lines,
-        };
-        let ready = agent.reply();
-        assert_eq!(ready, format!("ready {}", agent.pid), "{name} started");
-        let opened = agent.ask(&format!("open {}", path.display()));
-        assert_eq!(opened, "ok", "{name} opens {}", path.display());
-        agent
-    }
-
-    fn send(&mut self, cmd: &str) {
-        writeln!(self.stdin, "{cmd}").unwrap_or_else(|e| panic!("{}: {cmd}: {e}", self.name));
-        self.stdin.flush().unwrap();
-    }
-
-    /// Its next answer, within `REPLY_TIMEOUT`.
-    fn reply(&mut self) -> String {
-        match self.lines.recv_timeout(REPLY_TIMEOUT) {
-            Ok(line) => line,
-            Err(e) => panic!("{}: no answer within {REPLY_TIMEOUT:?}: {e}", self.name),
-        }
-    }
-
-    /// Its answer if one came within `wait`.
-    fn reply_within(&mut self, wait: Duration) -> Option<String> {
-        match self.lines.recv_timeout(wait) {
-            Ok(line) => Some(line),
-            Err(mpsc::RecvTimeoutError::Timeout) => None,
-            Err(e) => panic!("{}: {e}", self.name),
-        }
-    }
-
-    fn ask(&mut self, cmd: &str) -> String {
-        self.send(cmd);
-        self.reply()
-    }
-
-    /// SIGKILL, as a crash: the kernel closes its files, which lets its
-    /// locks go.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 /// A cluster of two servers and two mounts of it (two mount processes:
 /// two clients).
@@ -388,6 +253,7 @@ fn native_lock(kind: LockKind) -> LockAsk {
         start: 0,
         end: 99,
         pid: std::process::id(),
+        flock: false,
     }
 }
 
@@ -570,6 +436,7 @@ fn ask(owner: u64, kind: LockKind, start: u64, end: u64) -> LockAsk {
         start,
         end,
         pid: owner as u32,
+        flock: false,
     }
 }
 
@@ -725,4 +592,162 @@ fn a_clean_restart_keeps_an_idle_holders_lock() {
         .unwrap();
     rt.block_on(b.lock(h, ask(2, LockKind::LockWrite, 0, 99), false))
         .expect("the range once the holder let it go");
+}
+
+/// flock(2) through two mounts: an exclusive flock through one keeps out
+/// any flock through the other (LOCK_NB: EAGAIN), but no fcntl lock, as
+/// on one machine's own file system; it goes with LOCK_UN and with its
+/// open file's close, and a blocking flock waits for it.
+#[test]
+fn flock_holds_across_mounts_and_stays_apart_from_fcntl_locks() {
+    let (mut cluster, second) = two_mounts();
+    let a = cluster.mount();
+    let b = second.path();
+    let h = file(&a, "f", &[0u8; 64]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let probe = cluster.client();
+
+    let mut holder = Agent::open("holder (mount 1)", &a.join("f"));
+    let mut other = Agent::open("other (mount 2)", &b.join("f"));
+    assert_eq!(holder.ask("flock w 0"), "ok");
+    assert_eq!(
+        other.ask("flock w 0"),
+        "err EAGAIN",
+        "LOCK_EX through the other mount"
+    );
+    assert_eq!(
+        other.ask("flock r 0"),
+        "err EAGAIN",
+        "LOCK_SH through the other mount"
+    );
+    assert_eq!(
+        other.ask("lock w 0 0 0"),
+        "ok",
+        "an fcntl lock of the whole file"
+    );
+    assert_eq!(other.ask("lock u 0 0 0"), "ok");
+    assert_eq!(
+        holder.ask("flock r 0"),
+        "ok",
+        "the holder converts to LOCK_SH"
+    );
+    assert_eq!(other.ask("flock r 0"), "ok", "a second LOCK_SH");
+    assert_eq!(other.ask("flock u 0"), "ok");
+
+    // A blocking flock waits for the holder's close.
+    let server = server_of(h);
+    let before = lock_requests(&rt, &probe, server);
+    other.send("flock w 1");
+    wait_for_lock_requests(&rt, &probe, server, before + 1);
+    assert_eq!(
+        other.reply_within(Duration::from_millis(300)),
+        None,
+        "LOCK_EX returned while the holder holds LOCK_SH"
+    );
+    assert_eq!(holder.ask("close"), "ok");
+    assert_eq!(other.reply(), "ok", "LOCK_EX once the holder's file closed");
+    let mut third = Agent::open("third (mount 1)", &a.join("f"));
+    assert_eq!(third.ask("flock r 0"), "err EAGAIN");
+    assert_eq!(other.ask("flock u 0"), "ok");
+    assert_eq!(third.ask("flock r 0"), "ok", "after LOCK_UN");
+}
+
+/// Lock waits server `s` has withdrawn (their callers were interrupted),
+/// and those waiting now.
+fn waits(rt: &tokio::runtime::Runtime, probe: &Client, s: u32) -> (u64, u64) {
+    let stats = rt.block_on(probe.server_stats(s)).expect("stats");
+    (stats.lock_waits_withdrawn, stats.lock_waits)
+}
+
+/// A process waiting through one mount for a lock held through the other
+/// (F_SETLKW, then a blocking flock) gets a signal: its call returns EINTR
+/// and its wait is withdrawn at the server, so when the holder lets go a
+/// third process takes the lock at once, not the interrupted one.
+#[test]
+fn a_signal_ends_a_lock_wait_with_eintr_and_withdraws_it() {
+    let (mut cluster, second) = two_mounts();
+    let a = cluster.mount();
+    let b = second.path();
+    let h = file(&a, "f", &[0u8; 64]);
+    let server = server_of(h);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let probe = cluster.client();
+
+    for (what, take, wait, release) in [
+        ("F_SETLKW", "lock w 0 0 0", "lock w 0 0 1", "lock u 0 0 0"),
+        ("flock", "flock w 0", "flock w 1", "flock u 0"),
+    ] {
+        let mut holder = Agent::open("holder (mount 1)", &a.join("f"));
+        let mut waiter = Agent::open("waiter (mount 2)", &b.join("f"));
+        assert_eq!(holder.ask(take), "ok", "{what}");
+        let before = lock_requests(&rt, &probe, server);
+        let (withdrawn, _) = waits(&rt, &probe, server);
+        waiter.send(wait);
+        wait_for_lock_requests(&rt, &probe, server, before + 1);
+        assert_eq!(waits(&rt, &probe, server), (withdrawn, 1), "{what} waits");
+        waiter.signal(libc::SIGUSR1);
+        assert_eq!(waiter.reply(), "err EINTR", "{what} interrupted");
+        assert_eq!(
+            waits(&rt, &probe, server),
+            (withdrawn + 1, 0),
+            "{what}: the mount withdrew the wait at the server"
+        );
+        assert_eq!(holder.ask(release), "ok", "{what}");
+        let mut third = Agent::open("third (mount 1)", &a.join("f"));
+        assert_eq!(
+            third.ask(take),
+            "ok",
+            "{what}: the interrupted wait was granted nothing"
+        );
+        assert_eq!(
+            waiter.ask(take),
+            "err EAGAIN",
+            "{what}: the waiter holds nothing"
+        );
+    }
+}
+
+/// A process waiting through one mount for a lock held through the other
+/// (F_SETLKW, then a blocking flock) is SIGKILLed: it is gone at once,
+/// while the holder still holds the lock (before the mount answered
+/// interrupts, the kernel kept it until the lock was granted), and its
+/// wait is withdrawn at the server.
+#[test]
+fn a_killed_lock_waiter_is_gone_at_once() {
+    let (mut cluster, second) = two_mounts();
+    let a = cluster.mount();
+    let b = second.path();
+    let h = file(&a, "f", &[0u8; 64]);
+    let server = server_of(h);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let probe = cluster.client();
+
+    for (what, take, wait, release) in [
+        ("F_SETLKW", "lock w 0 0 0", "lock w 0 0 1", "lock u 0 0 0"),
+        ("flock", "flock w 0", "flock w 1", "flock u 0"),
+    ] {
+        let mut holder = Agent::open("holder (mount 1)", &a.join("f"));
+        let mut waiter = Agent::open("waiter (mount 2)", &b.join("f"));
+        assert_eq!(holder.ask(take), "ok", "{what}");
+        let before = lock_requests(&rt, &probe, server);
+        let (withdrawn, _) = waits(&rt, &probe, server);
+        waiter.send(wait);
+        wait_for_lock_requests(&rt, &probe, server, before + 1);
+        assert!(
+            waiter.kill_and_reap(Duration::from_secs(30)),
+            "{what}: the SIGKILLed waiter is still there, in its wait"
+        );
+        assert_eq!(
+            waits(&rt, &probe, server),
+            (withdrawn + 1, 0),
+            "{what}: the mount withdrew the wait at the server"
+        );
+        assert_eq!(holder.ask(release), "ok", "{what}");
+        let mut third = Agent::open("third (mount 1)", &a.join("f"));
+        assert_eq!(
+            third.ask(take),
+            "ok",
+            "{what}: the killed waiter was granted nothing"
+        );
+    }
 }

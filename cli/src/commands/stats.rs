@@ -21,6 +21,9 @@ pub fn to_json(replies: &[StatsReply]) -> serde_json::Value {
             "replays_failed": r.replays_failed,
             "user_connections": r.user_connections,
             "identity_refusals": r.identity_refusals,
+            "lock_holders": r.lock_holders,
+            "lock_waits": r.lock_waits,
+            "lock_waits_withdrawn": r.lock_waits_withdrawn,
             "uptime_ms": r.uptime_ms,
             "ops": r.ops.iter().map(|o| (o.op.clone(), serde_json::json!({
                 "requests": o.requests,
@@ -109,6 +112,10 @@ pub fn run(cfg: &ConfigArg, path: Option<&str>, server: Option<u32>, json: bool)
             println!(
                 "{:>6} {:<16} {:>10}   (connections opened with a user credential; {} requests refused for acting as another)",
                 r.server_id, "user_conns", r.user_connections, r.identity_refusals
+            );
+            println!(
+                "{:>6} {:<16} {:>10}   (owners holding locks of a file; {} waits now, {} withdrawn when interrupted)",
+                r.server_id, "lock_holders", r.lock_holders, r.lock_waits, r.lock_waits_withdrawn
             );
         }
         Ok(())

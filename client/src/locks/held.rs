@@ -1,4 +1,4 @@
-//! The POSIX record locks this client holds, per server: what it takes
+//! The fcntl and flock locks this client holds, per server: what it takes
 //! again on a new connection to that server (`Pool::open`). A server drops
 //! a client's locks when the connection that carried them ends (the client
 //! may have died), and holds none after a restart; a client that is alive
@@ -11,8 +11,16 @@ use shoal_proto::msg::LockKind;
 use shoal_proto::record_locks::{Held, OwnerLocks, Range};
 use shoal_proto::Handle;
 
-/// Per file, per lock owner, the ranges held.
-type Table = HashMap<Handle, HashMap<u64, OwnerLocks>>;
+/// Whose a held lock is: a front end's lock owner, in the file's fcntl or
+/// flock table (the server keeps them apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Holder {
+    pub owner: u64,
+    pub flock: bool,
+}
+
+/// Per file, per holder, the ranges held.
+type Table = HashMap<Handle, HashMap<Holder, OwnerLocks>>;
 
 /// One server's share.
 #[derive(Default)]
@@ -25,24 +33,24 @@ impl HeldLocks {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `owner`'s request `kind` on `range` of `file` was granted (or is an
-    /// unlock, noted before it is sent: a new connection must not take
+    /// `holder`'s request `kind` on `range` of `file` was granted (or is
+    /// an unlock, noted before it is sent: a new connection must not take
     /// back what is being let go).
-    pub fn set(&self, file: Handle, owner: u64, kind: LockKind, range: Range) {
+    pub fn set(&self, file: Handle, holder: Holder, kind: LockKind, range: Range) {
         let mut held = self.lock();
         let owners = held.entry(file).or_default();
-        let locks = owners.entry(owner).or_default();
+        let locks = owners.entry(holder).or_default();
         locks.set(kind, range);
         if locks.is_empty() {
-            owners.remove(&owner);
+            owners.remove(&holder);
         }
         if owners.is_empty() {
             held.remove(&file);
         }
     }
 
-    /// The owners holding locks on `file`.
-    pub fn owners_of(&self, file: Handle) -> Vec<u64> {
+    /// The holders of locks on `file`.
+    pub fn holders_of(&self, file: Handle) -> Vec<Holder> {
         self.lock()
             .get(&file)
             .map(|owners| owners.keys().copied().collect())
@@ -60,15 +68,15 @@ impl HeldLocks {
         !self.lock().is_empty()
     }
 
-    /// Whether `owner` holds any lock on `file`.
-    pub fn holds(&self, file: Handle, owner: u64) -> bool {
+    /// Whether `holder` holds any lock on `file`.
+    pub fn holds(&self, file: Handle, holder: Holder) -> bool {
         self.lock()
             .get(&file)
-            .is_some_and(|owners| owners.contains_key(&owner))
+            .is_some_and(|owners| owners.contains_key(&holder))
     }
 
-    /// Everything held, to take again: (file, owner, lock).
-    pub fn all(&self) -> Vec<(Handle, u64, Held)> {
+    /// Everything held, to take again: (file, holder, lock).
+    pub fn all(&self) -> Vec<(Handle, Holder, Held)> {
         self.lock()
             .iter()
             .flat_map(|(f, owners)| {
@@ -81,7 +89,7 @@ impl HeldLocks {
 
     /// A lock that could not be taken again (another client took the
     /// range while this one was away) is no longer held.
-    pub fn lost(&self, file: Handle, owner: u64, held: Held) {
-        self.set(file, owner, LockKind::LockUnlock, held.range);
+    pub fn lost(&self, file: Handle, holder: Holder, held: Held) {
+        self.set(file, holder, LockKind::LockUnlock, held.range);
     }
 }

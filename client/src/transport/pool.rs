@@ -270,10 +270,11 @@ impl Pool {
     /// meanwhile is lost, and said so.
     async fn take_locks_again(&self, server: u32, c: &Connection) -> Result<()> {
         let held = &self.held_locks[server as usize];
-        for (file, owner, lock) in held.all() {
+        for (file, holder, lock) in held.all() {
             let request = LockRequest {
                 file,
-                owner,
+                owner: holder.owner,
+                flock: holder.flock,
                 kind: lock.kind as i32,
                 start: lock.range.start,
                 end: lock.range.end,
@@ -290,7 +291,7 @@ impl Pool {
                         lock.range.end,
                         e.message
                     );
-                    held.lost(file, owner, lock);
+                    held.lost(file, holder, lock);
                 }
                 Err(e) => return Err(e),
             }

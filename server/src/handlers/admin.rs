@@ -37,6 +37,7 @@ pub fn recall(_s: &Service, _r: &Request, _q: RecallRequest) -> Result<Reply<Emp
 
 pub fn stats(s: &Service) -> Result<Reply<StatsReply>> {
     let leases = s.leases.counts();
+    let locks = s.locks.counts();
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     Ok(Reply::new(StatsReply {
         server_id: s.id,
@@ -55,6 +56,9 @@ pub fn stats(s: &Service) -> Result<Reply<StatsReply>> {
         lease_recall_timeouts: leases.recall_timeouts,
         user_connections: count(&s.stats.user_connections),
         identity_refusals: count(&s.stats.identity_refusals),
+        lock_holders: locks.holders,
+        lock_waits: locks.waits,
+        lock_waits_withdrawn: locks.withdrawn,
         uptime_ms: s.started.elapsed().as_millis() as u64,
     }))
 }

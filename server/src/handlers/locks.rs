@@ -1,4 +1,4 @@
-//! POSIX record locks (`crate::locks` holds them). A lock request arrives
+//! POSIX record locks and flock locks (`crate::locks` holds them). A lock request arrives
 //! through the listener, which hands it its connection
 //! ([`Service::serve_lock`]), so that one that must wait is answered over
 //! it once granted; the operation table's entry serves a request that
@@ -12,12 +12,14 @@ use prost::Message;
 use shoal_net::sink::FrameSink;
 use shoal_proto::error::ShoalError;
 use shoal_proto::frame::Frame;
-use shoal_proto::msg::{ErrorReply, LockKind, LockReply, TestLockReply, TestLockRequest};
+use shoal_proto::msg::{
+    Empty, ErrorReply, LockKind, LockReply, TestLockReply, TestLockRequest, WithdrawLockRequest,
+};
+use shoal_proto::ops;
 use shoal_proto::record_locks::Range;
-use shoal_proto::{ops, Handle};
 
 use crate::delegations::Stop;
-use crate::locks::{Ask, Owner, Taken};
+use crate::locks::{Ask, Owner, Space, Taken};
 use crate::request::{Request, Result};
 use crate::service::{Reply, Service};
 use crate::stats::Sample;
@@ -40,7 +42,20 @@ pub fn lock(
 }
 
 pub fn test_lock(s: &Service, r: &Request, q: TestLockRequest) -> Result<Reply<TestLockReply>> {
-    let ask = checked(s, r, q.file, q.owner, q.kind, q.start, q.end, 0, 0)?;
+    let ask = checked(
+        s,
+        r,
+        Space {
+            file: q.file,
+            flock: false,
+        },
+        q.owner,
+        q.kind,
+        q.start,
+        q.end,
+        0,
+        0,
+    )?;
     if ask.kind == LockKind::LockUnlock {
         return Err(ShoalError::invalid("F_GETLK of an unlock").into());
     }
@@ -56,6 +71,25 @@ pub fn test_lock(s: &Service, r: &Request, q: TestLockRequest) -> Result<Reply<T
     }))
 }
 
+/// Withdraws the asking client's owner's waiting requests (its caller was
+/// interrupted): each is answered EINTR.
+pub fn withdraw_lock(s: &Service, r: &Request, q: WithdrawLockRequest) -> Result<Reply<Empty>> {
+    let owner = Owner {
+        client: r.header.client.client,
+        owner: q.owner,
+    };
+    let space = Space {
+        file: q.file,
+        flock: q.flock,
+    };
+    let n = s.locks.withdraw(space, owner);
+    tracing::debug!(
+        "withdrew {n} waiting lock requests of {owner:?} on {:#x}",
+        q.file
+    );
+    Ok(Reply::new(Empty {}))
+}
+
 /// Takes, changes or drops the lock `q` asks for; with a connection to
 /// answer on (`via`), a conflict waits if `q` says so.
 fn take(
@@ -65,7 +99,11 @@ fn take(
     via: Option<Via>,
 ) -> Result<Taken> {
     let conn = via.as_ref().map_or(0, |v| v.conn);
-    let mut ask = checked(s, r, q.file, q.owner, q.kind, q.start, q.end, q.pid, conn)?;
+    let space = Space {
+        file: q.file,
+        flock: q.flock,
+    };
+    let mut ask = checked(s, r, space, q.owner, q.kind, q.start, q.end, q.pid, conn)?;
     ask.reclaim = q.reclaim;
     match via {
         Some(via) if q.wait => Ok(s.locks.take_or_wait(ask, *r.header, via.sink.clone())?),
@@ -78,7 +116,7 @@ fn take(
 fn checked(
     s: &Service,
     r: &Request,
-    file: Handle,
+    space: Space,
     owner: u64,
     kind: i32,
     start: u64,
@@ -93,9 +131,9 @@ fn checked(
         ShoalError::invalid(format!("lock range {start}..={end} ends before it starts"))
     })?;
     // Exists and lives here (ENOENT, EINVAL otherwise).
-    s.meta.get(r, file)?;
+    s.meta.get(r, space.file)?;
     Ok(Ask {
-        file,
+        space,
         owner: Owner {
             client: r.header.client.client,
             owner,

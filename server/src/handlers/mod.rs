@@ -136,6 +136,7 @@ handlers! {
     CreateFiles => create_files::create_files, decoded, (create_files::creates_in_memory);
     DelegateDir => delegate_dir::delegate_dir, decoded, never;
     RemoveFiles => remove_files::remove_files, decoded, (remove_files::removes_in_memory);
+    WithdrawLock => locks::withdraw_lock, decoded, always;
 }
 
 impl Service {

@@ -427,6 +427,17 @@ pub trait Filesystem: Send + Sync + 'static {
     /// inodes will receive a forget message.
     fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {}
 
+    /// The caller of request `unique` got a signal (FUSE_INTERRUPT): the
+    /// filesystem may end that request early, answering it EINTR. Ok: heard
+    /// (no reply goes to the kernel; an unknown request has been answered
+    /// already). Err(EAGAIN): the request has not been seen yet, ask again
+    /// (the kernel sends the interrupt again while the request is in
+    /// progress). Unlike upstream fuser, which answers every interrupt
+    /// ENOSYS, and so stops the kernel from sending any more.
+    fn interrupt(&self, _req: &Request, _unique: RequestId) -> Result<(), Errno> {
+        Ok(())
+    }
+
     /// Like [`forget`](Self::forget), but take multiple forget requests at once for performance. The default
     /// implementation will fallback to `forget`.
     fn batch_forget(&self, req: &Request, nodes: &[ForgetOne]) {
@@ -885,6 +896,8 @@ pub trait Filesystem: Send + Sync + 'static {
     /// used to fill in this field in `getlk()`. Note: if the locking methods are not
     /// implemented, the kernel will still allow file locking to work locally.
     /// Hence these are only interesting for network filesystems and similar.
+    /// `flock`: a flock(2) lock (with `FUSE_FLOCK_LOCKS`), whose owner is
+    /// the open file and which the kernel lets go in `release`.
     fn setlk(
         &self,
         _req: &Request,
@@ -896,11 +909,12 @@ pub trait Filesystem: Send + Sync + 'static {
         typ: i32,
         pid: u32,
         sleep: bool,
+        flock: bool,
         reply: ReplyEmpty,
     ) {
         warn!(
             "[Not Implemented] setlk(ino: {ino:#x?}, fh: {fh}, lock_owner: {lock_owner}, \
-            start: {start}, end: {end}, typ: {typ}, pid: {pid}, sleep: {sleep})"
+            start: {start}, end: {end}, typ: {typ}, pid: {pid}, sleep: {sleep}, flock: {flock})"
         );
         reply.error(Errno::ENOSYS);
     }

@@ -126,7 +126,8 @@ impl<'a> RequestWithSender<'a> {
                     | ll::Operation::FSync(_)
                     | ll::Operation::FSyncDir(_)
                     | ll::Operation::Release(_)
-                    | ll::Operation::ReleaseDir(_) => {}
+                    | ll::Operation::ReleaseDir(_)
+                    | ll::Operation::Interrupt(_) => {}
                     ll::Operation::ReadDirPlus(_) => {}
                     _ => {
                         return Err(Errno::EACCES);
@@ -152,9 +153,9 @@ impl<'a> RequestWithSender<'a> {
                 return Err(Errno::EIO);
             }
 
-            ll::Operation::Interrupt(_) => {
-                // TODO: handle FUSE_INTERRUPT
-                return Err(Errno::ENOSYS);
+            ll::Operation::Interrupt(x) => {
+                // No reply unless the filesystem asks to hear it again.
+                filesystem.interrupt(self.request_header(), x.unique())?;
             }
 
             ll::Operation::Lookup(x) => {
@@ -447,6 +448,7 @@ impl<'a> RequestWithSender<'a> {
                     x.lock().typ,
                     x.lock().pid,
                     x.sleep(),
+                    x.is_flock(),
                     self.reply(),
                 );
             }
