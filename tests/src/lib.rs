@@ -27,6 +27,7 @@ use shoal_proto::handle::{server_of, Handle, ROOT};
 
 pub mod churn;
 pub mod crash_work;
+pub mod hosts;
 pub mod lock_agent;
 pub mod page_cache;
 
@@ -123,6 +124,8 @@ pub fn mount_stats(mnt: &Path, extra: &[&str]) -> String {
 
 pub struct Builder {
     servers: u32,
+    /// Client hosts, if the servers run on hosts of their own (`hosts`).
+    client_hosts: Option<u32>,
     sets: Vec<String>,
     durable: bool,
     delegating: bool,
@@ -132,6 +135,14 @@ pub struct Builder {
 impl Builder {
     pub fn servers(mut self, n: u32) -> Self {
         self.servers = n;
+        self
+    }
+
+    /// Each server on a host of its own, and `clients` client hosts, in
+    /// network namespaces (`hosts`): servers bound to their host's address,
+    /// mounts on client hosts ([`Cluster::host_mount`]).
+    pub fn on_hosts(mut self, clients: u32) -> Self {
+        self.client_hosts = Some(clients);
         self
     }
 
@@ -208,6 +219,15 @@ impl Builder {
         // Every kit cluster is authenticated, like one `shoal up` makes.
         let secret_file = dir.path().join("secret");
         Secret::create_file(&secret_file).expect("write secret file");
+        let hosts = self
+            .client_hosts
+            .map(|clients| hosts::Hosts::up(self.servers, clients));
+        // On hosts of their own every server listens on one port, as on
+        // machines of their own.
+        let addr = |id: u32| match hosts {
+            Some(_) => std::net::SocketAddr::from((hosts::Hosts::server_addr(id), 7070)),
+            None => shoal_net::ports::free_loopback_addr().expect("a free port"),
+        };
         let config = ClusterConfig {
             secret_file: Some(secret_file),
             broker_socket: None,
@@ -216,7 +236,7 @@ impl Builder {
             servers: (0..self.servers)
                 .map(|id| ServerEntry {
                     id,
-                    addr: shoal_net::ports::free_loopback_addr().expect("a free port"),
+                    addr: addr(id),
                     data: self
                         .data_dirs
                         .get(&id)
@@ -238,6 +258,8 @@ impl Builder {
             config,
             servers: BTreeMap::new(),
             mount: None,
+            host_mounts: BTreeMap::new(),
+            hosts,
         };
         for id in 0..self.servers {
             cluster.start_server(id);
@@ -252,12 +274,18 @@ pub struct Cluster {
     config: ClusterConfig,
     servers: BTreeMap<u32, Child>,
     mount: Option<(PathBuf, Child)>,
+    /// Mounts on client hosts, by host number.
+    host_mounts: BTreeMap<u32, (PathBuf, Child)>,
+    /// Dropped after the servers and mounts stop (fields drop after
+    /// `Drop::drop`).
+    hosts: Option<hosts::Hosts>,
 }
 
 impl Cluster {
     pub fn builder() -> Builder {
         Builder {
             servers: 4,
+            client_hosts: None,
             sets: Vec::new(),
             durable: false,
             delegating: false,
@@ -304,7 +332,10 @@ impl Cluster {
     /// and waits until it accepts connections.
     pub fn start_server_with(&mut self, id: u32, failpoints: &[&str]) {
         let log = std::fs::File::create(self.log(&format!("server-{id}"))).unwrap();
-        let mut cmd = Command::new(shoal_bin());
+        let mut cmd = match &self.hosts {
+            Some(hosts) => hosts.command(&format!("s{id}"), shoal_bin()),
+            None => Command::new(shoal_bin()),
+        };
         if !failpoints.is_empty() {
             cmd.env("FAILPOINTS", failpoints.join(";"));
         }
@@ -320,7 +351,14 @@ impl Cluster {
         self.servers.insert(id, child);
         let addr = self.config.servers[id as usize].addr;
         let deadline = Instant::now() + START_TIMEOUT;
-        while std::net::TcpStream::connect(addr).is_err() {
+        let listening = || match &self.hosts {
+            // From the server's own host: nothing routes from here.
+            Some(hosts) => hosts.on(&format!("s{id}"), || {
+                std::net::TcpStream::connect(addr).is_ok()
+            }),
+            None => std::net::TcpStream::connect(addr).is_ok(),
+        };
+        while !listening() {
             let child = self.servers.get_mut(&id).unwrap();
             if let Ok(Some(status)) = child.try_wait() {
                 panic!(
@@ -442,14 +480,53 @@ impl Cluster {
         dir
     }
 
+    /// The hosts the cluster runs on, if built [`on_hosts`](Builder::on_hosts).
+    pub fn hosts(&self) -> &hosts::Hosts {
+        self.hosts.as_ref().expect("a cluster built on_hosts")
+    }
+
+    /// Client host `j`'s own copy of the cluster file, as each machine has
+    /// its own (its mount's credential broker is named after it).
+    pub fn host_config_path(&self, j: u32) -> PathBuf {
+        self.dir.path().join(format!("cluster-c{j}.toml"))
+    }
+
+    /// Mounts the cluster on client host `j` (with `--allow-other`, for
+    /// that host's users, through its own cluster file) and returns the
+    /// mount point: a path of the whole machine, served by a mount process
+    /// whose connections are the host's.
+    pub fn host_mount(&mut self, j: u32) -> PathBuf {
+        if let Some((dir, _)) = self.host_mounts.get(&j) {
+            return dir.clone();
+        }
+        let config = self.host_config_path(j);
+        std::fs::copy(&self.config_path, &config).expect("copy the cluster file");
+        let dir = self.dir.path().join(format!("mnt-c{j}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = self.log(&format!("mount-c{j}"));
+        let cmd = self.hosts().command(&format!("c{j}"), shoal_bin());
+        let child = start_mount_with(cmd, &config, &dir, &log, &["--allow-other"]);
+        self.host_mounts.insert(j, (dir.clone(), child));
+        dir
+    }
+
+    /// The process id of client host `j`'s mount (for tests that kill it).
+    pub fn host_mount_pid(&self, j: u32) -> u32 {
+        self.host_mounts[&j].1.id()
+    }
+
     /// The process id of the mount [`mount`](Self::mount) started.
     pub fn mount_pid(&self) -> Option<u32> {
         self.mount.as_ref().map(|(_, child)| child.id())
     }
 
-    /// Unmounts (if mounted) and waits for the mount process to end.
+    /// Unmounts (if mounted) and waits for the mount process to end; the
+    /// client hosts' mounts too.
     pub fn unmount(&mut self) {
         if let Some((dir, child)) = self.mount.take() {
+            stop_mount(&dir, child);
+        }
+        for (_, (dir, child)) in std::mem::take(&mut self.host_mounts) {
             stop_mount(&dir, child);
         }
     }
@@ -591,8 +668,19 @@ impl Drop for SharedMount {
 /// (with `args` too), logging to `log`, and waits until the mount is live;
 /// panics with the log if it ends or does not come up in time.
 fn start_mount(config: &Path, dir: &Path, log: &Path, args: &[&str]) -> Child {
+    start_mount_with(Command::new(shoal_bin()), config, dir, log, args)
+}
+
+/// [`start_mount`], `shoal` run as `shoal` is (e.g. on a host).
+fn start_mount_with(
+    mut shoal: Command,
+    config: &Path,
+    dir: &Path,
+    log: &Path,
+    args: &[&str],
+) -> Child {
     let out = std::fs::File::create(log).unwrap();
-    let mut child = Command::new(shoal_bin())
+    let mut child = shoal
         .args(["mount", "--foreground"])
         .args(args)
         .arg(config)
