@@ -5,7 +5,7 @@
 //! copies none of it; through `/dev/fuse`, or for a read joined from
 //! several servers, the data is copied into the reply as before.
 //!
-//! Measured before it was built (`bench/results/experiments.md`): the copy
+//! Measured before it was built (`bench/results/changes.md`): the copy
 //! into the entry was 7% of the machine's CPU in a cold read through the
 //! mount, and the mount spent 0.61-0.77 ms per MiB over io_uring against
 //! 0.47-0.51 through `/dev/fuse`, which copies the reply straight from the

@@ -4,7 +4,7 @@
 //!
 //! A create through the mount costs a message, a server transaction and a
 //! reply, and the mount's share alone would allow about three times the
-//! rate (bench/results/experiments.md). So where this client knows
+//! rate (bench/results/changes.md). So where this client knows
 //! every entry of a directory (`known_dirs`) it asks for the directory's
 //! delegation and a reservation of handles; while it holds them, a create
 //! of a new name there is answered at once, with the next reserved handle,

@@ -5,7 +5,7 @@
 //!
 //! A cold read through the mount is bound by the CPU on a small machine, and
 //! most of its CPU is copies of the same bytes; this one was 5-7% of it
-//! (`bench/results/experiments.md`).
+//! (`bench/results/changes.md`).
 //!
 //! The memory is lent by value, never by reference: a request that is given
 //! up may still have its reply arriving, and the connection's reader must

@@ -4,7 +4,7 @@
 //! A colocated create ([`super::create_file`]) is one message, one
 //! transaction and one reply per file; what a server spends on each is
 //! mostly the message and the transaction, not the file (a probe:
-//! bench/results/experiments.md). Here a client sends many names of
+//! bench/results/changes.md). Here a client sends many names of
 //! one directory at once. The directory is read and checked once; each name
 //! is then made or refused on its own, so one name already taken does not
 //! fail the others; and all that are made are one change: one apply, one
