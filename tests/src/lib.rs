@@ -611,10 +611,40 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        let sockets = self.broker_sockets();
         self.unmount();
         for id in self.server_ids() {
             self.kill(id);
         }
+        for socket in sockets {
+            remove_if_stale(&socket);
+        }
+    }
+}
+
+impl Cluster {
+    /// Where the brokers of this cluster's mounts listen (one per cluster
+    /// file: the kit's, and each client host's).
+    fn broker_sockets(&self) -> Vec<PathBuf> {
+        let hosts = self.host_mounts.keys().map(|j| self.host_config_path(*j));
+        std::iter::once(self.config_path.clone())
+            .chain(hosts)
+            .filter_map(|path| {
+                let config = ClusterConfig {
+                    loaded_from: std::fs::canonicalize(&path).ok(),
+                    ..self.config.clone()
+                };
+                config.broker_socket()
+            })
+            .collect()
+    }
+}
+
+/// Removes the Unix socket `path` if nothing listens on it any more: a
+/// mount killed by a test leaves its broker's socket behind, in /run/shoal.
+fn remove_if_stale(path: &Path) {
+    if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
+        let _ = std::fs::remove_file(path);
     }
 }
 
