@@ -142,15 +142,23 @@ fn run(seed: u64) {
             format!("seed {seed} step {step}: client {c} owner {owner} file {file}: {what}")
         };
         match rng.random_range(0..10) {
-            // fcntl F_SETLK
-            0..=4 => {
+            // fcntl F_SETLK (a random range), or flock (the whole file)
+            op @ 0..=6 => {
+                let flock = op >= 5;
                 let kind = random_kind(&mut rng);
-                let range = random_range(&mut rng);
+                let range = if flock {
+                    Range {
+                        start: 0,
+                        end: u64::MAX,
+                    }
+                } else {
+                    random_range(&mut rng)
+                };
                 let key = Key {
                     client: c,
                     owner,
                     file,
-                    flock: false,
+                    flock,
                 };
                 let ask = LockAsk {
                     owner,
@@ -158,43 +166,16 @@ fn run(seed: u64) {
                     start: range.start,
                     end: range.end,
                     pid: owner as u32,
-                    flock: false,
+                    flock,
                 };
                 let expect_busy = kind != LockKind::LockUnlock && model.in_way(key, kind, range);
                 let got = host.rt.block_on(host.client.lock(h, ask, false));
-                check(
-                    &got,
-                    expect_busy,
-                    &at(&format!("F_SETLK {kind:?} {range:?}")),
-                );
-                if got.is_ok() {
-                    model.set(key, kind, range);
-                }
-            }
-            // flock
-            5 | 6 => {
-                let kind = random_kind(&mut rng);
-                let range = Range {
-                    start: 0,
-                    end: u64::MAX,
+                let what = if flock {
+                    format!("flock {kind:?}")
+                } else {
+                    format!("F_SETLK {kind:?} {range:?}")
                 };
-                let key = Key {
-                    client: c,
-                    owner,
-                    file,
-                    flock: true,
-                };
-                let ask = LockAsk {
-                    owner,
-                    kind,
-                    start: 0,
-                    end: u64::MAX,
-                    pid: owner as u32,
-                    flock: true,
-                };
-                let expect_busy = kind != LockKind::LockUnlock && model.in_way(key, kind, range);
-                let got = host.rt.block_on(host.client.lock(h, ask, false));
-                check(&got, expect_busy, &at(&format!("flock {kind:?}")));
+                check(&got, expect_busy, &at(&what));
                 if got.is_ok() {
                     model.set(key, kind, range);
                 }
