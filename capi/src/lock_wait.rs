@@ -41,9 +41,10 @@ pub fn lock(s: &Session, h: Handle, ask: LockAsk) -> Result<()> {
                         std::future::pending::<()>().await;
                     }
                 };
+                // No kernel cache here to keep: the grant's epoch goes.
                 let taken = s.run(client.lock_until(h, ask, true, until));
                 done.write();
-                taken
+                taken.map(drop)
             })
             .map_err(|e| {
                 err(

@@ -31,7 +31,7 @@ pub use consistency::lease_ledger::RecallHook;
 pub use data::uncommitted_writes::MAX_RESEND_BYTES;
 pub use data::write::{WritePaths, THRESHOLD_XATTR};
 pub use data::write_behind::AUTO_BUFFERS_UNDER;
-pub use locks::{LockAsk, LockConflict, LockKind};
+pub use locks::{LockAsk, LockConflict, LockGrant, LockKind};
 pub use namespace::fetched_ahead::ReadAhead;
 pub use namespace::open_files::OpenFiles;
 pub use shoal_proto::error::{Errno, ShoalError};

@@ -28,6 +28,7 @@ mod fs;
 mod groups;
 mod inline_task;
 mod kernel_leases;
+mod lock_epochs;
 mod lock_waits;
 mod locks;
 mod read_streams;

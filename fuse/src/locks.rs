@@ -22,8 +22,9 @@
 //! answer even for a dying process).
 //!
 //! After a grant, the kernel's pages and attributes of the file are
-//! dropped (unless a lease says nobody changed it): the process reads what
-//! the last holder wrote.
+//! dropped, unless a lease says nobody changed it, or this mount dropped
+//! them already at the grant's write epoch (no write lock was let go since:
+//! `lock_epochs`): the process reads what the last holder wrote.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -89,17 +90,22 @@ pub async fn set(
 ) -> Result<()> {
     let ask = lock.ask()?;
     s.locking.store(true, Ordering::Relaxed);
-    if wait {
+    let grant = if wait {
         let interrupted = s.lock_waits.waiting(unique);
         let taken = c.lock_until(ino, ask, true, interrupted).await;
         s.lock_waits.done(unique);
-        taken?;
+        taken?
     } else {
-        c.lock(ino, ask, false).await?;
-    }
-    if ask.kind != LockKind::LockUnlock && c.lease_until(ino).is_none() {
+        c.lock_until(ino, ask, false, std::future::pending())
+            .await?
+    };
+    if ask.kind != LockKind::LockUnlock
+        && c.lease_until(ino).is_none()
+        && !s.lock_epochs.current(ino, grant.write_epoch)
+    {
         s.streams.changed(ino);
         s.leases.drop_inode(ino).await;
+        s.lock_epochs.dropped(ino, grant.write_epoch);
     }
     Ok(())
 }

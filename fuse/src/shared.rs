@@ -44,6 +44,8 @@ pub struct Shared {
     pub locking: AtomicBool,
     /// Lock requests waiting, for their interrupts.
     pub lock_waits: crate::lock_waits::Waits,
+    /// The write epoch of each file's last drop after a lock grant.
+    pub lock_epochs: crate::lock_epochs::LockEpochs,
     /// Memory given back after many forgets.
     pub sweeps: Arc<Sweeps>,
 }
@@ -71,6 +73,7 @@ impl Shared {
             hardlinks_protected: crate::access::hardlinks_protected(),
             locking: AtomicBool::new(false),
             lock_waits: Default::default(),
+            lock_epochs: Default::default(),
             sweeps,
         }
     }

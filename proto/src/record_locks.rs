@@ -62,6 +62,13 @@ impl OwnerLocks {
         &self.held
     }
 
+    /// Whether a write lock of these overlaps `range`.
+    pub fn writes_in(&self, range: Range) -> bool {
+        self.held
+            .iter()
+            .any(|h| h.kind == LockKind::LockWrite && h.range.overlaps(range))
+    }
+
     /// The first of these locks in the way of another owner's `kind` on
     /// `range`.
     pub fn conflict(&self, kind: LockKind, range: Range) -> Option<Held> {

@@ -17,6 +17,15 @@
 //! interrupted (a signal, or killed) is withdrawn ([`Locks::withdraw`]) and
 //! answered EINTR.
 //!
+//! Each file's table carries a write epoch, handed out with every grant: a
+//! fresh value whenever a write lock is let go (unlocked, narrowed to a read
+//! lock, or ended with its connection) and whenever the table is made
+//! anew. A client that finds a grant's epoch equal to the one at which it
+//! last dropped its caches of the file knows no lock holder wrote since,
+//! and keeps them: the mount's kernel caches (`fuse/src/locks.rs`).
+//! Epochs come from one counter per server process that starts at a random
+//! value, so a value never comes back, even after a restart.
+//!
 //! Locks live in memory only and belong to the connection that carried
 //! them: when it ends (the client died, or its connection broke) they are
 //! dropped and their waiters see it. A client whose connection broke takes
@@ -31,7 +40,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -106,7 +115,8 @@ pub struct Waiter {
 
 /// What a request that may wait came to.
 pub enum Taken {
-    Granted,
+    /// Granted at this write epoch.
+    Granted(u64),
     /// It waits; its reply goes out when granted.
     Waiting,
 }
@@ -119,13 +129,36 @@ struct OwnerEntry {
     pid: u32,
 }
 
-#[derive(Default)]
 struct FileLocks {
     owners: HashMap<Owner, OwnerEntry>,
     waiting: VecDeque<Waiter>,
+    /// The write epoch (module doc).
+    write_epoch: u64,
+}
+
+/// Where write epochs come from.
+struct Epochs(AtomicU64);
+
+impl Epochs {
+    fn new() -> Epochs {
+        // Never 0, which says "not known".
+        Epochs(AtomicU64::new(rand::random::<u64>() >> 1 | 1))
+    }
+
+    fn fresh(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
 }
 
 impl FileLocks {
+    fn new(epochs: &Epochs) -> FileLocks {
+        FileLocks {
+            owners: HashMap::new(),
+            waiting: VecDeque::new(),
+            write_epoch: epochs.fresh(),
+        }
+    }
+
     fn conflict(&self, ask: &Ask) -> Option<(Owner, Conflict)> {
         self.owners.iter().find_map(|(o, e)| {
             if *o == ask.owner {
@@ -136,12 +169,15 @@ impl FileLocks {
         })
     }
 
-    fn apply(&mut self, ask: &Ask) {
+    fn apply(&mut self, ask: &Ask, epochs: &Epochs) {
         let e = self.owners.entry(ask.owner).or_insert_with(|| OwnerEntry {
             locks: OwnerLocks::default(),
             conn: ask.conn,
             pid: ask.pid,
         });
+        if ask.kind != LockKind::LockWrite && e.locks.writes_in(ask.range) {
+            self.write_epoch = epochs.fresh();
+        }
         e.locks.set(ask.kind, ask.range);
         e.conn = ask.conn;
         if ask.kind != LockKind::LockUnlock {
@@ -155,20 +191,20 @@ impl FileLocks {
     /// Grants, in order, every waiter nothing is in the way of now. A grant
     /// can let earlier waiters through too (it may turn its owner's write
     /// lock into a read lock), so passes go on until one grants nothing.
-    fn grant_waiters(&mut self, granted: &mut Vec<Waiter>) {
+    fn grant_waiters(&mut self, granted: &mut Granted, epochs: &Epochs) {
         loop {
-            let before = granted.len();
+            let before = granted.0.len();
             let mut i = 0;
             while i < self.waiting.len() {
                 if self.conflict(&self.waiting[i].ask).is_none() {
                     let w = self.waiting.remove(i).expect("index in range");
-                    self.apply(&w.ask);
-                    granted.push(w);
+                    self.apply(&w.ask, epochs);
+                    granted.0.push((w, self.write_epoch));
                 } else {
                     i += 1;
                 }
             }
-            if granted.len() == before {
+            if granted.0.len() == before {
                 return;
             }
         }
@@ -190,6 +226,7 @@ impl FileLocks {
 
 pub struct Locks {
     files: Mutex<HashMap<Space, FileLocks>>,
+    epochs: Epochs,
     /// Waits withdrawn since the start.
     withdrawn: std::sync::atomic::AtomicU64,
     marker: PathBuf,
@@ -211,6 +248,7 @@ impl Locks {
         let held_before = marker.exists();
         Locks {
             files: Mutex::default(),
+            epochs: Epochs::new(),
             withdrawn: Default::default(),
             marker,
             marked: AtomicBool::new(held_before),
@@ -255,19 +293,30 @@ impl Locks {
     }
 
     /// Takes, changes or drops a lock without waiting: EAGAIN if another
-    /// owner's lock is in the way.
-    pub fn take(&self, ask: &Ask) -> Result<()> {
+    /// owner's lock is in the way. The file's write epoch after it.
+    pub fn take(&self, ask: &Ask) -> Result<u64> {
         self.admit(ask)?;
-        let answers = {
+        let (epoch, answers) = {
             let mut files = lock(&self.files);
-            let f = files.entry(ask.space).or_default();
+            let f = self.table(&mut files, ask.space);
             if let Some((_, c)) = f.conflict(ask) {
                 return Err(busy(ask, &c));
             }
             self.apply_and_regrant(&mut files, ask)
         };
         answers.send();
-        Ok(())
+        Ok(epoch)
+    }
+
+    /// The lock table of `space`, made anew if it has none.
+    fn table<'a>(
+        &self,
+        files: &'a mut HashMap<Space, FileLocks>,
+        space: Space,
+    ) -> &'a mut FileLocks {
+        files
+            .entry(space)
+            .or_insert_with(|| FileLocks::new(&self.epochs))
     }
 
     /// [`take`](Self::take), but a conflict waits: the reply to the request
@@ -275,9 +324,9 @@ impl Locks {
     /// the owner in the way waits, through a chain of owners, for this one.
     pub fn take_or_wait(&self, ask: Ask, header: Header, sink: Arc<FrameSink>) -> Result<Taken> {
         self.admit(&ask)?;
-        let answers = {
+        let (epoch, answers) = {
             let mut files = lock(&self.files);
-            let in_way = files.entry(ask.space).or_default().conflict(&ask);
+            let in_way = self.table(&mut files, ask.space).conflict(&ask);
             match in_way {
                 None => self.apply_and_regrant(&mut files, &ask),
                 Some(_) => {
@@ -298,22 +347,28 @@ impl Locks {
             }
         };
         answers.send();
-        Ok(Taken::Granted)
+        Ok(Taken::Granted(epoch))
     }
 
     /// Applies `ask`, which nothing is in the way of, and grants the
-    /// waiters an unlock or a narrower lock lets through.
-    fn apply_and_regrant(&self, files: &mut HashMap<Space, FileLocks>, ask: &Ask) -> Granted {
+    /// waiters an unlock or a narrower lock lets through; the file's write
+    /// epoch after `ask`.
+    fn apply_and_regrant(
+        &self,
+        files: &mut HashMap<Space, FileLocks>,
+        ask: &Ask,
+    ) -> (u64, Granted) {
         let f = files
             .get_mut(&ask.space)
             .expect("the caller made the entry");
         let mut granted = Granted::default();
-        f.apply(ask);
-        f.grant_waiters(&mut granted.0);
+        f.apply(ask, &self.epochs);
+        let epoch = f.write_epoch;
+        f.grant_waiters(&mut granted, &self.epochs);
         if f.is_empty() {
             files.remove(&ask.space);
         }
-        granted
+        (epoch, granted)
     }
 
     /// F_GETLK: the first lock of another owner in the way of `ask`.
@@ -332,14 +387,25 @@ impl Locks {
         let mut answers = Granted::default();
         {
             let mut files = lock(&self.files);
+            let all = Range {
+                start: 0,
+                end: u64::MAX,
+            };
             files.retain(|_, f| {
                 let before = f.owners.len() + f.waiting.len();
-                f.owners
-                    .retain(|o, e| !(o.client == client && e.conn == conn));
+                let mut wrote = false;
+                f.owners.retain(|o, e| {
+                    let gone = o.client == client && e.conn == conn;
+                    wrote |= gone && e.locks.writes_in(all);
+                    !gone
+                });
+                if wrote {
+                    f.write_epoch = self.epochs.fresh();
+                }
                 f.waiting
                     .retain(|w| !(w.ask.owner.client == client && w.ask.conn == conn));
                 if f.owners.len() + f.waiting.len() != before {
-                    f.grant_waiters(&mut answers.0);
+                    f.grant_waiters(&mut answers, &self.epochs);
                 }
                 !f.is_empty()
             });
@@ -362,7 +428,7 @@ impl Locks {
                 .into_iter()
                 .partition(|w| w.ask.owner == owner);
             f.waiting = left;
-            f.grant_waiters(&mut answers.0);
+            f.grant_waiters(&mut answers, &self.epochs);
             if f.is_empty() {
                 files.remove(&space);
             }
@@ -428,17 +494,18 @@ fn busy(ask: &Ask, c: &Conflict) -> ShoalError {
     )
 }
 
-/// The waiters a change to the table granted, to answer once the table's
-/// lock is let go (a full socket must not hold up every other lock).
+/// The waiters a change to the table granted, each with the write epoch of
+/// its grant, to answer once the table's lock is let go (a full socket must
+/// not hold up every other lock).
 #[derive(Default)]
-struct Granted(Vec<Waiter>);
+struct Granted(Vec<(Waiter, u64)>);
 
 impl Granted {
     fn send(self) {
-        for w in self.0 {
+        for (w, write_epoch) in self.0 {
             // A failed send means the connection is gone: its end drops
             // the lock.
-            let body = Bytes::from(LockReply {}.encode_to_vec());
+            let body = Bytes::from(LockReply { write_epoch }.encode_to_vec());
             let _ = w
                 .sink
                 .send(&Frame::reply_to(&w.header, 0, body, Bytes::new()));

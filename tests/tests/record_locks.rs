@@ -491,6 +491,46 @@ fn a_waiter_let_through_by_a_later_grant_is_granted() {
         .unwrap();
 }
 
+/// A grant's write epoch, by which the mount keeps its kernel caches
+/// across grants (`fuse/src/lock_epochs.rs`), stays while no write lock is
+/// let go, whoever takes locks, and changes when one is: narrowed to a
+/// read lock, or unlocked. (A reader holds on throughout, so that the
+/// file's lock table is never made anew.)
+#[test]
+fn a_grants_write_epoch_changes_exactly_when_a_write_lock_goes() {
+    let (cluster, rt) = one_server();
+    let (a, b) = (cluster.client(), cluster.client());
+    let h = rt.block_on(a.create(ROOT, "f", 0o644)).unwrap().handle;
+    let epoch = |c: &Client, asked: LockAsk| {
+        rt.block_on(c.lock_until(h, asked, false, std::future::pending()))
+            .unwrap()
+            .write_epoch
+    };
+    let first = epoch(&a, ask(1, LockKind::LockRead, 0, 9));
+    assert_ne!(first, 0, "a grant says its epoch");
+    assert_eq!(epoch(&b, ask(2, LockKind::LockRead, 0, 9)), first);
+    assert_eq!(
+        epoch(&b, ask(3, LockKind::LockWrite, 100, 199)),
+        first,
+        "a write lock taken lets none go"
+    );
+    let narrowed = epoch(&b, ask(3, LockKind::LockRead, 100, 199));
+    assert_ne!(narrowed, first, "a write lock narrowed to a read lock");
+    assert_eq!(epoch(&a, ask(4, LockKind::LockRead, 100, 199)), narrowed);
+    assert_eq!(
+        epoch(&b, ask(5, LockKind::LockWrite, 500, 599)),
+        narrowed,
+        "taken again"
+    );
+    rt.block_on(b.lock(h, ask(5, LockKind::LockUnlock, 500, 599), false))
+        .unwrap();
+    let unlocked = epoch(&a, ask(6, LockKind::LockRead, 500, 599));
+    assert!(
+        unlocked != narrowed && unlocked != first,
+        "a write lock unlocked"
+    );
+}
+
 /// Waiting lock requests hold none of their client's request slots: with
 /// two slots and two owners of one client waiting, the holder (a third
 /// owner of the same client) still gets its unlock through, and the

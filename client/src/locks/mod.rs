@@ -53,6 +53,15 @@ pub struct LockAsk {
     pub flock: bool,
 }
 
+/// What a grant says besides itself: the file's write epoch then (see
+/// `LockReply`; 0 for an unlock, or from a server that does not say). Two
+/// grants with the same nonzero epoch saw no write lock let go between
+/// them: what was cached of the file after the first is still current.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockGrant {
+    pub write_epoch: u64,
+}
+
 /// Another owner's lock in the way (what F_GETLK reports).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LockConflict {
@@ -78,7 +87,9 @@ impl Client {
     /// a conflict is EAGAIN, or with `wait` is waited out (EDEADLK if the
     /// owner in the way waits for this one).
     pub async fn lock(&self, h: Handle, ask: LockAsk, wait: bool) -> Result<()> {
-        self.lock_until(h, ask, wait, std::future::pending()).await
+        self.lock_until(h, ask, wait, std::future::pending())
+            .await
+            .map(drop)
     }
 
     /// [`lock`](Self::lock), whose wait ends with EINTR once `interrupted`
@@ -90,7 +101,7 @@ impl Client {
         ask: LockAsk,
         wait: bool,
         interrupted: impl Future<Output = ()>,
-    ) -> Result<()> {
+    ) -> Result<LockGrant> {
         let range = ask.range()?;
         let server = handle::server_of(h);
         let held = self.pool().held_locks(server)?;
@@ -113,19 +124,21 @@ impl Client {
             // An owner that holds nothing here has nothing to let go (a
             // close of every file sends an unlock).
             if !held.holds(h, holder) {
-                return Ok(());
+                return Ok(LockGrant::default());
             }
             let flushed = self.flush(h).await;
             held.set(h, holder, ask.kind, range);
             self.after_grace::<ops::Lock>(server, &request).await?;
-            return flushed;
+            return flushed.map(|()| LockGrant::default());
         }
-        self.lock_after_grace(server, &request, interrupted).await?;
+        let reply = self.lock_after_grace(server, &request, interrupted).await?;
         held.set(h, holder, ask.kind, range);
         if self.lease_until(h).is_none() {
             self.forget(h);
         }
-        Ok(())
+        Ok(LockGrant {
+            write_epoch: reply.write_epoch,
+        })
     }
 
     /// Sends lock request `request` as [`after_grace`](Self::after_grace)
@@ -135,7 +148,7 @@ impl Client {
         server: u32,
         request: &LockRequest,
         interrupted: impl Future<Output = ()>,
-    ) -> Result<()> {
+    ) -> Result<shoal_proto::msg::LockReply> {
         let interrupted_error =
             || ShoalError::new(Errno::EINTR, "interrupted while waiting for a lock");
         let mut interrupted = std::pin::pin!(interrupted);
@@ -151,7 +164,7 @@ impl Client {
                     () = tokio::time::sleep(GRACE_POLL) => {}
                     () = &mut interrupted => return Err(interrupted_error()),
                 },
-                other => return other.map(drop),
+                other => return other,
             }
         }
     }

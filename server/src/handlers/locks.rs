@@ -36,7 +36,7 @@ pub fn lock(
     q: shoal_proto::msg::LockRequest,
 ) -> Result<Reply<LockReply>> {
     match take(s, r, q, None)? {
-        Taken::Granted => Ok(Reply::new(LockReply {})),
+        Taken::Granted(write_epoch) => Ok(Reply::new(LockReply { write_epoch })),
         Taken::Waiting => unreachable!("a request with no connection never waits"),
     }
 }
@@ -107,7 +107,7 @@ fn take(
     ask.reclaim = q.reclaim;
     match via {
         Some(via) if q.wait => Ok(s.locks.take_or_wait(ask, *r.header, via.sink.clone())?),
-        _ => Ok(s.locks.take(&ask).map(|()| Taken::Granted)?),
+        _ => Ok(s.locks.take(&ask).map(Taken::Granted)?),
     }
 }
 
@@ -162,8 +162,8 @@ impl Service {
             .and_then(|q| take(self, &r, q, Some(Via { conn, sink })));
         let reply = match taken {
             Ok(Taken::Waiting) => None,
-            Ok(Taken::Granted) => {
-                let body = Bytes::from(LockReply {}.encode_to_vec());
+            Ok(Taken::Granted(write_epoch)) => {
+                let body = Bytes::from(LockReply { write_epoch }.encode_to_vec());
                 Some(Frame::reply_to(&frame.header, 0, body, Bytes::new()))
             }
             Err(Stop::Met(met)) => {
