@@ -70,9 +70,7 @@ pub fn run_phases_with(
         let timed = workers.phase(&phase.name)?;
         phase.worker_spans.push(timed.worker_spans);
         phase.cpu_seconds.extend(timed.cpu_seconds);
-        phase
-            .watched_cpu_seconds
-            .extend(timed.watched_cpu_seconds);
+        phase.watched_cpu_seconds.extend(timed.watched_cpu_seconds);
         phase.worker_cpu_seconds.extend(timed.worker_cpu_seconds);
     }
     workers.finish()
