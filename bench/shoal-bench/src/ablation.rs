@@ -127,6 +127,7 @@ fn one(opts: &AblationOptions, name: &str, count: usize, round: usize) -> Result
         create_batch: 1,
         preload: None,
         uid: None,
+        watch: Vec::new(),
     });
     let down = shoal(&["down".into(), "--data".into(), data.display().to_string()]);
     let _ = std::fs::remove_dir_all(&base);

@@ -581,6 +581,7 @@ fn run_smallfile(
         native: t == Target::Native,
         reopen,
         create_batch: 1,
+        watch: Vec::new(),
         preload: (t == Target::Preload || as_user).then(|| s.preload.clone()),
         uid: as_user.then_some(shoal_proto::cred::NOBODY),
     });
@@ -772,6 +773,7 @@ fn run_bandwidth(
         let launch = crate::workers::Launch {
             env: s.env(t),
             uid: None,
+            watch: Vec::new(),
         };
         run_phases_with(
             "bandwidth-worker",

@@ -368,6 +368,10 @@ pub struct SmallfileArgs {
     /// target/release/libshoal_preload.so, with --dir under a Shoal mount).
     #[arg(long, value_name = "LIB", conflicts_with = "native")]
     pub preload: Option<PathBuf>,
+    /// Also report, per phase, the CPU time process PID spent (repeat it:
+    /// the servers, to split a phase's cost between them and the clients).
+    #[arg(long = "watch-pid", value_name = "PID")]
+    pub watch_pid: Vec<u32>,
     /// Internal: run as worker K of a parent `shoal bench smallfile`, in the
     /// run directory given as --dir.
     #[arg(long, hide = true, value_name = "K")]
@@ -573,6 +577,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     create_batch: a.create_batch,
                     preload: a.preload,
                     uid: None,
+                    watch: a.watch_pid,
                 })
             })?
             .emit(a.json.as_deref(), a.csv.as_deref()),

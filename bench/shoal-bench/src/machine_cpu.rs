@@ -26,6 +26,26 @@ fn busy_of(stat: &str, ticks_per_s: u64) -> Option<Duration> {
     Some(Duration::from_secs_f64(busy as f64 / ticks_per_s as f64))
 }
 
+/// CPU time the threads of processes `pids` have spent, from each thread's
+/// `schedstat` (nanoseconds, where `/proc/PID/stat` counts 10 ms ticks): what
+/// the servers spent in a phase. Threads that ended are no longer counted,
+/// so a difference undercounts a phase in which some did. None if a process
+/// is gone or the kernel keeps no schedstat.
+pub fn of_processes(pids: &[u32]) -> Option<Duration> {
+    let mut ns = 0u64;
+    for pid in pids {
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+            let path = task.ok()?.path().join("schedstat");
+            // A thread that ended since the listing: nothing to add.
+            let Ok(stat) = std::fs::read_to_string(path) else {
+                continue;
+            };
+            ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+    }
+    Some(Duration::from_nanos(ns))
+}
+
 fn clock_ticks() -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -42,6 +62,13 @@ mod tests {
         assert_eq!(busy_of(stat, 100), Some(Duration::from_millis(1600)));
         assert_eq!(busy_of("intr 1 2\n", 100), None);
         assert_eq!(busy_of("cpu 1 2\n", 100), None);
+    }
+
+    #[test]
+    fn a_process_has_spent_cpu_and_a_gone_one_none() {
+        let me = of_processes(&[std::process::id()]);
+        assert!(me.is_some_and(|t| t > Duration::ZERO));
+        assert_eq!(of_processes(&[u32::MAX]), None);
     }
 
     #[test]

@@ -56,6 +56,12 @@ pub struct Phase {
     /// Per run, the CPU time the whole machine spent during the phase, in
     /// seconds (empty where it was not measured).
     pub cpu_seconds: Vec<f64>,
+    /// Per run, the CPU time the watched processes (the servers, `--watch-pid`)
+    /// spent during the phase, in seconds (empty where none were watched).
+    pub watched_cpu_seconds: Vec<f64>,
+    /// Per run, the CPU time the worker processes spent during the phase,
+    /// in seconds (empty where it was not measured).
+    pub worker_cpu_seconds: Vec<f64>,
 }
 
 impl Phase {
@@ -65,6 +71,8 @@ impl Phase {
             amount,
             worker_spans: Vec::new(),
             cpu_seconds: Vec::new(),
+            watched_cpu_seconds: Vec::new(),
+            worker_cpu_seconds: Vec::new(),
         }
     }
 
@@ -274,6 +282,8 @@ impl Report {
                     "worker_seconds": p.worker_seconds(),
                     "worker_spans": p.worker_spans,
                     "cpu_seconds": p.cpu_seconds,
+                    "watched_cpu_seconds": p.watched_cpu_seconds,
+                    "worker_cpu_seconds": p.worker_cpu_seconds,
                     "median_cpu_us_per_unit": p.median_cpu_us_per_unit(),
                 })
             })
@@ -487,6 +497,8 @@ mod tests {
                 vec![(0.0, 4.0), (0.0, 4.0)],
             ],
             cpu_seconds: vec![0.8, 0.4, 1.6],
+            watched_cpu_seconds: Vec::new(),
+            worker_cpu_seconds: Vec::new(),
         }
     }
 
@@ -551,6 +563,8 @@ mod tests {
             amount: 0,
             worker_spans: vec![vec![(0.0, 1e-8), (0.0, 2e-8)]; 3],
             cpu_seconds: Vec::new(),
+            watched_cpu_seconds: Vec::new(),
+            worker_cpu_seconds: Vec::new(),
         };
         assert_eq!(r.phases[0].rates(), Vec::<f64>::new());
         assert_eq!(r.phases[0].median_rate(), None);

@@ -63,6 +63,8 @@ pub struct SmallfileOptions {
     /// Run the workers as this user (from root; each run's directory is
     /// made theirs). None: as this process.
     pub uid: Option<u32>,
+    /// Processes whose CPU time each phase reports (the servers).
+    pub watch: Vec<u32>,
 }
 
 impl SmallfileOptions {
@@ -211,6 +213,7 @@ fn one_run(opts: &SmallfileOptions, run_dir: &Path, phases: &mut [Phase]) -> Res
             .map(|lib| ("LD_PRELOAD".to_string(), lib.clone().into_os_string()))
             .collect(),
         uid: opts.uid,
+        watch: opts.watch.clone(),
     };
     run_phases_with("smallfile", opts.procs, run_dir, &extra, &launch, phases)
 }

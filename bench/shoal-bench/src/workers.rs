@@ -70,16 +70,20 @@ pub fn run_phases_with(
         let timed = workers.phase(&phase.name)?;
         phase.worker_spans.push(timed.worker_spans);
         phase.cpu_seconds.extend(timed.cpu_seconds);
+        phase.watched_cpu_seconds.extend(timed.watched_cpu_seconds);
+        phase.worker_cpu_seconds.extend(timed.worker_cpu_seconds);
     }
     workers.finish()
 }
 
 /// How workers start: what they get added to their environment, and the
-/// user they run as (None: this process's).
+/// user they run as (None: this process's); and the processes besides them
+/// whose CPU time each phase notes (`watch`: the servers).
 #[derive(Clone, Debug, Default)]
 pub struct Launch {
     pub env: Vec<(String, OsString)>,
     pub uid: Option<u32>,
+    pub watch: Vec<u32>,
 }
 
 /// What one phase took.
@@ -89,6 +93,11 @@ pub struct Timed {
     /// The machine's busy CPU time from the release of the workers to the
     /// last one's report (every process's, `machine_cpu`), if known.
     pub cpu_seconds: Option<f64>,
+    /// The CPU time the watched processes spent meanwhile, if any are.
+    pub watched_cpu_seconds: Option<f64>,
+    /// The CPU time the workers spent meanwhile (the clients' side, for
+    /// native workers, whose client runs in them), if known.
+    pub worker_cpu_seconds: Option<f64>,
 }
 
 impl Timed {
@@ -100,6 +109,8 @@ impl Timed {
 /// The parent's side: the running workers of one run.
 pub struct Workers {
     children: Vec<Worker>,
+    /// Processes whose CPU time each phase notes (`Launch::watch`).
+    watch: Vec<u32>,
 }
 
 struct Worker {
@@ -125,6 +136,7 @@ impl Workers {
             .map_err(|e| ShoalError::from(e).context("finding the shoal executable"))?;
         let mut workers = Workers {
             children: Vec::with_capacity(count),
+            watch: launch.watch.clone(),
         };
         for id in 0..count {
             let mut command = Command::new(&exe);
@@ -172,6 +184,8 @@ impl Workers {
         // Release them back to back: the go lines cost microseconds, and each
         // worker notes its start when it reads its go.
         let cpu_before = crate::machine_cpu::busy();
+        let watched_before = self.watched_cpu();
+        let workers_before = self.workers_cpu();
         for w in &mut self.children {
             let sent = match w.stdin.as_mut() {
                 Some(stdin) => stdin.write_all(b"go\n"),
@@ -190,13 +204,29 @@ impl Workers {
             }
         }
         let cpu_after = crate::machine_cpu::busy();
-        let cpu_seconds = cpu_before
-            .zip(cpu_after)
-            .map(|(b, a)| a.saturating_sub(b).as_secs_f64());
+        let spent = |b: Option<std::time::Duration>, a: Option<std::time::Duration>| {
+            b.zip(a).map(|(b, a)| a.saturating_sub(b).as_secs_f64())
+        };
         Ok(Timed {
             worker_spans: relative_to_first_start(&spans),
-            cpu_seconds,
+            cpu_seconds: spent(cpu_before, cpu_after),
+            watched_cpu_seconds: spent(watched_before, self.watched_cpu()),
+            worker_cpu_seconds: spent(workers_before, self.workers_cpu()),
         })
+    }
+
+    /// The workers' CPU time so far.
+    fn workers_cpu(&self) -> Option<std::time::Duration> {
+        let pids: Vec<u32> = self.children.iter().map(|w| w.child.id()).collect();
+        crate::machine_cpu::of_processes(&pids)
+    }
+
+    /// The watched processes' CPU time so far; None if none are watched.
+    fn watched_cpu(&self) -> Option<std::time::Duration> {
+        if self.watch.is_empty() {
+            return None;
+        }
+        crate::machine_cpu::of_processes(&self.watch)
     }
 
     /// Lets the workers exit (they have run their last phase) and checks that
