@@ -46,6 +46,7 @@ impl Waits {
         }
     }
 
+    /// Request `unique` no longer waits (granted, refused or interrupted).
     pub fn done(&self, unique: u64) {
         self.inner.lock().unwrap().waiting.remove(&unique);
     }

@@ -228,7 +228,7 @@ pub struct Locks {
     files: Mutex<HashMap<Space, FileLocks>>,
     epochs: Epochs,
     /// Waits withdrawn since the start.
-    withdrawn: std::sync::atomic::AtomicU64,
+    withdrawn: AtomicU64,
     marker: PathBuf,
     /// The marker is on disk.
     marked: AtomicBool,

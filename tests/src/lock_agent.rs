@@ -64,6 +64,8 @@ for line in sys.stdin:
             fl = struct.pack(FMT, TYPES[cmd[1]], os.SEEK_SET, int(cmd[2]), int(cmd[3]), 0)
             t, _, start, length, pid = struct.unpack(FMT, fcntl.fcntl(fd, fcntl.F_GETLK, fl))
             out = "lk %s %d %d %d" % (NAMES[t], start, length, pid)
+        elif cmd[0] == "read":
+            out = "data " + os.pread(fd, int(cmd[1]), 0).hex()
         elif cmd[0] == "flock":
             fcntl.flock(fd, FLOCKS[cmd[1]] | (0 if cmd[2] == "1" else fcntl.LOCK_NB))
             out = "ok"

@@ -36,6 +36,20 @@ struct Key {
     flock: bool,
 }
 
+impl Key {
+    /// This owner's request of `kind` on `range`, as a client sends it.
+    fn ask(self, kind: LockKind, range: Range) -> LockAsk {
+        LockAsk {
+            owner: self.owner,
+            kind,
+            start: range.start,
+            end: range.end,
+            pid: self.owner as u32,
+            flock: self.flock,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Model {
     held: HashMap<Key, OwnerLocks>,
@@ -160,14 +174,7 @@ fn run(seed: u64) {
                     file,
                     flock,
                 };
-                let ask = LockAsk {
-                    owner,
-                    kind,
-                    start: range.start,
-                    end: range.end,
-                    pid: owner as u32,
-                    flock,
-                };
+                let ask = key.ask(kind, range);
                 let expect_busy = kind != LockKind::LockUnlock && model.in_way(key, kind, range);
                 let got = host.rt.block_on(host.client.lock(h, ask, false));
                 let what = if flock {
@@ -194,14 +201,7 @@ fn run(seed: u64) {
                     file,
                     flock: false,
                 };
-                let ask = LockAsk {
-                    owner,
-                    kind,
-                    start: range.start,
-                    end: range.end,
-                    pid: owner as u32,
-                    flock: false,
-                };
+                let ask = key.ask(kind, range);
                 let found = host
                     .rt
                     .block_on(host.client.test_lock(h, ask))

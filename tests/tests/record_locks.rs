@@ -5,7 +5,8 @@
 //! mount's locks; a wait that would close a cycle fails with EDEADLK; a
 //! lock outlives a restart (killed or clean) of the server holding it,
 //! also an idle holder's; a dead client's locks go; waiters hold no
-//! request slots, and a grant that lets an earlier waiter through grants it.
+//! request slots, and a grant that lets an earlier waiter through grants it;
+//! grants at one write epoch leave the kernel's pages of the file alone.
 //!
 //! The processes that lock are python3 (`shoal_tests::lock_agent`, or
 //! `COUNTER`): POSIX locks belong to a process, so each lock owner must be
@@ -531,6 +532,58 @@ fn a_grants_write_epoch_changes_exactly_when_a_write_lock_goes() {
     );
 }
 
+/// Read requests the mount at `mnt` has answered since it started.
+fn reads_answered(mnt: &Path) -> u64 {
+    let json: serde_json::Value =
+        serde_json::from_str(&shoal_tests::mount_stats(mnt, &["--json"])).unwrap();
+    json["ops"]["read"]["count"].as_u64().unwrap_or(0)
+}
+
+/// Grants at one write epoch drop the kernel's caches of a file once
+/// (`fuse/src/lock_epochs.rs`): a second reader's grant on the same mount
+/// leaves the first reader's pages alone, so its re-read asks the mount
+/// nothing (each drop would also discard a GETATTR another reader waits
+/// for). A write lock let go through the other mount makes the next grant
+/// drop them, and the reader reads the new bytes. No leases, which would
+/// keep the pages on their own.
+#[test]
+fn grants_at_one_write_epoch_keep_the_kernels_pages() {
+    let mut cluster = Cluster::builder().servers(2).set("lease_ms=0").start();
+    let a = cluster.mount();
+    let second = SharedMount::new(&cluster);
+    let b = second.path();
+    std::fs::write(a.join("f"), [1u8; 65536]).unwrap();
+    let ones = format!("data {}", "01".repeat(65536));
+    // Both open first: an open of a file not leased drops its pages
+    // (close-to-open).
+    let mut reader = Agent::open("reader (mount 1)", &a.join("f"));
+    let mut other = Agent::open("second reader (mount 1)", &a.join("f"));
+    assert_eq!(reader.ask("lock r 0 0 0"), "ok");
+    assert_eq!(reader.ask("read 65536"), ones);
+    let reads = reads_answered(&a);
+    assert_eq!(other.ask("lock r 0 0 0"), "ok");
+    assert_eq!(reader.ask("read 65536"), ones);
+    assert_eq!(
+        reads_answered(&a),
+        reads,
+        "a grant at the same epoch dropped the reader's pages"
+    );
+    assert_eq!(reader.ask("lock u 0 0 0"), "ok");
+    assert_eq!(other.ask("lock u 0 0 0"), "ok");
+
+    let mut writer = Agent::open("writer (mount 2)", &b.join("f"));
+    assert_eq!(writer.ask("lock w 0 0 0"), "ok");
+    std::fs::write(b.join("f"), [2u8; 65536]).unwrap();
+    assert_eq!(writer.ask("lock u 0 0 0"), "ok");
+    assert_eq!(reader.ask("lock r 0 0 0"), "ok");
+    assert_eq!(
+        reader.ask("read 65536"),
+        format!("data {}", "02".repeat(65536)),
+        "after a write lock was let go"
+    );
+    assert!(reads_answered(&a) > reads, "the grant dropped the pages");
+}
+
 /// Waiting lock requests hold none of their client's request slots: with
 /// two slots and two owners of one client waiting, the holder (a third
 /// owner of the same client) still gets its unlock through, and the
@@ -699,12 +752,17 @@ fn waits(rt: &tokio::runtime::Runtime, probe: &Client, s: u32) -> (u64, u64) {
     (stats.lock_waits_withdrawn, stats.lock_waits)
 }
 
-/// A process waiting through one mount for a lock held through the other
-/// (F_SETLKW, then a blocking flock) gets a signal: its call returns EINTR
-/// and its wait is withdrawn at the server, so when the holder lets go a
-/// third process takes the lock at once, not the interrupted one.
-#[test]
-fn a_signal_ends_a_lock_wait_with_eintr_and_withdraws_it() {
+/// For F_SETLKW and then a blocking flock: a process waits through one
+/// mount for a lock held through the other, and `end` ends its wait (a
+/// signal, a kill) once the server holds it. The server must then have
+/// withdrawn the wait, and once the holder lets go a third process takes
+/// the lock at once, not the ended waiter; `after` checks the waiter last
+/// (`how` it ended names it in messages).
+fn ending_a_lock_wait(
+    how: &str,
+    end: impl Fn(&str, &mut Agent),
+    after: impl Fn(&str, &str, &mut Agent),
+) {
     let (mut cluster, second) = two_mounts();
     let a = cluster.mount();
     let b = second.path();
@@ -724,9 +782,7 @@ fn a_signal_ends_a_lock_wait_with_eintr_and_withdraws_it() {
         let (withdrawn, _) = waits(&rt, &probe, server);
         waiter.send(wait);
         wait_for_lock_requests(&rt, &probe, server, before + 1);
-        assert_eq!(waits(&rt, &probe, server), (withdrawn, 1), "{what} waits");
-        waiter.signal(libc::SIGUSR1);
-        assert_eq!(waiter.reply(), "err EINTR", "{what} interrupted");
+        end(what, &mut waiter);
         assert_eq!(
             waits(&rt, &probe, server),
             (withdrawn + 1, 0),
@@ -737,57 +793,45 @@ fn a_signal_ends_a_lock_wait_with_eintr_and_withdraws_it() {
         assert_eq!(
             third.ask(take),
             "ok",
-            "{what}: the interrupted wait was granted nothing"
+            "{what}: the {how} waiter was granted nothing"
         );
-        assert_eq!(
-            waiter.ask(take),
-            "err EAGAIN",
-            "{what}: the waiter holds nothing"
-        );
+        after(what, take, &mut waiter);
     }
 }
 
-/// A process waiting through one mount for a lock held through the other
-/// (F_SETLKW, then a blocking flock) is SIGKILLed: it is gone at once,
-/// while the holder still holds the lock (before the mount answered
-/// interrupts, the kernel kept it until the lock was granted), and its
-/// wait is withdrawn at the server.
+/// A lock waiter gets a signal: its call returns EINTR, its wait is
+/// withdrawn, and it holds nothing.
+#[test]
+fn a_signal_ends_a_lock_wait_with_eintr_and_withdraws_it() {
+    ending_a_lock_wait(
+        "interrupted",
+        |what, waiter| {
+            waiter.signal(libc::SIGUSR1);
+            assert_eq!(waiter.reply(), "err EINTR", "{what} interrupted");
+        },
+        |what, take, waiter| {
+            assert_eq!(
+                waiter.ask(take),
+                "err EAGAIN",
+                "{what}: the waiter holds nothing"
+            );
+        },
+    );
+}
+
+/// A lock waiter is SIGKILLed: it is gone at once, while the holder still
+/// holds the lock (before the mount answered interrupts, the kernel kept
+/// it until the lock was granted), and its wait is withdrawn.
 #[test]
 fn a_killed_lock_waiter_is_gone_at_once() {
-    let (mut cluster, second) = two_mounts();
-    let a = cluster.mount();
-    let b = second.path();
-    let h = file(&a, "f", &[0u8; 64]);
-    let server = server_of(h);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let probe = cluster.client();
-
-    for (what, take, wait, release) in [
-        ("F_SETLKW", "lock w 0 0 0", "lock w 0 0 1", "lock u 0 0 0"),
-        ("flock", "flock w 0", "flock w 1", "flock u 0"),
-    ] {
-        let mut holder = Agent::open("holder (mount 1)", &a.join("f"));
-        let mut waiter = Agent::open("waiter (mount 2)", &b.join("f"));
-        assert_eq!(holder.ask(take), "ok", "{what}");
-        let before = lock_requests(&rt, &probe, server);
-        let (withdrawn, _) = waits(&rt, &probe, server);
-        waiter.send(wait);
-        wait_for_lock_requests(&rt, &probe, server, before + 1);
-        assert!(
-            waiter.kill_and_reap(Duration::from_secs(30)),
-            "{what}: the SIGKILLed waiter is still there, in its wait"
-        );
-        assert_eq!(
-            waits(&rt, &probe, server),
-            (withdrawn + 1, 0),
-            "{what}: the mount withdrew the wait at the server"
-        );
-        assert_eq!(holder.ask(release), "ok", "{what}");
-        let mut third = Agent::open("third (mount 1)", &a.join("f"));
-        assert_eq!(
-            third.ask(take),
-            "ok",
-            "{what}: the killed waiter was granted nothing"
-        );
-    }
+    ending_a_lock_wait(
+        "killed",
+        |what, waiter| {
+            assert!(
+                waiter.kill_and_reap(Duration::from_secs(30)),
+                "{what}: the SIGKILLed waiter is still there, in its wait"
+            );
+        },
+        |_, _, _| {},
+    );
 }
