@@ -338,3 +338,47 @@ async fn creates_all_go_to_the_server_with(setting: &str) {
     }
     assert_eq!(asks, 0);
 }
+
+/// What a mount answered under a delegation goes at its unmount: with
+/// empty files and unlinks nothing else would carry it (no write is
+/// buffered to send, and the delay here is a minute), and the mount's
+/// memory goes with its process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unmount_sends_the_creates_and_unlinks_the_mount_answered() {
+    let mut cluster = cluster();
+    let mnt = cluster.mount();
+    let c = cluster.client();
+    let d = mnt.join("d");
+    std::fs::create_dir(&d).unwrap();
+    // Goes to the server and asks for the delegation; the creates after it
+    // wait for the answer, then are answered by the mount.
+    std::fs::File::create(d.join("first")).unwrap();
+    let wanted = names("f", 100);
+    for n in &wanted {
+        std::fs::File::create(d.join(n)).unwrap();
+    }
+    for n in wanted.iter().step_by(4) {
+        std::fs::remove_file(d.join(n)).unwrap();
+    }
+    let held = unsent_changes_sent(&cluster, &c).await;
+
+    cluster.unmount();
+    assert!(
+        unsent_changes_sent(&cluster, &c).await > held,
+        "the mount held some of them to the end"
+    );
+    let dir = c.resolve("/d").await.unwrap().0;
+    let mut listed = entry_names(&c, dir).await;
+    listed.sort();
+    let mut expected: Vec<String> = wanted;
+    expected.retain(|n| n[1..].parse::<usize>().unwrap() % 4 != 0);
+    expected.push("first".into());
+    expected.sort();
+    assert_eq!(listed, expected);
+    settled_fsck(&c).await;
+}
+
+/// Messages of unsent creates and unlinks the servers have received.
+async fn unsent_changes_sent(cluster: &Cluster, c: &Client) -> u64 {
+    cluster.requests_of(c, "create_files").await + cluster.requests_of(c, "remove_files").await
+}
