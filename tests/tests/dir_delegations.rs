@@ -382,3 +382,36 @@ async fn an_unmount_sends_the_creates_and_unlinks_the_mount_answered() {
 async fn unsent_changes_sent(cluster: &Cluster, c: &Client) -> u64 {
     cluster.requests_of(c, "create_files").await + cluster.requests_of(c, "remove_files").await
 }
+
+/// A directory another client made becomes known once this client's first
+/// create there shows the entry count at its first plus one, so creates
+/// there are answered under a delegation too: mdtest's `-N 1` has each rank
+/// create its files in the directory its neighbour made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_another_client_made_is_delegated_too() {
+    let cluster = cluster();
+    let (a, b) = cluster.two_clients().await;
+    a.mkdir(ROOT, "d", 0o777).await.unwrap();
+    // Found without its record: its first create's reply shows it was
+    // empty and never changed before.
+    let dir = b.resolve("/d").await.unwrap().0;
+    let wanted = names("f", 100);
+    create_all(&b, dir, &wanted[..1]).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !b.holds_delegation(dir) {
+        assert!(std::time::Instant::now() < deadline, "no delegation");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let ((), messages) = cluster
+        .messages_during(&b, async {
+            create_all(&b, dir, &wanted[1..]).await;
+        })
+        .await;
+    assert!(messages <= 3, "{messages} messages for 99 creates");
+    let mut listed = entry_names(&a, dir).await;
+    listed.sort();
+    let mut expected = wanted;
+    expected.sort();
+    assert_eq!(listed, expected);
+    settled_fsck(&a).await;
+}
