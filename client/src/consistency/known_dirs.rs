@@ -10,7 +10,11 @@
 //! and unknown to anyone else: known from the start. So is one whose record
 //! comes from a server with the count at 1, though another client made it
 //! (an MPI job's rank creating its files in a directory its neighbour made,
-//! as mdtest's `-N` does): it was empty when its server read the record. Each change this client
+//! as mdtest's `-N` does): it was empty when its server read the record.
+//! The same holds when this client's change there, alone in flight, comes
+//! back with the count at its first plus the change's own steps. What is
+//! known of a directory this client did not make answers no lookup until
+//! its delegation is held: it only lets the client ask for it. Each change this client
 //! makes to it comes back with the directory's new record; if the count
 //! moved by exactly one, that change was the only one, and the names known
 //! stay complete. Anything else — a gap in the count, a failed or unanswered
@@ -121,6 +125,12 @@ struct Known {
     who: Cred,
     /// Held under a delegation: known without the TTL.
     pinned: bool,
+    /// Made by this client. Only then are absent names answered unpinned,
+    /// within the TTL: another client's directory is where other processes
+    /// of a job make files for this one to open (an MPI rank's create
+    /// before a barrier), so what is known of it only lets this client ask
+    /// for its delegation, and answers once that is held.
+    made_here: bool,
 }
 
 pub struct KnownDirs {
@@ -217,11 +227,11 @@ impl KnownDirs {
 
     /// Directory `dir`, just made by user `who` and not yet linked: empty.
     pub fn created(&self, dir: Handle, who: Cred) {
-        self.empty(&mut self.dirs(), dir, who);
+        self.empty(&mut self.dirs(), dir, who, true);
     }
 
     /// Takes `dir` as known and empty, for `who`, if there is room.
-    fn empty(&self, dirs: &mut Dirs, dir: Handle, who: Cred) {
+    fn empty(&self, dirs: &mut Dirs, dir: Handle, who: Cred, made_here: bool) {
         if dirs.known.len() >= self.max_dirs {
             let ttl = self.ttl;
             let stale: Vec<Handle> = dirs
@@ -245,6 +255,7 @@ impl KnownDirs {
                     unsent_in_flight: 0,
                     who,
                     pinned: false,
+                    made_here,
                 },
             );
         }
@@ -263,7 +274,7 @@ impl KnownDirs {
             Some(k) if k.in_flight == 0 && k.version != rec.entries_version => {
                 dirs.remove(rec.handle)
             }
-            None if rec.entries_version == 1 => self.empty(&mut dirs, rec.handle, who),
+            None if rec.entries_version == 1 => self.empty(&mut dirs, rec.handle, who, false),
             _ => {}
         }
     }
@@ -307,7 +318,7 @@ impl KnownDirs {
             }
             // Known empty at the first count; the check below keeps it only
             // if the count is the first plus this change's steps.
-            self.empty(&mut dirs, dir, who);
+            self.empty(&mut dirs, dir, who, false);
         }
         let Some(k) = dirs.known.get_mut(&dir) else {
             return;
@@ -384,12 +395,13 @@ impl KnownDirs {
         (dirs.known.len(), dirs.names)
     }
 
-    /// Whether `name` is certainly not in `dir` for user `who`, as of less
-    /// than the TTL ago (or pinned).
+    /// Whether `name` is certainly not in `dir` for user `who`: pinned, or
+    /// made here and confirmed less than the TTL ago.
     pub fn absent(&self, dir: Handle, name: &str, who: Cred) -> bool {
         self.dirs().known.get(&dir).is_some_and(|k| {
             k.who == who
-                && (k.pinned || (k.in_flight == 0 && k.confirmed.elapsed() < self.ttl))
+                && (k.pinned
+                    || (k.made_here && k.in_flight == 0 && k.confirmed.elapsed() < self.ttl))
                 && !k.names.contains(name)
         })
     }
@@ -651,12 +663,21 @@ mod tests {
         let k = KnownDirs::new(Duration::from_secs(60), 1 << 20);
         k.begin(7, false);
         k.finish(7, Some(&dir(7, 2)), EntryChange::Added("a"), me());
-        assert!(k.absent(7, "b", me()) && !k.absent(7, "a", me()));
+        assert_eq!(k.version(7, me()), Some(2));
+        assert!(
+            !k.absent(7, "b", me()),
+            "another's directory: not answered unpinned"
+        );
+        assert!(k.pin(7, 2));
+        assert!(
+            k.absent(7, "b", me()) && !k.absent(7, "a", me()),
+            "pinned: answered"
+        );
 
         // Not its first change: others had been made.
         k.begin(8, false);
         k.finish(8, Some(&dir(8, 5)), EntryChange::Added("a"), me());
-        assert!(!k.absent(8, "b", me()));
+        assert_eq!(k.version(8, me()), None);
 
         // Two of this client's in flight whose replies cross: the count
         // the first shows does not say the second's name is there.
@@ -664,18 +685,18 @@ mod tests {
         k.begin(9, false);
         k.finish(9, Some(&dir(9, 3)), EntryChange::Added("b"), me());
         k.finish(9, Some(&dir(9, 2)), EntryChange::Added("a"), me());
-        assert!(!k.absent(9, "c", me()), "not known");
+        assert_eq!(k.version(9, me()), None);
         // One that began while another was in flight and ended after it.
         k.begin(10, false);
         k.begin(10, false);
         k.finish(10, None, EntryChange::Added("b"), me());
         k.finish(10, Some(&dir(10, 2)), EntryChange::Added("a"), me());
-        assert!(!k.absent(10, "c", me()), "not known");
+        assert_eq!(k.version(10, me()), None);
 
         // A removal never shows a directory whole.
         k.begin(11, false);
         k.finish(11, Some(&dir(11, 2)), EntryChange::Removed("a"), me());
-        assert!(!k.absent(11, "c", me()));
+        assert_eq!(k.version(11, me()), None);
 
         // Many names at once.
         k.begin(12, false);
@@ -685,9 +706,10 @@ mod tests {
             EntryChange::AddedMany(vec!["a", "b"]),
             me(),
         );
-        assert!(k.absent(12, "c", me()) && !k.absent(12, "b", me()));
-        assert!(
-            !k.absent(12, "c", Cred::new(1001, 1001)),
+        assert_eq!(k.version(12, me()), Some(3));
+        assert_eq!(
+            k.version(12, Cred::new(1001, 1001)),
+            None,
             "for its user only"
         );
     }
@@ -696,12 +718,12 @@ mod tests {
     fn a_record_at_the_first_count_makes_a_directory_known_empty() {
         let k = KnownDirs::new(Duration::from_secs(60), 1 << 20);
         k.seen(&dir(7, 2), me());
-        assert!(!k.absent(7, "a", me()), "it has had an entry");
+        assert_eq!(k.version(7, me()), None, "it has had an entry");
         k.seen(&dir(8, 1), me());
-        assert!(k.absent(8, "a", me()), "never changed: empty");
+        assert_eq!(k.version(8, me()), Some(1), "never changed: empty");
         k.begin(8, false);
         k.finish(8, Some(&dir(8, 2)), EntryChange::Added("a"), me());
-        assert!(!k.absent(8, "a", me()) && k.absent(8, "b", me()));
+        assert_eq!(k.version(8, me()), Some(2));
     }
 
     #[test]
