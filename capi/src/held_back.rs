@@ -1,5 +1,6 @@
 //! What this process holds back, and when it goes: an attribute change
-//! (`held_attrs`) and its client's buffered writes (the gathering path).
+//! (`held_attrs`), its client's buffered writes (the gathering path) and
+//! the creates and unlinks it answered under a directory delegation.
 //! Both go at `shoal_flush`, at exit(3) (a handler registered at the first
 //! connect), and, once that handler has run, at the end of every call.
 
@@ -9,8 +10,9 @@ use std::sync::Once;
 use crate::error::Result;
 use crate::{held_attrs, session};
 
-/// Sends what this process holds back: an attribute change (`held_attrs`)
-/// and its client's buffered writes (the gathering path). Reports the first
+/// Sends what this process holds back: an attribute change (`held_attrs`),
+/// its client's buffered writes (the gathering path) and unsent creates and
+/// unlinks (`Client::flush_all`). Reports the first
 /// failure, of this send or of an earlier one not reported yet.
 pub fn send_everything() -> Result<()> {
     let attrs = held_attrs::flush();
@@ -35,7 +37,7 @@ pub fn exited() -> bool {
 
 /// [`send_everything`], if anything is held back.
 pub fn send_held_back() -> Result<()> {
-    let keeps = session::ours().is_some_and(|s| s.client.keeps_writes());
+    let keeps = session::ours().is_some_and(|s| s.client.holds_back());
     if keeps || held_attrs::holding() {
         send_everything()
     } else {

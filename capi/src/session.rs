@@ -15,7 +15,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
-use std::time::Duration;
 
 use shoal_client::{Client, Recalled};
 use shoal_proto::cluster::{ClusterConfig, Settings};
@@ -123,6 +122,9 @@ impl Session {
 
     /// Runs `fut` to completion on the calling thread.
     pub fn run<T: Send>(&self, fut: impl std::future::Future<Output = T> + Send) -> T {
+        if let Some(listener) = &self.listener {
+            listener.before_call();
+        }
         let out = self.run_quietly(fut);
         if let Some(listener) = &self.listener {
             listener.after_call(self);
@@ -130,7 +132,7 @@ impl Session {
         out
     }
 
-    /// [`run`](Self::run), without waking the recall listener (its own).
+    /// [`run`](Self::run), without telling the recall listener (its own).
     ///
     /// On a thread whose thread-locals are gone, on a thread of its own:
     /// glibc's exit(3) runs the exiting thread's thread-local destructors
@@ -165,12 +167,12 @@ impl Session {
 }
 
 impl Sockets for Session {
-    fn holds_leases(&self) -> bool {
-        self.client.holds_leases()
+    fn needs_listener(&self) -> bool {
+        self.client.holds_leases() || self.client.holds_back()
     }
 
-    fn drive(&self, time: Duration) {
-        self.run_quietly(async { tokio::time::sleep(time).await });
+    fn drive(&self, until: impl std::future::Future<Output = ()> + Send) {
+        self.run_quietly(until);
     }
 }
 

@@ -338,3 +338,80 @@ async fn creates_all_go_to_the_server_with(setting: &str) {
     }
     assert_eq!(asks, 0);
 }
+
+/// What a mount answered under a delegation goes at its unmount: with
+/// empty files and unlinks nothing else would carry it (no write is
+/// buffered to send, and the delay here is a minute), and the mount's
+/// memory goes with its process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unmount_sends_the_creates_and_unlinks_the_mount_answered() {
+    let mut cluster = cluster();
+    let mnt = cluster.mount();
+    let c = cluster.client();
+    let d = mnt.join("d");
+    std::fs::create_dir(&d).unwrap();
+    // Goes to the server and asks for the delegation; the creates after it
+    // wait for the answer, then are answered by the mount.
+    std::fs::File::create(d.join("first")).unwrap();
+    let wanted = names("f", 100);
+    for n in &wanted {
+        std::fs::File::create(d.join(n)).unwrap();
+    }
+    for n in wanted.iter().step_by(4) {
+        std::fs::remove_file(d.join(n)).unwrap();
+    }
+    let held = unsent_changes_sent(&cluster, &c).await;
+
+    cluster.unmount();
+    assert!(
+        unsent_changes_sent(&cluster, &c).await > held,
+        "the mount held some of them to the end"
+    );
+    let dir = c.resolve("/d").await.unwrap().0;
+    let mut listed = entry_names(&c, dir).await;
+    listed.sort();
+    let mut expected: Vec<String> = wanted;
+    expected.retain(|n| n[1..].parse::<usize>().unwrap() % 4 != 0);
+    expected.push("first".into());
+    expected.sort();
+    assert_eq!(listed, expected);
+    settled_fsck(&c).await;
+}
+
+/// Messages of unsent creates and unlinks the servers have received.
+async fn unsent_changes_sent(cluster: &Cluster, c: &Client) -> u64 {
+    cluster.requests_of(c, "create_files").await + cluster.requests_of(c, "remove_files").await
+}
+
+/// A directory another client made becomes known once this client's first
+/// create there shows the entry count at its first plus one, so creates
+/// there are answered under a delegation too: mdtest's `-N 1` has each rank
+/// create its files in the directory its neighbour made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_another_client_made_is_delegated_too() {
+    let cluster = cluster();
+    let (a, b) = cluster.two_clients().await;
+    a.mkdir(ROOT, "d", 0o777).await.unwrap();
+    // Found without its record: its first create's reply shows it was
+    // empty and never changed before.
+    let dir = b.resolve("/d").await.unwrap().0;
+    let wanted = names("f", 100);
+    create_all(&b, dir, &wanted[..1]).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !b.holds_delegation(dir) {
+        assert!(std::time::Instant::now() < deadline, "no delegation");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let ((), messages) = cluster
+        .messages_during(&b, async {
+            create_all(&b, dir, &wanted[1..]).await;
+        })
+        .await;
+    assert!(messages <= 3, "{messages} messages for 99 creates");
+    let mut listed = entry_names(&a, dir).await;
+    listed.sort();
+    let mut expected = wanted;
+    expected.sort();
+    assert_eq!(listed, expected);
+    settled_fsck(&a).await;
+}

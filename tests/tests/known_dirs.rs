@@ -149,3 +149,27 @@ fn a_create_without_o_excl_through_the_mount_opens_what_another_client_made() {
     names.sort();
     assert_eq!(names, ["late", "mine"]);
 }
+
+/// A directory another client made, known from this client's first create
+/// there, answers no lookup until this client holds its delegation: the
+/// other client's next file (an MPI rank's, made before a barrier) is
+/// found at once, even with a TTL of a minute. Delegations are off here,
+/// so it never is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_known_from_another_clients_making_hides_no_name() {
+    let cluster = Cluster::builder()
+        .servers(2)
+        .set("cache_ttl_ms=60000")
+        .set("dir_delegations=false")
+        .start();
+    let a = cluster.client();
+    let b = cluster.client();
+    let d = a.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
+    b.create(d, "from-b", 0o644).await.unwrap();
+    a.create(d, "from-a", 0o644).await.unwrap();
+    let (h, _) = b
+        .lookup(d, "from-a")
+        .await
+        .expect("the other client's file");
+    assert_eq!(h, a.lookup(d, "from-a").await.unwrap().0);
+}

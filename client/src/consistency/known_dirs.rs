@@ -7,7 +7,14 @@
 //! (`ObjectRecord.entries_version`: 1 when new and empty, one more per entry
 //! added, removed or renamed, under the server's write lock). A directory
 //! this client has just made, and not yet linked into its parent, is empty
-//! and unknown to anyone else: known from the start. Each change this client
+//! and unknown to anyone else: known from the start. So is one whose record
+//! comes from a server with the count at 1, though another client made it
+//! (an MPI job's rank creating its files in a directory its neighbour made,
+//! as mdtest's `-N` does): it was empty when its server read the record.
+//! The same holds when this client's change there, alone in flight, comes
+//! back with the count at its first plus the change's own steps. What is
+//! known of a directory this client did not make answers no lookup until
+//! its delegation is held: it only lets the client ask for it. Each change this client
 //! makes to it comes back with the directory's new record; if the count
 //! moved by exactly one, that change was the only one, and the names known
 //! stay complete. Anything else — a gap in the count, a failed or unanswered
@@ -118,6 +125,12 @@ struct Known {
     who: Cred,
     /// Held under a delegation: known without the TTL.
     pinned: bool,
+    /// Made by this client. Only then are absent names answered unpinned,
+    /// within the TTL: another client's directory is where other processes
+    /// of a job make files for this one to open (an MPI rank's create
+    /// before a barrier), so what is known of it only lets this client ask
+    /// for its delegation, and answers once that is held.
+    made_here: bool,
 }
 
 pub struct KnownDirs {
@@ -132,9 +145,36 @@ struct Dirs {
     known: HashMap<Handle, Known>,
     /// Names in all of `known`.
     names: usize,
+    /// This client's changes in flight in directories it did not know when
+    /// they began (one row per directory while any is in flight).
+    unknown: HashMap<Handle, Unknown>,
+}
+
+/// The changes of [`Dirs::unknown`] in one directory.
+#[derive(Default)]
+struct Unknown {
+    in_flight: u32,
+    /// Begun since the row was made (when none was in flight).
+    begun: u32,
 }
 
 impl Dirs {
+    /// One of this client's changes begun in `dir` while unknown is over:
+    /// whether it was alone, none other of this client's in flight from
+    /// its beginning to its end (so the count its reply shows moved by its
+    /// own steps and others' only).
+    fn end_unknown_change(&mut self, dir: Handle) -> bool {
+        let Some(u) = self.unknown.get_mut(&dir) else {
+            return false;
+        };
+        u.in_flight = u.in_flight.saturating_sub(1);
+        let alone = u.in_flight == 0 && u.begun == 1;
+        if u.in_flight == 0 {
+            self.unknown.remove(&dir);
+        }
+        alone
+    }
+
     fn remove(&mut self, dir: Handle) {
         if let Some(k) = self.known.remove(&dir) {
             self.names -= k.names.len();
@@ -187,7 +227,11 @@ impl KnownDirs {
 
     /// Directory `dir`, just made by user `who` and not yet linked: empty.
     pub fn created(&self, dir: Handle, who: Cred) {
-        let mut dirs = self.dirs();
+        self.empty(&mut self.dirs(), dir, who, true);
+    }
+
+    /// Takes `dir` as known and empty, for `who`, if there is room.
+    fn empty(&self, dirs: &mut Dirs, dir: Handle, who: Cred, made_here: bool) {
         if dirs.known.len() >= self.max_dirs {
             let ttl = self.ttl;
             let stale: Vec<Handle> = dirs
@@ -211,24 +255,27 @@ impl KnownDirs {
                     unsent_in_flight: 0,
                     who,
                     pinned: false,
+                    made_here,
                 },
             );
         }
     }
 
-    /// A directory record fresh from a server: a known directory whose count
-    /// moved without one of this client's changes following it is forgotten.
-    pub fn seen(&self, rec: &ObjectRecord) {
+    /// A directory record fresh from a server, asked for by `who`: a known
+    /// directory whose count moved without one of this client's changes
+    /// following it is forgotten; an unknown one still at its first count
+    /// (empty, never changed) becomes known.
+    pub fn seen(&self, rec: &ObjectRecord, who: Cred) {
         if rec.kind() != ObjectKind::Directory {
             return;
         }
         let mut dirs = self.dirs();
-        if dirs
-            .known
-            .get(&rec.handle)
-            .is_some_and(|k| k.in_flight == 0 && k.version != rec.entries_version)
-        {
-            dirs.remove(rec.handle);
+        match dirs.known.get(&rec.handle) {
+            Some(k) if k.in_flight == 0 && k.version != rec.entries_version => {
+                dirs.remove(rec.handle)
+            }
+            None if rec.entries_version == 1 => self.empty(&mut dirs, rec.handle, who, false),
+            _ => {}
         }
     }
 
@@ -236,18 +283,43 @@ impl KnownDirs {
     /// creates or unlinks, to be finished as `EntryChange::UnsentCreates`
     /// or `UnsentUnlinks`).
     pub fn begin(&self, dir: Handle, unsent: bool) {
-        if let Some(k) = self.dirs().known.get_mut(&dir) {
+        let mut dirs = self.dirs();
+        if let Some(k) = dirs.known.get_mut(&dir) {
             k.in_flight += 1;
             k.unsent_in_flight += unsent as u32;
+        } else {
+            let u = dirs.unknown.entry(dir).or_default();
+            u.in_flight += 1;
+            u.begun += 1;
         }
     }
 
-    /// The change begun on `dir` was answered: `after` is the directory's
-    /// record the reply carried (None if the change failed or the reply had
-    /// none). Known stays known only if the count moved by exactly the
-    /// change's own steps.
-    pub fn finish(&self, dir: Handle, after: Option<&ObjectRecord>, change: EntryChange) {
+    /// The change begun on `dir` by user `who` was answered: `after` is the
+    /// directory's record the reply carried (None if the change failed or
+    /// the reply had none). Known stays known only if the count moved by
+    /// exactly the change's own steps. An unknown directory becomes known
+    /// if the change added names, was this client's only one there in
+    /// flight, and the count is its first (1) plus the change's steps: the
+    /// directory was empty and never changed before it, so the names it
+    /// added are all its entries.
+    pub fn finish(
+        &self,
+        dir: Handle,
+        after: Option<&ObjectRecord>,
+        change: EntryChange,
+        who: Cred,
+    ) {
         let mut dirs = self.dirs();
+        let alone = dirs.end_unknown_change(dir);
+        if !dirs.known.contains_key(&dir) {
+            let adds = matches!(change, EntryChange::Added(_) | EntryChange::AddedMany(_));
+            if !(alone && adds) {
+                return;
+            }
+            // Known empty at the first count; the check below keeps it only
+            // if the count is the first plus this change's steps.
+            self.empty(&mut dirs, dir, who, false);
+        }
         let Some(k) = dirs.known.get_mut(&dir) else {
             return;
         };
@@ -288,7 +360,9 @@ impl KnownDirs {
     /// The change begun on `dir` (not unsent changes) was refused before it
     /// changed anything (the server said so): what is known stands.
     pub fn unchanged(&self, dir: Handle) {
-        if let Some(k) = self.dirs().known.get_mut(&dir) {
+        let mut dirs = self.dirs();
+        dirs.end_unknown_change(dir);
+        if let Some(k) = dirs.known.get_mut(&dir) {
             k.in_flight = k.in_flight.saturating_sub(1);
         }
     }
@@ -321,12 +395,13 @@ impl KnownDirs {
         (dirs.known.len(), dirs.names)
     }
 
-    /// Whether `name` is certainly not in `dir` for user `who`, as of less
-    /// than the TTL ago (or pinned).
+    /// Whether `name` is certainly not in `dir` for user `who`: pinned, or
+    /// made here and confirmed less than the TTL ago.
     pub fn absent(&self, dir: Handle, name: &str, who: Cred) -> bool {
         self.dirs().known.get(&dir).is_some_and(|k| {
             k.who == who
-                && (k.pinned || (k.in_flight == 0 && k.confirmed.elapsed() < self.ttl))
+                && (k.pinned
+                    || (k.made_here && k.in_flight == 0 && k.confirmed.elapsed() < self.ttl))
                 && !k.names.contains(name)
         })
     }
@@ -442,14 +517,24 @@ mod tests {
         let k = KnownDirs::new(Duration::from_secs(60), 1 << 20);
         k.created(7, me());
         k.begin(7, false);
-        k.finish(7, Some(&dir(7, 3)), EntryChange::AddedMany(vec!["a", "b"]));
+        k.finish(
+            7,
+            Some(&dir(7, 3)),
+            EntryChange::AddedMany(vec!["a", "b"]),
+            me(),
+        );
         assert!(!k.absent(7, "b", me()));
         assert!(k.absent(7, "c", me()));
         k.begin(7, false);
-        k.finish(7, Some(&dir(7, 3)), EntryChange::AddedMany(vec![]));
+        k.finish(7, Some(&dir(7, 3)), EntryChange::AddedMany(vec![]), me());
         assert!(k.absent(7, "c", me()), "none made, no step");
         k.begin(7, false);
-        k.finish(7, Some(&dir(7, 4)), EntryChange::AddedMany(vec!["c", "d"]));
+        k.finish(
+            7,
+            Some(&dir(7, 4)),
+            EntryChange::AddedMany(vec!["c", "d"]),
+            me(),
+        );
         assert!(
             !k.absent(7, "x", me()),
             "one step for two names made: forgotten"
@@ -481,11 +566,12 @@ mod tests {
         );
         k.begin(7, false);
         assert_eq!(k.add_answered(7, "d", me()), Busy, "a change of its own");
-        k.finish(7, Some(&dir(7, 2)), EntryChange::Added("d"));
+        k.finish(7, Some(&dir(7, 2)), EntryChange::Added("d"), me());
         k.finish(
             7,
             Some(&dir(7, 4)),
             EntryChange::UnsentCreates(vec!["a", "c"]),
+            me(),
         );
         assert_eq!(k.add_answered(7, "d", me()), Conflict);
         assert_eq!(k.add_answered(7, "e", me()), Done);
@@ -517,7 +603,12 @@ mod tests {
         assert_eq!(k.add_answered(7, "a", me()), Done);
         // The unlink's message comes back: "a" is still there.
         k.begin(7, true);
-        k.finish(7, Some(&dir(7, 2)), EntryChange::UnsentUnlinks(vec!["a"]));
+        k.finish(
+            7,
+            Some(&dir(7, 2)),
+            EntryChange::UnsentUnlinks(vec!["a"]),
+            me(),
+        );
         assert!(!k.absent(7, "a", me()), "made again after the unlink");
         assert_eq!(k.add_answered(7, "a", me()), Conflict);
     }
@@ -529,7 +620,7 @@ mod tests {
         assert!(k.absent(7, "a", me()));
         k.begin(7, false);
         assert!(!k.absent(7, "a", me()), "nothing answered while in flight");
-        k.finish(7, Some(&dir(7, 2)), EntryChange::Added("a"));
+        k.finish(7, Some(&dir(7, 2)), EntryChange::Added("a"), me());
         assert!(!k.absent(7, "a", me()));
         assert!(k.absent(7, "b", me()));
         assert!(
@@ -537,7 +628,7 @@ mod tests {
             "another user asks"
         );
         k.begin(7, false);
-        k.finish(7, Some(&dir(7, 3)), EntryChange::Removed("a"));
+        k.finish(7, Some(&dir(7, 3)), EntryChange::Removed("a"), me());
         assert!(k.absent(7, "a", me()));
     }
 
@@ -546,25 +637,93 @@ mod tests {
         let k = KnownDirs::new(Duration::from_secs(60), 1 << 20);
         k.created(7, me());
         k.begin(7, false);
-        k.finish(7, Some(&dir(7, 3)), EntryChange::Added("a"));
+        k.finish(7, Some(&dir(7, 3)), EntryChange::Added("a"), me());
         assert!(!k.absent(7, "b", me()), "someone else changed it");
 
         k.created(8, me());
         k.begin(8, false);
-        k.finish(8, None, EntryChange::Added("a"));
+        k.finish(8, None, EntryChange::Added("a"), me());
         assert!(!k.absent(8, "b", me()), "a failed change");
 
         k.created(9, me());
-        k.seen(&dir(9, 1));
+        k.seen(&dir(9, 1), me());
         assert!(k.absent(9, "b", me()), "the same count");
-        k.seen(&dir(9, 2));
+        k.seen(&dir(9, 2), me());
         assert!(!k.absent(9, "b", me()), "a record with a newer count");
-        k.seen(&dir(9, 1));
+        k.seen(&dir(9, 3), me());
         assert!(!k.absent(9, "b", me()), "forgotten for good");
 
         k.created(10, me());
         k.forget(10);
         assert!(!k.absent(10, "b", me()));
+    }
+
+    #[test]
+    fn the_first_change_of_a_directory_alone_in_flight_makes_it_known() {
+        let k = KnownDirs::new(Duration::from_secs(60), 1 << 20);
+        k.begin(7, false);
+        k.finish(7, Some(&dir(7, 2)), EntryChange::Added("a"), me());
+        assert_eq!(k.version(7, me()), Some(2));
+        assert!(
+            !k.absent(7, "b", me()),
+            "another's directory: not answered unpinned"
+        );
+        assert!(k.pin(7, 2));
+        assert!(
+            k.absent(7, "b", me()) && !k.absent(7, "a", me()),
+            "pinned: answered"
+        );
+
+        // Not its first change: others had been made.
+        k.begin(8, false);
+        k.finish(8, Some(&dir(8, 5)), EntryChange::Added("a"), me());
+        assert_eq!(k.version(8, me()), None);
+
+        // Two of this client's in flight whose replies cross: the count
+        // the first shows does not say the second's name is there.
+        k.begin(9, false);
+        k.begin(9, false);
+        k.finish(9, Some(&dir(9, 3)), EntryChange::Added("b"), me());
+        k.finish(9, Some(&dir(9, 2)), EntryChange::Added("a"), me());
+        assert_eq!(k.version(9, me()), None);
+        // One that began while another was in flight and ended after it.
+        k.begin(10, false);
+        k.begin(10, false);
+        k.finish(10, None, EntryChange::Added("b"), me());
+        k.finish(10, Some(&dir(10, 2)), EntryChange::Added("a"), me());
+        assert_eq!(k.version(10, me()), None);
+
+        // A removal never shows a directory whole.
+        k.begin(11, false);
+        k.finish(11, Some(&dir(11, 2)), EntryChange::Removed("a"), me());
+        assert_eq!(k.version(11, me()), None);
+
+        // Many names at once.
+        k.begin(12, false);
+        k.finish(
+            12,
+            Some(&dir(12, 3)),
+            EntryChange::AddedMany(vec!["a", "b"]),
+            me(),
+        );
+        assert_eq!(k.version(12, me()), Some(3));
+        assert_eq!(
+            k.version(12, Cred::new(1001, 1001)),
+            None,
+            "for its user only"
+        );
+    }
+
+    #[test]
+    fn a_record_at_the_first_count_makes_a_directory_known_empty() {
+        let k = KnownDirs::new(Duration::from_secs(60), 1 << 20);
+        k.seen(&dir(7, 2), me());
+        assert_eq!(k.version(7, me()), None, "it has had an entry");
+        k.seen(&dir(8, 1), me());
+        assert_eq!(k.version(8, me()), Some(1), "never changed: empty");
+        k.begin(8, false);
+        k.finish(8, Some(&dir(8, 2)), EntryChange::Added("a"), me());
+        assert_eq!(k.version(8, me()), Some(2));
     }
 
     #[test]
@@ -574,8 +733,8 @@ mod tests {
         k.begin(7, false);
         k.begin(7, false);
         // The second change's reply comes first.
-        k.finish(7, Some(&dir(7, 3)), EntryChange::Added("b"));
-        k.finish(7, Some(&dir(7, 2)), EntryChange::Added("a"));
+        k.finish(7, Some(&dir(7, 3)), EntryChange::Added("b"), me());
+        k.finish(7, Some(&dir(7, 2)), EntryChange::Added("a"), me());
         assert!(!k.absent(7, "c", me()));
 
         let k = KnownDirs::new(Duration::ZERO, 1 << 20);
@@ -592,16 +751,16 @@ mod tests {
         assert!(!k.absent(3, "a", me()), "no room: not taken");
         for (v, name) in [(2, "a"), (3, "b"), (4, "c")] {
             k.begin(1, false);
-            k.finish(1, Some(&dir(1, v)), EntryChange::Added(name));
+            k.finish(1, Some(&dir(1, v)), EntryChange::Added(name), me());
         }
         assert!(k.absent(1, "d", me()), "three names fit");
         k.begin(1, false);
-        k.finish(1, Some(&dir(1, 5)), EntryChange::Removed("a"));
+        k.finish(1, Some(&dir(1, 5)), EntryChange::Removed("a"), me());
         k.begin(1, false);
-        k.finish(1, Some(&dir(1, 6)), EntryChange::Added("e"));
+        k.finish(1, Some(&dir(1, 6)), EntryChange::Added("e"), me());
         assert!(k.absent(1, "a", me()), "a removal makes room");
         k.begin(2, false);
-        k.finish(2, Some(&dir(2, 2)), EntryChange::Added("x"));
+        k.finish(2, Some(&dir(2, 2)), EntryChange::Added("x"), me());
         assert!(k.absent(2, "y", me()), "the fourth name...");
         assert!(
             !k.absent(1, "d", me()),
@@ -610,7 +769,7 @@ mod tests {
         k.created(4, me());
         for (v, name) in [(2, "a"), (3, "b"), (4, "c"), (5, "d")] {
             k.begin(4, false);
-            k.finish(4, Some(&dir(4, v)), EntryChange::Added(name));
+            k.finish(4, Some(&dir(4, v)), EntryChange::Added(name), me());
         }
         assert!(!k.absent(4, "e", me()), "more than fit alone: forgotten");
         assert_eq!(k.len(), (0, 0), "the others made room in vain");
@@ -619,7 +778,7 @@ mod tests {
         k.begin(5, false);
         k.evict(&[5]);
         assert_eq!(k.len(), (1, 0), "not while a change is in flight");
-        k.finish(5, Some(&dir(5, 2)), EntryChange::Added("a"));
+        k.finish(5, Some(&dir(5, 2)), EntryChange::Added("a"), me());
         assert!(k.pin(5, 2));
         k.evict(&[5]);
         assert!(k.absent(5, "b", me()), "nor while pinned");

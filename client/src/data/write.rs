@@ -325,10 +325,16 @@ impl Client {
         }
     }
 
-    /// Sends every buffered write, of every file, and reports the first failure
-    /// (of this send or an earlier one not reported yet): for a front end
-    /// going away (unmount, process exit).
+    /// Sends every change this client answered itself and holds: the
+    /// unsent creates and unlinks of its directory delegations, then every
+    /// buffered write, of every file; reports the first failure (of this
+    /// send or an earlier one not reported yet): for a front end going away
+    /// (unmount, process exit, exec), whose memory goes with them.
     pub async fn flush_all(&self) -> Result<()> {
+        // Nothing else may carry them: the pool's fence sends them only
+        // before another request, and a front end that has no write
+        // buffered sends none.
+        self.settle_unsent_changes().await;
         // Files being sent or with an error to report too, not only those
         // with bytes buffered: flush waits for the one and reports the other.
         let mut files = self.inner.gathering.buffer.files();
@@ -371,10 +377,13 @@ impl Client {
         Some(self.write_threshold(h).to_string().into_bytes())
     }
 
-    /// Whether this client holds writes not sent yet or not answered yet
-    /// (or a send's error not reported yet).
-    pub fn keeps_writes(&self) -> bool {
-        self.inner.gathering.buffer.any() || self.inner.write_behind.any()
+    /// Whether this client holds what [`flush_all`](Self::flush_all)
+    /// sends: writes not sent yet or not answered yet (or a send's error
+    /// not reported yet), or changes answered under a delegation, unsent.
+    pub fn holds_back(&self) -> bool {
+        self.inner.gathering.buffer.any()
+            || self.inner.write_behind.any()
+            || self.inner.delegated.unsettled()
     }
 
     /// How many writes and bytes took each path so far.

@@ -150,7 +150,7 @@ impl Client {
             }
             _ => {
                 self.remember_hints(rec);
-                self.inner.known_dirs.seen(rec);
+                self.inner.known_dirs.seen(rec, self.cred);
                 None
             }
         };

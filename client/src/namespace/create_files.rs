@@ -111,7 +111,7 @@ impl Client {
             // Refused before it changed anything: what is known stands
             // (creates answered here were not made: it is forgotten).
             Err(e) if e.errno == Errno::ENOTSUP && !unsent => self.inner.known_dirs.unchanged(dir),
-            _ => self.inner.known_dirs.finish(dir, after, change),
+            _ => self.inner.known_dirs.finish(dir, after, change, self.cred),
         }
         let (reply, lease) = sent?;
         if reply.files.len() != names.len() {

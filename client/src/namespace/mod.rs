@@ -97,7 +97,7 @@ impl Client {
             }
             _ => {
                 let after = reply.as_ref().ok().and_then(&dir_of);
-                self.inner.known_dirs.finish(dir, after, change)
+                self.inner.known_dirs.finish(dir, after, change, self.cred)
             }
         }
         reply

@@ -222,7 +222,7 @@ impl Client {
         let after = answered.and_then(|r| r.dir.as_ref());
         self.inner
             .known_dirs
-            .finish(dir, after, EntryChange::UnsentUnlinks(removed));
+            .finish(dir, after, EntryChange::UnsentUnlinks(removed), self.cred);
         let reply = sent?;
         if reply.files.len() != names.len() {
             return Err(ShoalError::protocol(format!(
