@@ -1,7 +1,10 @@
 //! Accepts connections and serves requests on them concurrently.
 //!
 //! Per connection: one task reads frames. Requests that stay in memory
-//! (`Service::stays_in_memory`) are answered on that task; the others run on
+//! (`Service::stays_in_memory`) are answered on that task, or, if they
+//! change something (and so may wait for other clients' answers to lease
+//! recalls, which must never wait behind this client's unread answers), on
+//! a task of their own; the others run on
 //! the blocking pool (they wait for disk syncs, local files or other
 //! servers), as does one of the first kind that meets a directory
 //! delegation (it waits for the holder's recall). Replies are
@@ -27,14 +30,15 @@ use std::sync::Arc;
 use shoal_net::sink::FrameSink;
 use shoal_proto::auth::{server_handshake, Peer, Refusal, Secret};
 use shoal_proto::credential::CredentialKey;
-use shoal_proto::frame::{read_frame_timeout, FrameError, Kind};
+use shoal_proto::frame::{read_frame_timeout, Frame, FrameError, Kind};
 use shoal_proto::Op;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::auth::user_peers;
+use crate::delegations::Met;
 use crate::service::Service;
 
 /// How long the rest of a frame may take once its first byte has arrived.
@@ -180,31 +184,39 @@ async fn serve_connection(
         // their sync to share it with this one (commit coalescing). Counting
         // before the permit would be wrong: a frame waiting for a slot held
         // by deferred requests would keep them waiting for it.
-        let mut met = None;
-        if service.stays_in_memory(&frame) {
-            match service.handle_in_memory(&frame) {
-                Ok(reply) => {
-                    drop(permit);
-                    if sink.send(&reply).is_err() {
-                        break;
-                    }
-                    continue;
-                }
-                Err(delegation) => met = Some(delegation),
-            }
+        if !service.stays_in_memory(&frame) {
+            run_blocking(service.clone(), sink.clone(), frame, None, permit);
+            continue;
         }
-        let ticket = service.commit.schedule(frame.header.op);
-        let service = service.clone();
-        let sink = sink.clone();
-        tokio::task::spawn_blocking(move || {
-            if let Some(met) = met {
-                service.recall_delegation(met);
+        if frame.header.op.modifies_metadata() {
+            // A change waits for the answers to the recalls of other
+            // clients' leases on what it changed. Waiting on this task
+            // would leave this client's own answers to other changes'
+            // recalls unread behind it: two clients each removing a file
+            // the other leases would each wait for the other's answer
+            // until `lease_recall_ms` evicted one (mdtest -N 1 did, every
+            // run). So it runs on a task of its own, as a lookup need not.
+            let (service, sink) = (service.clone(), sink.clone());
+            tokio::spawn(async move {
+                match service.handle_in_memory(&frame) {
+                    Ok(reply) => {
+                        let _ = sink.send(&reply);
+                        drop(permit);
+                    }
+                    Err(met) => run_blocking(service, sink, frame, Some(met), permit),
+                }
+            });
+            continue;
+        }
+        match service.handle_in_memory(&frame) {
+            Ok(reply) => {
+                drop(permit);
+                if sink.send(&reply).is_err() {
+                    break;
+                }
             }
-            let reply = service.handle_scheduled(&frame, ticket);
-            // A failed send means the connection is gone; the reader sees it.
-            let _ = sink.send(&reply);
-            drop(permit);
-        });
+            Err(met) => run_blocking(service.clone(), sink.clone(), frame, Some(met), permit),
+        }
     }
     service.disconnected(client, conn);
     service.locks.disconnected(client, conn);
@@ -212,6 +224,28 @@ async fn serve_connection(
     let _ = permits.acquire_many(inflight as u32).await;
     sink.close();
     let _ = flusher.await;
+}
+
+/// Runs `frame` on the blocking pool (it waits for disk syncs, local files,
+/// other servers, or the recall of the directory delegation it `met`) and
+/// sends its reply on `sink`.
+fn run_blocking(
+    service: Arc<Service>,
+    sink: Arc<FrameSink>,
+    frame: Frame,
+    met: Option<Met>,
+    permit: OwnedSemaphorePermit,
+) {
+    let ticket = service.commit.schedule(frame.header.op);
+    tokio::task::spawn_blocking(move || {
+        if let Some(met) = met {
+            service.recall_delegation(met);
+        }
+        let reply = service.handle_scheduled(&frame, ticket);
+        // A failed send means the connection is gone; the reader sees it.
+        let _ = sink.send(&reply);
+        drop(permit);
+    });
 }
 
 /// Numbers connections, so that a client's leases end with the connection

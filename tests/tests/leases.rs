@@ -623,3 +623,44 @@ async fn a_forked_child_does_not_keep_its_parents_cached_paths() {
     );
     assert!(p.child.wait().unwrap().success());
 }
+
+/// Two clients each removing the files the other made (and leases) at once,
+/// as mdtest -N 1's ranks do: a change answered in memory waits for the
+/// other's answer to its recall on a task of its own, not on its
+/// connection's reader, where this client's own answers to the other's
+/// recalls would wait unread behind it; so neither is evicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_removing_each_others_leased_files_at_once_evict_nobody() {
+    let cluster = Cluster::builder()
+        .servers(1)
+        .set("dir_delegations=false")
+        .start();
+    let (a, b) = cluster.two_clients().await;
+    let names: Vec<String> = (0..300).map(|i| format!("f{i}")).collect();
+    let make = |c: Client, dir: &'static str, names: Vec<String>| async move {
+        let d = c.mkdir(ROOT, dir, 0o755).await.unwrap().handle;
+        for n in &names {
+            c.create(d, n, 0o644).await.unwrap();
+        }
+        d
+    };
+    let (da, db) = tokio::join!(
+        make(a.clone(), "a", names.clone()),
+        make(b.clone(), "b", names.clone())
+    );
+    let remove = |c: Client, d: u64, names: Vec<String>| {
+        tokio::spawn(async move {
+            for n in &names {
+                c.unlink(d, n).await.unwrap();
+            }
+        })
+    };
+    let (x, y) = tokio::join!(
+        remove(a.clone(), db, names.clone()),
+        remove(b.clone(), da, names.clone())
+    );
+    x.unwrap();
+    y.unwrap();
+    let stats = a.server_stats(0).await.unwrap();
+    assert_eq!(stats.lease_recall_timeouts, 0, "no client was evicted");
+}
