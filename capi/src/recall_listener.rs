@@ -10,12 +10,11 @@
 //! the client answered under a directory delegation are sent by a timer
 //! that only a thread driving the runtime runs. So while the client may
 //! hold a lease or holds such changes, this thread drives the runtime
-//! itself once no call has run for
-//! [`QUIET`]: it sleeps in the runtime's wait for the sockets, so a recall
-//! is read, the client's caches of its objects dropped and the recall
-//! answered as soon as it arrives. A call that begins meanwhile tells it to
-//! let the runtime go (one wake-up of this thread), and drives the sockets
-//! itself. While there is nothing of the kind the thread sleeps until a
+//! itself once no call has run for [`QUIET`]: it sleeps in the runtime's
+//! wait for the sockets, so a recall is read, the client's caches of its
+//! objects dropped and the recall answered as soon as it arrives. A call
+//! that begins meanwhile tells it to let the runtime go (one wake-up of
+//! this thread), and drives the sockets itself. While there is nothing of the kind the thread sleeps until a
 //! call returns leaving some.
 //!
 //! Cost: a recall to a process that is between calls but made one in the

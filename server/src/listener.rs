@@ -194,28 +194,15 @@ async fn serve_connection(
             // would leave this client's own answers to other changes'
             // recalls unread behind it: two clients each removing a file
             // the other leases would each wait for the other's answer
-            // until `lease_recall_ms` evicted one (mdtest -N 1 did, every
-            // run). So it runs on a task of its own, as a lookup need not.
+            // until `lease_recall_ms` evicted one. So it runs on a task of
+            // its own, as a lookup need not.
             let (service, sink) = (service.clone(), sink.clone());
-            tokio::spawn(async move {
-                match service.handle_in_memory(&frame) {
-                    Ok(reply) => {
-                        let _ = sink.send(&reply);
-                        drop(permit);
-                    }
-                    Err(met) => run_blocking(service, sink, frame, Some(met), permit),
-                }
-            });
+            // A failed send means the connection is gone; the reader sees it.
+            tokio::spawn(async move { run_in_memory(&service, &sink, frame, permit) });
             continue;
         }
-        match service.handle_in_memory(&frame) {
-            Ok(reply) => {
-                drop(permit);
-                if sink.send(&reply).is_err() {
-                    break;
-                }
-            }
-            Err(met) => run_blocking(service.clone(), sink.clone(), frame, Some(met), permit),
+        if run_in_memory(&service, &sink, frame, permit).is_err() {
+            break;
         }
     }
     service.disconnected(client, conn);
@@ -224,6 +211,27 @@ async fn serve_connection(
     let _ = permits.acquire_many(inflight as u32).await;
     sink.close();
     let _ = flusher.await;
+}
+
+/// Answers `frame` from memory on `sink`, or, if it meets a directory
+/// delegation, hands it to the blocking pool. Err: the reply could not be
+/// sent.
+fn run_in_memory(
+    service: &Arc<Service>,
+    sink: &Arc<FrameSink>,
+    frame: Frame,
+    permit: OwnedSemaphorePermit,
+) -> std::io::Result<()> {
+    match service.handle_in_memory(&frame) {
+        Ok(reply) => {
+            drop(permit);
+            sink.send(&reply)
+        }
+        Err(met) => {
+            run_blocking(service.clone(), sink.clone(), frame, Some(met), permit);
+            Ok(())
+        }
+    }
 }
 
 /// Runs `frame` on the blocking pool (it waits for disk syncs, local files,

@@ -859,12 +859,18 @@ pub async fn repair_to_zero(client: &Client) {
 pub async fn delegated_dir(c: &Client, name: &str) -> Handle {
     let dir = c.mkdir(ROOT, name, 0o755).await.unwrap().handle;
     c.create(dir, "first", 0o644).await.unwrap();
+    granted_delegation(c, dir).await;
+    dir
+}
+
+/// Waits (10 s at most) until `c` holds `dir`'s delegation, asked for in
+/// the background after a create there.
+pub async fn granted_delegation(c: &Client, dir: Handle) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !c.holds_delegation(dir) {
-        assert!(Instant::now() < deadline, "no delegation of {name}");
+        assert!(Instant::now() < deadline, "no delegation of {dir:#x}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    dir
 }
 
 /// Deterministic test bytes: `len` bytes that differ for each `seed`.

@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use shoal_client::{Client, Errno, SetAttr};
 use shoal_proto::handle::{server_of, Handle, ROOT};
-use shoal_tests::{delegated_dir, entry_names, pattern, settled_fsck, Cluster};
+use shoal_tests::{delegated_dir, entry_names, granted_delegation, pattern, settled_fsck, Cluster};
 
 /// A cluster whose clients keep what they answered for a minute: only a
 /// fence, an fsync or a recall sends it.
@@ -397,11 +397,7 @@ async fn a_directory_another_client_made_is_delegated_too() {
     let dir = b.resolve("/d").await.unwrap().0;
     let wanted = names("f", 100);
     create_all(&b, dir, &wanted[..1]).await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !b.holds_delegation(dir) {
-        assert!(std::time::Instant::now() < deadline, "no delegation");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    granted_delegation(&b, dir).await;
     let ((), messages) = cluster
         .messages_during(&b, async {
             create_all(&b, dir, &wanted[1..]).await;

@@ -7,20 +7,22 @@
 //! (`ObjectRecord.entries_version`: 1 when new and empty, one more per entry
 //! added, removed or renamed, under the server's write lock). A directory
 //! this client has just made, and not yet linked into its parent, is empty
-//! and unknown to anyone else: known from the start. So is one whose record
-//! comes from a server with the count at 1, though another client made it
-//! (an MPI job's rank creating its files in a directory its neighbour made,
-//! as mdtest's `-N` does): it was empty when its server read the record.
-//! The same holds when this client's change there, alone in flight, comes
-//! back with the count at its first plus the change's own steps. What is
-//! known of a directory this client did not make answers no lookup until
-//! its delegation is held: it only lets the client ask for it. Each change this client
-//! makes to it comes back with the directory's new record; if the count
-//! moved by exactly one, that change was the only one, and the names known
-//! stay complete. Anything else — a gap in the count, a failed or unanswered
+//! and unknown to anyone else: known from the start. Each change this
+//! client makes to it comes back with the directory's new record; if the
+//! count moved by exactly one, that change was the only one, and the names
+//! known stay complete. Anything else — a gap in the count, a failed or unanswered
 //! change, a move, two changes in flight whose replies cross, a record with
 //! another count — and the directory is forgotten for good: lookups go to
 //! its server again.
+//!
+//! A directory another client made comes to be known too: from a record
+//! with the count at 1 (empty, never changed), or when this client's change
+//! there, alone in flight, comes back with the count at its first plus the
+//! change's own steps (an MPI job's rank creating its files in the
+//! directory its neighbour made, as mdtest's `-N` does). What is known of
+//! it answers no lookup until its delegation is held: another process of
+//! the job may just have made the name asked for. It only lets the client
+//! ask for the delegation.
 //!
 //! What is known is as fresh as the last change confirmed it, and is used
 //! only within the client's cache TTL of that (100 ms by default), as the
@@ -159,20 +161,19 @@ struct Unknown {
 }
 
 impl Dirs {
-    /// One of this client's changes begun in `dir` while unknown is over:
-    /// whether it was alone, none other of this client's in flight from
-    /// its beginning to its end (so the count its reply shows moved by its
-    /// own steps and others' only).
-    fn end_unknown_change(&mut self, dir: Handle) -> bool {
-        let Some(u) = self.unknown.get_mut(&dir) else {
-            return false;
-        };
+    /// A change of this client's in `dir` is over: None if it began while
+    /// `dir` was known (no row of `unknown`), else whether it was alone,
+    /// none other of this client's in flight from its beginning to its end
+    /// (so the count its reply shows moved by its own steps and others'
+    /// only).
+    fn end_unknown_change(&mut self, dir: Handle) -> Option<bool> {
+        let u = self.unknown.get_mut(&dir)?;
         u.in_flight = u.in_flight.saturating_sub(1);
         let alone = u.in_flight == 0 && u.begun == 1;
         if u.in_flight == 0 {
             self.unknown.remove(&dir);
         }
-        alone
+        Some(alone)
     }
 
     fn remove(&mut self, dir: Handle) {
@@ -310,10 +311,10 @@ impl KnownDirs {
         who: Cred,
     ) {
         let mut dirs = self.dirs();
-        let alone = dirs.end_unknown_change(dir);
+        let began_unknown = dirs.end_unknown_change(dir);
         if !dirs.known.contains_key(&dir) {
             let adds = matches!(change, EntryChange::Added(_) | EntryChange::AddedMany(_));
-            if !(alone && adds) {
+            if !(began_unknown == Some(true) && adds) {
                 return;
             }
             // Known empty at the first count; the check below keeps it only
@@ -323,7 +324,11 @@ impl KnownDirs {
         let Some(k) = dirs.known.get_mut(&dir) else {
             return;
         };
-        k.in_flight = k.in_flight.saturating_sub(1);
+        // A change begun while unknown was never counted here (the
+        // directory became known meanwhile, or just now).
+        if began_unknown.is_none() {
+            k.in_flight = k.in_flight.saturating_sub(1);
+        }
         if let EntryChange::UnsentCreates(_) | EntryChange::UnsentUnlinks(_) = change {
             k.unsent_in_flight = k.unsent_in_flight.saturating_sub(1);
         }
@@ -361,7 +366,9 @@ impl KnownDirs {
     /// changed anything (the server said so): what is known stands.
     pub fn unchanged(&self, dir: Handle) {
         let mut dirs = self.dirs();
-        dirs.end_unknown_change(dir);
+        if dirs.end_unknown_change(dir).is_some() {
+            return;
+        }
         if let Some(k) = dirs.known.get_mut(&dir) {
             k.in_flight = k.in_flight.saturating_sub(1);
         }
@@ -712,6 +719,18 @@ mod tests {
             None,
             "for its user only"
         );
+    }
+
+    #[test]
+    fn a_change_begun_while_unknown_does_not_end_one_begun_since() {
+        let k = KnownDirs::new(Duration::from_secs(60), 1 << 20);
+        k.begin(7, false);
+        k.seen(&dir(7, 1), me());
+        k.begin(7, false);
+        k.finish(7, Some(&dir(7, 2)), EntryChange::Added("a"), me());
+        assert_eq!(k.version(7, me()), None, "the second is still in flight");
+        k.finish(7, Some(&dir(7, 3)), EntryChange::Added("b"), me());
+        assert_eq!(k.version(7, me()), Some(3));
     }
 
     #[test]
