@@ -1,6 +1,6 @@
 //! Message accounting of the baseline protocol ([Carns 2009], section II), counted
 //! by the servers themselves: on n servers, create costs n+3 client messages,
-//! stat n+1 and remove n+2.
+//! stat n+1 and remove n+2; mkdir and symlink cost 2.
 
 use shoal_proto::handle::ROOT;
 use shoal_tests::Cluster;
@@ -32,10 +32,13 @@ async fn baseline_create_stat_remove_cost_n_plus_3_1_2() {
         .messages_during(&client, client.mkdir(ROOT, "d", 0o755))
         .await;
     made.unwrap();
-    assert!(
-        mkdir <= 3,
-        "mkdir costs the object, the entry and (uncached) one getattr: {mkdir}"
-    );
+    // The object's reply carries its record: no getattr after the entry.
+    assert_eq!(mkdir, 2, "mkdir: the object, then its entry");
+    let (made, symlink) = cluster
+        .messages_during(&client, client.symlink(ROOT, "l", "d"))
+        .await;
+    assert_eq!(made.unwrap().size, 1);
+    assert_eq!(symlink, 2, "symlink: the object, then its entry");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

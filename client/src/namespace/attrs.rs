@@ -235,10 +235,20 @@ impl Client {
 
     /// The distribution of file `h` (cached: see `DistCache` for how long).
     pub async fn distribution(&self, h: Handle) -> Result<Distribution> {
-        match self.inner.dists.get(&h) {
-            Some(d) => Ok(d),
-            None => self.fresh_distribution(h).await,
+        if let Some(d) = self.inner.dists.get(&h) {
+            return Ok(d);
         }
+        // A file whose create was answered here is not on its server until
+        // the create is sent, and the reply to that brings its layout: the
+        // fence would send it before asking anyway, so send it first and
+        // ask only if the reply did not say.
+        if self.inner.delegated.unsettled() {
+            self.settle_unsent_changes().await;
+            if let Some(d) = self.inner.dists.get(&h) {
+                return Ok(d);
+            }
+        }
+        self.fresh_distribution(h).await
     }
 
     /// Where file `h`'s bytes live: its strip size and datafiles.

@@ -110,6 +110,14 @@ impl Made {
     }
 }
 
+/// What a `CreateObject` made: the object's handle, and its record as made,
+/// leased to this client until `lease` (what a GetAttr would answer).
+struct NewObject {
+    handle: Handle,
+    record: ObjectRecord,
+    lease: Option<Instant>,
+}
+
 /// The attributes a create asks for: the mode (the server takes the owner
 /// from the request and the times from its clock).
 fn mode_only(mode: u32) -> Attributes {
@@ -158,13 +166,20 @@ impl Client {
                     hints: Some(hints),
                     ..Default::default()
                 };
-                let h = self.create_object(self.pick_server(), made).await?;
+                let new = self.create_object(self.pick_server(), made).await?;
                 // Nobody else can name it before its entry exists.
-                self.inner.known_dirs.created(h, self.cred);
-                Ok(Made::object(h, ObjectKind::Directory))
+                self.inner.known_dirs.created(new.handle, self.cred);
+                Ok(Made {
+                    record: Some(new.record),
+                    lease: new.lease,
+                    ..Made::object(new.handle, ObjectKind::Directory)
+                })
             })
             .await?;
-        self.getattr(made.handle).await
+        let record = made
+            .record
+            .ok_or_else(|| ShoalError::protocol("a mkdir made no record"))?;
+        self.attr_of(record, &[], made.lease).await
     }
 
     /// The shell of a create: `make` makes the objects under `dir`'s hints,
@@ -205,8 +220,8 @@ impl Client {
                     parent: dir,
                     ..Default::default()
                 };
-                let h = self.create_object(self.pick_server(), made).await?;
-                Ok(Made::object(h, ObjectKind::Datafile))
+                let new = self.create_object(self.pick_server(), made).await?;
+                Ok(Made::object(new.handle, ObjectKind::Datafile))
             }
             Protocol::Augmented { stuffed } => {
                 self.make_augmented(dir, name, mode, &layout, stuffed, false)
@@ -235,7 +250,8 @@ impl Client {
                     ..Default::default()
                 },
             )
-            .await?;
+            .await?
+            .handle;
         let servers: Vec<u32> = (0..layout.num_dfiles)
             .map(|i| (meta_server + i) % self.num_servers())
             .collect();
@@ -363,7 +379,7 @@ impl Client {
     /// Creates a symbolic link to `target` (2 messages).
     pub async fn symlink(&self, dir: Handle, name: &str, target: &str) -> Result<Attr> {
         check_name(name)?;
-        let h = self
+        let new = self
             .create_object(
                 server_of(dir),
                 CreateObjectRequest {
@@ -374,9 +390,16 @@ impl Client {
                 },
             )
             .await?;
-        self.link_new(dir, name, h, ObjectKind::Symlink, &Undo::Object, None)
-            .await?;
-        self.getattr(h).await
+        self.link_new(
+            dir,
+            name,
+            new.handle,
+            ObjectKind::Symlink,
+            &Undo::Object,
+            None,
+        )
+        .await?;
+        self.attr_of(new.record, &[], new.lease).await
     }
 
     /// Creates a special file (a FIFO, socket or device, `kind`) with
@@ -394,7 +417,7 @@ impl Client {
         let object = kind.special_object().ok_or_else(|| {
             ShoalError::invalid(format!("mknod makes special files, not a {kind:?}"))
         })?;
-        let h = self
+        let new = self
             .create_object(
                 server_of(dir),
                 CreateObjectRequest {
@@ -406,17 +429,25 @@ impl Client {
                 },
             )
             .await?;
-        self.link_new(dir, name, h, object, &Undo::Object, None)
+        self.link_new(dir, name, new.handle, object, &Undo::Object, None)
             .await?;
-        self.getattr(h).await
+        self.attr_of(new.record, &[], new.lease).await
     }
 
-    async fn create_object(&self, server: u32, req: CreateObjectRequest) -> Result<Handle> {
-        let reply: CreateObjectReply = self
+    async fn create_object(&self, server: u32, req: CreateObjectRequest) -> Result<NewObject> {
+        let (reply, lease): (CreateObjectReply, _) = self
             .pool()
-            .call::<ops::CreateObject>(server, self.cred, &req)
+            .call_leasing::<ops::CreateObject>(server, self.cred, &req)
             .await?;
-        Ok(reply.handle)
+        let record = reply
+            .object
+            .filter(|o| o.handle == reply.handle)
+            .ok_or_else(|| ShoalError::protocol("a create_object reply without its object"))?;
+        Ok(NewObject {
+            handle: reply.handle,
+            record,
+            lease,
+        })
     }
 
     /// Adds the entry for freshly created objects; if that fails (EEXIST, ...)

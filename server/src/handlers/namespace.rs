@@ -108,10 +108,14 @@ pub fn create_object(
     let (reply, syncs) = s.change(r, |txn| {
         rec.handle = s.meta.alloc(txn);
         txn.insert_object(&rec);
-        let reply = CreateObjectReply { handle: rec.handle };
+        let reply = CreateObjectReply {
+            handle: rec.handle,
+            object: Some(rec),
+        };
         txn.record_reply(&reply);
         Ok(reply)
     })?;
+    r.offer(reply.handle, reply.handle);
     Ok(Reply::new(reply).with_syncs(syncs))
 }
 
