@@ -122,6 +122,31 @@ pub fn mount_stats(mnt: &Path, extra: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The rows of a `shoal stats --mount` table: op -> (count, mean_us,
+/// p99_us).
+pub fn mount_stat_rows(table: &str) -> BTreeMap<String, (u64, f64, f64)> {
+    let mut lines = table.lines();
+    assert!(
+        lines.next().unwrap().starts_with("# shoal mount"),
+        "{table}"
+    );
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["op", "count", "mean_us", "p99_us"], "{table}");
+    lines
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 4, "{table}");
+            let row = (
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+            );
+            (f[0].to_string(), row)
+        })
+        .collect()
+}
+
 pub struct Builder {
     servers: u32,
     /// Client hosts, if the servers run on hosts of their own (`hosts`).

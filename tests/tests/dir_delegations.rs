@@ -7,7 +7,10 @@
 use bytes::Bytes;
 use shoal_client::{Client, Errno, SetAttr};
 use shoal_proto::handle::{server_of, Handle, ROOT};
-use shoal_tests::{delegated_dir, entry_names, granted_delegation, pattern, settled_fsck, Cluster};
+use shoal_tests::{
+    delegated_dir, entry_names, granted_delegation, mount_stat_rows, mount_stats, pattern,
+    settled_fsck, Cluster,
+};
 
 /// A cluster whose clients keep what they answered for a minute: only a
 /// fence, an fsync or a recall sends it.
@@ -125,6 +128,43 @@ async fn a_write_to_an_unsent_create_needs_no_question_of_its_own() {
     assert_eq!(cluster.requests_of(&a, "getattr").await, getattrs);
     assert_eq!(cluster.requests_of(&a, "create_files").await, 1);
     assert_eq!(a.read(f, 0, 4000).await.unwrap()[..], pattern(2, 3901)[..]);
+}
+
+/// A file made under a delegation through the mount is the mount's alone
+/// until its create lands, and leased to it then: the kernel keeps its
+/// attributes as long as the directory's lease, past the short timeout of
+/// what nobody leases, and a stat of it asks nothing of the mount.
+#[test]
+fn the_kernel_keeps_the_attributes_of_files_made_under_a_delegation() {
+    let mut cluster = Cluster::builder()
+        .servers(2)
+        .delegating()
+        .set("cache_ttl_ms=1")
+        .start();
+    let mnt = cluster.mount();
+    let dir = mnt.join("d");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..50 {
+        std::fs::File::create(dir.join(format!("f{i}"))).unwrap();
+    }
+    // Past the 1 ms the kernel keeps what is not leased.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    mount_stats(&mnt, &["--reset"]);
+    for i in 0..50 {
+        assert!(std::fs::metadata(dir.join(format!("f{i}")))
+            .unwrap()
+            .is_file());
+    }
+    let text = mount_stats(&mnt, &[]);
+    let rows = mount_stat_rows(&text);
+    assert!(!rows.contains_key("getattr"), "{text}");
+    assert!(!rows.contains_key("lookup"), "{text}");
+    // The first went to its server, which leased it; the delegation
+    // answered the other 49.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = cluster.client();
+    assert!(rt.block_on(cluster.requests_of(&c, "create_files")) >= 1);
+    assert_eq!(rt.block_on(cluster.requests_of(&c, "create_file")), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

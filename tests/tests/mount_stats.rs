@@ -2,34 +2,9 @@
 //! the time the caller waited, per request type (Table 2 of [Vilayannur
 //! 2004]). Known work through the mount must show up as exact counts.
 
-use std::collections::BTreeMap;
 use std::process::Command;
 
-use shoal_tests::{mount_stats as stats, shoal_bin, Cluster};
-
-/// The table's rows: op -> (count, mean_us, p99_us).
-fn rows(table: &str) -> BTreeMap<String, (u64, f64, f64)> {
-    let mut lines = table.lines();
-    assert!(
-        lines.next().unwrap().starts_with("# shoal mount"),
-        "{table}"
-    );
-    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["op", "count", "mean_us", "p99_us"], "{table}");
-    lines
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            assert_eq!(f.len(), 4, "{table}");
-            let row = (
-                f[1].parse().unwrap(),
-                f[2].parse().unwrap(),
-                f[3].parse().unwrap(),
-            );
-            (f[0].to_string(), row)
-        })
-        .collect()
-}
+use shoal_tests::{mount_stat_rows as rows, mount_stats as stats, shoal_bin, Cluster};
 
 #[test]
 fn the_mount_counts_what_it_answers() {

@@ -72,8 +72,12 @@ impl Client {
                 // Nobody else can see the file before its create lands, and
                 // the server leases it to this client then: until that
                 // answer, what this client caches of it stays true as long
-                // as it holds the directory.
+                // as it holds the directory. Noted as the file's lease, so
+                // that the mount's kernel keeps its attributes as long (a
+                // stat of it asks nobody), as for a create its server
+                // answered.
                 let lease = self.inner.leases.until(dir);
+                self.inner.leases.note(handle, lease);
                 Some(Ok(self.new_file_attr(handle, mode, lease)))
             }
             Answered::Exists => Some(Err(ShoalError::new(
@@ -235,6 +239,7 @@ impl Client {
                     );
                     self.inner.known_dirs.answered_failed(dir, &k.name);
                     self.inner.attrs.remove(&k.handle);
+                    self.inner.leases.forget(&[k.handle]);
                     failed.push((k.handle, ShoalError::new(Errno::EIO, e.message)));
                 }
             }
