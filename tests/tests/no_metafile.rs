@@ -114,6 +114,36 @@ async fn all_on_create_stat_remove_are_one_message_each() {
     assert_eq!(create_stat_remove(&cluster).await, [1, 1, 1]);
 }
 
+/// Without colocate a file is made by `CreateObject`, whose reply leases
+/// the datafile to its maker: the maker's stat asks nothing past the cache's
+/// own timeout, and another client's write recalls the lease, so the
+/// maker's next stat sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn its_maker_holds_a_lease_on_it_until_another_writes() {
+    let cluster = Cluster::builder()
+        .servers(2)
+        .set("colocate=false")
+        .set("cache_ttl_ms=1")
+        .start();
+    let (a, b) = cluster.two_clients().await;
+    let dir = no_metafile_dir(&a, "nm").await;
+    let f = a.create(dir, "f", 0o644).await.unwrap().handle;
+    assert_eq!(record(&a, f).await.kind(), ObjectKind::Datafile);
+    // Past the 1 ms an unleased attribute is kept.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (got, stat) = cluster.messages_during(&a, a.getattr(f)).await;
+    assert_eq!(got.unwrap().size, 0);
+    assert_eq!(stat, 0, "leased since its create");
+
+    b.write(f, 0, Bytes::from(pattern(3, 7000))).await.unwrap();
+    b.fsync(f).await.unwrap();
+    assert_eq!(
+        a.getattr(f).await.unwrap().size,
+        7000,
+        "the write recalled it"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_saw_the_hints_late_still_follows_them() {
     for baseline in [true, false] {

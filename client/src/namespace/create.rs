@@ -97,25 +97,26 @@ enum Undo {
     Parts(Distribution),
 }
 
-impl Made {
-    /// An object that needs its entry, and goes alone if it is refused.
-    fn object(handle: Handle, kind: ObjectKind) -> Made {
-        Made {
-            handle,
-            kind,
-            record: None,
-            lease: None,
-            entry: Entry::ToAdd(Undo::Object),
-        }
-    }
-}
-
 /// What a `CreateObject` made: the object's handle, and its record as made,
 /// leased to this client until `lease` (what a GetAttr would answer).
 struct NewObject {
     handle: Handle,
     record: ObjectRecord,
     lease: Option<Instant>,
+}
+
+impl Made {
+    /// An object `CreateObject` made, which needs its entry and goes alone
+    /// if that is refused.
+    fn object(new: NewObject) -> Made {
+        Made {
+            handle: new.handle,
+            kind: new.record.kind(),
+            record: Some(new.record),
+            lease: new.lease,
+            entry: Entry::ToAdd(Undo::Object),
+        }
+    }
 }
 
 /// The attributes a create asks for: the mode (the server takes the owner
@@ -140,14 +141,11 @@ impl Client {
         self.ask_delegation(dir);
         let h = made.handle;
         let Some(rec) = made.record else {
-            if made.kind == ObjectKind::Datafile {
-                // No metafile: the file is its datafile alone.
-                self.inner.dists.put(h, Distribution::single(h));
-            }
-            let attr = self.new_file_attr(h, mode, made.lease);
-            self.inner.undo_if_recalled([(h, made.lease)]);
-            return Ok(attr);
+            // The baseline's: made piece by piece, leased by none.
+            return Ok(self.new_file_attr(h, mode, None));
         };
+        // A file without a metafile is its datafile alone: its record says
+        // so, and its layout is remembered from it.
         let attr = self.made_file_attr(&rec)?;
         self.inner.attrs.put_leased(h, attr.clone(), made.lease);
         self.inner.undo_if_recalled([(h, made.lease)]);
@@ -169,11 +167,7 @@ impl Client {
                 let new = self.create_object(self.pick_server(), made).await?;
                 // Nobody else can name it before its entry exists.
                 self.inner.known_dirs.created(new.handle, self.cred);
-                Ok(Made {
-                    record: Some(new.record),
-                    lease: new.lease,
-                    ..Made::object(new.handle, ObjectKind::Directory)
-                })
+                Ok(Made::object(new))
             })
             .await?;
         let record = made
@@ -221,7 +215,7 @@ impl Client {
                     ..Default::default()
                 };
                 let new = self.create_object(self.pick_server(), made).await?;
-                Ok(Made::object(new.handle, ObjectKind::Datafile))
+                Ok(Made::object(new))
             }
             Protocol::Augmented { stuffed } => {
                 self.make_augmented(dir, name, mode, &layout, stuffed, false)
@@ -443,6 +437,7 @@ impl Client {
             .object
             .filter(|o| o.handle == reply.handle)
             .ok_or_else(|| ShoalError::protocol("a create_object reply without its object"))?;
+        self.inner.leases.note(reply.handle, lease);
         Ok(NewObject {
             handle: reply.handle,
             record,
