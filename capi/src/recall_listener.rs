@@ -14,8 +14,8 @@
 //! wait for the sockets, so a recall is read, the client's caches of its
 //! objects dropped and the recall answered as soon as it arrives. A call
 //! that begins meanwhile tells it to let the runtime go (one wake-up of
-//! this thread), and drives the sockets itself. While there is nothing of the kind the thread sleeps until a
-//! call returns leaving some.
+//! this thread), and drives the sockets itself. While there is nothing of
+//! the kind the thread sleeps until a call returns leaving some.
 //!
 //! Cost: a recall to a process that is between calls but made one in the
 //! last [`QUIET`] waits for the rest of it; a process making calls wakes

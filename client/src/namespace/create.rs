@@ -144,8 +144,8 @@ impl Client {
             // The baseline's: made piece by piece, leased by none.
             return Ok(self.new_file_attr(h, mode, None));
         };
-        // A file without a metafile is its datafile alone: its record says
-        // so, and its layout is remembered from it.
+        // The attributes and layout come from the record (a file without a
+        // metafile's record is its one datafile's, which says so).
         let attr = self.made_file_attr(&rec)?;
         self.inner.attrs.put_leased(h, attr.clone(), made.lease);
         self.inner.undo_if_recalled([(h, made.lease)]);
