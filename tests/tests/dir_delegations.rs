@@ -167,6 +167,31 @@ fn the_kernel_keeps_the_attributes_of_files_made_under_a_delegation() {
     assert_eq!(rt.block_on(cluster.requests_of(&c, "create_file")), 1);
 }
 
+/// What the kernel keeps of such a file goes when another client changes
+/// it: the change recalls the lease its create's reply granted, and the
+/// mount tells the kernel.
+#[test]
+fn another_clients_write_reaches_a_stat_of_a_file_made_under_a_delegation() {
+    let mut cluster = Cluster::builder().servers(2).delegating().start();
+    let mnt = cluster.mount();
+    let dir = mnt.join("d");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..5 {
+        std::fs::File::create(dir.join(format!("f{i}"))).unwrap();
+    }
+    let f = dir.join("f3");
+    assert_eq!(std::fs::metadata(&f).unwrap().len(), 0);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let b = cluster.client();
+    rt.block_on(async {
+        let h = b.resolve("/d/f3").await.unwrap().0;
+        b.write(h, 0, Bytes::from(pattern(4, 9000))).await.unwrap();
+        b.fsync(h).await.unwrap();
+    });
+    assert_eq!(std::fs::metadata(&f).unwrap().len(), 9000);
+    assert_eq!(std::fs::read(&f).unwrap(), pattern(4, 9000));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsent_creates_survive_a_restart_of_their_server() {
     let mut cluster = cluster();
