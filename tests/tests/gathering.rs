@@ -242,14 +242,14 @@ fn a_files_threshold_is_an_xattr_of_the_client() {
     let name = shoal_client::THRESHOLD_XATTR;
     let (ok, shown) = xattr(&["getfattr", "--only-values", "-n", name]);
     assert!(ok);
-    assert_eq!(shown, (32 << 10).to_string(), "the cluster's");
+    assert_eq!(shown, (128 << 10).to_string(), "the cluster's");
     assert!(xattr(&["setfattr", "-n", name, "-v", "4K"]).0);
     assert_eq!(xattr(&["getfattr", "--only-values", "-n", name]).1, "4096");
     assert!(!xattr(&["setfattr", "-n", name, "-v", "lots"]).0, "refused");
     assert!(xattr(&["setfattr", "-x", name]).0);
     assert_eq!(
         xattr(&["getfattr", "--only-values", "-n", name]).1,
-        (32 << 10).to_string()
+        (128 << 10).to_string()
     );
 }
 
@@ -443,7 +443,7 @@ async fn a_directory_hint_sets_its_new_files_threshold() {
             assert_eq!(client.read(h, 8192, 2048).await.unwrap(), vec![2; 1024]);
         }
         let plain = client.create(ROOT, "plain", 0o644).await.unwrap().handle;
-        assert_eq!(client.write_threshold(plain), 32 << 10, "the cluster's");
+        assert_eq!(client.write_threshold(plain), 128 << 10, "the cluster's");
     }
 }
 
