@@ -72,9 +72,11 @@ async fn a_large_write_sends_the_buffered_bytes_it_overlaps_first() {
         .write(h, 10, Bytes::from(vec![1u8; 100]))
         .await
         .unwrap();
-    // Over the buffered bytes: the newer, direct write must win.
+    // Over the buffered bytes: the newer, direct write (over the default
+    // 128 KiB threshold) must win.
+    let large = 256 << 10;
     client
-        .write(h, 0, Bytes::from(vec![2u8; 64 << 10]))
+        .write(h, 0, Bytes::from(vec![2u8; large]))
         .await
         .unwrap();
     client
@@ -82,8 +84,8 @@ async fn a_large_write_sends_the_buffered_bytes_it_overlaps_first() {
         .await
         .unwrap();
     client.flush(h).await.unwrap();
-    let got = other.read(h, 0, 64 << 10).await.unwrap();
-    let mut want = vec![2u8; 64 << 10];
+    let got = other.read(h, 0, large).await.unwrap();
+    let mut want = vec![2u8; large];
     want[5..15].fill(3);
     assert!(got == want[..], "the last write of each byte wins");
     let paths = client.write_paths();
