@@ -289,7 +289,9 @@ pub struct Settings {
     /// write goes direct. A mount may use another (`shoal mount -o
     /// write_threshold=N`). `"auto"`: each client follows the crossover of
     /// the two paths that its own writes' costs show, as it moves with the
-    /// load. Default 32 KiB.
+    /// load. Default 128 KiB: below it one client's sequential writes went
+    /// faster gathered than direct behind the writer (`shoal bench
+    /// writesize`).
     /// Tier: tuning.
     pub write_threshold: WriteThreshold,
     /// Bytes a file's gathering buffer holds before it is sent. Default 1 MiB.
@@ -443,7 +445,7 @@ impl Default for Settings {
             replay_flush_ms: 5,
             recovery_window_ms: 20_000,
             data_flush_ms: 1_000,
-            write_threshold: WriteThreshold::Bytes(32 << 10),
+            write_threshold: WriteThreshold::Bytes(128 << 10),
             gather_buffer: 1 << 20,
             gather_delay_ms: 20,
             write_behind: 8 << 20,
@@ -796,7 +798,7 @@ mod tests {
     #[test]
     fn the_write_threshold_is_bytes_or_auto() {
         let mut s = Settings::default();
-        assert_eq!(s.write_threshold, WriteThreshold::Bytes(32 << 10));
+        assert_eq!(s.write_threshold, WriteThreshold::Bytes(128 << 10));
         s.set("write_threshold=auto").unwrap();
         assert_eq!(s.write_threshold, WriteThreshold::AUTO);
         s.set("write_threshold=4096").unwrap();

@@ -25,10 +25,24 @@ fn rings_of(pid: u32) -> Vec<String> {
         let target = std::fs::read_link(fd.path()).unwrap_or_default();
         if target.to_string_lossy() == "anon_inode:[io_uring]" {
             let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
-            rings.push(std::fs::read_to_string(info).unwrap());
+            rings.push(ring_info(&info));
         }
     }
     rings
+}
+
+/// A ring's fdinfo with its counters. The kernel here prints them only when it gets
+/// the ring's lock at once (`io_uring_show_fdinfo` trylocks it), so a read
+/// while a mount thread holds it shows none: read again.
+fn ring_info(path: &str) -> String {
+    for _ in 0..10_000 {
+        let info = std::fs::read_to_string(path).unwrap();
+        if info.contains("CqHead:") {
+            return info;
+        }
+        std::thread::yield_now();
+    }
+    panic!("{path}: the ring's counters never showed");
 }
 
 /// Completions the process's rings have delivered (each a FUSE request).

@@ -72,9 +72,11 @@ async fn a_large_write_sends_the_buffered_bytes_it_overlaps_first() {
         .write(h, 10, Bytes::from(vec![1u8; 100]))
         .await
         .unwrap();
-    // Over the buffered bytes: the newer, direct write must win.
+    // Over the buffered bytes: the newer, direct write (over the default
+    // 128 KiB threshold) must win.
+    let large = 256 << 10;
     client
-        .write(h, 0, Bytes::from(vec![2u8; 64 << 10]))
+        .write(h, 0, Bytes::from(vec![2u8; large]))
         .await
         .unwrap();
     client
@@ -82,8 +84,8 @@ async fn a_large_write_sends_the_buffered_bytes_it_overlaps_first() {
         .await
         .unwrap();
     client.flush(h).await.unwrap();
-    let got = other.read(h, 0, 64 << 10).await.unwrap();
-    let mut want = vec![2u8; 64 << 10];
+    let got = other.read(h, 0, large).await.unwrap();
+    let mut want = vec![2u8; large];
     want[5..15].fill(3);
     assert!(got == want[..], "the last write of each byte wins");
     let paths = client.write_paths();
@@ -242,14 +244,14 @@ fn a_files_threshold_is_an_xattr_of_the_client() {
     let name = shoal_client::THRESHOLD_XATTR;
     let (ok, shown) = xattr(&["getfattr", "--only-values", "-n", name]);
     assert!(ok);
-    assert_eq!(shown, (32 << 10).to_string(), "the cluster's");
+    assert_eq!(shown, (128 << 10).to_string(), "the cluster's");
     assert!(xattr(&["setfattr", "-n", name, "-v", "4K"]).0);
     assert_eq!(xattr(&["getfattr", "--only-values", "-n", name]).1, "4096");
     assert!(!xattr(&["setfattr", "-n", name, "-v", "lots"]).0, "refused");
     assert!(xattr(&["setfattr", "-x", name]).0);
     assert_eq!(
         xattr(&["getfattr", "--only-values", "-n", name]).1,
-        (32 << 10).to_string()
+        (128 << 10).to_string()
     );
 }
 
@@ -443,7 +445,7 @@ async fn a_directory_hint_sets_its_new_files_threshold() {
             assert_eq!(client.read(h, 8192, 2048).await.unwrap(), vec![2; 1024]);
         }
         let plain = client.create(ROOT, "plain", 0o644).await.unwrap().handle;
-        assert_eq!(client.write_threshold(plain), 32 << 10, "the cluster's");
+        assert_eq!(client.write_threshold(plain), 128 << 10, "the cluster's");
     }
 }
 

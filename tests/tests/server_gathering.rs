@@ -237,7 +237,8 @@ async fn newer_bytes_sent_direct_are_not_overwritten_by_older_gathered_ones() {
     // piece 10.
     c.write(h, 0, Bytes::from(vec![0xaa; PIECE])).await.unwrap();
     c.fsync(h).await.unwrap();
-    let big = vec![0xbb; 64 << 10];
+    // Over the default write threshold (128 KiB): direct.
+    let big = vec![0xbb; 256 << 10];
     c.write(h, (10 * PIECE) as u64, Bytes::from(big.clone()))
         .await
         .unwrap();

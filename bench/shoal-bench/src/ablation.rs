@@ -128,6 +128,7 @@ fn one(opts: &AblationOptions, name: &str, count: usize, round: usize) -> Result
         preload: None,
         uid: None,
         watch: Vec::new(),
+        shared: false,
     });
     let down = shoal(&["down".into(), "--data".into(), data.display().to_string()]);
     let _ = std::fs::remove_dir_all(&base);

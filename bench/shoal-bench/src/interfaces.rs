@@ -584,6 +584,7 @@ fn run_smallfile(
         watch: Vec::new(),
         preload: (t == Target::Preload || as_user).then(|| s.preload.clone()),
         uid: as_user.then_some(shoal_proto::cred::NOBODY),
+        shared: false,
     });
     if t == Target::PreloadUserSecret {
         secret_mode(0o600)?;

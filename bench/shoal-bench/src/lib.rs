@@ -21,6 +21,7 @@ mod postmark;
 mod report;
 mod runtime;
 mod smallfile;
+mod smallfile_layout;
 mod smallfile_native;
 mod streaming;
 mod workers;
@@ -372,6 +373,12 @@ pub struct SmallfileArgs {
     /// the servers, to split a phase's cost between them and the clients).
     #[arg(long = "watch-pid", value_name = "PID")]
     pub watch_pid: Vec<u32>,
+    /// Every process's files in one shared directory (IO500's mdtest-hard
+    /// form) instead of a directory per process ([Carns 2009]'s): the first
+    /// process makes and removes it, each listing phase lists every file
+    /// and stats the process's own.
+    #[arg(long)]
+    pub shared: bool,
     /// Internal: run as worker K of a parent `shoal bench smallfile`, in the
     /// run directory given as --dir.
     #[arg(long, hide = true, value_name = "K")]
@@ -555,16 +562,21 @@ pub fn run(args: BenchArgs) -> Result<()> {
             })
         }),
         Workload::Smallfile(a) => match a.worker {
-            Some(k) if a.native => as_worker(smallfile_native::worker(
-                &a.dir,
-                k,
-                a.files,
-                a.size,
-                a.reopen,
-                a.create_batch,
-            )),
-            Some(k) if a.reopen => as_worker(smallfile::reopen_worker(&a.dir, k, a.files, a.size)),
-            Some(k) => as_worker(smallfile::worker(&a.dir, k, a.files, a.size)),
+            Some(k) => {
+                let l = smallfile_layout::Layout {
+                    shared: a.shared,
+                    procs: a.procs,
+                    id: k,
+                    files: a.files,
+                };
+                as_worker(match (a.native, a.reopen) {
+                    (true, _) => {
+                        smallfile_native::worker(&a.dir, l, a.size, a.reopen, a.create_batch)
+                    }
+                    (false, true) => smallfile::reopen_worker(&a.dir, l, a.size),
+                    (false, false) => smallfile::worker(&a.dir, l, a.size),
+                })
+            }
             None => with_sigpipe_ignored(|| {
                 smallfile::smallfile(&smallfile::SmallfileOptions {
                     dir: a.dir,
@@ -578,6 +590,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     preload: a.preload,
                     uid: None,
                     watch: a.watch_pid,
+                    shared: a.shared,
                 })
             })?
             .emit(a.json.as_deref(), a.csv.as_deref()),

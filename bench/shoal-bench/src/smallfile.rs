@@ -3,6 +3,7 @@
 //! N files (kept open), (3) readdir + stat each, (4) write M bytes to each,
 //! (5) read and verify them, (6) readdir + stat again, (7) close, (8) unlink,
 //! (9) rmdir. Works on any POSIX directory: a Shoal mount, tmpfs, a disk.
+//! With `--shared`, all processes work in one directory (`smallfile_layout`).
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
@@ -14,6 +15,7 @@ use shoal_proto::error::{Result, ShoalError};
 use crate::fsops::{self, at};
 use crate::pattern;
 use crate::report::{self, Phase, Report, Unit};
+use crate::smallfile_layout::Layout;
 use crate::workers::{run_phases_with, Barrier, Launch};
 
 /// The phases, in order, and whether each counts one operation per process
@@ -65,6 +67,8 @@ pub struct SmallfileOptions {
     pub uid: Option<u32>,
     /// Processes whose CPU time each phase reports (the servers).
     pub watch: Vec<u32>,
+    /// Every process's files in one directory (`smallfile_layout`).
+    pub shared: bool,
 }
 
 impl SmallfileOptions {
@@ -105,7 +109,9 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
     let mut phases: Vec<Phase> = PHASES
         .iter()
         .map(|&(name, per_process)| {
-            let ops = if per_process {
+            let ops = if per_process && opts.shared {
+                1
+            } else if per_process {
                 opts.procs as u64
             } else if opts.reopen && name == CLOSE {
                 // Every phase closed what it opened: no closes left, no rate.
@@ -140,6 +146,14 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
     context.insert("files_per_proc".into(), json!(opts.files));
     context.insert("size".into(), json!(opts.size));
     context.insert("runs".into(), json!(opts.runs));
+    context.insert(
+        "directory".into(),
+        json!(if opts.shared {
+            "one shared"
+        } else {
+            "one per process"
+        }),
+    );
     if opts.create_batch > 1 {
         context.insert("create_batch".into(), json!(opts.create_batch));
     }
@@ -156,12 +170,17 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
     };
     context.insert("interface".into(), json!(interface));
     let title = format!(
-        "smallfile on {} ({}, {interface}): {} processes x {} files x {} bytes, median of {} run{}",
+        "smallfile on {} ({}, {interface}): {} processes x {} files x {} bytes{}, median of {} run{}",
         dir.display(),
         report::fs_type_of(&context),
         opts.procs,
         opts.files,
         opts.size,
+        if opts.shared {
+            " in one shared directory"
+        } else {
+            ""
+        },
         opts.runs,
         if opts.runs == 1 { "" } else { "s" }
     );
@@ -173,6 +192,14 @@ pub fn smallfile(opts: &SmallfileOptions) -> Result<Report> {
          DONTNEED, untimed); tmpfs keeps them, so its reads are from memory"
             .into(),
     ];
+    if opts.shared {
+        notes.push(
+            "one shared directory: the first process makes and removes it (mkdir and \
+             rmdir count one operation); each readdir+stat phase lists every process's \
+             files in every process and stats each file once, in the process that made it"
+                .into(),
+        );
+    }
     if opts.native {
         notes.push(format!(
             "{CLOSE}: the native client keeps no file open, so there is nothing to close \
@@ -206,6 +233,9 @@ fn one_run(opts: &SmallfileOptions, run_dir: &Path, phases: &mut [Phase]) -> Res
     if opts.create_batch > 1 {
         extra.extend(["--create-batch".into(), opts.create_batch.to_string()]);
     }
+    if opts.shared {
+        extra.extend(["--shared".into(), "-p".into(), opts.procs.to_string()]);
+    }
     let launch = Launch {
         env: opts
             .preload
@@ -229,26 +259,22 @@ pub fn canonical_dir(dir: &Path) -> Result<PathBuf> {
     Ok(canonical)
 }
 
-/// One worker process: runs the nine phases in `run_dir/p<id>`.
-pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()> {
-    fsops::raise_nofile_limit(files)?;
-    let dir = run_dir.join(format!("p{id}"));
+/// One worker process: runs the nine phases in its directory of `run_dir`.
+pub fn worker(run_dir: &Path, l: Layout, size: usize) -> Result<()> {
+    let id = l.id;
+    fsops::raise_nofile_limit(l.files)?;
+    let dir = run_dir.join(l.dir_name());
     // Paths and buffers are prepared before the barrier so that the phases
     // time file system calls, not allocation.
-    let names: Vec<PathBuf> = (0..files).map(|i| dir.join(format!("f{i}"))).collect();
+    let names: Vec<PathBuf> = (0..l.files).map(|i| dir.join(l.file_name(i))).collect();
     let mut want = pattern::base(size, id);
     let mut got = vec![0u8; size];
     check_run_dir(run_dir)?;
     let mut b = Barrier::new();
 
-    b.phase(PHASES[0].0, || {
-        fs::DirBuilder::new()
-            .mode(0o755)
-            .create(&dir)
-            .map_err(|e| at(&dir, e))
-    })?;
+    b.phase(PHASES[0].0, || make_dir(&l, &dir))?;
     let fds = b.phase(PHASES[1].0, || create_all(&names))?;
-    b.phase(PHASES[2].0, || readdir_stat(&dir, files, 0))?;
+    b.phase(PHASES[2].0, || readdir_stat(&l, &dir, 0))?;
     b.phase(PHASES[3].0, || {
         for (i, (f, name)) in fds.iter().zip(&names).enumerate() {
             pattern::stamp(&mut want, pattern::tag(id, i as u64), 0);
@@ -269,22 +295,23 @@ pub fn worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()
         }
         Ok(())
     })?;
-    b.phase(PHASES[5].0, || readdir_stat(&dir, files, size as u64))?;
+    b.phase(PHASES[5].0, || readdir_stat(&l, &dir, size as u64))?;
     b.phase(PHASES[6].0, || {
         for (f, name) in fds.into_iter().zip(&names) {
             fsops::close(f, name)?;
         }
         Ok(())
     })?;
-    remove_phases(&mut b, &names, &dir)
+    remove_phases(&mut b, &l, &names, &dir)
 }
 
 /// One worker process in the open+close form: every phase opens each file
 /// it touches and closes it again (no descriptor lives across phases), as
 /// `cp`, `cat` and most tools do. The close phase has nothing to do.
-pub fn reopen_worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Result<()> {
-    let dir = run_dir.join(format!("p{id}"));
-    let names: Vec<PathBuf> = (0..files).map(|i| dir.join(format!("f{i}"))).collect();
+pub fn reopen_worker(run_dir: &Path, l: Layout, size: usize) -> Result<()> {
+    let id = l.id;
+    let dir = run_dir.join(l.dir_name());
+    let names: Vec<PathBuf> = (0..l.files).map(|i| dir.join(l.file_name(i))).collect();
     let mut want = pattern::base(size, id);
     let mut got = vec![0u8; size];
     check_run_dir(run_dir)?;
@@ -297,12 +324,7 @@ pub fn reopen_worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Re
             .map_err(|e| at(name, e))
     };
 
-    b.phase(PHASES[0].0, || {
-        fs::DirBuilder::new()
-            .mode(0o755)
-            .create(&dir)
-            .map_err(|e| at(&dir, e))
-    })?;
+    b.phase(PHASES[0].0, || make_dir(&l, &dir))?;
     b.phase(PHASES[1].0, || {
         for name in &names {
             let f = OpenOptions::new()
@@ -315,7 +337,7 @@ pub fn reopen_worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Re
         }
         Ok(())
     })?;
-    b.phase(PHASES[2].0, || readdir_stat(&dir, files, 0))?;
+    b.phase(PHASES[2].0, || readdir_stat(&l, &dir, 0))?;
     b.phase(PHASES[3].0, || {
         for (i, name) in names.iter().enumerate() {
             pattern::stamp(&mut want, pattern::tag(id, i as u64), 0);
@@ -338,9 +360,20 @@ pub fn reopen_worker(run_dir: &Path, id: usize, files: usize, size: usize) -> Re
         }
         Ok(())
     })?;
-    b.phase(PHASES[5].0, || readdir_stat(&dir, files, size as u64))?;
+    b.phase(PHASES[5].0, || readdir_stat(&l, &dir, size as u64))?;
     b.phase(PHASES[6].0, || Ok(()))?;
-    remove_phases(&mut b, &names, &dir)
+    remove_phases(&mut b, &l, &names, &dir)
+}
+
+/// The mkdir phase: the worker's directory, if it makes one.
+fn make_dir(l: &Layout, dir: &Path) -> Result<()> {
+    if !l.makes_dir() {
+        return Ok(());
+    }
+    fs::DirBuilder::new()
+        .mode(0o755)
+        .create(dir)
+        .map_err(|e| at(dir, e))
 }
 
 /// `got` is what was written (`want`), or an error naming the file.
@@ -387,13 +420,20 @@ fn check_run_dir(run_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Lists `dir` and stats every entry (as `ls -l` does), checking that there
-/// are `files` regular files of `size` bytes: a wrong listing or size is a
-/// file system bug the benchmark must not time as success.
-fn readdir_stat(dir: &Path, files: usize, size: u64) -> Result<()> {
-    let mut seen = 0;
+/// Lists `dir` and stats every entry of this worker's (as `ls -l` does),
+/// checking the listing's count and that each is a regular file of `size`
+/// bytes: a wrong listing or size is a file system bug the benchmark must
+/// not time as success.
+fn readdir_stat(l: &Layout, dir: &Path, size: u64) -> Result<()> {
+    let (mut seen, mut own) = (0, 0);
     for entry in fs::read_dir(dir).map_err(|e| at(dir, e))? {
-        let path = entry.map_err(|e| at(dir, e))?.path();
+        let entry = entry.map_err(|e| at(dir, e))?;
+        seen += 1;
+        if !entry.file_name().to_str().is_some_and(|n| l.owns(n)) {
+            continue;
+        }
+        own += 1;
+        let path = entry.path();
         let meta = fs::symlink_metadata(&path).map_err(|e| at(&path, e))?;
         if !meta.is_file() || meta.len() != size {
             return Err(ShoalError::io(format!(
@@ -407,24 +447,22 @@ fn readdir_stat(dir: &Path, files: usize, size: u64) -> Result<()> {
                 meta.len()
             )));
         }
-        seen += 1;
     }
-    if seen != files {
-        return Err(ShoalError::io(format!(
-            "{}: readdir listed {seen} entries, expected {files}",
-            dir.display()
-        )));
-    }
-    Ok(())
+    l.check_listing(&dir.display().to_string(), seen, own)
+        .map_err(ShoalError::io)
 }
 
-/// The last two phases of both forms: unlink every file, then the directory.
-fn remove_phases(b: &mut Barrier, names: &[PathBuf], dir: &Path) -> Result<()> {
+/// The last two phases of both forms: unlink every file, then the directory
+/// (the worker that made it).
+fn remove_phases(b: &mut Barrier, l: &Layout, names: &[PathBuf], dir: &Path) -> Result<()> {
     b.phase(PHASES[7].0, || {
         for name in names {
             fs::remove_file(name).map_err(|e| at(name, e))?;
         }
         Ok(())
     })?;
-    b.phase(PHASES[8].0, || fs::remove_dir(dir).map_err(|e| at(dir, e)))
+    b.phase(PHASES[8].0, || match l.makes_dir() {
+        true => fs::remove_dir(dir).map_err(|e| at(dir, e)),
+        false => Ok(()),
+    })
 }

@@ -18,17 +18,19 @@ use shoal_proto::Handle;
 use crate::pattern;
 use crate::runtime::runtime;
 use crate::smallfile::PHASES;
+use crate::smallfile_layout::Layout;
 use crate::workers::Barrier;
 
-/// One worker process: the nine phases in `run_dir/p<id>` through the native client.
+/// One worker process: the nine phases in its directory of `run_dir`
+/// through the native client.
 pub fn worker(
     run_dir: &Path,
-    id: usize,
-    files: usize,
+    l: Layout,
     size: usize,
     reopen: bool,
     create_batch: usize,
 ) -> Result<()> {
+    let (id, files) = (l.id, l.files);
     let (mount, shoal_dir) = mounts::containing(run_dir).ok_or_else(|| {
         ShoalError::invalid(format!(
             "{}: --native needs a directory under a live Shoal mount",
@@ -39,32 +41,31 @@ pub fn worker(
     let client = Client::new(ClusterConfig::load(&mount.cluster_file)?);
     rt.block_on(client.ping_all())?;
     let (parent, _) = rt.block_on(client.resolve(&shoal_dir))?;
-    let name = format!("p{id}");
-    let names: Vec<String> = (0..files).map(|i| format!("f{i}")).collect();
+    let name = l.dir_name();
+    let names: Vec<String> = (0..files).map(|i| l.file_name(i)).collect();
     let mut want = pattern::base(size, id);
     let mut b = Barrier::new();
 
-    let dir = b.phase(PHASES[0].0, || {
-        rt.block_on(client.mkdir(parent, &name, 0o755))
-            .map(|a| a.handle)
+    let made = b.phase(PHASES[0].0, || match l.makes_dir() {
+        true => rt
+            .block_on(client.mkdir(parent, &name, 0o755))
+            .map(|a| Some(a.handle)),
+        false => Ok(None),
     })?;
-    let handles = b.phase(PHASES[1].0, || match create_batch {
-        1 => names
-            .iter()
-            .map(|n| rt.block_on(client.create(dir, n, 0o644)).map(|a| a.handle))
-            .collect::<Result<Vec<Handle>>>(),
-        _ => {
-            let mut handles = Vec::with_capacity(files);
-            for chunk in names.chunks(create_batch) {
-                for made in rt.block_on(client.create_files(dir, chunk, 0o644))? {
-                    handles.push(made?.handle);
-                }
-            }
-            Ok(handles)
-        }
+    let handles = b.phase(PHASES[1].0, || {
+        // The shared directory another worker made: it exists once every
+        // worker is past the mkdir phase, so the lookup is timed here, one
+        // message beside the phase's creates (a POSIX worker's path
+        // lookups are timed too).
+        let dir = match made {
+            Some(dir) => dir,
+            None => rt.block_on(client.lookup(parent, &name))?.0,
+        };
+        create_all(&rt, &client, dir, &names, create_batch).map(|h| (dir, h))
     })?;
+    let (dir, handles) = handles;
     b.phase(PHASES[2].0, || {
-        rt.block_on(list_and_stat(&client, dir, files, 0))
+        rt.block_on(list_and_stat(&client, &l, dir, 0))
     })?;
     b.phase(PHASES[3].0, || {
         for (i, h) in handles.iter().enumerate() {
@@ -91,7 +92,7 @@ pub fn worker(
         Ok(())
     })?;
     b.phase(PHASES[5].0, || {
-        rt.block_on(list_and_stat(&client, dir, files, size as u64))
+        rt.block_on(list_and_stat(&client, &l, dir, size as u64))
     })?;
     b.phase(PHASES[6].0, || {
         if !reopen {
@@ -107,14 +108,44 @@ pub fn worker(
         }
         Ok(())
     })?;
-    b.phase(PHASES[8].0, || rt.block_on(client.rmdir(parent, &name)))?;
+    b.phase(PHASES[8].0, || match l.makes_dir() {
+        true => rt.block_on(client.rmdir(parent, &name)),
+        false => Ok(()),
+    })?;
     Ok(())
 }
 
-/// Lists `dir` with attributes and checks `files` regular files of `size` bytes.
-async fn list_and_stat(client: &Client, dir: Handle, files: usize, size: u64) -> Result<()> {
+/// The create phase: `names` in `dir`, `create_batch` to a `create_files`
+/// call (1: one `create` each).
+fn create_all(
+    rt: &tokio::runtime::Runtime,
+    client: &Client,
+    dir: Handle,
+    names: &[String],
+    create_batch: usize,
+) -> Result<Vec<Handle>> {
+    if create_batch == 1 {
+        return names
+            .iter()
+            .map(|n| rt.block_on(client.create(dir, n, 0o644)).map(|a| a.handle))
+            .collect();
+    }
+    let mut handles = Vec::with_capacity(names.len());
+    for chunk in names.chunks(create_batch) {
+        for made in rt.block_on(client.create_files(dir, chunk, 0o644))? {
+            handles.push(made?.handle);
+        }
+    }
+    Ok(handles)
+}
+
+/// Lists `dir`, stats this worker's entries, and checks the listing's count
+/// and that each is a regular file of `size` bytes.
+async fn list_and_stat(client: &Client, l: &Layout, dir: Handle, size: u64) -> Result<()> {
     let entries = client.readdir_all(dir).await?;
-    for e in &entries {
+    let mut own = 0;
+    for e in entries.iter().filter(|e| l.owns(&e.name)) {
+        own += 1;
         let a = client.getattr(e.handle).await?;
         if a.kind != FileKind::File || a.size != size {
             return Err(ShoalError::io(format!(
@@ -123,11 +154,6 @@ async fn list_and_stat(client: &Client, dir: Handle, files: usize, size: u64) ->
             )));
         }
     }
-    if entries.len() != files {
-        return Err(ShoalError::io(format!(
-            "readdir listed {} entries, expected {files}",
-            entries.len()
-        )));
-    }
-    Ok(())
+    l.check_listing(&l.dir_name(), entries.len(), own)
+        .map_err(ShoalError::io)
 }

@@ -9,7 +9,7 @@
 //!   are kept), scattered buffers through the file's gathering server;
 //! - `client gathering`: the same with `gather_on_server = false`,
 //!   every kept extent straight to the servers holding it;
-//! - `threshold`: the cluster's default, `write_threshold` = 32 KiB;
+//! - `threshold`: the cluster's default, `write_threshold` = 128 KiB;
 //! - `auto`: `write_threshold = "auto"`, the crossover the client finds.
 //!
 //! Experiments, each finished by an fsync inside the timing:
@@ -55,6 +55,8 @@ const MIXED_WRITES: usize = 2000;
 const MIXED_FILE: u64 = 64 << 20;
 /// The gathering path's buffer in these runs: room for the largest write.
 const GATHER_BUFFER: u32 = 4 << 20;
+/// The `threshold` path's: the cluster's default (a test holds them equal).
+const DEFAULT_THRESHOLD: u32 = 128 << 10;
 
 /// The data paths compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -80,7 +82,7 @@ impl DataPath {
             DataPath::Direct => "direct",
             DataPath::Gathering => "gathering",
             DataPath::ClientGathering => "client gathering",
-            DataPath::Threshold => "threshold 32K",
+            DataPath::Threshold => "threshold 128K",
             DataPath::Auto => "auto",
         }
     }
@@ -95,7 +97,7 @@ impl DataPath {
             DataPath::ClientGathering => format!(
                 "gather_buffer={GATHER_BUFFER},write_threshold={GATHER_BUFFER},gather_on_server=false"
             ),
-            DataPath::Threshold => format!("write_threshold={}", 32 << 10),
+            DataPath::Threshold => format!("write_threshold={DEFAULT_THRESHOLD}"),
             DataPath::Auto => "write_threshold=auto".into(),
         }
     }
@@ -107,7 +109,7 @@ impl DataPath {
         c.settings.write_threshold = match self {
             DataPath::Direct => WriteThreshold::Bytes(0),
             DataPath::Gathering | DataPath::ClientGathering => WriteThreshold::Bytes(GATHER_BUFFER),
-            DataPath::Threshold => WriteThreshold::Bytes(32 << 10),
+            DataPath::Threshold => WriteThreshold::Bytes(DEFAULT_THRESHOLD),
             DataPath::Auto => WriteThreshold::AUTO,
         };
         c.settings.gather_on_server = self != DataPath::ClientGathering;
@@ -435,7 +437,7 @@ fn markdown(opts: &WritesizeOptions, measured: &Measured) -> String {
          client's write-back buffer, gather_buffer 4 MiB; a buffer of scattered extents goes \
          through the file's gathering server), `client gathering` (the same with \
          gather_on_server = false: every kept extent straight to the strips' servers), \
-         `threshold 32K` (the default), `auto` (write_threshold = \"auto\"). \
+         `threshold 128K` (the default), `auto` (write_threshold = \"auto\"). \
          Each run ends with an fsync inside the timing. sequential: {} consecutive writes \
          from one client; clients: {} clients, {} consecutive writes each into disjoint \
          parts of one file; random: one client covers a {}-byte file at shuffled offsets \
@@ -464,7 +466,7 @@ fn markdown(opts: &WritesizeOptions, measured: &Measured) -> String {
     for e in Experiment::ALL {
         let _ = writeln!(md, "## {}\n", e.name());
         md.push_str(
-            "| size | direct | gathering | client gathering | threshold 32K | auto | gathering/direct | gathering/client gathering | threshold/best | auto/best |\n\
+            "| size | direct | gathering | client gathering | threshold 128K | auto | gathering/direct | gathering/client gathering | threshold/best | auto/best |\n\
              |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         let sizes = match e {
@@ -546,6 +548,14 @@ mod tests {
         assert!(mixed_trace()
             .iter()
             .all(|&(o, l)| o + l as u64 <= MIXED_FILE));
+    }
+
+    #[test]
+    fn the_threshold_path_is_the_clusters_default() {
+        assert_eq!(
+            shoal_proto::cluster::Settings::default().write_threshold,
+            WriteThreshold::Bytes(DEFAULT_THRESHOLD)
+        );
     }
 
     #[test]

@@ -40,8 +40,9 @@ pub const MAX_TOTAL: usize = 64 << 20;
 /// Direct writes smaller than this are waited for. Their cost is their
 /// round trip, which the gathering path saves (one message for many); in
 /// flight here they would make the direct path a second write-back cache
-/// that sends one message per write. The default write threshold: with
-/// it, every direct write goes behind.
+/// that sends one message per write. Under the default write threshold
+/// (128 KiB) every direct write goes behind; smaller direct writes come
+/// from a lower threshold (a mount's, a file's, or 0).
 pub const MIN_BEHIND: usize = 32 << 10;
 
 /// With write-behind, `auto` buffers no write of this size or more: behind
@@ -49,7 +50,8 @@ pub const MIN_BEHIND: usize = 32 << 10;
 /// fast as the gathering path or faster. Measured (`shoal bench
 /// writesize`, one client, sequential): behind the writer, 32 KiB writes
 /// went at 0.6-0.7x the gathering path's rate (a message each), 64 KiB at
-/// 0.9x, 256 KiB at 1.1-1.2x.
+/// 0.9x-1.04x, 256 KiB at 1.1x-1.4x. The default `write_threshold` is
+/// this bound too.
 pub const AUTO_BUFFERS_UNDER: usize = 128 << 10;
 
 /// A write in flight: the one to hand back to [`WriteBehind::finish`].
