@@ -79,6 +79,9 @@ struct State {
     waiting: HashMap<u64, mpsc::Sender<()>>,
     /// When a full table was last swept of expired leases.
     swept: Option<Instant>,
+    /// Directory delegations being recalled, (directory, holder), and by
+    /// how many requests at once.
+    recalling: HashMap<(Handle, u64), u32>,
 }
 
 /// How often a full table is swept at most (a sweep walks all of it).
@@ -317,7 +320,23 @@ impl Leases {
             handles: Vec::new(),
             delegations: vec![dir],
         };
-        self.recall_and_wait(self.state(), vec![(holder, recall)]);
+        let mut st = self.state();
+        *st.recalling.entry((dir, holder)).or_default() += 1;
+        self.recall_and_wait(st, vec![(holder, recall)]);
+        let mut st = self.state();
+        if let Some(n) = st.recalling.get_mut(&(dir, holder)) {
+            *n -= 1;
+            if *n == 0 {
+                st.recalling.remove(&(dir, holder));
+            }
+        }
+    }
+
+    /// Whether `client`'s delegation of `dir` is being recalled now: the
+    /// creates it sends there meanwhile are the ones it answered itself,
+    /// sent because another client wants the directory.
+    pub fn recalling_delegation(&self, dir: Handle, client: u64) -> bool {
+        self.state().recalling.contains_key(&(dir, client))
     }
 
     /// Whether this server can send `client` recalls (it holds a

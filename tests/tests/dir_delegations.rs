@@ -192,6 +192,41 @@ fn another_clients_write_reaches_a_stat_of_a_file_made_under_a_delegation() {
     assert_eq!(std::fs::read(&f).unwrap(), pattern(4, 9000));
 }
 
+/// The creates a holder sends because another client recalled its
+/// delegation are not leased to it: that client's writes and unlinks of
+/// those files then recall nothing from the maker (mdtest's `-N 1` removes
+/// every file another process made, each a recall before), and the maker,
+/// whose lease noted under the delegation is dropped, sees the write at
+/// its next stat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_sent_at_a_delegations_recall_are_not_leased_to_their_maker() {
+    let cluster = cluster();
+    let (a, b) = cluster.two_clients().await;
+    let dir = delegated_dir(&a, "d").await;
+    let made = names("f", 20);
+    let handles = create_all(&a, dir, &made).await;
+    for h in &handles {
+        assert_eq!(a.getattr(*h).await.unwrap().size, 0);
+    }
+    assert_eq!(entry_names(&b, dir).await.len(), 21, "the listing recalls");
+    assert!(!a.holds_delegation(dir));
+
+    let server = server_of(dir);
+    let before = b.server_stats(server).await.unwrap().lease_recalls;
+    b.write(handles[0], 0, Bytes::from(pattern(3, 7000)))
+        .await
+        .unwrap();
+    b.fsync(handles[0]).await.unwrap();
+    for n in &made[1..] {
+        b.unlink(dir, n).await.unwrap();
+    }
+    let recalls = b.server_stats(server).await.unwrap().lease_recalls - before;
+    // At most the maker's lease on the directory itself, not one a file.
+    assert!(recalls <= 1, "{recalls} recalls for a write and 19 unlinks");
+    assert_eq!(a.getattr(handles[0]).await.unwrap().size, 7000);
+    settled_fsck(&a).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsent_creates_survive_a_restart_of_their_server() {
     let mut cluster = cluster();

@@ -134,6 +134,24 @@ impl Inner {
         }
     }
 
+    /// Objects noted as leased that their server did not lease after all:
+    /// files of unsent creates, noted under their directory's delegation
+    /// (`namespace::delegated`), whose creates landed without a lease (the
+    /// server leases nothing to a maker whose delegation another client
+    /// recalled, nor when its grant is refused). Dropped as a recall drops
+    /// them, the front end's hook included: the mount gave the kernel
+    /// their attributes for as long as the delegation's lease.
+    pub(crate) async fn not_leased(&self, handles: Vec<Handle>) {
+        if handles.is_empty() || self.pool.lease().is_zero() {
+            return;
+        }
+        let what = Recalled::Objects(handles);
+        self.drop_recalled(&what);
+        if let Some(hook) = self.leases.hook.get() {
+            hook(&what).await;
+        }
+    }
+
     /// Drops what is cached of `handles` as a recall of them does.
     fn drop_leased(&self, held: &mut Held, handles: &[Handle]) {
         for h in handles {

@@ -156,6 +156,10 @@ impl Client {
             out.push(Ok(attr));
         }
         self.inner.leases.note_many(leased.iter().copied());
+        if unsent && lease.is_none() {
+            let made = out.iter().filter_map(|a| a.as_ref().ok().map(|a| a.handle));
+            self.inner.not_leased(made.collect()).await;
+        }
         self.inner.undo_if_recalled_after(dir, asked);
         self.inner.undo_if_recalled(leased);
         self.inner.undo_if_recalled_elsewhere(newer);

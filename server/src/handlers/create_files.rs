@@ -133,8 +133,16 @@ pub fn create_files(
         txn.record_reply(&reply);
         Ok(reply)
     })?;
-    for rec in reply.files.iter().filter_map(|f| f.object.as_ref()) {
-        offer_new(s, r, rec);
+    // Creates a holder sends because its delegation of the directory is
+    // being recalled were answered by it under the delegation, and another
+    // client wants the directory now: leasing the files to their maker
+    // would have that client's unlink or write of each one wait for a
+    // recall of its own (mdtest -N 1 removes every file another process
+    // made). The maker drops the lease it noted under the delegation.
+    if !s.leases.recalling_delegation(q.dir, r.header.client.client) {
+        for rec in reply.files.iter().filter_map(|f| f.object.as_ref()) {
+            offer_new(s, r, rec);
+        }
     }
     Ok(Reply::new(reply).with_syncs(syncs))
 }
