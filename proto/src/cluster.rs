@@ -77,6 +77,11 @@ pub enum SyncMode {
     Replay,
 }
 
+/// The default write threshold, and the largest write `"auto"` keeps: under
+/// it, one client's sequential writes went faster gathered than direct
+/// behind the writer (`shoal bench writesize`).
+pub const DEFAULT_WRITE_THRESHOLD: u32 = 128 << 10;
+
 /// The write threshold [Hildebrand 2006]: a number of bytes, or `"auto"`.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(untagged)]
@@ -445,7 +450,7 @@ impl Default for Settings {
             replay_flush_ms: 5,
             recovery_window_ms: 20_000,
             data_flush_ms: 1_000,
-            write_threshold: WriteThreshold::Bytes(128 << 10),
+            write_threshold: WriteThreshold::Bytes(DEFAULT_WRITE_THRESHOLD),
             gather_buffer: 1 << 20,
             gather_delay_ms: 20,
             write_behind: 8 << 20,

@@ -320,15 +320,18 @@ impl Leases {
             handles: Vec::new(),
             delegations: vec![dir],
         };
+        let key = (dir, holder);
         let mut st = self.state();
-        *st.recalling.entry((dir, holder)).or_default() += 1;
+        *st.recalling.entry(key).or_default() += 1;
         self.recall_and_wait(st, vec![(holder, recall)]);
         let mut st = self.state();
-        if let Some(n) = st.recalling.get_mut(&(dir, holder)) {
-            *n -= 1;
-            if *n == 0 {
-                st.recalling.remove(&(dir, holder));
-            }
+        let n = st
+            .recalling
+            .get_mut(&key)
+            .expect("counted before the recall");
+        *n -= 1;
+        if *n == 0 {
+            st.recalling.remove(&key);
         }
     }
 

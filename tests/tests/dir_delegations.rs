@@ -168,8 +168,9 @@ fn the_kernel_keeps_the_attributes_of_files_made_under_a_delegation() {
 }
 
 /// What the kernel keeps of such a file goes when another client changes
-/// it: the change recalls the lease its create's reply granted, and the
-/// mount tells the kernel.
+/// it. Here the other client's lookup recalls the delegation, so the
+/// create lands unleased and the mount drops what the kernel keeps then;
+/// a create that landed earlier, leased, has the change recall that lease.
 #[test]
 fn another_clients_write_reaches_a_stat_of_a_file_made_under_a_delegation() {
     let mut cluster = Cluster::builder().servers(2).delegating().start();

@@ -37,7 +37,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use shoal_client::Client;
-use shoal_proto::cluster::{ClusterConfig, WriteThreshold};
+use shoal_proto::cluster::{ClusterConfig, WriteThreshold, DEFAULT_WRITE_THRESHOLD};
 use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::Handle;
 
@@ -55,8 +55,6 @@ const MIXED_WRITES: usize = 2000;
 const MIXED_FILE: u64 = 64 << 20;
 /// The gathering path's buffer in these runs: room for the largest write.
 const GATHER_BUFFER: u32 = 4 << 20;
-/// The `threshold` path's: the cluster's default (a test holds them equal).
-const DEFAULT_THRESHOLD: u32 = 128 << 10;
 
 /// The data paths compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -97,7 +95,7 @@ impl DataPath {
             DataPath::ClientGathering => format!(
                 "gather_buffer={GATHER_BUFFER},write_threshold={GATHER_BUFFER},gather_on_server=false"
             ),
-            DataPath::Threshold => format!("write_threshold={DEFAULT_THRESHOLD}"),
+            DataPath::Threshold => format!("write_threshold={DEFAULT_WRITE_THRESHOLD}"),
             DataPath::Auto => "write_threshold=auto".into(),
         }
     }
@@ -109,7 +107,7 @@ impl DataPath {
         c.settings.write_threshold = match self {
             DataPath::Direct => WriteThreshold::Bytes(0),
             DataPath::Gathering | DataPath::ClientGathering => WriteThreshold::Bytes(GATHER_BUFFER),
-            DataPath::Threshold => WriteThreshold::Bytes(DEFAULT_THRESHOLD),
+            DataPath::Threshold => WriteThreshold::Bytes(DEFAULT_WRITE_THRESHOLD),
             DataPath::Auto => WriteThreshold::AUTO,
         };
         c.settings.gather_on_server = self != DataPath::ClientGathering;
@@ -551,11 +549,9 @@ mod tests {
     }
 
     #[test]
-    fn the_threshold_path_is_the_clusters_default() {
-        assert_eq!(
-            shoal_proto::cluster::Settings::default().write_threshold,
-            WriteThreshold::Bytes(DEFAULT_THRESHOLD)
-        );
+    fn the_threshold_paths_name_says_the_default() {
+        let kib = DEFAULT_WRITE_THRESHOLD >> 10;
+        assert_eq!(DataPath::Threshold.name(), format!("threshold {kib}K"));
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub const MIN_BEHIND: usize = 32 << 10;
 /// went at 0.6-0.7x the gathering path's rate (a message each), 64 KiB at
 /// 0.9x-1.04x, 256 KiB at 1.1x-1.4x. The default `write_threshold` is
 /// this bound too.
-pub const AUTO_BUFFERS_UNDER: usize = 128 << 10;
+pub const AUTO_BUFFERS_UNDER: usize = shoal_proto::cluster::DEFAULT_WRITE_THRESHOLD as usize;
 
 /// A write in flight: the one to hand back to [`WriteBehind::finish`].
 #[must_use = "a write begun must be finished, or its room stays taken"]
