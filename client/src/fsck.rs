@@ -289,7 +289,7 @@ impl Client {
         for d in &report.stale_marks {
             ignore_missing(
                 self.pool()
-                    .call::<ops::RmdirAbort>(server_of(*d), self.cred, &RmdirRequest { dir: *d })
+                    .call::<ops::RmdirAbort>(server_of(*d), self.cred, &RmdirRequest { dir: *d, ..Default::default() })
                     .await,
             )?;
         }

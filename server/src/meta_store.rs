@@ -152,6 +152,8 @@ impl<'a> Txn<'a> {
             dir.handle
         );
         dir.subdirs = (dir.subdirs + is_dir(added)).saturating_sub(is_dir(removed));
+        dir.entry_count =
+            (dir.entry_count + u64::from(added.is_some())).saturating_sub(u64::from(removed.is_some()));
         if let Some(a) = dir.attrs.as_mut() {
             let now = now_ns();
             a.mtime_ns = now;
@@ -200,6 +202,7 @@ impl MetaStore {
             durable_seq: AtomicU64::new(transno),
             delegations: Delegations::default(),
         };
+        store.check_format()?;
         if server_id == 0 && store.record(handle::ROOT)?.is_none() {
             let _guard = store.lock();
             let mut txn = Txn::default();
@@ -220,6 +223,29 @@ impl MetaStore {
             store.kv.sync()?;
         }
         Ok(store)
+    }
+
+    /// Refuses a store whose keys another layout wrote (`keys::FORMAT`);
+    /// marks a new one with this layout.
+    fn check_format(&self) -> Result<()> {
+        match self.kv.get(keys::FORMAT_KEY)? {
+            Some(v) if keys::decode_u64(&v) == u64::from(keys::FORMAT) => Ok(()),
+            None if self.kv.get(keys::NEXT_HANDLE)?.is_none() => {
+                let _guard = self.lock();
+                let mut txn = Txn::default();
+                txn.batch
+                    .put(keys::FORMAT_KEY.to_vec(), keys::encode_u64(keys::FORMAT.into()));
+                self.apply(txn)?;
+                self.kv.sync()
+            }
+            found => Err(ShoalError::io(format!(
+                "this server's store was written in key layout {}, and this Shoal reads \
+                 layout {} only (directory entries sorted by their names' hash): start the \
+                 server on an empty data directory, with the files copied over through a mount",
+                found.map_or(1, |v| keys::decode_u64(&v)),
+                keys::FORMAT
+            ))),
+        }
     }
 
     pub fn kv(&self) -> &dyn KvEngine {
@@ -445,7 +471,7 @@ impl MetaStore {
             .filter_map(|(k, v)| {
                 let (handle, kind) = keys::decode_entry(&v)?;
                 Some(DirEntry {
-                    name: keys::name_of(&k),
+                    name: keys::entry_name_of(&k),
                     handle,
                     kind: kind as i32,
                 })
