@@ -173,6 +173,16 @@ impl Client {
             .ok_or_else(|| ShoalError::io(format!("no record of directory {h:#x}")))
     }
 
+    /// Every partition of directory `dir` as its record lists them now,
+    /// itself first.
+    async fn all_partitions(&self, dir: Handle) -> Result<Vec<Handle>> {
+        let rec = self.partition_record(dir).await?;
+        self.inner.partitions.learn(dir, &rec);
+        let mut all = vec![dir];
+        all.extend(rec.partitions.iter().filter(|p| **p != 0 && **p != dir));
+        Ok(all)
+    }
+
     /// Marks directory `h` as being removed (it must be empty): one
     /// message, unless it is split (the server answers MOVED), when every
     /// other partition is marked first, its own record last. On a refusal
@@ -272,5 +282,18 @@ impl Client {
             .known(h)
             .map(|k| k.into_iter().filter(|p| *p != 0 && *p != h).collect())
             .unwrap_or_default()
+    }
+}
+
+impl Client {
+    /// The records of every partition of directory `dir`, by index: one,
+    /// its own, for a directory that is not split (`shoal stat --layout`).
+    pub async fn dir_partitions(&self, dir: Handle) -> Result<Vec<ObjectRecord>> {
+        let mut records = Vec::new();
+        for p in self.all_partitions(dir).await? {
+            records.push(self.partition_record(p).await?);
+        }
+        records.sort_by_key(|r| r.partition_index);
+        Ok(records)
     }
 }

@@ -1,0 +1,144 @@
+//! Split directories (`split_entries`, server/src/partitions.rs): a
+//! directory that grows past the limit splits over every server while
+//! clients create, rename and remove in it; no entry is lost, doubled or
+//! seen after its removal; each server holds a share of the entries;
+//! lookups, creates and removes stay one message; rmdir sees every
+//! partition; a server killed in the middle of a split finishes it.
+
+use std::collections::BTreeSet;
+
+use shoal_client::{Client, Errno};
+use shoal_proto::crash_points as cp;
+use shoal_proto::handle::{server_of, Handle, ROOT};
+use shoal_tests::{entry_names, Cluster};
+
+/// Four servers whose directories split past 200 entries; no delegations,
+/// so that one client's creates split a directory too.
+fn cluster() -> Cluster {
+    Cluster::builder()
+        .servers(4)
+        .set("split_entries=200")
+        .set("dir_delegations=false")
+        .start()
+}
+
+/// Creates `names` in `dir` through `c`.
+async fn create_all(c: &Client, dir: Handle, names: &[String]) {
+    for n in names {
+        c.create(dir, n, 0o644)
+            .await
+            .unwrap_or_else(|e| panic!("create {n}: {e}"));
+    }
+}
+
+fn names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}.f{i}")).collect()
+}
+
+/// Every name of `dir` listed through `c`: each once.
+async fn listed(c: &Client, dir: Handle) -> BTreeSet<String> {
+    let all = entry_names(c, dir).await;
+    let set: BTreeSet<String> = all.iter().cloned().collect();
+    assert_eq!(set.len(), all.len(), "a name listed twice");
+    set
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_directory_splits_over_every_server_and_keeps_every_name() {
+    let cluster = cluster();
+    let (a, b) = cluster.two_clients().await;
+    let dir = a.mkdir(ROOT, "shared", 0o755).await.unwrap().handle;
+    let (na, nb) = (names("a", 1200), names("b", 1200));
+    tokio::join!(create_all(&a, dir, &na), create_all(&b, dir, &nb));
+    let mut model: BTreeSet<String> = na.iter().chain(&nb).cloned().collect();
+
+    // Renames within the directory, across partitions or not, and removes,
+    // by both clients, after the splits.
+    for i in (0..1200).step_by(7) {
+        let (old, new) = (format!("a.f{i}"), format!("a.renamed{i}"));
+        a.rename(dir, &old, dir, &new, false).await.unwrap();
+        model.remove(&old);
+        model.insert(new);
+    }
+    for i in (0..1200).step_by(5) {
+        let name = format!("b.f{i}");
+        b.unlink(dir, &name).await.unwrap();
+        model.remove(&name);
+    }
+    for c in [&a, &b] {
+        assert_eq!(listed(c, dir).await, model);
+    }
+    let fresh = cluster.client();
+    assert_eq!(listed(&fresh, dir).await, model);
+    for name in model.iter().step_by(13) {
+        fresh.lookup(dir, name).await.unwrap();
+    }
+    let gone = fresh.lookup(dir, "b.f0").await.unwrap_err();
+    assert_eq!(gone.errno, Errno::ENOENT);
+
+    // One partition per server, each with its share of the entries.
+    let parts = fresh.dir_partitions(dir).await.unwrap();
+    assert_eq!(parts.len(), 4, "partitions {parts:?}");
+    let servers: BTreeSet<u32> = parts.iter().map(|p| server_of(p.handle)).collect();
+    assert_eq!(servers.len(), 4);
+    let total: u64 = parts.iter().map(|p| p.entry_count).sum();
+    assert_eq!(total, model.len() as u64);
+    for p in &parts {
+        let share = p.entry_count as f64 / total as f64;
+        assert!((0.15..0.35).contains(&share), "partition {}: {share}", p.partition_index);
+    }
+
+    // A lookup, a create and a remove: one message each, split or not.
+    let (absent, m) = cluster
+        .messages_during(&fresh, fresh.lookup(dir, "never-made"))
+        .await;
+    assert_eq!(absent.unwrap_err().errno, Errno::ENOENT);
+    assert_eq!(m, 1, "lookup");
+    let (_, m) = cluster
+        .messages_during(&fresh, fresh.create(dir, "new-one", 0o644))
+        .await;
+    assert_eq!(m, 1, "create");
+    let (_, m) = cluster
+        .messages_during(&fresh, fresh.unlink(dir, "new-one"))
+        .await;
+    assert_eq!(m, 1, "remove");
+
+    // rmdir sees every partition: refused while any holds a name.
+    let refused = a.rmdir(ROOT, "shared").await.unwrap_err();
+    assert_eq!(refused.errno, Errno::ENOTEMPTY);
+    for name in &model {
+        b.unlink(dir, name).await.unwrap();
+    }
+    a.rmdir(ROOT, "shared").await.unwrap();
+    assert!(b.lookup(ROOT, "shared").await.is_err());
+    for p in &parts {
+        let gone = fresh.getattr(p.handle).await;
+        assert!(gone.is_err(), "partition {:#x} left behind", p.handle);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_in_the_middle_of_a_split_finishes_it() {
+    let mut cluster = cluster();
+    let c = cluster.client();
+    c.ping_all().await.unwrap();
+    let dir = c.mkdir(ROOT, "d", 0o755).await.unwrap().handle;
+    let home = server_of(dir);
+    // The directory's server dies once the first half has moved.
+    cluster.arm(home, cp::SPLIT_AFTER_MOVE);
+    let c = cluster.client();
+    let wanted = names("x", 260);
+    let creating = {
+        let c = c.clone();
+        let wanted = wanted.clone();
+        tokio::spawn(async move { create_all(&c, dir, &wanted).await })
+    };
+    cluster.restart_after_crash(home);
+    creating.await.unwrap();
+    let want: BTreeSet<String> = wanted.into_iter().collect();
+    assert_eq!(listed(&c, dir).await, want);
+    assert_eq!(listed(&cluster.client(), dir).await, want);
+    let parts = c.dir_partitions(dir).await.unwrap();
+    assert!(parts.len() >= 2, "the split finished: {parts:?}");
+    assert!(parts.iter().all(|p| p.split_pending == 0));
+}
