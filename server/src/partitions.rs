@@ -357,8 +357,12 @@ pub fn put_partition(
     let mut made = 0;
     s.change_itself(|txn| {
         let key = keys::partition(q.dir, q.index);
-        let mut rec = match s.meta.kv().get(&key)? {
-            Some(v) => s.meta.get_dir(&ServerItself, keys::decode_u64(&v))?,
+        let earlier = match s.meta.kv().get(&key)? {
+            Some(v) => s.meta.try_get(&ServerItself, keys::decode_u64(&v))?,
+            None => None,
+        };
+        let mut rec = match earlier {
+            Some(rec) => rec,
             None => {
                 let template = q.template.clone().unwrap_or_default();
                 let rec = ObjectRecord {

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use shoal_client::{Client, Errno};
 use shoal_proto::crash_points as cp;
 use shoal_proto::handle::{server_of, Handle, ROOT};
-use shoal_tests::{entry_names, Cluster};
+use shoal_tests::{entry_names, settled_fsck, Cluster};
 
 /// Four servers whose directories split past 200 entries; no delegations,
 /// so that one client's creates split a directory too.
@@ -88,6 +88,10 @@ async fn a_shared_directory_splits_over_every_server_and_keeps_every_name() {
         assert!((0.15..0.35).contains(&share), "partition {}: {share}", p.partition_index);
     }
 
+    // fsck walks every partition: nothing orphaned, no count wrong.
+    let found = settled_fsck(&fresh).await;
+    assert_eq!(found.problems(), 0, "{found:?}");
+
     // A lookup, a create and a remove: one message each, split or not.
     let (absent, m) = cluster
         .messages_during(&fresh, fresh.lookup(dir, "never-made"))
@@ -141,4 +145,6 @@ async fn a_server_killed_in_the_middle_of_a_split_finishes_it() {
     let parts = c.dir_partitions(dir).await.unwrap();
     assert!(parts.len() >= 2, "the split finished: {parts:?}");
     assert!(parts.iter().all(|p| p.split_pending == 0));
+    let found = settled_fsck(&c).await;
+    assert_eq!(found.problems(), 0, "{found:?}");
 }
