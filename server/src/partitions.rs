@@ -146,15 +146,17 @@ pub fn listed_whole(s: &Service, r: &Request, before: &ObjectRecord) -> Result<(
     Ok(())
 }
 
-/// The entry limit past which a partition splits (0: never).
-fn limit(s: &Service) -> u64 {
-    s.config.settings.split_entries
+/// The entry limit past which partition `dir` splits (0: never): its
+/// directory's hint, else the cluster's setting.
+fn limit(s: &Service, dir: &ObjectRecord) -> u64 {
+    let hint = dir.hints.as_ref().and_then(|h| h.split_entries);
+    hint.unwrap_or(s.config.settings.split_entries)
 }
 
 /// After a change stored `dir` with more entries: queues a split if it has
 /// grown past `split_entries` and may split.
 pub fn grown(s: &Service, dir: &ObjectRecord) {
-    let limit = limit(s);
+    let limit = limit(s, dir);
     if limit > 0
         && dir.entry_count > limit
         && dir.split_pending == 0
@@ -269,7 +271,7 @@ fn freeze(s: &Service, dir: Handle) -> Result<Option<Plan>, ShoalError> {
             return Ok(());
         }
         let index = match rec.split_pending {
-            0 if rec.entry_count <= limit(s) || limit(s) == 0 => return Ok(()),
+            0 if rec.entry_count <= limit(s, &rec) || limit(s, &rec) == 0 => return Ok(()),
             // Its holder fills it alone: no split while it holds it.
             0 if s.meta.delegations.held_by(dir).is_some() => return Ok(()),
             0 => match parts::split_off(rec.partition_index, rec.partition_depth, servers(s)) {

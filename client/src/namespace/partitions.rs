@@ -15,7 +15,11 @@ use std::time::{Duration, Instant};
 
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
-use shoal_proto::msg::{GetAttrRequest, ObjectRecord, RmdirRequest};
+use shoal_proto::hints::XATTR_PREFIX;
+use shoal_proto::msg::{
+    GetAttrRequest, ObjectRecord, RemoveXattrRequest, RmdirRequest, SetAttrBits, SetAttrRequest,
+    SetXattrRequest,
+};
 use shoal_proto::ops;
 use shoal_proto::partitions::{self as parts, name_hash};
 
@@ -181,6 +185,85 @@ impl Client {
         let mut all = vec![dir];
         all.extend(rec.partitions.iter().filter(|p| **p != 0 && **p != dir));
         Ok(all)
+    }
+
+    /// After a setattr of directory `h` (now `rec`): a split directory's
+    /// other partitions take its new mode and owner, which their servers
+    /// check its entries' changes against. A crash in between leaves a
+    /// partition with the old ones until the next setattr.
+    pub(super) async fn set_partitions_attrs(
+        &self,
+        h: Handle,
+        rec: &ObjectRecord,
+        req: &SetAttrRequest,
+    ) -> Result<()> {
+        let owner_bits =
+            SetAttrBits::SetMode as u32 | SetAttrBits::SetUid as u32 | SetAttrBits::SetGid as u32;
+        if rec.partitions.is_empty() || req.mask & owner_bits == 0 {
+            return Ok(());
+        }
+        self.inner.partitions.learn(h, rec);
+        let request = SetAttrRequest {
+            mask: req.mask & owner_bits,
+            ..req.clone()
+        };
+        for p in rec.partitions.iter().filter(|p| **p != 0 && **p != h) {
+            let request = SetAttrRequest {
+                handle: *p,
+                ..request.clone()
+            };
+            self.pool()
+                .call::<ops::SetAttr>(server_of(*p), self.cred, &request)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// After a directory hint of `h` was set (`value`) or removed: a split
+    /// directory's other partitions, which lay out the files made in them,
+    /// take it too.
+    pub(super) async fn hint_to_partitions(
+        &self,
+        h: Handle,
+        name: &str,
+        value: Option<&[u8]>,
+    ) -> Result<()> {
+        if !name.starts_with(XATTR_PREFIX) {
+            return Ok(());
+        }
+        let rec = self.partition_record(h).await?;
+        for p in rec.partitions.iter().filter(|p| **p != 0 && **p != h) {
+            let done = match value {
+                Some(value) => {
+                    let request = SetXattrRequest {
+                        handle: *p,
+                        name: name.to_string(),
+                        value: value.to_vec().into(),
+                        ..Default::default()
+                    };
+                    self.pool()
+                        .call::<ops::SetXattr>(server_of(*p), self.cred, &request)
+                        .await
+                        .map(|_| ())
+                }
+                None => {
+                    let request = RemoveXattrRequest {
+                        handle: *p,
+                        name: name.to_string(),
+                    };
+                    let removed = self
+                        .pool()
+                        .call::<ops::RemoveXattr>(server_of(*p), self.cred, &request)
+                        .await;
+                    removed.map(|_| ()).or_else(|e| match e.errno {
+                        Errno::ENODATA => Ok(()),
+                        _ => Err(e),
+                    })
+                }
+            };
+            done?;
+        }
+        Ok(())
     }
 
     /// Marks directory `h` as being removed (it must be empty): one
