@@ -165,7 +165,11 @@ impl Client {
             // name.
             let mut seen: HashSet<&str> = HashSet::new();
             let own = [dir];
-            let entries = own.iter().chain(parts).flat_map(|d| children.get(d)).flatten();
+            let entries = own
+                .iter()
+                .chain(parts)
+                .flat_map(|d| children.get(d))
+                .flatten();
             for e in entries.filter(|e| parts.is_empty() || seen.insert(e.name.as_str())) {
                 let Some(obj) = objects.get(&e.handle) else {
                     report.dangling.push((dir, e.name.clone(), e.handle));
@@ -306,7 +310,14 @@ impl Client {
         for d in &report.stale_marks {
             ignore_missing(
                 self.pool()
-                    .call::<ops::RmdirAbort>(server_of(*d), self.cred, &RmdirRequest { dir: *d, ..Default::default() })
+                    .call::<ops::RmdirAbort>(
+                        server_of(*d),
+                        self.cred,
+                        &RmdirRequest {
+                            dir: *d,
+                            ..Default::default()
+                        },
+                    )
                     .await,
             )?;
         }

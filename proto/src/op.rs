@@ -258,6 +258,8 @@ mod tests {
             (42, "delegate_dir", false),
             (43, "remove_files", true),
             (44, "withdraw_lock", false),
+            (45, "put_partition", true),
+            (46, "add_partition", true),
         ];
         assert_eq!(table, expected);
     }

@@ -115,7 +115,14 @@ mod tests {
 
     #[test]
     fn a_split_halves_a_range_and_the_new_partition_is_index_plus_two_to_the_depth() {
-        for hash in [0u64, 1, u64::MAX, 0x8000_0000_0000_0000, 0x4000_0000_0000_0000, 12345] {
+        for hash in [
+            0u64,
+            1,
+            u64::MAX,
+            0x8000_0000_0000_0000,
+            0x4000_0000_0000_0000,
+            12345,
+        ] {
             for d in 0..8 {
                 let i = index_at(hash, d);
                 let next = index_at(hash, d + 1);
@@ -136,7 +143,7 @@ mod tests {
     #[test]
     fn routes_go_to_the_deepest_known_partition() {
         let h = |top: u64| top << 62; // top two bits
-        // Only the directory: everything is partition 0.
+                                      // Only the directory: everything is partition 0.
         assert_eq!(route(&[7], h(3)), 0);
         // 0 split to 1 at depth 0: the top bit decides.
         assert_eq!(route(&[7, 8], h(0)), 0);
@@ -166,6 +173,9 @@ mod tests {
         for i in 0..40_000 {
             counts[index_at(name_hash(&format!("p{}.f{i}", i % 8)), 2) as usize] += 1;
         }
-        assert!(counts.iter().all(|c| (9_000..11_000).contains(c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|c| (9_000..11_000).contains(c)),
+            "{counts:?}"
+        );
     }
 }

@@ -152,8 +152,8 @@ impl<'a> Txn<'a> {
             dir.handle
         );
         dir.subdirs = (dir.subdirs + is_dir(added)).saturating_sub(is_dir(removed));
-        dir.entry_count =
-            (dir.entry_count + u64::from(added.is_some())).saturating_sub(u64::from(removed.is_some()));
+        dir.entry_count = (dir.entry_count + u64::from(added.is_some()))
+            .saturating_sub(u64::from(removed.is_some()));
         if let Some(a) = dir.attrs.as_mut() {
             let now = now_ns();
             a.mtime_ns = now;
@@ -233,8 +233,10 @@ impl MetaStore {
             None if self.kv.get(keys::NEXT_HANDLE)?.is_none() => {
                 let _guard = self.lock();
                 let mut txn = Txn::default();
-                txn.batch
-                    .put(keys::FORMAT_KEY.to_vec(), keys::encode_u64(keys::FORMAT.into()));
+                txn.batch.put(
+                    keys::FORMAT_KEY.to_vec(),
+                    keys::encode_u64(keys::FORMAT.into()),
+                );
                 self.apply(txn)?;
                 self.kv.sync()
             }
@@ -587,6 +589,7 @@ mod tests {
     use super::*;
     use crate::delegations::ServerItself;
     use crate::kv::MemEngine;
+    use shoal_proto::partitions::name_hash;
 
     #[test]
     fn server_zero_creates_the_root_once_and_handles_survive_reopen() {
@@ -616,7 +619,7 @@ mod tests {
     }
 
     #[test]
-    fn readdir_pages_through_entries_in_name_order() {
+    fn readdir_pages_through_entries_in_hash_order() {
         let store = MetaStore::open(Arc::new(MemEngine::default()), 0).unwrap();
         let mut txn = Txn::default();
         for i in 0..10 {
@@ -636,7 +639,12 @@ mod tests {
             .unwrap();
         assert_eq!(rest.len(), 6);
         assert!(done);
-        assert_eq!(rest[0].name, "f04");
+        let hashes: Vec<u64> = first
+            .iter()
+            .chain(&rest)
+            .map(|e| name_hash(&e.name))
+            .collect();
+        assert!(hashes.windows(2).all(|w| w[0] < w[1]), "{hashes:?}");
         assert!(!store.is_empty_dir(&ServerItself, handle::ROOT).unwrap());
         assert!(
             store.get(&ServerItself, handle::make(1, 5)).is_err(),

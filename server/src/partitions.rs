@@ -217,7 +217,10 @@ async fn split(s: &Arc<Service>, dir: Handle) -> Result<(), ShoalError> {
     };
     let mut made = 0;
     // The first call makes the partition even when nothing moves.
-    for batch in moving.chunks(MOVE_BATCH).chain(moving.is_empty().then_some(&[][..])) {
+    for batch in moving
+        .chunks(MOVE_BATCH)
+        .chain(moving.is_empty().then_some(&[][..]))
+    {
         let q = PutPartitionRequest {
             dir: home,
             index: plan.index,
@@ -284,11 +287,7 @@ fn freeze(s: &Service, dir: Handle) -> Result<Option<Plan>, ShoalError> {
             rec.split_pending = index;
             txn.put_object(&rec);
         }
-        let server = parts::server_of(
-            handle::server_of(directory_of(&rec)),
-            index,
-            servers(s),
-        );
+        let server = parts::server_of(handle::server_of(directory_of(&rec)), index, servers(s));
         frozen = Some(Plan { rec, index, server });
         Ok(())
     })?;

@@ -16,7 +16,6 @@ use shoal_proto::cluster::{ClusterConfig, SyncMode};
 use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::{crash_points, Handle};
 
-use crate::partitions::Splits;
 use crate::client_table::ClientTable;
 use crate::commit::CommitQueue;
 use crate::data_store::DataStore;
@@ -27,6 +26,7 @@ use crate::kv::{KvEngine, RedbEngine, WalEngine};
 use crate::leases::Leases;
 use crate::locks::Locks;
 use crate::meta_store::{MetaStore, Txn};
+use crate::partitions::Splits;
 use crate::pools::Pools;
 use crate::recovery::Recovery;
 use crate::replay::Kept;

@@ -85,7 +85,11 @@ async fn a_shared_directory_splits_over_every_server_and_keeps_every_name() {
     assert_eq!(total, model.len() as u64);
     for p in &parts {
         let share = p.entry_count as f64 / total as f64;
-        assert!((0.15..0.35).contains(&share), "partition {}: {share}", p.partition_index);
+        assert!(
+            (0.15..0.35).contains(&share),
+            "partition {}: {share}",
+            p.partition_index
+        );
     }
 
     // fsck walks every partition: nothing orphaned, no count wrong.

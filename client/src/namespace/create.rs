@@ -328,12 +328,11 @@ impl Client {
         };
         // With colocate the file is made beside its entry, on the server of
         // the name's partition; else on any server.
-        let picked = self.pick_server();
         let send = async {
             if !colocate {
                 return self
                     .pool()
-                    .call_leasing::<ops::CreateFile>(picked, self.cred, &request)
+                    .call_leasing::<ops::CreateFile>(self.pick_server(), self.cred, &request)
                     .await;
             }
             self.in_partition(dir, name, |to| {

@@ -104,7 +104,12 @@ impl Client {
     /// another when the server says the name moved, and again after a
     /// moment while the partition splits (at most `restart_wait_ms`, as for
     /// a server that restarts).
-    pub(crate) async fn in_partition<T, F, Fut>(&self, dir: Handle, name: &str, call: F) -> Result<T>
+    pub(crate) async fn in_partition<T, F, Fut>(
+        &self,
+        dir: Handle,
+        name: &str,
+        call: F,
+    ) -> Result<T>
     where
         F: Fn(Handle) -> Fut,
         Fut: Future<Output = Result<T>>,
@@ -205,12 +210,12 @@ impl Client {
         self.inner.partitions.learn(h, rec);
         let request = SetAttrRequest {
             mask: req.mask & owner_bits,
-            ..req.clone()
+            ..*req
         };
         for p in rec.partitions.iter().filter(|p| **p != 0 && **p != h) {
             let request = SetAttrRequest {
                 handle: *p,
-                ..request.clone()
+                ..request
             };
             self.pool()
                 .call::<ops::SetAttr>(server_of(*p), self.cred, &request)
@@ -303,7 +308,12 @@ impl Client {
         }
     }
 
-    async fn mark_all(&self, h: Handle, partitions: &[Handle], marked: &mut Vec<Handle>) -> Result<()> {
+    async fn mark_all(
+        &self,
+        h: Handle,
+        partitions: &[Handle],
+        marked: &mut Vec<Handle>,
+    ) -> Result<()> {
         for p in partitions {
             self.mark_removing(h, *p, true).await?;
             marked.push(*p);
@@ -318,11 +328,16 @@ impl Client {
             dir: p,
             partitions_marked,
         };
-        self.retried(h, || p, false, |to| {
-            debug_assert_eq!(to, p);
-            self.pool()
-                .call::<ops::RmdirPrepare>(server_of(p), self.cred, &request)
-        })
+        self.retried(
+            h,
+            || p,
+            false,
+            |to| {
+                debug_assert_eq!(to, p);
+                self.pool()
+                    .call::<ops::RmdirPrepare>(server_of(p), self.cred, &request)
+            },
+        )
         .await
         .map(|_| ())
     }

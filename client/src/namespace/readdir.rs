@@ -86,7 +86,10 @@ impl Client {
             name => name_hash(name),
         };
         let done = loop {
-            let after = listed.entries.last().map_or(start_after, |e| e.name.as_str());
+            let after = listed
+                .entries
+                .last()
+                .map_or(start_after, |e| e.name.as_str());
             let request = ReaddirRequest {
                 dir,
                 start_after: after.to_string(),
@@ -211,7 +214,11 @@ impl Listed {
         };
         self.replies += 1;
         self.last_done = reply.done;
-        for e in reply.entries.into_iter().filter(|e| name_hash(&e.name) >= at) {
+        for e in reply
+            .entries
+            .into_iter()
+            .filter(|e| name_hash(&e.name) >= at)
+        {
             let kind = entry_kind(e.kind)?;
             self.named.push((e.handle, kind));
             self.entries.push(DirEntry {

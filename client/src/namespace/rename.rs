@@ -216,7 +216,10 @@ impl Client {
             no_replace,
         } = m;
         if dir == new_dir {
-            if let Some(reply) = self.rename_in_partition(dir, name, new_name, no_replace).await? {
+            if let Some(reply) = self
+                .rename_in_partition(dir, name, new_name, no_replace)
+                .await?
+            {
                 if !reply.touched {
                     // The object lives elsewhere: its ctime changes there.
                     self.set_parent(h, dir).await?;
@@ -302,10 +305,15 @@ impl Client {
                 no_replace,
             };
             let asked = self
-                .retried(dir, || to, false, |to| {
-                    self.pool()
-                        .call::<ops::RenameEntry>(server_of(to), self.cred, &request)
-                })
+                .retried(
+                    dir,
+                    || to,
+                    false,
+                    |to| {
+                        self.pool()
+                            .call::<ops::RenameEntry>(server_of(to), self.cred, &request)
+                    },
+                )
                 .await;
             match asked {
                 Err(e) if e.errno == Errno::MOVED => self.learn_partitions(dir, to).await?,

@@ -30,8 +30,8 @@ use super::hints;
 use crate::auth::caps;
 use crate::auth::perms::{self, W, X};
 use crate::meta_store::{new_attrs, Txn};
-use crate::pools::FILL_WAIT;
 use crate::partitions;
+use crate::pools::FILL_WAIT;
 use crate::request::{Request, Result};
 use crate::service::{require, Reply, Service};
 
