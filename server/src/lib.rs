@@ -36,6 +36,7 @@ pub mod replay;
 pub mod reply_cache;
 pub mod request;
 pub mod service;
+pub mod split_queue;
 pub mod stats;
 pub mod uncached;
 

@@ -26,8 +26,7 @@
 //! come from that client, many to a message), and a split one is never
 //! delegated (`delegate_dir`).
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use shoal_proto::error::{Errno, ShoalError};
@@ -49,22 +48,6 @@ const MOVE_BATCH: usize = 4096;
 const PEER_WAIT: Duration = Duration::from_secs(30);
 /// How long a failed split waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(1);
-
-/// The partitions this server has queued for a split, and the wake-up of
-/// the loop that splits them.
-#[derive(Default)]
-pub struct Splits {
-    queued: Mutex<HashSet<Handle>>,
-    wake: tokio::sync::Notify,
-}
-
-impl Splits {
-    fn queue(&self, dir: Handle) {
-        if self.queued.lock().unwrap().insert(dir) {
-            self.wake.notify_one();
-        }
-    }
-}
 
 /// The directory a partition's record belongs to (itself if unsplit).
 pub fn directory_of(rec: &ObjectRecord) -> Handle {
@@ -174,9 +157,7 @@ fn servers(s: &Service) -> u32 {
 /// server runs.
 pub async fn split_loop(s: Arc<Service>) {
     loop {
-        s.splits.wake.notified().await;
-        let queued: Vec<Handle> = s.splits.queued.lock().unwrap().drain().collect();
-        for dir in queued {
+        for dir in s.splits.next().await {
             if let Err(e) = split(&s, dir).await {
                 tracing::warn!("split of directory partition {dir:#x}: {e}; trying again");
                 let s = s.clone();

@@ -26,12 +26,12 @@ use crate::kv::{KvEngine, RedbEngine, WalEngine};
 use crate::leases::Leases;
 use crate::locks::Locks;
 use crate::meta_store::{MetaStore, Txn};
-use crate::partitions::Splits;
 use crate::pools::Pools;
 use crate::recovery::Recovery;
 use crate::replay::Kept;
 use crate::reply_cache::ReplyCache;
 use crate::request::Request;
+use crate::split_queue::Splits;
 use crate::stats::Stats;
 
 pub struct Service {

@@ -152,3 +152,87 @@ async fn a_server_killed_in_the_middle_of_a_split_finishes_it() {
     let found = settled_fsck(&c).await;
     assert_eq!(found.problems(), 0, "{found:?}");
 }
+
+/// Runs `cmd` through `sh -c`; its standard output.
+fn sh(cmd: &str) -> String {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{cmd}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn two_mounts_fill_one_directory_and_ls_and_find_see_each_name_once() {
+    // The defaults (delegations on) but for the split limit.
+    let mut cluster = Cluster::builder()
+        .servers(4)
+        .set("split_entries=200")
+        .start();
+    let m1 = cluster.mount();
+    let second = shoal_tests::SharedMount::new(&cluster);
+    let m2 = second.path();
+    std::fs::create_dir(m1.join("shared")).unwrap();
+    let writers: Vec<_> = [(m1.clone(), "a"), (m2.clone(), "b")]
+        .into_iter()
+        .map(|(mnt, prefix)| {
+            std::thread::spawn(move || {
+                for i in 0..600 {
+                    let path = mnt.join("shared").join(format!("{prefix}.f{i}"));
+                    std::fs::write(&path, format!("{prefix} {i}")).unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let want: BTreeSet<String> = ["a", "b"]
+        .iter()
+        .flat_map(|p| (0..600).map(move |i| format!("{p}.f{i}")))
+        .collect();
+    for mnt in [&m1, &m2] {
+        let dir = mnt.join("shared");
+        let ls = sh(&format!("ls -l {}", dir.display()));
+        let names: Vec<&str> = ls
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().last())
+            .collect();
+        assert_eq!(names.len(), want.len(), "ls -l lists each name once");
+        let found = sh(&format!("cd {} && find . -type f", dir.display()));
+        let found: BTreeSet<String> = found
+            .lines()
+            .map(|l| l.trim_start_matches("./").to_string())
+            .collect();
+        assert_eq!(found, want, "find");
+    }
+    // Each file's bytes through the mount that did not write it.
+    for i in (0..600).step_by(37) {
+        let a = std::fs::read_to_string(m2.join(format!("shared/a.f{i}"))).unwrap();
+        assert_eq!(a, format!("a {i}"));
+        let b = std::fs::read_to_string(m1.join(format!("shared/b.f{i}"))).unwrap();
+        assert_eq!(b, format!("b {i}"));
+    }
+    // The directory is split over the servers, as shoal stat shows.
+    let layout = sh(&format!(
+        "{} stat --layout --json --config {} /shared",
+        shoal_tests::shoal_bin().display(),
+        cluster.config_path().display()
+    ));
+    let layout: serde_json::Value = serde_json::from_str(&layout).unwrap();
+    let parts = layout["partitions"].as_array().unwrap();
+    assert_eq!(parts.len(), 4, "{layout}");
+    // Removals through one mount are gone from the other's listing.
+    for i in 0..300 {
+        std::fs::remove_file(m2.join(format!("shared/a.f{i}"))).unwrap();
+    }
+    let ls = sh(&format!("ls {}", m1.join("shared").display()));
+    assert_eq!(ls.lines().count(), 900);
+    assert!(!m1.join("shared/a.f0").exists());
+    // rm -r of the whole directory, through the first mount.
+    sh(&format!("rm -r {}", m1.join("shared").display()));
+    assert!(!m2.join("shared").exists());
+}
