@@ -67,7 +67,9 @@ enum Command {
     Stat {
         #[command(flatten)]
         cfg: ConfigArg,
-        /// Show the distribution: strip size, datafiles and their servers.
+        /// Show the distribution: a file's strip size, datafiles and their
+        /// servers; a directory's partitions (split directories), their
+        /// servers and entries.
         #[arg(long)]
         layout: bool,
         #[arg(long)]

@@ -39,6 +39,8 @@ pub(crate) struct Inner {
     /// Directories made here whose every entry is known (negative lookups
     /// without a message).
     pub(crate) known_dirs: crate::consistency::known_dirs::KnownDirs,
+    /// The partitions known of split directories.
+    pub(crate) partitions: crate::consistency::partition_maps::PartitionMaps,
     /// Round-robin cursor for placing new objects.
     pub(crate) next_server: AtomicU32,
     /// File changes acknowledged and not yet fsynced (unstable writes

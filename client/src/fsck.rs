@@ -134,6 +134,12 @@ impl Client {
             children.entry(e.dir).or_default().push(e);
             named_from.entry(e.handle).or_default().push(e.dir);
         }
+        // A split directory's partitions, each a directory record of its
+        // own (also one a split made and had not listed when it stopped).
+        let mut partitions: HashMap<Handle, Vec<Handle>> = HashMap::new();
+        for o in objects.values().filter(|o| o.partition_of != 0) {
+            partitions.entry(o.partition_of).or_default().push(o.handle);
+        }
         let mut report = FsckReport {
             objects: objects.len() as u64,
             entries: children.values().map(|c| c.len() as u64).sum(),
@@ -153,7 +159,18 @@ impl Client {
         let mut names: HashMap<Handle, u32> = HashMap::new();
         while let Some(dir) = queue.pop_front() {
             names.entry(dir).or_default();
-            for e in children.get(&dir).into_iter().flatten() {
+            let parts = partitions.get(&dir).map(Vec::as_slice).unwrap_or_default();
+            reachable.extend(parts);
+            // An interrupted split leaves an entry in two partitions: one
+            // name.
+            let mut seen: HashSet<&str> = HashSet::new();
+            let own = [dir];
+            let entries = own
+                .iter()
+                .chain(parts)
+                .flat_map(|d| children.get(d))
+                .flatten();
+            for e in entries.filter(|e| parts.is_empty() || seen.insert(e.name.as_str())) {
                 let Some(obj) = objects.get(&e.handle) else {
                     report.dangling.push((dir, e.name.clone(), e.handle));
                     continue;
@@ -196,7 +213,11 @@ impl Client {
         for (h, found) in &names {
             let Some(obj) = objects.get(h) else { continue };
             let recorded = match obj.kind() {
-                ObjectKind::Directory => obj.subdirs.min(u32::MAX.into()) as u32,
+                ObjectKind::Directory => {
+                    let parts = partitions.get(h).into_iter().flatten();
+                    let of_parts = parts.filter_map(|p| objects.get(p)).map(|p| p.subdirs);
+                    (obj.subdirs + of_parts.sum::<u64>()).min(u32::MAX.into()) as u32
+                }
                 _ => obj.links,
             };
             if recorded != *found {
@@ -289,7 +310,14 @@ impl Client {
         for d in &report.stale_marks {
             ignore_missing(
                 self.pool()
-                    .call::<ops::RmdirAbort>(server_of(*d), self.cred, &RmdirRequest { dir: *d })
+                    .call::<ops::RmdirAbort>(
+                        server_of(*d),
+                        self.cred,
+                        &RmdirRequest {
+                            dir: *d,
+                            ..Default::default()
+                        },
+                    )
                     .await,
             )?;
         }

@@ -134,8 +134,12 @@ impl Attr {
             mtime_ns: a.mtime_ns,
             ctime_ns: a.ctime_ns,
             // POSIX: a directory is named by its entry, its own "." and
-            // each subdirectory's "..".
+            // each subdirectory's "..". A split directory's subdirectories
+            // are counted in each partition: 1, as btrfs says of every
+            // directory, tells find(1) and the like that the count is not
+            // kept (no leaf optimisation).
             nlink: match kind {
+                FileKind::Directory if !rec.partitions.is_empty() => 1,
                 FileKind::Directory => 2u32.saturating_add(rec.subdirs.min(u32::MAX as u64) as u32),
                 _ => rec.links,
             },

@@ -53,6 +53,7 @@ impl Client {
                 dists: DistCache::new(ttl, entries),
                 caps: TtlCache::bounded(caps::keep_for(config.settings.capability_ttl_s), entries),
                 known_dirs: known_dirs::KnownDirs::new(ttl, known_names),
+                partitions: Default::default(),
                 next_server: AtomicU32::new(first),
                 uncommitted_writes: Default::default(),
                 gathering: Default::default(),

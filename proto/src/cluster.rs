@@ -284,6 +284,17 @@ pub struct Settings {
     /// directory, or when anything else is sent). Default 5.
     /// Tier: tuning.
     pub delegated_flush_ms: u32,
+    /// A directory partition holding more entries than this splits: half
+    /// its entries (by their names' hash) move to a new partition on the
+    /// next server, until the directory has a partition on every server
+    /// (GIGA+ [Patil 2011]; proto/src/partitions.rs). Lookups, creates and
+    /// removes then go straight to the name's partition. A directory whose
+    /// delegation a client holds does not split: its creates come from that
+    /// one client already, many to a message. 0: directories never split.
+    /// Default 0 (split directories are new: rename across partitions and
+    /// fsck of partitions are still to come).
+    /// Tier: experimental.
+    pub split_entries: u64,
 
     // The write threshold [Hildebrand 2006]: the gathering path for small
     // writes, the direct path for large ones.
@@ -446,6 +457,7 @@ impl Default for Settings {
             max_leases: 1_000_000,
             dir_delegations: true,
             delegated_flush_ms: 5,
+            split_entries: 0,
             restart_wait_ms: 60_000,
             replay_flush_ms: 5,
             recovery_window_ms: 20_000,

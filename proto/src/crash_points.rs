@@ -40,6 +40,11 @@ pub const LINK_BEFORE_ENTRY: &str = "link-before-entry";
 /// changes answered since the last one: they are lost with the process,
 /// and their clients must replay them.
 pub const GROUP_FLUSH: &str = "group-flush";
+/// Server, a split of a directory partition (server/src/partitions.rs): the
+/// entries moving are on the new partition's server, and still here too,
+/// where the partition is frozen: after a restart the split must finish,
+/// with no entry lost or listed twice.
+pub const SPLIT_AFTER_MOVE: &str = "split-after-move";
 
 /// Client, a batch of creates this client answered itself came back from
 /// its server: the files' attributes are read off the reply, not yet
@@ -49,7 +54,7 @@ pub const GROUP_FLUSH: &str = "group-flush";
 /// before the write.
 pub const CREATE_FILES_BEFORE_CACHING: &str = "create-files-before-caching";
 
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 12] = [
     COMMIT_AFTER_APPLY,
     COMMIT_BEFORE_REPLY,
     LOG_TURNED,
@@ -61,4 +66,5 @@ pub const ALL: [&str; 11] = [
     UNLINK_AFTER_ENTRY,
     LINK_BEFORE_ENTRY,
     GROUP_FLUSH,
+    SPLIT_AFTER_MOVE,
 ];

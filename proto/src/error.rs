@@ -34,6 +34,15 @@ impl Errno {
     pub const EAGAIN: Errno = Errno(libc::EAGAIN);
     pub const EDEADLK: Errno = Errno(libc::EDEADLK);
     pub const EINTR: Errno = Errno(libc::EINTR);
+    /// Between client and server only, never a caller's: the name asked for
+    /// belongs to another partition of a split directory (the client's map
+    /// of its partitions is old; proto/src/partitions.rs). The client reads
+    /// the partition's record again, which names the partitions split off
+    /// from it, and goes there.
+    pub const MOVED: Errno = Errno(libc::EREMCHG);
+    /// Between client and server only: the partition is splitting; the
+    /// client asks again in a moment.
+    pub const SPLITTING: Errno = Errno(libc::EINPROGRESS);
 
     pub fn describe(self) -> String {
         std::io::Error::from_raw_os_error(self.0).to_string()

@@ -9,6 +9,10 @@
 //! | `dist`        | `simple_stripe` or `simple_stripe:strip_size=N`   | simple striping               |
 //! | `no_metafile` | `1`/`true` (on) or `0`/`false` (off, clears it)   | off                           |
 //! | `write_threshold` | 0 to 67108864 bytes (suffix K or M) or `auto` | the cluster's (or mount's)   |
+//! | `split_entries` | 0 (never) to 1000000000 entries (suffix K or M) | the cluster's `split_entries` |
+//!
+//! `split_entries` [Patil 2011] is not a file's: a partition of the
+//! directory holding more entries splits (`proto/src/partitions.rs`).
 //!
 //! `write_threshold` [Hildebrand 2006] goes into each new file's layout
 //! (`Distribution.write_threshold`), as the paper's layout driver hands it
@@ -40,6 +44,8 @@ const SIMPLE_STRIPE: &str = "simple_stripe";
 const STRIP_PARAM: &str = "strip_size";
 /// The largest write threshold a hint may set: the largest `gather_buffer`.
 const THRESHOLD_MAX: u64 = 64 << 20;
+/// The largest split limit a hint may set.
+const SPLIT_MAX: u64 = 1_000_000_000;
 
 /// One directory hint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,15 +55,17 @@ pub enum Hint {
     Dist,
     NoMetafile,
     WriteThreshold,
+    SplitEntries,
 }
 
 impl Hint {
-    pub const ALL: [Hint; 5] = [
+    pub const ALL: [Hint; 6] = [
         Hint::StripSize,
         Hint::NumDfiles,
         Hint::Dist,
         Hint::NoMetafile,
         Hint::WriteThreshold,
+        Hint::SplitEntries,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,6 +75,7 @@ impl Hint {
             Hint::Dist => "dist",
             Hint::NoMetafile => "no_metafile",
             Hint::WriteThreshold => "write_threshold",
+            Hint::SplitEntries => "split_entries",
         }
     }
 
@@ -106,6 +115,9 @@ impl Hint {
             Hint::NoMetafile => "1, 0, true or false".to_string(),
             Hint::WriteThreshold => {
                 format!("0 to {THRESHOLD_MAX} bytes (a suffix K or M may follow) or auto")
+            }
+            Hint::SplitEntries => {
+                format!("0 (never) to {SPLIT_MAX} entries (a suffix K or M may follow)")
             }
         }
     }
@@ -183,6 +195,10 @@ pub fn set(hints: &mut DirHints, hint: Hint, value: &str, servers: u32) -> Resul
             };
             hints.write_threshold = Some(threshold.to_wire());
         }
+        Hint::SplitEntries => {
+            let limit = parse_size(text).filter(|n| *n <= SPLIT_MAX);
+            hints.split_entries = Some(limit.ok_or_else(refuse)?);
+        }
     }
     Ok(())
 }
@@ -207,6 +223,7 @@ pub fn unset(hints: &mut DirHints, hint: Hint) -> bool {
         Hint::Dist => hints.dist.clear(),
         Hint::NoMetafile => hints.no_metafile = false,
         Hint::WriteThreshold => hints.write_threshold = None,
+        Hint::SplitEntries => hints.split_entries = None,
     }
     was
 }
@@ -224,6 +241,7 @@ pub fn get(hints: &DirHints, hint: Hint) -> Option<String> {
                 WriteThreshold::Bytes(b) => b.to_string(),
                 WriteThreshold::Auto(_) => "auto".to_string(),
             }),
+        Hint::SplitEntries => hints.split_entries.map(|n| n.to_string()),
     }
 }
 

@@ -28,6 +28,7 @@ pub mod hints;
 pub mod msg;
 pub mod names;
 pub mod op;
+pub mod partitions;
 pub mod record_locks;
 pub mod secret;
 pub mod time;

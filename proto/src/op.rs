@@ -148,6 +148,10 @@ ops! {
     /// Withdraws an owner's waiting lock requests on a file (its caller
     /// was interrupted): each is answered EINTR.
     44 => WithdrawLock("withdraw_lock", WithdrawLockRequest => Empty, false),
+    /// Server to server: a split's entries to the new partition.
+    45 => PutPartition("put_partition", PutPartitionRequest => PutPartitionReply, true),
+    /// Server to server: a new partition, entered in its directory's record.
+    46 => AddPartition("add_partition", AddPartitionRequest => Empty, true),
 }
 
 impl Op {
@@ -167,7 +171,8 @@ impl Op {
             Ping | Lookup | GetAttr | SetAttr | Readdir | Read | Write | Truncate | Fsync
             | GetSizes | GetXattr | ListXattr | Statfs | Stats | Unstuff | ListAttr
             | Rendezvous | Scan | GatherWrite | GatherCommit | WriteExtents | Recover | Commit
-            | Recall | Lock | TestLock | DelegateDir | WithdrawLock => false,
+            | Recall | Lock | TestLock | DelegateDir | WithdrawLock | PutPartition
+            | AddPartition => false,
             CreateObject | CreateDatafiles | SetDist | CrDirEnt | RmDirEnt | RenameEntry
             | Remove | RmdirPrepare | RmdirAbort | SetParent | SetXattr | RemoveXattr
             | CreateFile | Link | CreateFiles | RemoveFiles => true,
@@ -253,6 +258,8 @@ mod tests {
             (42, "delegate_dir", false),
             (43, "remove_files", true),
             (44, "withdraw_lock", false),
+            (45, "put_partition", true),
+            (46, "add_partition", true),
         ];
         assert_eq!(table, expected);
     }

@@ -28,6 +28,7 @@ pub mod listener;
 pub mod local_file;
 pub mod locks;
 pub mod meta_store;
+pub mod partitions;
 pub mod peers;
 pub mod pools;
 pub mod recovery;
@@ -35,6 +36,7 @@ pub mod replay;
 pub mod reply_cache;
 pub mod request;
 pub mod service;
+pub mod split_queue;
 pub mod stats;
 pub mod uncached;
 
@@ -78,7 +80,9 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
         let writing_out = tokio::spawn(handlers::gather::write_out_loop(service.clone()));
         let flushing = tokio::spawn(flush_loop(service.clone()));
         let group_flushing = tokio::spawn(group_flush_loop(service.clone()));
+        let splitting = tokio::spawn(partitions::split_loop(service.clone()));
         wait_for_shutdown().await;
+        splitting.abort();
         serving.abort();
         writing_out.abort();
         flushing.abort();

@@ -152,6 +152,8 @@ impl<'a> Txn<'a> {
             dir.handle
         );
         dir.subdirs = (dir.subdirs + is_dir(added)).saturating_sub(is_dir(removed));
+        dir.entry_count = (dir.entry_count + u64::from(added.is_some()))
+            .saturating_sub(u64::from(removed.is_some()));
         if let Some(a) = dir.attrs.as_mut() {
             let now = now_ns();
             a.mtime_ns = now;
@@ -200,6 +202,7 @@ impl MetaStore {
             durable_seq: AtomicU64::new(transno),
             delegations: Delegations::default(),
         };
+        store.check_format()?;
         if server_id == 0 && store.record(handle::ROOT)?.is_none() {
             let _guard = store.lock();
             let mut txn = Txn::default();
@@ -220,6 +223,31 @@ impl MetaStore {
             store.kv.sync()?;
         }
         Ok(store)
+    }
+
+    /// Refuses a store whose keys another layout wrote (`keys::FORMAT`);
+    /// marks a new one with this layout.
+    fn check_format(&self) -> Result<()> {
+        match self.kv.get(keys::FORMAT_KEY)? {
+            Some(v) if keys::decode_u64(&v) == u64::from(keys::FORMAT) => Ok(()),
+            None if self.kv.get(keys::NEXT_HANDLE)?.is_none() => {
+                let _guard = self.lock();
+                let mut txn = Txn::default();
+                txn.batch.put(
+                    keys::FORMAT_KEY.to_vec(),
+                    keys::encode_u64(keys::FORMAT.into()),
+                );
+                self.apply(txn)?;
+                self.kv.sync()
+            }
+            found => Err(ShoalError::io(format!(
+                "this server's store was written in key layout {}, and this Shoal reads \
+                 layout {} only (directory entries sorted by their names' hash): start the \
+                 server on an empty data directory, with the files copied over through a mount",
+                found.map_or(1, |v| keys::decode_u64(&v)),
+                keys::FORMAT
+            ))),
+        }
     }
 
     pub fn kv(&self) -> &dyn KvEngine {
@@ -445,7 +473,7 @@ impl MetaStore {
             .filter_map(|(k, v)| {
                 let (handle, kind) = keys::decode_entry(&v)?;
                 Some(DirEntry {
-                    name: keys::name_of(&k),
+                    name: keys::entry_name_of(&k),
                     handle,
                     kind: kind as i32,
                 })
@@ -561,6 +589,7 @@ mod tests {
     use super::*;
     use crate::delegations::ServerItself;
     use crate::kv::MemEngine;
+    use shoal_proto::partitions::name_hash;
 
     #[test]
     fn server_zero_creates_the_root_once_and_handles_survive_reopen() {
@@ -590,7 +619,7 @@ mod tests {
     }
 
     #[test]
-    fn readdir_pages_through_entries_in_name_order() {
+    fn readdir_pages_through_entries_in_hash_order() {
         let store = MetaStore::open(Arc::new(MemEngine::default()), 0).unwrap();
         let mut txn = Txn::default();
         for i in 0..10 {
@@ -610,7 +639,12 @@ mod tests {
             .unwrap();
         assert_eq!(rest.len(), 6);
         assert!(done);
-        assert_eq!(rest[0].name, "f04");
+        let hashes: Vec<u64> = first
+            .iter()
+            .chain(&rest)
+            .map(|e| name_hash(&e.name))
+            .collect();
+        assert!(hashes.windows(2).all(|w| w[0] < w[1]), "{hashes:?}");
         assert!(!store.is_empty_dir(&ServerItself, handle::ROOT).unwrap());
         assert!(
             store.get(&ServerItself, handle::make(1, 5)).is_err(),

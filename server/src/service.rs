@@ -31,6 +31,7 @@ use crate::recovery::Recovery;
 use crate::replay::Kept;
 use crate::reply_cache::ReplyCache;
 use crate::request::Request;
+use crate::split_queue::Splits;
 use crate::stats::Stats;
 
 pub struct Service {
@@ -62,6 +63,8 @@ pub struct Service {
     /// The cluster secret, which signs and checks capabilities; `None` on a
     /// scratch cluster (no capabilities: data requests are not checked).
     pub secret: Option<Secret>,
+    /// Directory partitions queued to split (`partitions`).
+    pub splits: Splits,
 }
 
 /// What a handler returns: its reply message `M` (the reply of its
@@ -155,6 +158,7 @@ impl Service {
             started: Instant::now(),
             verifier,
             secret,
+            splits: Splits::default(),
         })
     }
 
@@ -252,6 +256,30 @@ impl Service {
         };
         shoal_proto::crash_point!(crash_points::COMMIT_BEFORE_REPLY);
         Ok((out, syncs))
+    }
+
+    /// A change the server makes for itself (a split's steps, `partitions`):
+    /// applied under the store's lock like a request's, every lease on
+    /// what it touched recalled, and durable before it returns whatever
+    /// `sync` says, as another server acts on it next. Nothing touched,
+    /// nothing applied.
+    pub fn change_itself<T>(
+        &self,
+        build: impl FnOnce(&mut Txn) -> Result<T, ShoalError>,
+    ) -> Result<T, ShoalError> {
+        let guard = self.meta.lock();
+        let mut txn = Txn::new(None);
+        let out = build(&mut txn)?;
+        let touched = txn.objects_touched();
+        if touched.is_empty() {
+            return Ok(out);
+        }
+        self.meta.apply(txn)?;
+        drop(guard);
+        self.leases
+            .changed(&mut crate::leases::Answer::default(), &touched);
+        self.commit.sync_now(&self.meta, &self.stats)?;
+        Ok(out)
     }
 
     /// Deletes the cached replies that have outlived `reply_cache::TTL`

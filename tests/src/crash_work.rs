@@ -98,8 +98,28 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Worker `w`'s directory on `side`, under the root.
-pub fn dir_name(w: u64, side: &str) -> String {
-    format!("w{w}{side}")
+pub fn dir_name(w: u64, side: &str, layout: Layout) -> String {
+    match layout {
+        Layout::Own => format!("w{w}{side}"),
+        Layout::Shared => format!("all{side}"),
+    }
+}
+
+/// Where the workers work: each in two directories of its own, or all in
+/// the same two (names carry their worker's id either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    Own,
+    Shared,
+}
+
+/// Whether directory entry `entry` is one worker `w` made (its names are
+/// a letter, the worker's id, a dash and a number).
+pub fn made_by(entry: &str, w: u64) -> bool {
+    entry
+        .get(1..)
+        .and_then(|rest| rest.split_once('-'))
+        .is_some_and(|(id, _)| id == w.to_string())
 }
 
 /// The side (index into [`SIDES`]) and entry name of a model name.
@@ -139,17 +159,21 @@ pub struct Found {
 
 impl Dirs {
     /// Worker `w`'s directories through `client`.
-    pub async fn native(client: &Client, w: u64) -> Dirs {
+    pub async fn native(client: &Client, w: u64, layout: Layout) -> Dirs {
         let mut dirs = [0; 2];
         for (d, side) in dirs.iter_mut().zip(SIDES) {
-            *d = client.lookup(ROOT, &dir_name(w, side)).await.unwrap().0;
+            *d = client
+                .lookup(ROOT, &dir_name(w, side, layout))
+                .await
+                .unwrap()
+                .0;
         }
         Dirs::Native(client.clone(), dirs)
     }
 
     /// Worker `w`'s directories under the mount point `mnt`.
-    pub fn mount(mnt: &Path, w: u64) -> Dirs {
-        Dirs::Mount(SIDES.map(|side| mnt.join(dir_name(w, side))))
+    pub fn mount(mnt: &Path, w: u64, layout: Layout) -> Dirs {
+        Dirs::Mount(SIDES.map(|side| mnt.join(dir_name(w, side, layout))))
     }
 
     pub fn via(&self) -> &'static str {

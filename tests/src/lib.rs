@@ -802,15 +802,18 @@ pub async fn across_a_crash<T: Send + 'static>(
     out
 }
 
-/// The names in directory `dir`, in the order the server lists them.
+/// The names in directory `dir`, sorted.
 pub async fn entry_names(client: &Client, dir: Handle) -> Vec<String> {
-    client
+    let mut names: Vec<String> = client
         .readdir_all(dir)
         .await
         .unwrap()
         .into_iter()
         .map(|e| e.name)
-        .collect()
+        .collect();
+    // Listings come in the names' hash order (server/src/keys.rs).
+    names.sort_unstable();
+    names
 }
 
 /// A directory whose entries (and, with colocate, whose files' metafiles)

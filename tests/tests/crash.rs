@@ -23,7 +23,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shoal_client::Client;
 use shoal_proto::handle::ROOT;
-use shoal_tests::crash_work::{dir_name, worker, Dirs, Model, SIDES};
+use shoal_tests::crash_work::{dir_name, made_by, worker, Dirs, Layout, Model, SIDES};
 use shoal_tests::{pattern, repair_to_zero, settled_fsck, Cluster, SharedMount};
 
 /// How long the workers work while servers crash, unless `SHOAL_CRASH_SECS`.
@@ -45,10 +45,11 @@ fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 /// Starts worker `w`'s process on the mount `mnt`.
-fn mount_worker(mnt: &std::path::Path, w: u64, secs: u64, seed: u64) -> Child {
+fn mount_worker(mnt: &std::path::Path, w: u64, secs: u64, seed: u64, layout: Layout) -> Child {
     Command::new(env!("CARGO_BIN_EXE_crash_worker"))
         .arg(mnt)
         .args([w, secs, seed].map(|n| n.to_string()))
+        .args((layout == Layout::Shared).then_some("shared"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -72,7 +73,7 @@ async fn mount_worker_model(w: u64, child: Child) -> Result<Model, String> {
 /// bytes differ. Returns how many acknowledged files were read.
 async fn verify(views: &[Dirs], models: &[Model], stage: &str, layouts: &Client) -> usize {
     let mut checked = 0;
-    for (fs, m) in views.iter().zip(models) {
+    for (w, (fs, m)) in views.iter().zip(models).enumerate() {
         let read = |name: &str| {
             let name = name.to_owned();
             async move {
@@ -150,7 +151,8 @@ async fn verify(views: &[Dirs], models: &[Model], stage: &str, layouts: &Client)
                 .list(side)
                 .await
                 .unwrap_or_else(|e| panic!("{stage}: list {prefix}: {e}"));
-            for entry in entries {
+            // A shared directory lists every worker's: this one's are checked.
+            for entry in entries.into_iter().filter(|e| made_by(e, w as u64)) {
                 let name = format!("{prefix}/{entry}");
                 assert!(
                     m.files.contains_key(&name) || m.maybe.contains_key(&name),
@@ -169,20 +171,27 @@ async fn verify(views: &[Dirs], models: &[Model], stage: &str, layouts: &Client)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_work_survives_random_sigkills_and_fsck_reclaims_the_rest() {
-    chaos("full").await;
+    chaos("full", Layout::Own).await;
 }
 
 /// The same with replayed commits: changes are answered before they are
 /// durable, and a killed server gets the ones it lost back from the clients.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_replayed_commits_acknowledged_work_survives_random_sigkills() {
-    chaos("replay").await;
+    chaos("replay", Layout::Own).await;
 }
 
-async fn chaos(sync: &str) {
+/// Every worker in the same two directories, which split over the servers
+/// (past 64 entries) while servers are killed, splits included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_directories_that_split_acknowledged_work_survives_random_sigkills() {
+    chaos("replay", Layout::Shared).await;
+}
+
+async fn chaos(sync: &str, layout: Layout) {
     let secs = env_u64("SHOAL_CRASH_SECS", CHAOS_SECS);
     let seed = env_u64("SHOAL_CRASH_SEED", SEED);
-    eprintln!("crash: sync = {sync}, {secs} s of chaos, seed {seed:#x}");
+    eprintln!("crash: sync = {sync}, {layout:?} directories, {secs} s of chaos, seed {seed:#x}");
     // With `replay`, group flushes 100 ms apart (not 5): more kills find
     // changes answered and not yet flushed, which their clients replay.
     let mut cluster = Cluster::builder()
@@ -190,12 +199,14 @@ async fn chaos(sync: &str) {
         .set("strip_size=65536")
         .set(&format!("sync={sync}"))
         .set("replay_flush_ms=100")
+        .set("split_entries=64")
         .start();
     let setup = cluster.client();
-    for w in 0..WORKERS {
-        for side in SIDES {
-            setup.mkdir(ROOT, &dir_name(w, side), 0o755).await.unwrap();
-        }
+    let dirs: std::collections::BTreeSet<String> = (0..WORKERS)
+        .flat_map(|w| SIDES.map(|side| dir_name(w, side, layout)))
+        .collect();
+    for name in &dirs {
+        setup.mkdir(ROOT, name, 0o755).await.unwrap();
     }
     let mnt = cluster.mount();
     let started = Instant::now();
@@ -209,11 +220,12 @@ async fn chaos(sync: &str) {
         .map(|w| {
             if w < NATIVE_WORKERS {
                 let client = cluster.client();
-                tokio::spawn(
-                    async move { worker(Dirs::native(&client, w).await, w, until, seed).await },
-                )
+                tokio::spawn(async move {
+                    let dirs = Dirs::native(&client, w, layout).await;
+                    worker(dirs, w, until, seed).await
+                })
             } else {
-                let child = mount_worker(&mnt, w, secs, seed);
+                let child = mount_worker(&mnt, w, secs, seed, layout);
                 tokio::spawn(mount_worker_model(w, child))
             }
         })
@@ -299,14 +311,14 @@ async fn chaos(sync: &str) {
     // First through the mount the workers wrote through, right away: what
     // its caches (and the kernel's) held across the restarts must be what
     // those workers wrote. Then through a fresh client, and a fresh mount.
-    let writers_mount: Vec<Dirs> = (0..WORKERS).map(|w| Dirs::mount(&mnt, w)).collect();
+    let writers_mount: Vec<Dirs> = (0..WORKERS).map(|w| Dirs::mount(&mnt, w, layout)).collect();
     let mut fresh = Vec::new();
     for w in 0..WORKERS {
-        fresh.push(Dirs::native(&client, w).await);
+        fresh.push(Dirs::native(&client, w, layout).await);
     }
     let second = SharedMount::new(&cluster);
     let second_mount: Vec<Dirs> = (0..WORKERS)
-        .map(|w| Dirs::mount(&second.path(), w))
+        .map(|w| Dirs::mount(&second.path(), w, layout))
         .collect();
     let stage = "after the crashes, through";
     let views = [
@@ -337,11 +349,13 @@ async fn chaos(sync: &str) {
     // Creates still work (the pools were not damaged by the repair).
     for (w, fs) in fresh.iter().enumerate() {
         let data = pattern(w as u64, 100_000);
-        let file = fs.create("a/after-repair").await.unwrap();
+        // Its own name, in a directory the workers may share.
+        let name = format!("a/z{w}-after-repair");
+        let file = fs.create(&name).await.unwrap();
         let written = fs.write(&file, Bytes::from(data.clone())).await.unwrap();
         assert_eq!(written, data.len());
         fs.fsync(file).await.unwrap();
-        let found = fs.read("a/after-repair").await.unwrap().expect("created");
+        let found = fs.read(&name).await.unwrap().expect("created");
         assert!(found.data == data, "after-repair in worker {w}'s directory");
     }
 }

@@ -49,7 +49,13 @@ async fn fsck_reports_and_repairs_what_crashes_leave() {
     // A directory left marked by an interrupted rmdir.
     let marked = client.mkdir(ROOT, "marked", 0o755).await.unwrap().handle;
     let _: Empty = client
-        .call::<ops::RmdirPrepare>(server_of(marked), &RmdirRequest { dir: marked })
+        .call::<ops::RmdirPrepare>(
+            server_of(marked),
+            &RmdirRequest {
+                dir: marked,
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     // A local file no record owns, old enough not to be a move in progress.

@@ -27,6 +27,12 @@ async fn list(c: &Client, dir: Handle) -> (Vec<String>, u32) {
     (entries.into_iter().map(|e| e.name).collect(), attr.mode)
 }
 
+fn sorted(names: &[String]) -> Vec<&str> {
+    let mut v: Vec<&str> = names.iter().map(String::as_str).collect();
+    v.sort_unstable();
+    v
+}
+
 /// Starts `c`'s walk as `ls -R` does: lists `top`, then opens `d0`, which
 /// that listing showed, so that `d0`'s listing reads its `n` subdirectories
 /// ahead; waits until they are brought.
@@ -74,26 +80,29 @@ async fn a_walk_reads_each_directory_once_and_ahead_of_opening_it() {
         .set("dir_delegations=false")
         .start();
     let (w, r) = cluster.two_clients().await;
-    let (top, ds, _) = tree(&w, 3).await;
+    let (top, _, _) = tree(&w, 3).await;
 
     let ((), messages) = cluster
         .messages_during(&r, async {
-            // A depth-first walk, as ls -R's.
+            // A depth-first walk, as ls -R's, in listing order (the
+            // names' hash order).
             let (names, _) = list(&r, top).await;
-            assert_eq!(names, ["d0", "d1", "d2"]);
-            for d in &ds {
-                let (names, _) = list(&r, *d).await;
-                assert_eq!(names, ["s0", "s1", "s2"]);
-                for s in ["s0", "s1", "s2"] {
-                    let (h, _) = r.lookup(*d, s).await.unwrap();
+            assert_eq!(sorted(&names), ["d0", "d1", "d2"]);
+            for d in &names {
+                let (d, _) = r.lookup(top, d).await.unwrap();
+                let (subs, _) = list(&r, d).await;
+                assert_eq!(sorted(&subs), ["s0", "s1", "s2"]);
+                for s in &subs {
+                    let (h, _) = r.lookup(d, s).await.unwrap();
                     assert_eq!(list(&r, h).await.0, ["f"]);
                 }
             }
         })
         .await;
     let ahead = r.read_ahead_listings();
-    // d0 is opened before the walk is seen: its listing and those of the
-    // top, d1 and d2 (shown before that) are read as they open; the nine
+    // The first dK is opened before the walk is seen: its listing and those
+    // of the top and the other two (shown before that) are read as they
+    // open; the nine
     // sJ's are read ahead, every one used.
     assert_eq!(ahead.used, 9, "{ahead}");
     assert_eq!(ahead.dropped, 0, "{ahead}");

@@ -222,6 +222,8 @@ async fn correct_client_works(cluster: &Cluster, round: u32) {
         .into_iter()
         .map(|e| e.name)
         .collect();
+    let mut names = names;
+    names.sort_unstable();
     assert_eq!(names, vec!["a", "b"]);
 }
 

@@ -118,9 +118,10 @@ pub fn stat(cfg: &ConfigArg, path: &str, layout: bool, json: bool) -> Result<()>
         let (client, paths) = open(cfg, &[path.to_string()]).await?;
         let (h, _) = client.resolve(&paths[0]).await?;
         let a = client.getattr(h).await?;
-        let layout = match (layout, a.kind) {
-            (true, FileKind::File) => Some(client.layout(h).await?),
-            _ => None,
+        let (layout, partitions) = match (layout, a.kind) {
+            (true, FileKind::File) => (Some(client.layout(h).await?), None),
+            (true, FileKind::Directory) => (None, Some(client.dir_partitions(h).await?)),
+            _ => (None, None),
         };
         if json {
             let mut v = serde_json::json!({
@@ -145,6 +146,21 @@ pub fn stat(cfg: &ConfigArg, path: &str, layout: bool, json: bool) -> Result<()>
                         "server": s,
                     })).collect::<Vec<_>>(),
                 });
+            }
+            if let Some(parts) = &partitions {
+                v["partitions"] = parts
+                    .iter()
+                    .map(|p| {
+                        serde_json::json!({
+                            "index": p.partition_index,
+                            "depth": p.partition_depth,
+                            "handle": format!("{:#x}", p.handle),
+                            "server": shoal_proto::handle::server_of(p.handle),
+                            "entries": p.entry_count,
+                            "splitting": p.split_pending != 0,
+                        })
+                    })
+                    .collect();
             }
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             return Ok(());
@@ -174,6 +190,30 @@ pub fn stat(cfg: &ConfigArg, path: &str, layout: bool, json: bool) -> Result<()>
             }
             for (i, (d, s)) in l.datafiles.iter().enumerate() {
                 println!("  dfile {i}: {d:#x} on server {s}");
+            }
+        }
+        if let Some(parts) = partitions {
+            match parts.len() {
+                1 => println!(
+                    " split: no: its entries are on server {}",
+                    shoal_proto::handle::server_of(h)
+                ),
+                n => println!(" split: {n} partitions"),
+            }
+            for p in parts.iter().filter(|_| parts.len() > 1) {
+                println!(
+                    "  part {}: {:#x} on server {}, depth {}, {} entries{}",
+                    p.partition_index,
+                    p.handle,
+                    shoal_proto::handle::server_of(p.handle),
+                    p.partition_depth,
+                    p.entry_count,
+                    if p.split_pending != 0 {
+                        ", splitting"
+                    } else {
+                        ""
+                    }
+                );
             }
         }
         Ok(())

@@ -70,6 +70,15 @@ pub(crate) fn on_recall(inner: Weak<Inner>) -> OnRecall {
         if let Recalled::Delegations(dirs) = what {
             return crate::namespace::delegated::recalled(inner, dirs);
         }
+        // A split directory's partition recalled is the directory recalled.
+        let what = match what {
+            Recalled::Objects(mut handles) => {
+                let dirs = inner.partitions.directories_of(&handles);
+                handles.extend(dirs);
+                Recalled::Objects(handles)
+            }
+            other => other,
+        };
         inner.drop_recalled(&what);
         match inner.leases.hook.get() {
             Some(hook) => hook(&what),

@@ -2,8 +2,9 @@
 //! caches (`cache`, `name_cache`), the leases servers grant and recall
 //! (`leases`, its ledger in `lease_ledger`), directories whose every entry
 //! is known (`known_dirs`), directory delegations and the creates answered
-//! under them (`delegations`), and the kept changes of `sync = "replay"`
-//! (`kept_changes`).
+//! under them (`delegations`), the kept changes of `sync = "replay"`
+//! (`kept_changes`), and the partitions of split directories
+//! (`partition_maps`).
 
 pub mod cache;
 pub(crate) mod delegations;
@@ -12,3 +13,4 @@ pub(crate) mod known_dirs;
 pub(crate) mod lease_ledger;
 pub(crate) mod leases;
 pub(crate) mod name_cache;
+pub(crate) mod partition_maps;

@@ -312,10 +312,13 @@ impl Client {
             mtime_ns: at(set.mtime),
         };
         if req.mask != 0 {
-            let _: SetAttrReply = self
+            let reply: SetAttrReply = self
                 .pool()
                 .call::<ops::SetAttr>(server_of(h), self.cred, &req)
                 .await?;
+            if let Some(rec) = reply.object {
+                self.set_partitions_attrs(h, &rec, &req).await?;
+            }
         }
         if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() {
             self.inner.caps.remove(&(h, self.cred));
@@ -355,7 +358,7 @@ impl Client {
             )
             .await?;
         self.hint_xattr_changed(h, name, Some(value));
-        Ok(())
+        self.hint_to_partitions(h, name, Some(value)).await
     }
 
     pub async fn getxattr(&self, h: Handle, name: &str) -> Result<Vec<u8>> {
@@ -400,7 +403,7 @@ impl Client {
             )
             .await?;
         self.hint_xattr_changed(h, name, None);
-        Ok(())
+        self.hint_to_partitions(h, name, None).await
     }
 
     /// Capacity summed over every server.

@@ -312,11 +312,6 @@ impl Client {
         stuffed: bool,
         colocate: bool,
     ) -> Result<Made> {
-        let server = if colocate {
-            server_of(dir)
-        } else {
-            self.pick_server()
-        };
         let request = CreateFileRequest {
             attrs: Some(mode_only(mode)),
             num_dfiles: layout.num_dfiles,
@@ -331,9 +326,28 @@ impl Client {
             },
             write_threshold: layout.write_threshold,
         };
-        let send = self
-            .pool()
-            .call_leasing::<ops::CreateFile>(server, self.cred, &request);
+        // With colocate the file is made beside its entry, on the server of
+        // the name's partition; else on any server.
+        let send = async {
+            if !colocate {
+                return self
+                    .pool()
+                    .call_leasing::<ops::CreateFile>(self.pick_server(), self.cred, &request)
+                    .await;
+            }
+            self.in_partition(dir, name, |to| {
+                let request = CreateFileRequest {
+                    dir: to,
+                    ..request.clone()
+                };
+                async move {
+                    self.pool()
+                        .call_leasing::<ops::CreateFile>(server_of(to), self.cred, &request)
+                        .await
+                }
+            })
+            .await
+        };
         // With colocate the entry is made in the same request.
         let asked = Instant::now();
         let (reply, lease) = self

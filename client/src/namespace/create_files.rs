@@ -38,7 +38,10 @@ impl Client {
         mode: u32,
     ) -> Result<Vec<Result<Attr>>> {
         let settings = &self.config().settings;
-        let mut batched = settings.colocate && (settings.precreate || settings.stuffing);
+        // A split directory's names go to their partitions one by one.
+        let mut batched = settings.colocate
+            && (settings.precreate || settings.stuffing)
+            && self.inner.partitions.known(dir).is_none();
         let mut out = Vec::with_capacity(names.len());
         for chunk in names.chunks(PER_MESSAGE) {
             let made = match batched {
@@ -47,9 +50,9 @@ impl Client {
             };
             match made {
                 Ok(made) => out.extend(made),
-                Err(e) if e.errno == Errno::ENOTSUP => {
-                    // The directory's files take from the pools: so will
-                    // the next chunk's.
+                Err(e) if [Errno::ENOTSUP, Errno::MOVED, Errno::SPLITTING].contains(&e.errno) => {
+                    // The directory's files take from the pools, or it is
+                    // split: so will the next chunk's be.
                     batched = false;
                     for name in chunk {
                         out.push(self.create(dir, name, mode).await);

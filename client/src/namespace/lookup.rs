@@ -84,14 +84,19 @@ impl Client {
         name: &str,
         want_attrs: bool,
     ) -> Result<(LookupReply, Option<Instant>)> {
-        let request = LookupRequest {
-            dir,
-            name: name.to_string(),
-            want_attrs,
-        };
         let (reply, lease) = self
-            .pool()
-            .call_leasing::<ops::Lookup>(server_of(dir), self.cred, &request)
+            .in_partition(dir, name, |to| {
+                let request = LookupRequest {
+                    dir: to,
+                    name: name.to_string(),
+                    want_attrs,
+                };
+                async move {
+                    self.pool()
+                        .call_leasing::<ops::Lookup>(server_of(to), self.cred, &request)
+                        .await
+                }
+            })
             .await?;
         self.inner.leases.note(dir, lease);
         Ok((reply, lease))

@@ -19,6 +19,7 @@ mod link;
 pub(crate) mod listings_ahead;
 mod lookup;
 pub(crate) mod open_files;
+pub(crate) mod partitions;
 mod readdir;
 pub(crate) mod readdirplus;
 mod remove;
@@ -122,9 +123,17 @@ impl Client {
             replace: false,
             created_under,
         };
-        let send = self
-            .pool()
-            .call::<ops::CrDirEnt>(server_of(dir), self.cred, &request);
+        let send = self.in_partition(dir, name, |to| {
+            let request = CrDirEntRequest {
+                dir: to,
+                ..request.clone()
+            };
+            async move {
+                self.pool()
+                    .call::<ops::CrDirEnt>(server_of(to), self.cred, &request)
+                    .await
+            }
+        });
         let asked = Instant::now();
         let reply = self
             .change_entries(

@@ -5,6 +5,8 @@ use shoal_proto::error::{Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::ops;
+use shoal_proto::partitions::{self as parts, name_hash};
+use shoal_proto::ObjectKind;
 use std::time::Instant;
 
 use super::{entry_kind, file_kind};
@@ -60,7 +62,11 @@ impl Client {
             .await
     }
 
-    /// [`readdir_request`](Self::readdir_request), always asked for.
+    /// [`readdir_request`](Self::readdir_request), always asked for. A
+    /// split directory's partitions are listed one after another in hash
+    /// order (`shoal_proto::partitions`), each from the place in that order
+    /// where the batch stands, so that `start_after` stays a good cookie
+    /// across splits.
     pub(crate) async fn readdir_request_sent(
         &self,
         dir: Handle,
@@ -68,44 +74,88 @@ impl Client {
         max: u32,
         with_dir: bool,
     ) -> Result<(Vec<DirEntry>, bool, Option<ObjectRecord>, Option<Instant>)> {
-        let request = ReaddirRequest {
-            dir,
-            start_after: start_after.to_string(),
-            max,
-            with_dir,
-        };
         // A change of this client's sent or answered while the listing is
         // on its way may be newer than it, and its own changes are not
         // recalled from it: its names are then not cached (a read-ahead's
         // reply comes while the program goes on, unlinking or renaming).
         let changes = self.pool().metadata_changes();
-        let (reply, lease) = self
-            .pool()
-            .call_leasing::<ops::Readdir>(server_of(dir), self.cred, &request)
-            .await?;
-        self.inner.leases.note(dir, lease);
-        let mut named = Vec::with_capacity(reply.entries.len());
-        let entries = reply
-            .entries
-            .into_iter()
-            .map(|e| {
-                let kind = entry_kind(e.kind)?;
-                named.push((e.handle, kind));
-                Ok(DirEntry {
-                    name: e.name,
-                    handle: e.handle,
-                    kind: file_kind(kind)?,
+        let mut listed = Listed::default();
+        // Where in hash order the batch stands.
+        let mut at = match start_after {
+            "" => 0,
+            name => name_hash(name),
+        };
+        let done = loop {
+            let after = listed
+                .entries
+                .last()
+                .map_or(start_after, |e| e.name.as_str());
+            let request = ReaddirRequest {
+                dir,
+                start_after: after.to_string(),
+                max: max - listed.entries.len() as u32,
+                with_dir: true,
+            };
+            let pick = || match self.inner.partitions.known(dir) {
+                Some(known) => known[parts::route(&known, at) as usize],
+                None => dir,
+            };
+            let (reply, lease) = self
+                .retried(dir, pick, false, |to| {
+                    let request = ReaddirRequest {
+                        dir: to,
+                        ..request.clone()
+                    };
+                    async move {
+                        self.pool()
+                            .call_leasing::<ops::Readdir>(server_of(to), self.cred, &request)
+                            .await
+                    }
                 })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        if reply.searchable && self.pool().metadata_changes() == changes {
+                .await?;
+            self.inner.leases.note(dir, lease);
+            let part = reply
+                .dir
+                .clone()
+                .ok_or_else(|| ShoalError::protocol(format!("no record with listing {dir:#x}")))?;
+            self.inner.partitions.learn(dir, &part);
+            let (index, depth) = (part.partition_index, part.partition_depth);
+            if !parts::holds(index, depth, at) {
+                // Split off since this client knew of it: its record names
+                // the partitions split from it.
+                continue;
+            }
+            listed.add(reply, lease, at)?;
+            if part.handle == dir {
+                listed.dir = Some(part);
+            }
+            if !listed.last_done {
+                break false;
+            }
+            match parts::last_hash(index, depth) {
+                u64::MAX => break true,
+                last => at = last + 1,
+            }
+            if listed.entries.len() as u32 >= max {
+                break false;
+            }
+        };
+        let Listed {
+            entries,
+            named,
+            searchable,
+            lease,
+            dir: record,
+            ..
+        } = listed;
+        if searchable && self.pool().metadata_changes() == changes {
             let names = entries.iter().map(|e| e.name.as_str());
             self.inner
                 .names
                 .put_many(dir, self.cred, names.zip(named), lease);
         }
         self.inner.undo_if_recalled([(dir, lease)]);
-        Ok((entries, reply.done, reply.dir, lease))
+        Ok((entries, done, record.filter(|_| with_dir), lease))
     }
 
     /// Every entry of `dir`, fetched in batches of the cluster's readdir size.
@@ -120,5 +170,63 @@ impl Client {
                 return Ok(all);
             }
         }
+    }
+}
+
+/// A batch gathered from one or more partitions of a directory.
+struct Listed {
+    entries: Vec<DirEntry>,
+    named: Vec<(Handle, ObjectKind)>,
+    /// Whether the caller may search every partition listed.
+    searchable: bool,
+    /// The earliest lease of the partitions' replies.
+    lease: Option<Instant>,
+    /// The directory's own record, if listed.
+    dir: Option<ObjectRecord>,
+    /// Whether the last partition listed is through.
+    last_done: bool,
+    /// Partitions' replies added.
+    replies: usize,
+}
+
+impl Default for Listed {
+    fn default() -> Listed {
+        Listed {
+            entries: Vec::new(),
+            named: Vec::new(),
+            searchable: true,
+            lease: None,
+            dir: None,
+            last_done: false,
+            replies: 0,
+        }
+    }
+}
+
+impl Listed {
+    /// Adds one partition's reply, leased until `lease`; entries before
+    /// `at` in hash order are ones listed already.
+    fn add(&mut self, reply: ReaddirReply, lease: Option<Instant>, at: u64) -> Result<()> {
+        self.searchable &= reply.searchable;
+        self.lease = match self.replies {
+            0 => lease,
+            _ => self.lease.zip(lease).map(|(a, b)| a.min(b)),
+        };
+        self.replies += 1;
+        self.last_done = reply.done;
+        for e in reply
+            .entries
+            .into_iter()
+            .filter(|e| name_hash(&e.name) >= at)
+        {
+            let kind = entry_kind(e.kind)?;
+            self.named.push((e.handle, kind));
+            self.entries.push(DirEntry {
+                name: e.name,
+                handle: e.handle,
+                kind: file_kind(kind)?,
+            });
+        }
+        Ok(())
     }
 }

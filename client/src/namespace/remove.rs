@@ -125,25 +125,20 @@ impl Client {
             // The entry was a leftover of an interrupted move: the directory
             // lives on under its true name.
             self.abort_rmdir(h).await;
+            return Ok(());
+        }
+        // A split directory's other partitions, empty and marked too.
+        for p in self.other_partitions(h) {
+            self.remove_object(
+                p,
+                RemoveRequest {
+                    handle: p,
+                    ..Default::default()
+                },
+            )
+            .await?;
         }
         Ok(())
-    }
-
-    pub(super) async fn prepare_rmdir(&self, h: Handle) -> Result<()> {
-        self.pool()
-            .call::<ops::RmdirPrepare>(server_of(h), self.cred, &RmdirRequest { dir: h })
-            .await
-            .map(|_| ())
-    }
-
-    pub(super) async fn abort_rmdir(&self, h: Handle) {
-        if let Err(e) = self
-            .pool()
-            .call::<ops::RmdirAbort>(server_of(h), self.cred, &RmdirRequest { dir: h })
-            .await
-        {
-            tracing::warn!("could not clear the removal mark of {h:#x}: {e}");
-        }
     }
 
     pub(super) async fn remove_entry(&self, req: RmDirEntRequest) -> Result<(Handle, FileKind)> {
@@ -156,9 +151,17 @@ impl Client {
         req: RmDirEntRequest,
     ) -> Result<(RmDirEntReply, FileKind)> {
         let (dir, name) = (req.dir, req.name.clone());
-        let send = self
-            .pool()
-            .call::<ops::RmDirEnt>(server_of(dir), self.cred, &req);
+        let send = self.in_partition(dir, &name, |to| {
+            let req = RmDirEntRequest {
+                dir: to,
+                ..req.clone()
+            };
+            async move {
+                self.pool()
+                    .call::<ops::RmDirEnt>(server_of(to), self.cred, &req)
+                    .await
+            }
+        });
         let asked = Instant::now();
         let reply = self
             .change_entries(

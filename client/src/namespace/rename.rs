@@ -216,24 +216,18 @@ impl Client {
             no_replace,
         } = m;
         if dir == new_dir {
-            let reply: RenameEntryReply = self
-                .pool()
-                .call::<ops::RenameEntry>(
-                    server_of(dir),
-                    self.cred,
-                    &RenameEntryRequest {
-                        dir,
-                        old_name: name.to_string(),
-                        new_name: new_name.to_string(),
-                        no_replace,
-                    },
-                )
-                .await?;
-            if !reply.touched {
-                // The object lives elsewhere: its ctime changes there.
-                self.set_parent(h, dir).await?;
+            if let Some(reply) = self
+                .rename_in_partition(dir, name, new_name, no_replace)
+                .await?
+            {
+                if !reply.touched {
+                    // The object lives elsewhere: its ctime changes there.
+                    self.set_parent(h, dir).await?;
+                }
+                return Ok(Some((reply.replaced_handle, reply.replaced_kind)));
             }
-            return Ok(Some((reply.replaced_handle, reply.replaced_kind)));
+            // The names are in different partitions of a split directory:
+            // moved as between two directories.
         }
         let is_dir = kind == ObjectKind::Directory;
         if !is_dir {
@@ -241,19 +235,21 @@ impl Client {
             self.count_link(h).await?;
         }
         let added: Result<CrDirEntReply> = self
-            .pool()
-            .call::<ops::CrDirEnt>(
-                server_of(new_dir),
-                self.cred,
-                &CrDirEntRequest {
-                    dir: new_dir,
+            .in_partition(new_dir, new_name, |to| {
+                let request = CrDirEntRequest {
+                    dir: to,
                     name: new_name.to_string(),
                     handle: h,
                     kind: kind as i32,
                     replace: !no_replace,
                     created_under: None,
-                },
-            )
+                };
+                async move {
+                    self.pool()
+                        .call::<ops::CrDirEnt>(server_of(to), self.cred, &request)
+                        .await
+                }
+            })
             .await;
         let added = match added {
             Ok(a) => a,
@@ -284,6 +280,46 @@ impl Client {
             self.drop_link(h, false).await?;
         }
         Ok(Some((added.replaced_handle, added.replaced_kind)))
+    }
+
+    /// Renames `name` to `new_name` in `dir` with one `RenameEntry` when both
+    /// names are in one partition (always, unless `dir` is split); None
+    /// when they are not.
+    async fn rename_in_partition(
+        &self,
+        dir: Handle,
+        name: &str,
+        new_name: &str,
+        no_replace: bool,
+    ) -> Result<Option<RenameEntryReply>> {
+        let partitions = &self.inner.partitions;
+        loop {
+            let to = partitions.route(dir, name);
+            if to != partitions.route(dir, new_name) {
+                return Ok(None);
+            }
+            let request = RenameEntryRequest {
+                dir: to,
+                old_name: name.to_string(),
+                new_name: new_name.to_string(),
+                no_replace,
+            };
+            let asked = self
+                .retried(
+                    dir,
+                    || to,
+                    false,
+                    |to| {
+                        self.pool()
+                            .call::<ops::RenameEntry>(server_of(to), self.cred, &request)
+                    },
+                )
+                .await;
+            match asked {
+                Err(e) if e.errno == Errno::MOVED => self.learn_partitions(dir, to).await?,
+                other => return other.map(Some),
+            }
+        }
     }
 
     /// Sets the directory that names `h` (and its ctime, see

@@ -44,7 +44,9 @@ fn admit_one(user: &Cred, op: Op, acts_for: &Cred, body: &[u8]) -> Result<(), Sh
         |e: prost::DecodeError| ShoalError::protocol(format!("{} request body: {e}", op.name()));
     match op {
         // fsck's scans, a gathering server's write-out, a server's recall.
-        Op::Scan | Op::WriteExtents | Op::Recall => servers_only("the operation"),
+        Op::Scan | Op::WriteExtents | Op::Recall | Op::PutPartition | Op::AddPartition => {
+            servers_only("the operation")
+        }
         // What no entry names, or a directory whose entry went (fsck
         // removes anything).
         Op::Remove => {

@@ -183,7 +183,7 @@ pub fn listxattr(s: &Service, r: &Request, q: ListXattrRequest) -> Result<Reply<
             .kv()
             .scan(&keys::xattrs(q.handle), None, usize::MAX)?
             .into_iter()
-            .map(|(k, _)| keys::name_of(&k)),
+            .map(|(k, _)| keys::xattr_name_of(&k)),
     );
     Ok(Reply::new(ListXattrReply { names }))
 }

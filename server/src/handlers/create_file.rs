@@ -30,6 +30,7 @@ use super::hints;
 use crate::auth::caps;
 use crate::auth::perms::{self, W, X};
 use crate::meta_store::{new_attrs, Txn};
+use crate::partitions;
 use crate::pools::FILL_WAIT;
 use crate::request::{Request, Result};
 use crate::service::{require, Reply, Service};
@@ -198,6 +199,9 @@ pub fn create_file(
         })?;
         if let Some((reply, taken)) = made {
             s.pools.taken(&taken);
+            if let Some(dir) = &reply.dir {
+                partitions::grown(s, dir);
+            }
             if let Some(rec) = &reply.object {
                 offer_new(s, r, rec);
             }
@@ -258,6 +262,9 @@ fn create_without_metafile(
         txn.record_reply(&reply);
         Ok(reply)
     })?;
+    if let Some(dir) = &reply.dir {
+        partitions::grown(s, dir);
+    }
     if let Some(rec) = &reply.object {
         offer_new(s, r, rec);
     }
@@ -286,6 +293,7 @@ fn entry_dir(
     under: &DirHints,
 ) -> Result<ObjectRecord> {
     let rec = writable_dir(s, r, dir, name)?;
+    partitions::check_name(s, &rec, name)?;
     hints::check_unchanged(&rec, under, name)?;
     name_free(s, r, dir, name)?;
     Ok(rec)

@@ -31,6 +31,7 @@ use super::hints;
 use crate::auth::caps;
 use crate::delegations::Stop;
 use crate::meta_store::new_attrs;
+use crate::partitions;
 use crate::request::{Request, Result};
 use crate::service::{require, Reply, Service};
 
@@ -61,6 +62,10 @@ pub fn create_files(
         // The layout comes from the directory as this transaction reads it:
         // no hint can change in between.
         let mut dir = writable_dir(s, r, q.dir, &format!("{} names", q.names.len()))?;
+        // A name of another partition sends the whole batch back, unmade.
+        for name in &q.names {
+            partitions::check_name(s, &dir, name)?;
+        }
         let layout = new_file(&hints::of(&dir), &s.config);
         let stuffed = s.config.settings.stuffing && q.stuffed && layout.num_dfiles > 1;
         takes_nothing_from_the_pools(s, q.dir, &layout, stuffed)?;
@@ -139,6 +144,9 @@ pub fn create_files(
     // would have that client's unlink or write of each one wait for a
     // recall of its own (mdtest -N 1 removes every file another process
     // made). The maker drops the lease it noted under the delegation.
+    if let Some(dir) = &reply.dir {
+        partitions::grown(s, dir);
+    }
     if !s.leases.recalling_delegation(q.dir, r.header.client.client) {
         for rec in reply.files.iter().filter_map(|f| f.object.as_ref()) {
             offer_new(s, r, rec);

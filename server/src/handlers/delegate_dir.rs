@@ -28,7 +28,10 @@ pub fn delegate_dir(
         // A delegation another holds is recalled here (the read meets it).
         let dir = writable_dir(s, r, q.dir, "delegated files")?;
         let current = dir.entries_version == q.entries_version;
+        // A split directory's creates go to every server: none is delegated.
+        let split = dir.partition_of != 0 || dir.partition_depth > 0 || dir.split_pending != 0;
         if !current
+            || split
             || s.leases.held_by_others(q.dir, client)
             || !s.meta.delegations.grant(q.dir, client)
         {

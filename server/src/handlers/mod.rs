@@ -137,6 +137,8 @@ handlers! {
     DelegateDir => delegate_dir::delegate_dir, decoded, never;
     RemoveFiles => remove_files::remove_files, decoded, (remove_files::removes_in_memory);
     WithdrawLock => locks::withdraw_lock, decoded, always;
+    PutPartition => crate::partitions::put_partition, decoded, never;
+    AddPartition => crate::partitions::add_partition, decoded, never;
 }
 
 impl Service {

@@ -25,6 +25,7 @@ use crate::auth::access::{record_anywhere, Owners};
 use crate::auth::caps;
 use crate::auth::perms::{self, R, W, X};
 use crate::meta_store::{new_attrs, touch_ctime, Txn};
+use crate::partitions;
 use crate::request::{Request, Result};
 use crate::service::{Reply, Service};
 
@@ -35,12 +36,12 @@ const MAX_READDIR: u32 = 4096;
 
 pub fn lookup(s: &Service, r: &Request, q: LookupRequest) -> Result<Reply<LookupReply>> {
     check_name(&q.name)?;
-    let dir = s.meta.get_dir(r, q.dir)?;
+    let dir = partitions::dir_holding(s, r, q.dir, &q.name)?;
     perms::require(&r.cred, &dir, X, &format!("lookup of {:?}", q.name))?;
-    let (handle, kind) = s
-        .meta
-        .lookup(r, q.dir, &q.name)?
-        .ok_or_else(|| ShoalError::not_found(&q.name))?;
+    let Some((handle, kind)) = s.meta.lookup(r, q.dir, &q.name)? else {
+        partitions::not_found_after(s, r, &dir, &q.name)?;
+        return Err(ShoalError::not_found(&q.name).into());
+    };
     r.offer(q.dir, q.dir);
     let mut reply = LookupReply {
         handle,
@@ -227,7 +228,7 @@ pub fn crdirent(s: &Service, r: &Request, q: CrDirEntRequest) -> Result<Reply<Cr
     let doing = format!("adding entry {:?}", q.name);
     let owners = Owners::prefetch(s, r, q.dir, &[&q.name])?;
     let (reply, syncs) = s.change(r, |txn| {
-        let dir = s.meta.get_dir(r, q.dir)?;
+        let dir = partitions::dir_holding(s, r, q.dir, &q.name)?;
         perms::require(&r.cred, &dir, W | X, &doing)?;
         if dir.removing {
             return Err(
@@ -256,6 +257,9 @@ pub fn crdirent(s: &Service, r: &Request, q: CrDirEntRequest) -> Result<Reply<Cr
         txn.record_reply(&reply);
         Ok(reply)
     })?;
+    if let Some(dir) = &reply.dir {
+        partitions::grown(s, dir);
+    }
     Ok(Reply::new(reply).with_syncs(syncs))
 }
 
@@ -398,12 +402,12 @@ fn entry_to_change(
     name: &str,
     doing: &str,
 ) -> Result<(ObjectRecord, Handle, ObjectKind)> {
-    let rec = s.meta.get_dir(r, dir)?;
+    let rec = partitions::dir_holding(s, r, dir, name)?;
     perms::require(&r.cred, &rec, W | X, doing)?;
-    let (h, kind) = s
-        .meta
-        .lookup(r, dir, name)?
-        .ok_or_else(|| ShoalError::not_found(name))?;
+    let Some((h, kind)) = s.meta.lookup(r, dir, name)? else {
+        partitions::not_found_after(s, r, &rec, name)?;
+        return Err(ShoalError::not_found(name).into());
+    };
     Ok((rec, h, kind))
 }
 
@@ -441,6 +445,9 @@ pub fn rename_entry(
     let owners = Owners::prefetch(s, r, q.dir, &[&q.old_name, &q.new_name])?;
     let (reply, syncs) = s.change(r, |txn| {
         let (dir, h, kind) = entry_to_change(s, r, q.dir, &q.old_name, &doing)?;
+        // Both names in this partition: the client renames across
+        // partitions as across directories.
+        partitions::check_name(s, &dir, &q.new_name)?;
         let mut reply = RenameEntryReply::default();
         if q.old_name == q.new_name {
             txn.record_reply(&reply);
@@ -476,9 +483,11 @@ pub fn rename_entry(
 
 pub fn readdir(s: &Service, r: &Request, q: ReaddirRequest) -> Result<Reply<ReaddirReply>> {
     let dir = s.meta.get_dir(r, q.dir)?;
+    partitions::check_whole(s, &dir)?;
     perms::require(&r.cred, &dir, R, "listing")?;
     let max = q.max.clamp(1, MAX_READDIR) as usize;
     let (entries, done) = s.meta.readdir(r, q.dir, &q.start_after, max)?;
+    partitions::listed_whole(s, r, &dir)?;
     r.offer(q.dir, q.dir);
     Ok(Reply::new(ReaddirReply {
         entries,
@@ -533,6 +542,10 @@ fn set_removing(s: &Service, r: &Request, q: RmdirRequest, removing: bool) -> Re
     }
     let ((), syncs) = s.change(r, |txn| {
         let mut dir = s.meta.get_dir(r, q.dir)?;
+        partitions::check_whole(s, &dir)?;
+        if removing && !q.partitions_marked {
+            partitions::check_unsplit(&dir)?;
+        }
         if removing && !s.meta.is_empty_dir(r, q.dir)? {
             return Err(ShoalError::new(Errno::ENOTEMPTY, "directory not empty").into());
         }

@@ -19,6 +19,7 @@ use super::namespace::{changes_dir_in_memory, may_free_local_files, remove_entry
 use crate::auth::access::Owners;
 use crate::auth::perms::{self, W, X};
 use crate::delegations::Stop;
+use crate::partitions;
 use crate::request::{Request, Result};
 use crate::service::{Reply, Service};
 
@@ -62,6 +63,9 @@ pub fn remove_files(
         // changes the record the next one starts from.
         let mut dir = s.meta.get_dir(r, q.dir)?;
         perms::require(&r.cred, &dir, W | X, &doing)?;
+        for name in &q.names {
+            partitions::check_name(s, &dir, name)?;
+        }
         let mut given = HashSet::with_capacity(q.names.len());
         let mut files = Vec::with_capacity(q.names.len());
         let mut gone = Vec::new();

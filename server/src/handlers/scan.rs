@@ -43,7 +43,7 @@ pub fn scan(s: &Service, r: &Request, q: ScanRequest) -> Result<Reply<ScanReply>
                 {
                     reply.entries.push(ScannedEntry {
                         dir,
-                        name: keys::name_of(k),
+                        name: keys::entry_name_of(k),
                         handle,
                         kind: kind as i32,
                     });
