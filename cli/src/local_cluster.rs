@@ -103,6 +103,7 @@ impl LocalCluster {
                         id,
                         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
                         data: self.dir.join(format!("server-{id}")),
+                        metrics_addr: None,
                     })
                     .collect(),
             }

@@ -28,6 +28,7 @@ pub mod listener;
 pub mod local_file;
 pub mod locks;
 pub mod meta_store;
+pub mod metrics_endpoint;
 pub mod peers;
 pub mod pools;
 pub mod recovery;
@@ -62,6 +63,14 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
         let listener = TcpListener::bind(entry.addr).await.map_err(|e| {
             ShoalError::from(e).context(format!("server {id}: cannot listen on {}", entry.addr))
         })?;
+        let metrics_listener = match entry.metrics_addr {
+            Some(addr) => Some(shoal_metrics::endpoint::bind(addr).await.map_err(|e| {
+                ShoalError::from(e).context(format!(
+                    "server {id}: cannot serve metrics on {addr} (its metrics_addr)"
+                ))
+            })?),
+            None => None,
+        };
         let service = Arc::new(
             tokio::task::spawn_blocking(move || Service::open(config, id))
                 .await
@@ -74,6 +83,13 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
         );
         eprintln!("shoal server {id} listening on {}", entry.addr);
         let serving = tokio::spawn(listener::serve(listener, service.clone(), secret));
+        let scrapes = metrics_listener.map(|l| {
+            if let Ok(addr) = l.local_addr() {
+                eprintln!("shoal server {id} serves metrics on http://{addr}/metrics");
+            }
+            let registry = Arc::new(metrics_endpoint::registry(service.clone()));
+            tokio::spawn(shoal_metrics::endpoint::serve(l, registry))
+        });
         service.pools.start(&service.meta);
         let writing_out = tokio::spawn(handlers::gather::write_out_loop(service.clone()));
         let flushing = tokio::spawn(flush_loop(service.clone()));
@@ -83,6 +99,9 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
         writing_out.abort();
         flushing.abort();
         group_flushing.abort();
+        if let Some(scrapes) = scrapes {
+            scrapes.abort();
+        }
         tracing::info!("server {id} stopping");
         let s = service.clone();
         tokio::task::spawn_blocking(move || {
