@@ -9,8 +9,9 @@
 //! -> `kv` (the embedded engine), with `commit` deciding when changes are
 //! durable, `pools` and `peers` asking the other servers for datafiles and
 //! records, `gathering` merging clients' small writes into large ones,
-//! `auth` holding who may do what (POSIX rules, capabilities) and `stats`
-//! counting everything. Imports point inwards only: `scripts/import-graph`
+//! `auth` holding who may do what (POSIX rules, capabilities), `stats`
+//! counting everything and `metrics_endpoint` serving the counts to
+//! Prometheus. Imports point inwards only: `scripts/import-graph`
 //! shows them, and that none go round.
 
 pub mod auth;
