@@ -165,3 +165,34 @@ fn servers_and_a_mount_serve_what_they_count() {
     let written = values(&mount_after, "shoal_mount_written_bytes_total");
     assert_eq!(total(&written), 50_000.0, "{written:?}");
 }
+
+#[test]
+fn a_metrics_address_taken_stops_the_server_with_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let metrics = taken.local_addr().unwrap();
+    let addr = shoal_net::ports::free_loopback_addr().expect("a free port");
+    let config = dir.path().join("cluster.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[server]]\nid = 0\naddr = \"{addr}\"\ndata = \"{}\"\nmetrics_addr = \"{metrics}\"\n",
+            dir.path().join("server-0").display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(shoal_tests::shoal_bin())
+        .args(["server", "--id", "0", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "server 0: cannot serve metrics on {metrics} (its metrics_addr)"
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
