@@ -1,5 +1,6 @@
 //! Prometheus scrapes: each server serves `/metrics` on its `metrics_addr`
-//! and a mount on `shoal mount --metrics ADDR`. Scraped over TCP as
+//! (which `shoal up --metrics` chooses) and a mount on `shoal mount
+//! --metrics ADDR`. Scraped over TCP as
 //! Prometheus would, parsed by a Prometheus text-format parser; known work
 //! must show up in the request counts and the latency histograms.
 
@@ -195,4 +196,67 @@ fn a_metrics_address_taken_stops_the_server_with_its_name() {
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// `shoal up --metrics`: each server gets a metrics address, kept in the
+/// cluster file, so a later `up` without the flag serves there again.
+#[test]
+fn shoal_up_gives_each_server_a_metrics_address_it_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("cluster");
+    let shoal = |args: &[&str]| {
+        let out = std::process::Command::new(shoal_tests::shoal_bin())
+            .args(args)
+            .arg("--data")
+            .arg(&data)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let addresses = || -> Vec<SocketAddr> {
+        let config = shoal_proto::cluster::ClusterConfig::load(&data.join("cluster.toml")).unwrap();
+        config
+            .servers
+            .iter()
+            .filter_map(|s| s.metrics_addr)
+            .collect()
+    };
+    let served = |addrs: &[SocketAddr]| {
+        for (id, addr) in addrs.iter().enumerate() {
+            let up = values(&scrape(*addr), "shoal_uptime_seconds");
+            assert_eq!(up.keys().collect::<Vec<_>>(), [&format!("server=\"{id}\"")]);
+        }
+    };
+
+    let (ok, text) = shoal(&["up", "--servers", "2", "--metrics", "--detach"]);
+    let first = addresses();
+    let started = std::panic::catch_unwind(|| {
+        assert!(ok, "{text}");
+        assert_eq!(first.len(), 2, "{text}");
+        assert_ne!(first[0], first[1]);
+        assert!(
+            text.contains(&format!("server 1 at {}", first[1])),
+            "{text}"
+        );
+        served(&first);
+    });
+    let (ok, down) = shoal(&["down"]);
+    assert!(ok, "{down}");
+    if let Err(e) = started {
+        std::panic::resume_unwind(e);
+    }
+
+    let (ok, text) = shoal(&["up", "--detach"]);
+    let again = std::panic::catch_unwind(|| {
+        assert!(ok, "{text}");
+        assert_eq!(addresses(), first);
+        served(&first);
+    });
+    let (ok, down) = shoal(&["down"]);
+    assert!(ok, "{down}");
+    if let Err(e) = again {
+        std::panic::resume_unwind(e);
+    }
 }
