@@ -4,7 +4,7 @@
 //! Prometheus would, parsed by a Prometheus text-format parser; known work
 //! must show up in the request counts and the latency histograms.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
@@ -13,6 +13,11 @@ use shoal_tests::Cluster;
 
 /// `GET /metrics` from `addr`, parsed.
 fn scrape(addr: SocketAddr) -> Vec<Sample> {
+    scrape_with_help(addr).samples
+}
+
+/// `GET /metrics` from `addr`, parsed, with each metric's HELP text.
+fn scrape_with_help(addr: SocketAddr) -> Scrape {
     let mut s = TcpStream::connect(addr).expect("connect to the metrics endpoint");
     write!(
         s,
@@ -24,9 +29,29 @@ fn scrape(addr: SocketAddr) -> Vec<Sample> {
     let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
-    Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
-        .expect("the Prometheus text format")
-        .samples
+    Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("the Prometheus text format")
+}
+
+/// Every metric the Grafana dashboard's queries name, as its HELP line
+/// names it (a histogram's `_bucket` series by the histogram's name).
+fn dashboard_metrics() -> BTreeSet<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/grafana/shoal.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("JSON");
+    let mut names = BTreeSet::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().expect("a query");
+            for (start, _) in expr.match_indices("shoal_") {
+                let name: String = expr[start..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .collect();
+                names.insert(name.trim_end_matches("_bucket").to_string());
+            }
+        }
+    }
+    names
 }
 
 /// The value of each sample named `metric`, by its labels other than `le`.
@@ -146,7 +171,17 @@ fn servers_and_a_mount_serve_what_they_count() {
         assert_eq!(values(&after, metric).len(), 2, "{metric} of each server");
     }
 
-    let mount_after = scrape(mount_addr);
+    let mount_scrape = scrape_with_help(mount_addr);
+    let server_scrape = scrape_with_help(servers[0]);
+    let named = dashboard_metrics();
+    assert!(named.len() >= 10, "{named:?}");
+    for name in named {
+        assert!(
+            server_scrape.docs.contains_key(&name) || mount_scrape.docs.contains_key(&name),
+            "the dashboard queries {name}, which nothing serves"
+        );
+    }
+    let mount_after = mount_scrape.samples;
     let requests = |samples: &[Sample]| values(samples, "shoal_mount_requests_total");
     let of = |v: &BTreeMap<String, f64>, op: &str| {
         let key = format!("mount=\"{}\",op=\"{op}\"", mnt.display());
