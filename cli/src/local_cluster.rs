@@ -71,8 +71,14 @@ impl LocalCluster {
 
     /// The cluster file, created with `servers` servers on free loopback ports
     /// if there is none yet. Servers whose port is now taken, or shared with
-    /// another server, get a new one.
-    pub fn cluster_config(&self, servers: Option<u32>, sets: &[String]) -> Result<ClusterConfig> {
+    /// another server, get a new one; so do their metrics addresses, and
+    /// with `metrics` every server without one gets one.
+    pub fn cluster_config(
+        &self,
+        servers: Option<u32>,
+        sets: &[String],
+        metrics: bool,
+    ) -> Result<ClusterConfig> {
         let path = self.cluster_file();
         let mut config = if path.exists() {
             let c = ClusterConfig::read(&path)?;
@@ -103,6 +109,7 @@ impl LocalCluster {
                         id,
                         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
                         data: self.dir.join(format!("server-{id}")),
+                        metrics_addr: None,
                     })
                     .collect(),
             }
@@ -113,12 +120,24 @@ impl LocalCluster {
         // A port not chosen yet, taken now, or another server's (a file
         // written before ports were handed out distinct) gets a new one.
         let mut ports = std::collections::BTreeSet::new();
-        for s in &mut config.servers {
-            let port = s.addr.port();
-            if port == 0 || ports.contains(&port) || TcpListener::bind(s.addr).is_err() {
-                s.addr = free_loopback_addr()?;
+        let mut repair = |addr: &mut SocketAddr| -> Result<()> {
+            let port = addr.port();
+            if port == 0 || ports.contains(&port) || TcpListener::bind(*addr).is_err() {
+                *addr = free_loopback_addr()?;
             }
-            ports.insert(s.addr.port());
+            ports.insert(addr.port());
+            Ok(())
+        };
+        for s in &mut config.servers {
+            repair(&mut s.addr)?;
+        }
+        for s in &mut config.servers {
+            if metrics && s.metrics_addr.is_none() {
+                s.metrics_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+            }
+            if let Some(addr) = s.metrics_addr.as_mut() {
+                repair(addr)?;
+            }
         }
         config.validate()?;
         config.save(&path)?;

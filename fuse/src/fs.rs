@@ -207,6 +207,11 @@ impl ShoalFs {
         }
     }
 
+    /// What `/metrics` serves of this mount (`crate::metrics_endpoint`).
+    pub fn metrics_registry(&self, mountpoint: &Path) -> shoal_metrics::exposition::Registry {
+        crate::metrics_endpoint::registry(self.stats.clone(), self.shared.clone(), mountpoint)
+    }
+
     /// The process that made `req`, as requests name it.
     fn cred(&self, req: &Request) -> Cred {
         let groups = self.shared.groups.of(req.pid(), req.uid(), req.gid());

@@ -13,6 +13,8 @@
 //! - `kernel_leases`: the kernel's caches under the client's leases, and
 //!   their invalidation when a server recalls one.
 //! - `sweeps`: memory given back after the kernel forgets many inodes.
+//! - `stats`, `metrics_endpoint`: the mount's counters, for `shoal stats
+//!   --mount` and, when asked, for Prometheus.
 //!
 //! Limits a user may meet: names and symlink targets must be UTF-8 (others
 //! get EINVAL); device files are stored but not opened (nodev); `rename`
@@ -31,6 +33,7 @@ mod kernel_leases;
 mod lock_epochs;
 mod lock_waits;
 mod locks;
+mod metrics_endpoint;
 mod read_streams;
 mod readahead;
 mod readdir;
@@ -61,6 +64,8 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// Kernel entry/attribute cache TTL (the cluster's cache_ttl_ms).
     pub ttl: Duration,
+    /// Where to answer Prometheus scrapes (`GET /metrics`), if anywhere.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Mounts `client`'s cluster on `mountpoint` and serves until it is
@@ -87,7 +92,11 @@ pub fn mount(
     reserve_standard_fds();
     let config = session_config(opts);
     let sender = send_due_writes(&client, &runtime);
-    let fs = fs::ShoalFs::new(client.clone(), runtime, opts.ttl);
+    let fs = fs::ShoalFs::new(client.clone(), runtime.clone(), opts.ttl);
+    let scrapes = match opts.metrics_addr {
+        Some(addr) => Some(serve_metrics(&fs, &runtime, addr, &mountpoint)?),
+        None => None,
+    };
     let leases = fs.kernel_leases();
     let session = Session::new(fs, &mountpoint, &config)
         .map_err(|e| ShoalError::from(e).context(format!("mount {}", mountpoint.display())))?;
@@ -98,8 +107,28 @@ pub fn mount(
         .run()
         .map_err(|e| ShoalError::from(e).context(format!("serving {}", mountpoint.display())))?;
     sender.abort();
+    if let Some(scrapes) = scrapes {
+        scrapes.abort();
+    }
     tracing::info!("unmounted {}", mountpoint.display());
     Ok(())
+}
+
+/// Answers Prometheus scrapes of `fs`'s counters on `addr`, on `runtime`.
+fn serve_metrics(
+    fs: &fs::ShoalFs,
+    runtime: &tokio::runtime::Handle,
+    addr: std::net::SocketAddr,
+    mountpoint: &Path,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let listener = runtime
+        .block_on(shoal_metrics::endpoint::bind(addr))
+        .map_err(|e| {
+            ShoalError::from(e).context(format!("cannot serve the mount's metrics on {addr}"))
+        })?;
+    tracing::info!("serving metrics on http://{addr}/metrics");
+    let registry = std::sync::Arc::new(fs.metrics_registry(mountpoint));
+    Ok(runtime.spawn(shoal_metrics::endpoint::serve(listener, registry)))
 }
 
 /// Sends the gathering path's buffered writes once they are `gather_delay_ms`
@@ -173,6 +202,7 @@ mod tests {
             fsname: "/etc/shoal.toml".into(),
             allow_other: true,
             ttl: Duration::from_millis(100),
+            metrics_addr: None,
         });
         assert!(c
             .mount_options

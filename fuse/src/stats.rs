@@ -16,7 +16,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use shoal_metrics::Histogram;
+use shoal_metrics::{Histogram, Snapshot};
 
 /// The xattr of the mount's root that answers with the table.
 pub const XATTR: &str = "user.shoal.stats";
@@ -89,13 +89,18 @@ impl MountStats {
         total.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
+    /// The read replies sent through io_uring entries, [landed in place,
+    /// copied in], each as [replies, bytes].
+    pub fn ring_reads(&self) -> [[u64; 2]; 2] {
+        self.ring_reads
+            .each_ref()
+            .map(|c| c.each_ref().map(|n| n.load(Ordering::Relaxed)))
+    }
+
     /// The read replies sent through io_uring entries, as a comment line
     /// under the table.
     pub fn ring_reads_line(&self) -> String {
-        let [landed, copied] = self
-            .ring_reads
-            .each_ref()
-            .map(|c| c.each_ref().map(|n| n.load(Ordering::Relaxed)));
+        let [landed, copied] = self.ring_reads();
         format!(
             "# read replies in io_uring entries: landed in place {} replies {} bytes; \
              copied in {} replies {} bytes\n",
@@ -123,14 +128,17 @@ impl MountStats {
         *self.since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
+    /// Each request type's waits, in [`OPS`]' order.
+    pub fn snapshots(&self) -> impl Iterator<Item = (&'static str, Snapshot)> + '_ {
+        OPS.iter()
+            .zip(&self.ops)
+            .map(|(name, h)| (*name, h.snapshot()))
+    }
+
     /// The table (see `shoal_metrics::table`).
     pub fn table(&self) -> String {
         let since = self.since.lock().unwrap_or_else(|e| e.into_inner());
-        let rows: Vec<(&str, _)> = OPS
-            .iter()
-            .zip(&self.ops)
-            .map(|(name, h)| (*name, h.snapshot()))
-            .collect();
+        let rows: Vec<(&str, _)> = self.snapshots().collect();
         shoal_metrics::table(
             &format!(
                 "shoal mount: pid {}, last {:.1} s: time a request waited, arrival to reply (us)",

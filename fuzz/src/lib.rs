@@ -635,6 +635,7 @@ fn config(u: &mut Unstructured) -> ArbResult<ClusterConfig> {
                 // Nothing listens here: this harness starts no peers.
                 addr: ([127, 0, 0, 1], 9).into(),
                 data: std::path::PathBuf::from(format!("/nonexistent/server-{id}")),
+                metrics_addr: None,
             })
             .collect(),
     })

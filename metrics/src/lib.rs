@@ -13,6 +13,15 @@
 //! No crate is used for this: `hdrhistogram` needs `&mut` to record (a lock
 //! per call on a path shared by all threads) and allocates, which the preload
 //! library must not do inside an interposed call.
+//!
+//! With the `exporter` feature, the `/metrics` endpoint servers and mounts
+//! serve to Prometheus (`endpoint`) and what their collectors share
+//! (`exposition`).
+
+#[cfg(feature = "exporter")]
+pub mod endpoint;
+#[cfg(feature = "exporter")]
+pub mod exposition;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -10,6 +10,7 @@
 //! id = 0
 //! addr = "127.0.0.1:7070"
 //! data = "/var/lib/shoal/server-0"
+//! metrics_addr = "127.0.0.1:9470"  # optional: serve /metrics to Prometheus
 //! ```
 //!
 //! [`Settings`] is the one place where each setting and its default is documented.
@@ -57,6 +58,12 @@ pub struct ServerEntry {
     pub addr: SocketAddr,
     /// Directory for the server's KV store and large datafiles.
     pub data: PathBuf,
+    /// Where the server answers Prometheus scrapes (`GET /metrics`, the
+    /// counters and latency histograms of `shoal stats`), if anywhere: a
+    /// per-server address, as `addr` is, so each machine's firewall and
+    /// each server's port stay the operator's choice. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// When a modifying metadata request becomes durable.
@@ -709,6 +716,19 @@ impl ClusterConfig {
                     other.id, s.id, s.addr
                 )));
             }
+            // Likewise a metrics address: no server could listen there.
+            if let Some(m) = s.metrics_addr {
+                let taken = self
+                    .servers
+                    .iter()
+                    .find(|o| o.addr == m || (o.id < s.id && o.metrics_addr == Some(m)));
+                if let Some(other) = taken.filter(|_| m.port() != 0) {
+                    return Err(ShoalError::invalid(format!(
+                        "server {}'s metrics_addr {m} is taken by server {}",
+                        s.id, other.id
+                    )));
+                }
+            }
         }
         self.settings.validate()
     }
@@ -790,6 +810,34 @@ mod tests {
         );
         let distinct: ClusterConfig = toml::from_str(&file(7001)).unwrap();
         distinct.validate().unwrap();
+    }
+
+    #[test]
+    fn a_metrics_address_is_checked() {
+        let file = |metrics: &str| {
+            format!(
+                "[[server]]\nid = 0\naddr = \"127.0.0.1:7000\"\ndata = \"/tmp/s0\"\n\
+                 metrics_addr = \"{metrics}\"\n\
+                 [[server]]\nid = 1\naddr = \"127.0.0.1:7001\"\ndata = \"/tmp/s1\"\n"
+            )
+        };
+        let good: ClusterConfig = toml::from_str(&file("127.0.0.1:9470")).unwrap();
+        good.validate().unwrap();
+        assert_eq!(
+            good.servers[0].metrics_addr,
+            Some("127.0.0.1:9470".parse().unwrap())
+        );
+        assert_eq!(good.servers[1].metrics_addr, None);
+        let e = toml::from_str::<ClusterConfig>(&file("localhost")).unwrap_err();
+        assert!(e.to_string().contains("metrics_addr"), "{e}");
+        let taken: ClusterConfig = toml::from_str(&file("127.0.0.1:7001")).unwrap();
+        let e = taken.validate().unwrap_err();
+        assert!(
+            e.message
+                .contains("server 0's metrics_addr 127.0.0.1:7001 is taken by server 1"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -310,6 +310,7 @@ mod tests {
                     id,
                     addr: "127.0.0.1:1".parse().unwrap(),
                     data: "/tmp".into(),
+                    metrics_addr: None,
                 })
                 .collect(),
         }

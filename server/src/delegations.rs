@@ -180,6 +180,11 @@ impl Delegations {
             .fetch_sub(before - st.holders.len(), Ordering::SeqCst);
     }
 
+    /// Delegations held now, by every client.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed) as u64
+    }
+
     pub fn held_by(&self, dir: Handle) -> Option<u64> {
         self.state().holders.get(&dir).copied()
     }

@@ -9,8 +9,9 @@
 //! -> `kv` (the embedded engine), with `commit` deciding when changes are
 //! durable, `pools` and `peers` asking the other servers for datafiles and
 //! records, `gathering` merging clients' small writes into large ones,
-//! `auth` holding who may do what (POSIX rules, capabilities) and `stats`
-//! counting everything. Imports point inwards only: `scripts/import-graph`
+//! `auth` holding who may do what (POSIX rules, capabilities), `stats`
+//! counting everything and `metrics_endpoint` serving the counts to
+//! Prometheus. Imports point inwards only: `scripts/import-graph`
 //! shows them, and that none go round.
 
 pub mod auth;
@@ -28,6 +29,7 @@ pub mod listener;
 pub mod local_file;
 pub mod locks;
 pub mod meta_store;
+pub mod metrics_endpoint;
 pub mod partitions;
 pub mod peers;
 pub mod pools;
@@ -64,6 +66,14 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
         let listener = TcpListener::bind(entry.addr).await.map_err(|e| {
             ShoalError::from(e).context(format!("server {id}: cannot listen on {}", entry.addr))
         })?;
+        let metrics_listener = match entry.metrics_addr {
+            Some(addr) => Some(shoal_metrics::endpoint::bind(addr).await.map_err(|e| {
+                ShoalError::from(e).context(format!(
+                    "server {id}: cannot serve metrics on {addr} (its metrics_addr)"
+                ))
+            })?),
+            None => None,
+        };
         let service = Arc::new(
             tokio::task::spawn_blocking(move || Service::open(config, id))
                 .await
@@ -76,6 +86,13 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
         );
         eprintln!("shoal server {id} listening on {}", entry.addr);
         let serving = tokio::spawn(listener::serve(listener, service.clone(), secret));
+        let scrapes = metrics_listener.map(|l| {
+            if let Ok(addr) = l.local_addr() {
+                eprintln!("shoal server {id} serves metrics on http://{addr}/metrics");
+            }
+            let registry = Arc::new(metrics_endpoint::registry(service.clone()));
+            tokio::spawn(shoal_metrics::endpoint::serve(l, registry))
+        });
         service.pools.start(&service.meta);
         let writing_out = tokio::spawn(handlers::gather::write_out_loop(service.clone()));
         let flushing = tokio::spawn(flush_loop(service.clone()));
@@ -87,6 +104,9 @@ pub fn run(config: ClusterConfig, id: u32) -> Result<()> {
         writing_out.abort();
         flushing.abort();
         group_flushing.abort();
+        if let Some(scrapes) = scrapes {
+            scrapes.abort();
+        }
         tracing::info!("server {id} stopping");
         let s = service.clone();
         tokio::task::spawn_blocking(move || {

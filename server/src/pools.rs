@@ -475,6 +475,7 @@ pub(crate) mod tests {
                     id,
                     addr: "127.0.0.1:1".parse().unwrap(),
                     data: "/nonexistent".into(),
+                    metrics_addr: None,
                 })
                 .collect(),
         }

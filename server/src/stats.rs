@@ -17,6 +17,8 @@ struct OpCounters {
     bytes_out: AtomicU64,
     syncs: AtomicU64,
     latency: [AtomicU64; BUCKETS],
+    /// The latencies' sum, for a Prometheus histogram's `_sum`.
+    latency_us: AtomicU64,
 }
 
 impl Default for OpCounters {
@@ -28,6 +30,7 @@ impl Default for OpCounters {
             bytes_out: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             latency: std::array::from_fn(|_| AtomicU64::new(0)),
+            latency_us: AtomicU64::new(0),
         }
     }
 }
@@ -90,6 +93,8 @@ impl Stats {
         c.bytes_out.fetch_add(s.bytes_out as u64, Ordering::Relaxed);
         c.syncs.fetch_add(s.syncs, Ordering::Relaxed);
         c.latency[bucket_of(s.latency)].fetch_add(1, Ordering::Relaxed);
+        c.latency_us
+            .fetch_add(s.latency.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Counters of every operation that was used at least once.
@@ -115,6 +120,8 @@ impl Stats {
                     latency_p90_us: percentile(&hist, 0.90),
                     latency_p99_us: percentile(&hist, 0.99),
                     latency_max_us: percentile(&hist, 1.0),
+                    latency_buckets: hist,
+                    latency_sum_us: c.latency_us.load(Ordering::Relaxed),
                 }
             })
             .collect()
@@ -167,5 +174,7 @@ mod tests {
         assert_eq!((l.bytes_in, l.bytes_out), (20, 28));
         assert_eq!(l.latency_p50_us, 16);
         assert_eq!(l.latency_max_us, 1024);
+        assert_eq!((l.latency_buckets[3], l.latency_buckets[9]), (3, 1));
+        assert_eq!(l.latency_sum_us, 1030);
     }
 }

@@ -155,6 +155,7 @@ pub struct Builder {
     durable: bool,
     delegating: bool,
     data_dirs: BTreeMap<u32, PathBuf>,
+    metrics: bool,
 }
 
 impl Builder {
@@ -219,6 +220,13 @@ impl Builder {
         self
     }
 
+    /// Every server serves `/metrics` to Prometheus, on a free loopback
+    /// port of its own (its `metrics_addr` in [`Cluster::config`]).
+    pub fn metrics(mut self) -> Self {
+        self.metrics = true;
+        self
+    }
+
     /// A cluster setting, as `shoal up --set` takes it; over any of
     /// `SHOAL_TEST_SETTINGS` (module doc).
     pub fn set(mut self, kv: &str) -> Self {
@@ -267,6 +275,9 @@ impl Builder {
                         .get(&id)
                         .cloned()
                         .unwrap_or_else(|| dir.path().join(format!("server-{id}"))),
+                    metrics_addr: self
+                        .metrics
+                        .then(|| shoal_net::ports::free_loopback_addr().expect("a free port")),
                 })
                 .collect(),
         };
@@ -315,6 +326,7 @@ impl Cluster {
             durable: false,
             delegating: false,
             data_dirs: BTreeMap::new(),
+            metrics: false,
         }
     }
 
@@ -495,12 +507,18 @@ impl Cluster {
 
     /// Mounts the cluster through FUSE and returns the mount point.
     pub fn mount(&mut self) -> PathBuf {
+        self.mount_with(&[])
+    }
+
+    /// [`mount`](Self::mount), with `args` to `shoal mount` too (those of
+    /// the first call that mounts).
+    pub fn mount_with(&mut self, args: &[&str]) -> PathBuf {
         if let Some((dir, _)) = &self.mount {
             return dir.clone();
         }
         let dir = self.dir.path().join("mnt");
         std::fs::create_dir_all(&dir).unwrap();
-        let child = start_mount(&self.config_path, &dir, &self.log("mount"), &[]);
+        let child = start_mount(&self.config_path, &dir, &self.log("mount"), args);
         self.mount = Some((dir.clone(), child));
         dir
     }

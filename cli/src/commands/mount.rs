@@ -33,6 +33,10 @@ pub struct MountArgs {
     /// known_names, readdir_batch, max_inflight or restart_wait_ms.
     #[arg(short = 'o', value_name = "KEY=VALUE")]
     pub option: Vec<String>,
+    /// Answer Prometheus scrapes (GET /metrics: the counters of `shoal
+    /// stats --mount`) on this address, e.g. 127.0.0.1:9480.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Settings a mount may choose for itself: the ones only its client uses.
@@ -97,6 +101,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         fsname: cluster_file.to_string_lossy().into_owned(),
         allow_other: args.allow_other || config.settings.allow_other,
         ttl: Duration::from_millis(config.settings.cache_ttl_ms),
+        metrics_addr: args.metrics,
     };
     // This node's credential broker, for users' programs under libshoal
     // (a mount that cannot start one still serves its own users).
@@ -133,6 +138,10 @@ fn mount_in_background(
     }
     for o in &args.option {
         argv.extend(["-o", o]);
+    }
+    let metrics = args.metrics.map(|a| a.to_string());
+    if let Some(addr) = &metrics {
+        argv.extend(["--metrics", addr]);
     }
     let pid = local_cluster::spawn_shoal(&argv, &log)?;
     let done = local_cluster::wait_until(Duration::from_secs(30), || {

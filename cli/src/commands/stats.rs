@@ -24,6 +24,10 @@ pub fn to_json(replies: &[StatsReply]) -> serde_json::Value {
             "lock_holders": r.lock_holders,
             "lock_waits": r.lock_waits,
             "lock_waits_withdrawn": r.lock_waits_withdrawn,
+            "leases_held": r.leases_held,
+            "lease_recalls": r.lease_recalls,
+            "lease_recall_timeouts": r.lease_recall_timeouts,
+            "delegations_held": r.delegations_held,
             "uptime_ms": r.uptime_ms,
             "ops": r.ops.iter().map(|o| (o.op.clone(), serde_json::json!({
                 "requests": o.requests,
@@ -116,6 +120,10 @@ pub fn run(cfg: &ConfigArg, path: Option<&str>, server: Option<u32>, json: bool)
             println!(
                 "{:>6} {:<16} {:>10}   (owners holding locks of a file; {} waits now, {} withdrawn when interrupted)",
                 r.server_id, "lock_holders", r.lock_holders, r.lock_waits, r.lock_waits_withdrawn
+            );
+            println!(
+                "{:>6} {:<16} {:>10}   (leases clients hold; {} recalls sent, {} unanswered in time; {} directory delegations held)",
+                r.server_id, "leases_held", r.leases_held, r.lease_recalls, r.lease_recall_timeouts, r.delegations_held
             );
         }
         Ok(())

@@ -42,6 +42,11 @@ pub struct UpArgs {
     /// multi-user node needs; permissions are checked as on a local disk.
     #[arg(long)]
     pub allow_other: bool,
+    /// Every server serves /metrics to Prometheus, each on a free loopback
+    /// port written into the cluster file as its `metrics_addr` (kept by
+    /// later `up`s), and so does the mount, on one of its own.
+    #[arg(long)]
+    pub metrics: bool,
 }
 
 pub fn run(args: UpArgs) -> Result<()> {
@@ -68,7 +73,7 @@ pub fn run(args: UpArgs) -> Result<()> {
         sets.push("allow_other=true".to_string());
     }
     sets.extend(args.set.iter().cloned());
-    let config = cluster.cluster_config(args.servers, &sets)?;
+    let config = cluster.cluster_config(args.servers, &sets, args.metrics)?;
     let mut state = local_cluster::State::default();
     for s in &config.servers {
         let id = s.id.to_string();
@@ -83,8 +88,12 @@ pub fn run(args: UpArgs) -> Result<()> {
         super::down::stop(&cluster);
         return Err(e);
     }
+    let mount_metrics = match (&args.mount, args.metrics) {
+        (Some(_), true) => Some(shoal_net::ports::free_loopback_addr()?),
+        _ => None,
+    };
     if let Some(dir) = &args.mount {
-        if let Err(e) = mount(&cluster, &marker, dir, &mut state) {
+        if let Err(e) = mount(&cluster, &marker, dir, mount_metrics, &mut state) {
             super::down::stop(&cluster);
             return Err(e);
         }
@@ -98,6 +107,15 @@ pub fn run(args: UpArgs) -> Result<()> {
             .map(|m| format!(", mounted on {}", m.display()))
             .unwrap_or_default()
     );
+    let scraped: Vec<String> = config
+        .servers
+        .iter()
+        .filter_map(|s| Some(format!("server {} at {}", s.id, s.metrics_addr?)))
+        .chain(mount_metrics.map(|a| format!("the mount at {a}")))
+        .collect();
+    if !scraped.is_empty() {
+        println!("Metrics (GET /metrics): {}", scraped.join(", "));
+    }
     for sentence in shoal_proto::durability::durability(&config.settings, None) {
         print!("{}", super::config::wrap(&sentence, "  "));
     }
@@ -153,6 +171,7 @@ fn mount(
     cluster: &LocalCluster,
     marker: &str,
     dir: &std::path::Path,
+    metrics: Option<std::net::SocketAddr>,
     state: &mut local_cluster::State,
 ) -> Result<()> {
     std::fs::create_dir_all(dir)?;
@@ -165,7 +184,12 @@ fn mount(
     }
     let mount_dir = dir.to_string_lossy().into_owned();
     let log = cluster.log_file("mount");
-    let pid = local_cluster::spawn_shoal(&["mount", "--foreground", marker, &mount_dir], &log)?;
+    let mut argv = vec!["mount", "--foreground", marker, &mount_dir];
+    let metrics = metrics.map(|a| a.to_string());
+    if let Some(addr) = &metrics {
+        argv.extend(["--metrics", addr]);
+    }
+    let pid = local_cluster::spawn_shoal(&argv, &log)?;
     state.mount = Some(MountState {
         dir: dir.clone(),
         pid,

@@ -169,6 +169,7 @@ pub(crate) fn test_client(servers: u32, settings: shoal_proto::cluster::Settings
                 id,
                 addr: "127.0.0.1:1".parse().unwrap(),
                 data: std::path::PathBuf::from("/nonexistent"),
+                metrics_addr: None,
             })
             .collect(),
     })

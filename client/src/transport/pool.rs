@@ -550,6 +550,7 @@ mod tests {
                 id: 0,
                 addr: "127.0.0.1:1".parse().unwrap(),
                 data: std::path::PathBuf::from("/nonexistent"),
+                metrics_addr: None,
             }],
         };
         let on_recall: OnRecall = Arc::new(|_| futures::future::ready(()).boxed());

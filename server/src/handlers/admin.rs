@@ -59,6 +59,7 @@ pub fn stats(s: &Service) -> Result<Reply<StatsReply>> {
         lock_holders: locks.holders,
         lock_waits: locks.waits,
         lock_waits_withdrawn: locks.withdrawn,
+        delegations_held: s.meta.delegations.held(),
         uptime_ms: s.started.elapsed().as_millis() as u64,
     }))
 }

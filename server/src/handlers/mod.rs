@@ -4,7 +4,7 @@
 //! arguments, changes the stores (`Service::change`), and for a modifying
 //! request waits on the commit queue before it replies.
 
-mod admin;
+pub(crate) mod admin;
 mod attrs;
 mod create_file;
 mod create_files;
