@@ -278,6 +278,10 @@ class Client:
     def __repr__(self):
         return f"<shoal.Client {self.cluster_file!r}>"
 
+    def __reduce__(self):
+        # Unpickled (in a worker process, say) it connects again.
+        return (Client, (self.cluster_file,))
+
     # Files.
 
     def open(self, path, mode="r", buffering=-1, encoding=None, errors=None,
@@ -343,6 +347,9 @@ class Client:
             return _stat.S_ISREG(self.stat(path).st_mode)
         except (FileNotFoundError, NotADirectoryError):
             return False
+
+    def chmod(self, path, mode):
+        _shoal.chmod(_path(path), mode)
 
     def truncate(self, path, length):
         _shoal.truncate(_path(path), length)
@@ -473,6 +480,13 @@ class Client:
 
     def unset_hint(self, path, name):
         _shoal.hint_set(_path(path), name, None)
+
+    def layout(self, path):
+        """Where file `path`'s bytes live, as the hints of its directory made
+        it: {"strip_size": bytes, "num_datafiles": servers, "no_metafile":
+        bool}."""
+        strip, width, no_metafile = _shoal.layout(_path(path))
+        return {"strip_size": strip, "num_datafiles": width, "no_metafile": no_metafile}
 
     def flush(self):
         """Sends every write this process holds back, of every file."""

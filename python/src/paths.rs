@@ -68,6 +68,15 @@ fn truncate(py: Python<'_>, path: &str, length: i64) -> PyResult<()> {
     Ok(())
 }
 
+/// chmod(2) (a symlink followed).
+#[pyfunction]
+fn chmod(py: Python<'_>, path: &str, mode: u32) -> PyResult<()> {
+    let p = c_string(path)?;
+    // SAFETY: the path outlives the call.
+    call(py, Some(path), || unsafe { shoal::shoal_chmod(p.as_ptr(), mode) })?;
+    Ok(())
+}
+
 /// symlink(2): `path` made a symlink to `target`.
 #[pyfunction]
 fn symlink(py: Python<'_>, target: &str, path: &str) -> PyResult<()> {
@@ -175,6 +184,24 @@ fn removexattr(py: Python<'_>, path: &str, name: &str, follow: bool) -> PyResult
     Ok(())
 }
 
+/// Where file `path`'s bytes live: (strip size, datafiles it is striped
+/// over, whether it has no metafile), as the directory hints made it.
+#[pyfunction]
+fn layout(py: Python<'_>, path: &str) -> PyResult<(u64, u32, bool)> {
+    let p = c_string(path)?;
+    let mut out = shoal::shoal_layout {
+        strip_size: 0,
+        num_datafiles: 0,
+        no_metafile: 0,
+    };
+    let ptr = SendPtr((&mut out as *mut shoal::shoal_layout).cast());
+    // SAFETY: the path and `out` outlive the call.
+    call(py, Some(path), move || unsafe {
+        shoal::shoal_get_layout(p.as_ptr(), ptr.get().cast())
+    })?;
+    Ok((out.strip_size, out.num_datafiles, out.no_metafile != 0))
+}
+
 /// Text `sized` read (its length counts no NUL, so none is left).
 fn text(bytes: Vec<u8>) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
@@ -227,12 +254,14 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(unlink, m)?)?;
     m.add_function(wrap_pyfunction!(rename, m)?)?;
     m.add_function(wrap_pyfunction!(truncate, m)?)?;
+    m.add_function(wrap_pyfunction!(chmod, m)?)?;
     m.add_function(wrap_pyfunction!(symlink, m)?)?;
     m.add_function(wrap_pyfunction!(readlink, m)?)?;
     m.add_function(wrap_pyfunction!(getxattr, m)?)?;
     m.add_function(wrap_pyfunction!(setxattr, m)?)?;
     m.add_function(wrap_pyfunction!(listxattr, m)?)?;
     m.add_function(wrap_pyfunction!(removexattr, m)?)?;
+    m.add_function(wrap_pyfunction!(layout, m)?)?;
     m.add_function(wrap_pyfunction!(hint_list, m)?)?;
     m.add_function(wrap_pyfunction!(hint_get, m)?)?;
     m.add_function(wrap_pyfunction!(hint_set, m)?)?;
