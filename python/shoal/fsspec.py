@@ -120,6 +120,24 @@ class ShoalFileSystem(AbstractFileSystem):
             self.makedirs(self._parent(path), exist_ok=True)
         return self.client.open(path, mode, buffering=block_size or -1)
 
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        """Bytes start:end of the file, negative counting from its end (as
+        fsspec's, which would ask a file object for a .size that io's do
+        not have)."""
+        with self.open(path, "rb", **kwargs) as f:
+            size = None
+            if (start or 0) < 0 or (end or 0) < 0:
+                size = f.seek(0, os.SEEK_END)
+            start = start or 0
+            if start < 0:
+                start = max(0, size + start)
+            if end is not None and end < 0:
+                end = size + end
+            f.seek(start)
+            if end is None:
+                return f.read()
+            return f.read(max(0, end - start))
+
     def mkdir(self, path, create_parents=True, **kwargs):
         path = self._strip_protocol(path)
         if create_parents:

@@ -39,7 +39,10 @@ fn close(py: Python<'_>, fd: Fd) -> PyResult<()> {
 
 /// A buffer's memory, checked to be contiguous bytes (and writable when
 /// `writing` into it).
-fn bytes_of(buffer: &Bound<'_, PyAny>, writing: bool) -> PyResult<(PyUntypedBuffer, SendPtr, usize)> {
+fn bytes_of(
+    buffer: &Bound<'_, PyAny>,
+    writing: bool,
+) -> PyResult<(PyUntypedBuffer, SendPtr, usize)> {
     let b = PyUntypedBuffer::get(buffer)?;
     if !b.is_c_contiguous() {
         return Err(PyValueError::new_err("the buffer is not contiguous"));
@@ -131,7 +134,9 @@ fn fstat(py: Python<'_>, fd: Fd) -> PyResult<StatTuple> {
     let mut st = empty_stat();
     let out = SendPtr((&mut st as *mut libc::stat).cast());
     // SAFETY: `st` outlives the call.
-    call(py, None, move || unsafe { shoal::shoal_fstat(fd, out.get().cast()) })?;
+    call(py, None, move || unsafe {
+        shoal::shoal_fstat(fd, out.get().cast())
+    })?;
     Ok(stat_tuple(&st))
 }
 

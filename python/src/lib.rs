@@ -92,14 +92,15 @@ fn stat_tuple(st: &libc::stat) -> StatTuple {
         st.st_mode,
         st.st_ino,
         st.st_dev,
-        st.st_nlink as u64,
+        // `as _`: the field types differ between architectures.
+        st.st_nlink as _,
         st.st_uid,
         st.st_gid,
         st.st_size,
         ns(st.st_atime, st.st_atime_nsec),
         ns(st.st_mtime, st.st_mtime_nsec),
         ns(st.st_ctime, st.st_ctime_nsec),
-        st.st_blksize as i64,
+        st.st_blksize as _,
         st.st_blocks,
     )
 }

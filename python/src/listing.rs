@@ -80,7 +80,9 @@ impl Drop for Listing {
 fn listing(py: Python<'_>, path: &str, attrs: bool) -> PyResult<Listing> {
     let p = c_string(path)?;
     // SAFETY: the path outlives the call.
-    let fd = call(py, Some(path), || unsafe { shoal::shoal_opendir(p.as_ptr()) })?;
+    let fd = call(py, Some(path), || unsafe {
+        shoal::shoal_opendir(p.as_ptr())
+    })?;
     Ok(Listing {
         fd: Some(fd),
         path: path.to_string(),

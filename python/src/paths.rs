@@ -27,7 +27,9 @@ fn stat(py: Python<'_>, path: &str, follow: bool) -> PyResult<StatTuple> {
 fn mkdir(py: Python<'_>, path: &str, mode: u32) -> PyResult<()> {
     let p = c_string(path)?;
     // SAFETY: the path outlives the call.
-    call(py, Some(path), || unsafe { shoal::shoal_mkdir(p.as_ptr(), mode) })?;
+    call(py, Some(path), || unsafe {
+        shoal::shoal_mkdir(p.as_ptr(), mode)
+    })?;
     Ok(())
 }
 
@@ -43,7 +45,9 @@ fn rmdir(py: Python<'_>, path: &str) -> PyResult<()> {
 fn unlink(py: Python<'_>, path: &str) -> PyResult<()> {
     let p = c_string(path)?;
     // SAFETY: the path outlives the call.
-    call(py, Some(path), || unsafe { shoal::shoal_unlink(p.as_ptr()) })?;
+    call(py, Some(path), || unsafe {
+        shoal::shoal_unlink(p.as_ptr())
+    })?;
     Ok(())
 }
 
@@ -52,9 +56,13 @@ fn unlink(py: Python<'_>, path: &str) -> PyResult<()> {
 fn rename(py: Python<'_>, src: &str, dst: &str) -> PyResult<()> {
     let (s, d) = (c_string(src)?, c_string(dst)?);
     // SAFETY: both paths outlive the call.
-    let done = crate::released(py, || unsafe { shoal::shoal_rename(s.as_ptr(), d.as_ptr()) });
+    let done = crate::released(py, || unsafe {
+        shoal::shoal_rename(s.as_ptr(), d.as_ptr())
+    });
     // OSError's fifth argument names the second path, as os.rename's do.
-    done.map_err(|e| PyOSError::new_err((e.errno, e.message, src.to_string(), 0, dst.to_string())))?;
+    done.map_err(|e| {
+        PyOSError::new_err((e.errno, e.message, src.to_string(), 0, dst.to_string()))
+    })?;
     Ok(())
 }
 
@@ -73,7 +81,9 @@ fn truncate(py: Python<'_>, path: &str, length: i64) -> PyResult<()> {
 fn chmod(py: Python<'_>, path: &str, mode: u32) -> PyResult<()> {
     let p = c_string(path)?;
     // SAFETY: the path outlives the call.
-    call(py, Some(path), || unsafe { shoal::shoal_chmod(p.as_ptr(), mode) })?;
+    call(py, Some(path), || unsafe {
+        shoal::shoal_chmod(p.as_ptr(), mode)
+    })?;
     Ok(())
 }
 
