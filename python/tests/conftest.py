@@ -2,7 +2,8 @@
 
 The cluster is the one whose cluster file SHOAL_CLUSTER names; python/tests/run
 starts one with `shoal up` (and `shoal agent`, the node's credential broker)
-and stops it afterwards. Each test works in a directory of its own.
+and stops it afterwards, and names the `shoal` binary in SHOAL_BIN (the
+tests read the servers' counters with `shoal stats`). Each test works in a directory of its own.
 """
 
 import os

@@ -168,6 +168,43 @@ def test_listdir_and_scandir_span_several_batches(client, base):
         assert e.inode() == e.stat().st_ino
 
 
+def _requests(cluster_file):
+    """Requests the servers counted so far, per operation (`shoal stats`)."""
+    out = subprocess.run(
+        [os.environ.get("SHOAL_BIN", "shoal"), "stats", "--config", cluster_file, "--json"],
+        capture_output=True, text=True, check=True,
+    )
+    counts = {}
+    for server in json.loads(out.stdout)["servers"]:
+        for op, counted in server["ops"].items():
+            counts[op] = counts.get(op, 0) + counted["requests"]
+    return counts
+
+
+SCANDIR = """
+import sys, shoal
+c = shoal.Client(sys.argv[1])
+print(sum(e.stat().st_size for e in c.scandir(sys.argv[2]) if e.is_file()))
+"""
+
+
+def test_scandir_brings_attributes_with_the_listing_not_per_entry(client, cluster_file, base):
+    for i in range(300):
+        with client.open(f"{base}/{i}", "wb") as f:
+            f.write(b"x" * (i % 3))
+    client.flush()
+    before = _requests(cluster_file)
+    # A fresh process: nothing of the directory cached or leased.
+    out = subprocess.run([sys.executable, "-c", SCANDIR, cluster_file, base],
+                         capture_output=True, text=True, check=True)
+    after = _requests(cluster_file)
+    assert int(out.stdout) == sum(i % 3 for i in range(300))
+    sent = {op: n - before.get(op, 0) for op, n in after.items() if n != before.get(op, 0)}
+    assert sent.get("readdir", 0) >= 1 and sent.get("listattr", 0) >= 1, sent
+    # The path's own lookups, not one per entry.
+    assert sent.get("getattr", 0) + sent.get("lookup", 0) < 10, sent
+
+
 def test_walk_top_down_with_pruning_and_bottom_up(client, base):
     for d in ("a/b/c", "a/skip/deep", "e"):
         client.makedirs(f"{base}/{d}")
