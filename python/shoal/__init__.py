@@ -155,7 +155,7 @@ class _RawFile(io.RawIOBase):
         if self.closed:
             return
         try:
-            _shoal.close(self._fd)
+            _shoal.close(self._fd, self._writable)
         finally:
             super().close()
 

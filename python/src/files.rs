@@ -10,7 +10,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::{c_string, call, empty_stat, stat_tuple, Fd, SendPtr, StatTuple};
+use crate::{c_string, call, call_holding, empty_stat, stat_tuple, Fd, SendPtr, StatTuple};
 
 /// The first read of [`readall`]: bigger than most small files, so that one
 /// whose size it does not know still costs one request (a short read is the
@@ -30,10 +30,15 @@ fn open(py: Python<'_>, path: &str, flags: c_int, mode: u32) -> PyResult<Fd> {
 }
 
 /// close(2): sends the file's buffered writes first, and fails if that does
-/// (the descriptor is released either way).
+/// (the descriptor is released either way). `written`: the file was open
+/// for writing; one only read sends nothing at close (but a reclaim when it
+/// was unlinked while open), so the GIL is kept.
 #[pyfunction]
-fn close(py: Python<'_>, fd: Fd) -> PyResult<()> {
-    call(py, None, || shoal::shoal_close(fd))?;
+fn close(py: Python<'_>, fd: Fd, written: bool) -> PyResult<()> {
+    match written {
+        true => call(py, None, || shoal::shoal_close(fd))?,
+        false => call_holding(None, || shoal::shoal_close(fd))?,
+    };
     Ok(())
 }
 
@@ -108,10 +113,16 @@ fn write(py: Python<'_>, fd: Fd, buffer: &Bound<'_, PyAny>) -> PyResult<usize> {
     Ok(n as usize)
 }
 
-/// lseek(2): the new offset.
+/// lseek(2): the new offset. Only a seek from the end asks the servers
+/// (for the size); the others keep the GIL (io's objects tell() at every
+/// open).
 #[pyfunction]
 fn lseek(py: Python<'_>, fd: Fd, offset: i64, whence: c_int) -> PyResult<i64> {
-    call(py, None, || shoal::shoal_lseek(fd, offset, whence))
+    let seek = || shoal::shoal_lseek(fd, offset, whence);
+    match whence {
+        libc::SEEK_SET | libc::SEEK_CUR => call_holding(None, seek),
+        _ => call(py, None, seek),
+    }
 }
 
 /// ftruncate(2).

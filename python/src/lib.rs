@@ -68,6 +68,20 @@ where
     })
 }
 
+/// Makes libshoal call `f` keeping the GIL, for calls that send nothing (a
+/// seek, the close of a file only read): under contention, handing the GIL
+/// to another thread and waiting for it back costs more than such a call.
+fn call_holding<T>(path: Option<&str>, f: impl FnOnce() -> T) -> PyResult<T>
+where
+    T: Copy + Default + PartialOrd,
+{
+    let rc = f();
+    if rc < T::default() {
+        return Err(Failure::last().raise(path));
+    }
+    Ok(rc)
+}
+
 /// [`released`], its failure raised as an `OSError` about `path`.
 fn call<T>(py: Python<'_>, path: Option<&str>, f: impl FnOnce() -> T + Send) -> PyResult<T>
 where
