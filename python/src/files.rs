@@ -10,7 +10,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::{c_string, call, call_holding, empty_stat, stat_tuple, Fd, SendPtr, StatTuple};
+use crate::calls::{c_string, call, call_holding, empty_stat, stat_tuple, Fd, SendPtr, StatTuple};
 
 /// The first read of [`readall`]: bigger than most small files, so that one
 /// whose size it does not know still costs one request (a short read is the
@@ -87,7 +87,7 @@ fn readall(py: Python<'_>, fd: Fd) -> PyResult<Bound<'_, PyBytes>> {
             // SAFETY: `spare` has room for `want` bytes, written by the call.
             let n = unsafe { shoal::shoal_read(fd, spare.as_mut_ptr().cast(), want) };
             if n < 0 {
-                return Err(crate::Failure::last());
+                return Err(crate::calls::Failure::last());
             }
             // SAFETY: libshoal wrote the first n bytes of the spare room.
             unsafe { out.set_len(out.len() + n as usize) };

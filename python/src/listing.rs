@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use pyo3::prelude::*;
 
-use crate::{c_string, call, stat_tuple, Fd, StatTuple};
+use crate::calls::{c_string, call, stat_tuple, Fd, StatTuple};
 
 /// Entries asked for per request.
 const BATCH: usize = 1024;

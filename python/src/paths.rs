@@ -4,7 +4,7 @@
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
-use crate::{c_string, call, empty_stat, sized, stat_tuple, SendPtr, StatTuple};
+use crate::calls::{c_string, call, empty_stat, sized, stat_tuple, SendPtr, StatTuple};
 
 /// stat(2), or lstat(2) without `follow`.
 #[pyfunction]
@@ -56,7 +56,7 @@ fn unlink(py: Python<'_>, path: &str) -> PyResult<()> {
 fn rename(py: Python<'_>, src: &str, dst: &str) -> PyResult<()> {
     let (s, d) = (c_string(src)?, c_string(dst)?);
     // SAFETY: both paths outlive the call.
-    let done = crate::released(py, || unsafe {
+    let done = crate::calls::released(py, || unsafe {
         shoal::shoal_rename(s.as_ptr(), d.as_ptr())
     });
     // OSError's fifth argument names the second path, as os.rename's do.
