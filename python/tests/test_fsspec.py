@@ -134,3 +134,39 @@ def test_pandas_reads_and_writes_shoal_urls(fs, cluster_file, base):
     # The cluster given as a storage option rather than the environment.
     opts = pandas.read_csv(f"shoal://{base}/t.csv", storage_options={"cluster": cluster_file})
     pandas.testing.assert_frame_equal(opts, frame)
+
+
+class _Samples:
+    """A torch.utils.data-style dataset: an indexable sequence whose items
+    are read from shoal:// paths by whichever worker process asks."""
+
+    def __init__(self, fs, paths):
+        self.fs, self.paths = fs, paths
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        return self.fs.cat_file(self.paths[i])
+
+
+def _load(args):
+    dataset, i = args
+    return dataset[i]
+
+
+def test_a_loader_with_forked_workers_and_pickled_filesystem(fs, base):
+    import multiprocessing
+    import pickle
+
+    paths = [f"{base}/s{i}" for i in range(12)]
+    for i, p in enumerate(paths):
+        fs.pipe_file(p, bytes([i]) * (i + 1))
+    dataset = _Samples(fs, paths)
+    # As a DataLoader's workers: forked after the filesystem was made, each
+    # item's dataset pickled to them.
+    with multiprocessing.get_context("fork").Pool(3) as pool:
+        got = pool.map(_load, [(dataset, i) for i in range(len(dataset))])
+    assert got == [bytes([i]) * (i + 1) for i in range(12)]
+    again = pickle.loads(pickle.dumps(fs))
+    assert again.cat_file(paths[3]) == b"\x03" * 4
