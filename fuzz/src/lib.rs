@@ -214,6 +214,7 @@ impl Gen<'_, '_> {
             dist: self.name()?,
             no_metafile: self.u.arbitrary()?,
             write_threshold: self.u.arbitrary()?,
+            split_entries: self.u.arbitrary()?,
         }))
     }
 
@@ -354,7 +355,7 @@ impl Gen<'_, '_> {
             .encode_to_vec(),
             Op::RmdirPrepare | Op::RmdirAbort => RmdirRequest {
                 dir: self.handle()?,
-                ..Default::default()
+                partitions_marked: self.u.arbitrary()?,
             }
             .encode_to_vec(),
             Op::SetParent => SetParentRequest {
