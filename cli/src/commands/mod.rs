@@ -13,3 +13,4 @@ pub mod mount;
 pub mod server;
 pub mod stats;
 pub mod up;
+pub mod up_hosts;

@@ -1,19 +1,22 @@
 //! `shoal up`: a local cluster of N servers on free loopback ports, optionally
-//! mounted, in the foreground until Ctrl-C or detached with `--detach`.
-//! Running it again on the same data directory brings back the same file system.
+//! mounted, in the foreground until Ctrl-C or detached with `--detach`; or,
+//! with `--hosts`, one server on each listed host (`up_hosts`). Running it
+//! again on the same data directory brings back the same file system.
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::time::Duration;
 
 use shoal_client::mounts;
-use shoal_proto::cluster::Settings;
+use shoal_proto::cluster::{ClusterConfig, Settings};
 use shoal_proto::error::{Result, ShoalError};
 
 use crate::local_cluster::{self, LocalCluster, MountState};
 use crate::target::runtime;
 
 /// How long servers and the mount get to come up.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(clap::Args)]
 pub struct UpArgs {
@@ -47,6 +50,54 @@ pub struct UpArgs {
     /// later `up`s), and so does the mount, on one of its own.
     #[arg(long)]
     pub metrics: bool,
+    /// Start one server on each host FILE lists, through --launcher: a
+    /// cluster for one job on its own hosts. A line is `HOST [ADDR]`
+    /// (ADDR: an IP address, with or without :PORT; absent, HOST's address
+    /// as this machine resolves it); `#` comments. --data must be the same
+    /// path on every host (a shared file system): servers and mounts read
+    /// the cluster file there. With --metrics each server serves /metrics
+    /// on its address, at its port + 2400 (9470 for 7070).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "launcher",
+        conflicts_with = "servers"
+    )]
+    pub hosts: Option<PathBuf>,
+    /// With --hosts: the command that runs a command on a host, given the
+    /// host's name then the command's words, e.g. `ssh` or
+    /// `srun --nodes=1 --ntasks=1 --overlap -w`. It must run as long as the
+    /// command does and end it when signalled (`shoal down`).
+    #[arg(long, value_name = "CMD", requires = "hosts")]
+    pub launcher: Option<String>,
+    /// With --hosts: the servers' port where the hosts file gives none
+    /// [default: 7070].
+    #[arg(long, requires = "hosts")]
+    pub port: Option<u16>,
+    /// With --hosts: where each server keeps its data on its host, as
+    /// server-N under this directory (a local disk: /tmp, $TMPDIR)
+    /// [default: under --data].
+    #[arg(long, value_name = "DIR", requires = "hosts")]
+    pub server_data: Option<PathBuf>,
+    /// With --hosts: mount on these client hosts (comma-separated), through
+    /// the launcher, on --mount's path, rather than here.
+    #[arg(long, value_name = "HOSTS", value_delimiter = ',', requires_all = ["hosts", "mount"])]
+    pub mount_on: Vec<String>,
+}
+
+/// A process `up` started and waits on: what it is, for its errors.
+pub struct Started {
+    pub what: String,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+/// What `up` brought up, for its report.
+pub struct Up {
+    pub config: ClusterConfig,
+    /// Where it is mounted, if it is.
+    pub mounted: Option<String>,
+    pub mount_metrics: Option<SocketAddr>,
 }
 
 pub fn run(args: UpArgs) -> Result<()> {
@@ -73,38 +124,23 @@ pub fn run(args: UpArgs) -> Result<()> {
         sets.push("allow_other=true".to_string());
     }
     sets.extend(args.set.iter().cloned());
-    let config = cluster.cluster_config(args.servers, &sets, args.metrics)?;
-    let mut state = local_cluster::State::default();
-    for s in &config.servers {
-        let id = s.id.to_string();
-        let pid = local_cluster::spawn_shoal(
-            &["server", "--config", &marker, "--id", &id],
-            &cluster.log_file(&format!("server-{id}")),
-        )?;
-        state.servers.push((s.id, pid));
-        cluster.save_state(&state)?;
-    }
-    if let Err(e) = wait_for_servers(&cluster, &file, &state) {
-        super::down::stop(&cluster);
-        return Err(e);
-    }
-    let mount_metrics = match (&args.mount, args.metrics) {
-        (Some(_), true) => Some(shoal_net::ports::free_loopback_addr()?),
-        _ => None,
-    };
-    if let Some(dir) = &args.mount {
-        if let Err(e) = mount(&cluster, &marker, dir, mount_metrics, &mut state) {
-            super::down::stop(&cluster);
-            return Err(e);
+    let up = match (&args.hosts, &args.launcher) {
+        (Some(hosts), Some(launcher)) => {
+            super::up_hosts::start(&args, &cluster, hosts, launcher, &sets)
         }
-    }
+        _ => start_local(&args, &cluster, &sets),
+    };
+    let Up {
+        config,
+        mounted,
+        mount_metrics,
+    } = up.inspect_err(|_| super::down::stop(&cluster))?;
     println!(
         "Shoal is up: {} servers, cluster file {}{}",
         config.num_servers(),
         file.display(),
-        args.mount
-            .as_ref()
-            .map(|m| format!(", mounted on {}", m.display()))
+        mounted
+            .map(|m| format!(", mounted on {m}"))
             .unwrap_or_default()
     );
     let scraped: Vec<String> = config
@@ -138,22 +174,53 @@ pub fn run(args: UpArgs) -> Result<()> {
     Ok(())
 }
 
-fn wait_for_servers(
-    cluster: &LocalCluster,
-    file: &std::path::Path,
-    state: &local_cluster::State,
-) -> Result<()> {
+/// The servers on free loopback ports, and the mount here if asked.
+fn start_local(args: &UpArgs, cluster: &LocalCluster, sets: &[String]) -> Result<Up> {
+    let config = cluster.cluster_config(args.servers, sets, args.metrics)?;
+    let marker = cluster.cluster_file().to_string_lossy().into_owned();
+    let mut state = local_cluster::State::default();
+    let mut servers = Vec::new();
+    for s in &config.servers {
+        let id = s.id.to_string();
+        let log = cluster.log_file(&format!("server-{id}"));
+        let child =
+            local_cluster::spawn_shoal(&["server", "--config", &marker, "--id", &id], &log)?;
+        state.servers.push((s.id, child.id()));
+        cluster.save_state(&state)?;
+        servers.push(Started {
+            what: format!("server {id}"),
+            child,
+            log,
+        });
+    }
+    wait_for_servers(&cluster.cluster_file(), &mut servers)?;
+    let mount_metrics = match (&args.mount, args.metrics) {
+        (Some(_), true) => Some(shoal_net::ports::free_loopback_addr()?),
+        _ => None,
+    };
+    if let Some(dir) = &args.mount {
+        mount(cluster, &marker, dir, mount_metrics, &mut state)?;
+    }
+    Ok(Up {
+        config,
+        mounted: args.mount.as_ref().map(|m| m.display().to_string()),
+        mount_metrics,
+    })
+}
+
+/// Waits until every server answers, failing as soon as one has exited
+/// (a launcher too: its exit status and the end of its output).
+pub fn wait_for_servers(file: &Path, servers: &mut [Started]) -> Result<()> {
     let rt = runtime()?;
     let deadline = std::time::Instant::now() + START_TIMEOUT;
     loop {
-        let marker = file.to_string_lossy();
-        for (id, pid) in &state.servers {
-            if !local_cluster::is_ours(*pid, &marker) {
-                let log = cluster.log_file(&format!("server-{id}"));
+        for s in servers.iter_mut() {
+            if let Ok(Some(status)) = s.child.try_wait() {
                 return Err(ShoalError::io(format!(
-                    "server {id} exited; its log ({}) ends with:\n{}",
-                    log.display(),
-                    local_cluster::tail(&log, 10)
+                    "{} exited ({status}); its output ({}) ends with:\n{}",
+                    s.what,
+                    s.log.display(),
+                    local_cluster::tail(&s.log, 10)
                 )));
             }
         }
@@ -167,7 +234,7 @@ fn wait_for_servers(
     }
 }
 
-fn mount(
+pub fn mount(
     cluster: &LocalCluster,
     marker: &str,
     dir: &std::path::Path,
@@ -189,7 +256,7 @@ fn mount(
     if let Some(addr) = &metrics {
         argv.extend(["--metrics", addr]);
     }
-    let pid = local_cluster::spawn_shoal(&argv, &log)?;
+    let pid = local_cluster::spawn_shoal(&argv, &log)?.id();
     state.mount = Some(MountState {
         dir: dir.clone(),
         pid,
