@@ -3,20 +3,14 @@
 //! with `--hosts`, one server on each listed host (`up_hosts`). Running it
 //! again on the same data directory brings back the same file system.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Child;
-use std::time::Duration;
+use std::path::PathBuf;
 
-use shoal_client::mounts;
-use shoal_proto::cluster::{ClusterConfig, Settings};
+use shoal_proto::cluster::Settings;
 use shoal_proto::error::{Result, ShoalError};
 
-use crate::local_cluster::{self, LocalCluster, MountState};
+use super::starting::{self, Started, Up};
+use crate::local_cluster::{self, LocalCluster};
 use crate::target::runtime;
-
-/// How long servers and the mount get to come up.
-pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(clap::Args)]
 pub struct UpArgs {
@@ -50,54 +44,8 @@ pub struct UpArgs {
     /// later `up`s), and so does the mount, on one of its own.
     #[arg(long)]
     pub metrics: bool,
-    /// Start one server on each host FILE lists, through --launcher: a
-    /// cluster for one job on its own hosts. A line is `HOST [ADDR]`
-    /// (ADDR: an IP address, with or without :PORT; absent, HOST's address
-    /// as this machine resolves it); `#` comments. --data must be the same
-    /// path on every host (a shared file system): servers and mounts read
-    /// the cluster file there. With --metrics each server serves /metrics
-    /// on its address, at its port + 2400 (9470 for 7070).
-    #[arg(
-        long,
-        value_name = "FILE",
-        requires = "launcher",
-        conflicts_with = "servers"
-    )]
-    pub hosts: Option<PathBuf>,
-    /// With --hosts: the command that runs a command on a host, given the
-    /// host's name then the command's words, e.g. `ssh` or
-    /// `srun --nodes=1 --ntasks=1 --overlap -w`. It must run as long as the
-    /// command does and end it when signalled (`shoal down`).
-    #[arg(long, value_name = "CMD", requires = "hosts")]
-    pub launcher: Option<String>,
-    /// With --hosts: the servers' port where the hosts file gives none
-    /// [default: 7070].
-    #[arg(long, requires = "hosts")]
-    pub port: Option<u16>,
-    /// With --hosts: where each server keeps its data on its host, as
-    /// server-N under this directory (a local disk: /tmp, $TMPDIR)
-    /// [default: under --data].
-    #[arg(long, value_name = "DIR", requires = "hosts")]
-    pub server_data: Option<PathBuf>,
-    /// With --hosts: mount on these client hosts (comma-separated), through
-    /// the launcher, on --mount's path, rather than here.
-    #[arg(long, value_name = "HOSTS", value_delimiter = ',', requires_all = ["hosts", "mount"])]
-    pub mount_on: Vec<String>,
-}
-
-/// A process `up` started and waits on: what it is, for its errors.
-pub struct Started {
-    pub what: String,
-    pub child: Child,
-    pub log: PathBuf,
-}
-
-/// What `up` brought up, for its report.
-pub struct Up {
-    pub config: ClusterConfig,
-    /// Where it is mounted, if it is.
-    pub mounted: Option<String>,
-    pub mount_metrics: Option<SocketAddr>,
+    #[command(flatten)]
+    pub on_hosts: super::up_hosts::HostsArgs,
 }
 
 pub fn run(args: UpArgs) -> Result<()> {
@@ -124,11 +72,15 @@ pub fn run(args: UpArgs) -> Result<()> {
         sets.push("allow_other=true".to_string());
     }
     sets.extend(args.set.iter().cloned());
-    let up = match (&args.hosts, &args.launcher) {
-        (Some(hosts), Some(launcher)) => {
-            super::up_hosts::start(&args, &cluster, hosts, launcher, &sets)
-        }
-        _ => start_local(&args, &cluster, &sets),
+    let up = match args.on_hosts.hosts.is_some() {
+        true => super::up_hosts::start(
+            &args.on_hosts,
+            &cluster,
+            &sets,
+            args.metrics,
+            args.mount.as_deref(),
+        ),
+        false => start_local(&args, &cluster, &sets),
     };
     let Up {
         config,
@@ -193,85 +145,17 @@ fn start_local(args: &UpArgs, cluster: &LocalCluster, sets: &[String]) -> Result
             log,
         });
     }
-    wait_for_servers(&cluster.cluster_file(), &mut servers)?;
+    starting::wait_for_servers(&cluster.cluster_file(), &mut servers)?;
     let mount_metrics = match (&args.mount, args.metrics) {
         (Some(_), true) => Some(shoal_net::ports::free_loopback_addr()?),
         _ => None,
     };
     if let Some(dir) = &args.mount {
-        mount(cluster, &marker, dir, mount_metrics, &mut state)?;
+        starting::mount(cluster, &marker, dir, mount_metrics, &mut state)?;
     }
     Ok(Up {
         config,
         mounted: args.mount.as_ref().map(|m| m.display().to_string()),
         mount_metrics,
     })
-}
-
-/// Waits until every server answers, failing as soon as one has exited
-/// (a launcher too: its exit status and the end of its output).
-pub fn wait_for_servers(file: &Path, servers: &mut [Started]) -> Result<()> {
-    let rt = runtime()?;
-    let deadline = std::time::Instant::now() + START_TIMEOUT;
-    loop {
-        for s in servers.iter_mut() {
-            if let Ok(Some(status)) = s.child.try_wait() {
-                return Err(ShoalError::io(format!(
-                    "{} exited ({status}); its output ({}) ends with:\n{}",
-                    s.what,
-                    s.log.display(),
-                    local_cluster::tail(&s.log, 10)
-                )));
-            }
-        }
-        match rt.block_on(crate::target::connect(file)) {
-            Ok(_) => return Ok(()),
-            Err(e) if std::time::Instant::now() >= deadline => {
-                return Err(e.context("servers did not come up in time"))
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
-}
-
-pub fn mount(
-    cluster: &LocalCluster,
-    marker: &str,
-    dir: &std::path::Path,
-    metrics: Option<std::net::SocketAddr>,
-    state: &mut local_cluster::State,
-) -> Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let dir = std::fs::canonicalize(dir)?;
-    if mounts::is_mounted(&dir) {
-        return Err(ShoalError::invalid(format!(
-            "{} is already a Shoal mount",
-            dir.display()
-        )));
-    }
-    let mount_dir = dir.to_string_lossy().into_owned();
-    let log = cluster.log_file("mount");
-    let mut argv = vec!["mount", "--foreground", marker, &mount_dir];
-    let metrics = metrics.map(|a| a.to_string());
-    if let Some(addr) = &metrics {
-        argv.extend(["--metrics", addr]);
-    }
-    let pid = local_cluster::spawn_shoal(&argv, &log)?.id();
-    state.mount = Some(MountState {
-        dir: dir.clone(),
-        pid,
-    });
-    cluster.save_state(state)?;
-    let live = local_cluster::wait_until(START_TIMEOUT, || {
-        mounts::is_mounted(&dir) || !local_cluster::is_ours(pid, marker)
-    });
-    if !live || !mounts::is_mounted(&dir) {
-        return Err(ShoalError::io(format!(
-            "mounting on {} failed; {} ends with:\n{}",
-            dir.display(),
-            log.display(),
-            local_cluster::tail(&log, 10)
-        )));
-    }
-    Ok(())
 }

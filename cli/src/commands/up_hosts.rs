@@ -7,16 +7,54 @@
 //! launcher, go into the state file for `shoal down`.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use shoal_proto::cluster::{ClusterConfig, ServerEntry, Settings};
 use shoal_proto::error::{Result, ShoalError};
 
-use super::up::{wait_for_servers, Started, Up, UpArgs, START_TIMEOUT};
+use super::starting::{self, wait_for_servers, Started, Up, START_TIMEOUT};
 use crate::host_list::{self, ServerHost};
 use crate::launcher::Launcher;
 use crate::local_cluster::{self, HostMount, LocalCluster, State};
+
+/// `shoal up`'s options for a cluster on other hosts.
+#[derive(clap::Args)]
+pub struct HostsArgs {
+    /// Start one server on each host FILE lists, through --launcher: a
+    /// cluster for one job on its own hosts. A line is `HOST [ADDR]`
+    /// (ADDR: an IP address, with or without :PORT; absent, HOST's address
+    /// as this machine resolves it); `#` comments. --data must be the same
+    /// path on every host (a shared file system): servers and mounts read
+    /// the cluster file there. With --metrics each server serves /metrics
+    /// on its address, at its port + 2400 (9470 for 7070).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "launcher",
+        conflicts_with = "servers"
+    )]
+    pub hosts: Option<PathBuf>,
+    /// With --hosts: the command that runs a command on a host, given the
+    /// host's name then the command's words, e.g. `ssh` or
+    /// `srun --nodes=1 --ntasks=1 --overlap -w`. It must run as long as the
+    /// command does and end it when signalled (`shoal down`).
+    #[arg(long, value_name = "CMD", requires = "hosts")]
+    pub launcher: Option<String>,
+    /// With --hosts: the servers' port where the hosts file gives none
+    /// [default: 7070].
+    #[arg(long, requires = "hosts")]
+    pub port: Option<u16>,
+    /// With --hosts: where each server keeps its data on its host, as
+    /// server-N under this directory (a local disk: /tmp, $TMPDIR)
+    /// [default: under --data].
+    #[arg(long, value_name = "DIR", requires = "hosts")]
+    pub server_data: Option<PathBuf>,
+    /// With --hosts: mount on these client hosts (comma-separated), through
+    /// the launcher, on --mount's path, rather than here.
+    #[arg(long, value_name = "HOSTS", value_delimiter = ',', requires_all = ["hosts", "mount"])]
+    pub mount_on: Vec<String>,
+}
 
 /// The servers' port where the hosts file gives none.
 const DEFAULT_PORT: u16 = 7070;
@@ -25,16 +63,21 @@ const DEFAULT_PORT: u16 = 7070;
 /// docs/operations.md suggests.
 const METRICS_PORT_OFFSET: u16 = 2400;
 
+/// The servers on `args.hosts`' hosts and, with `mount`, the mounts on
+/// `--mount-on`'s (or here, without it).
 pub fn start(
-    args: &UpArgs,
+    args: &HostsArgs,
     cluster: &LocalCluster,
-    hosts_file: &Path,
-    launcher: &str,
     sets: &[String],
+    metrics: bool,
+    mount: Option<&Path>,
 ) -> Result<Up> {
+    let (Some(hosts_file), Some(launcher)) = (&args.hosts, &args.launcher) else {
+        return Err(ShoalError::invalid("--hosts needs --launcher"));
+    };
     let launcher = Launcher::parse(launcher)?;
     let hosts = host_list::read(hosts_file, args.port.unwrap_or(DEFAULT_PORT))?;
-    let config = write_config(args, cluster, &hosts, sets)?;
+    let config = write_config(args.server_data.as_deref(), metrics, cluster, &hosts, sets)?;
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     let file = cluster.cluster_file().to_string_lossy().into_owned();
     let mut state = State {
@@ -60,7 +103,7 @@ pub fn start(
         });
     }
     wait_for_servers(&cluster.cluster_file(), &mut servers)?;
-    let mounted = match &args.mount {
+    let mounted = match mount {
         Some(dir) if !args.mount_on.is_empty() => {
             let dir = dir.to_string_lossy();
             for host in &args.mount_on {
@@ -69,7 +112,7 @@ pub fn start(
             Some(format!("{dir} on {}", args.mount_on.join(", ")))
         }
         Some(dir) => {
-            super::up::mount(cluster, &file, dir, None, &mut state)?;
+            starting::mount(cluster, &file, dir, None, &mut state)?;
             Some(dir.display().to_string())
         }
         None => None,
@@ -86,7 +129,8 @@ pub fn start(
 /// servers' data is the same file system) with the servers' addresses
 /// changed to those of today's hosts.
 fn write_config(
-    args: &UpArgs,
+    server_data: Option<&Path>,
+    metrics: bool,
     cluster: &LocalCluster,
     hosts: &[ServerHost],
     sets: &[String],
@@ -106,7 +150,7 @@ fn write_config(
     } else {
         (Settings::default(), Some(cluster.secret_file()?))
     };
-    let data = args.server_data.as_deref().unwrap_or(&cluster.dir);
+    let data = server_data.unwrap_or(&cluster.dir);
     let mut config = ClusterConfig {
         secret_file,
         broker_socket: None,
@@ -115,7 +159,7 @@ fn write_config(
         servers: Vec::new(),
     };
     for (id, h) in (0..).zip(hosts) {
-        let metrics_addr = match args.metrics {
+        let metrics_addr = match metrics {
             true => Some(metrics_addr(h)?),
             false => None,
         };
