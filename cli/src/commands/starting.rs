@@ -57,11 +57,13 @@ pub fn wait_for_servers(file: &Path, servers: &mut [Started]) -> Result<()> {
     }
 }
 
+/// Mounts on `dir` here, in a process of its own (recorded in `state`),
+/// and waits until the mount is live.
 pub fn mount(
     cluster: &LocalCluster,
     marker: &str,
-    dir: &std::path::Path,
-    metrics: Option<std::net::SocketAddr>,
+    dir: &Path,
+    metrics: Option<SocketAddr>,
     state: &mut local_cluster::State,
 ) -> Result<()> {
     std::fs::create_dir_all(dir)?;

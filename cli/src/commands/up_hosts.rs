@@ -77,7 +77,14 @@ pub fn start(
     };
     let launcher = Launcher::parse(launcher)?;
     let hosts = host_list::read(hosts_file, args.port.unwrap_or(DEFAULT_PORT))?;
-    let config = write_config(args.server_data.as_deref(), metrics, cluster, &hosts, sets)?;
+    // Paths every host is given: relative ones would be taken from each
+    // command's own directory there (ssh's is the home directory).
+    let server_data = args
+        .server_data
+        .as_deref()
+        .map(std::path::absolute)
+        .transpose()?;
+    let config = write_config(server_data.as_deref(), metrics, cluster, &hosts, sets)?;
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     let file = cluster.cluster_file().to_string_lossy().into_owned();
     let mut state = State {
@@ -105,6 +112,7 @@ pub fn start(
     wait_for_servers(&cluster.cluster_file(), &mut servers)?;
     let mounted = match mount {
         Some(dir) if !args.mount_on.is_empty() => {
+            let dir = std::path::absolute(dir)?;
             let dir = dir.to_string_lossy();
             for host in &args.mount_on {
                 mount_on(cluster, &launcher, host, &exe, &file, &dir, &mut state)?;
