@@ -4,11 +4,13 @@
 //! as a job script on its first node would, starts a server on each host
 //! of the hosts file through `scripts/hosts ssh NAME` (a launcher as ssh
 //! is: the host, then words for its shell) and mounts on client host c1;
-//! a file written through c1's mount is read from c0; `down` unmounts and
+//! each server serves /metrics on its host (`--metrics`); a file written
+//! through c1's mount is read from c0; `down` unmounts and
 //! stops exactly what `up` started. Bad input fails naming the thing: a
 //! hosts file line that does not parse, a launcher that fails (its exit
 //! status and what it wrote to stderr).
 
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -77,7 +79,7 @@ fn up_on_hosts_through_a_launcher_mounts_on_a_client_host_and_down_stops_it_all(
         .arg(&mnt)
         .args(["--server-data"])
         .arg(work.path().join("local-disk"))
-        .arg("--detach")
+        .args(["--metrics", "--detach"])
         .output()
         .unwrap();
     let report = text(&up);
@@ -89,6 +91,18 @@ fn up_on_hosts_through_a_launcher_mounts_on_a_client_host_and_down_stops_it_all(
     for addr in ["10.77.0.10:7070", "10.77.0.11:7171", "10.77.0.12:7070"] {
         assert!(cluster.contains(addr), "{addr} not in\n{cluster}");
     }
+    // --metrics: each server's at its own address, its port + 2400.
+    let metrics = hosts.on("c0", || {
+        let mut s = std::net::TcpStream::connect("10.77.0.11:9571").expect("server 1's metrics");
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        reply
+    });
+    assert!(
+        metrics.contains("shoal_requests_total"),
+        "server 1's /metrics from c0: {metrics}"
+    );
     let state = std::fs::read_to_string(data.join("state.json")).unwrap();
     assert!(state.contains("\"ssh\""), "the launcher recorded: {state}");
     assert!(state.contains("\"c1\""), "c1's mount recorded: {state}");
