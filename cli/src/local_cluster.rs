@@ -229,9 +229,12 @@ pub fn stop_process(pid: u32, marker: &str, grace: Duration) {
     };
     // A launcher may end at once while what it runs (a server shutting
     // down cleanly) is still there: wait for every member.
-    let running = || match leads_group {
-        true => group_alive(pid),
-        false => is_ours(pid, marker),
+    let running = || {
+        if leads_group {
+            group_alive(pid)
+        } else {
+            is_ours(pid, marker)
+        }
     };
     // SAFETY: as above.
     unsafe { libc::kill(target, libc::SIGTERM) };

@@ -5,8 +5,9 @@
 //! of the hosts file through `scripts/hosts ssh NAME` (a launcher as ssh
 //! is: the host, then words for its shell) and mounts on client host c1;
 //! each server serves /metrics on its host (`--metrics`); a file written
-//! through c1's mount is read from c0; `down` unmounts and
-//! stops exactly what `up` started. Bad input fails naming the thing: a
+//! through c1's mount is read from c0; `down` unmounts and stops exactly
+//! what `up` started, and `up` again on the same directory brings back the
+//! same file system. Bad input fails naming the thing: a
 //! hosts file line that does not parse, a launcher that fails (its exit
 //! status and what it wrote to stderr).
 
@@ -62,28 +63,25 @@ fn up_on_hosts_through_a_launcher_mounts_on_a_client_host_and_down_stops_it_all(
     )
     .unwrap();
     let mnt = work.path().join("mnt");
-    let up = hosts
-        .command("c0", shoal_bin())
-        .arg("up")
-        .arg("--data")
-        .arg(&data)
-        .arg("--hosts")
-        .arg(&hosts_file)
-        .args([
-            "--launcher",
-            &hosts.launcher(),
-            "--mount-on",
-            "c1",
-            "--mount",
-        ])
-        .arg(&mnt)
-        .args(["--server-data"])
-        .arg(work.path().join("local-disk"))
-        .args(["--metrics", "--detach"])
-        .output()
-        .unwrap();
-    let report = text(&up);
-    assert!(up.status.success(), "shoal up: {report}");
+    let up = |extra: &[&str]| {
+        hosts
+            .command("c0", shoal_bin())
+            .arg("up")
+            .arg("--data")
+            .arg(&data)
+            .arg("--hosts")
+            .arg(&hosts_file)
+            .args(["--launcher", &hosts.launcher(), "--server-data"])
+            .arg(work.path().join("local-disk"))
+            .args(extra)
+            .arg("--detach")
+            .output()
+            .unwrap()
+    };
+    let mnt_arg = mnt.to_string_lossy().into_owned();
+    let first = up(&["--mount-on", "c1", "--mount", &mnt_arg, "--metrics"]);
+    let report = text(&first);
+    assert!(first.status.success(), "shoal up: {report}");
     assert!(report.contains("Shoal is up: 3 servers"), "{report}");
     assert!(mounts::is_mounted(&mnt), "not mounted on c1: {report}");
 
@@ -110,15 +108,18 @@ fn up_on_hosts_through_a_launcher_mounts_on_a_client_host_and_down_stops_it_all(
     // Written on c1, read from c0 (its own client, through the network).
     std::fs::create_dir(mnt.join("results")).unwrap();
     std::fs::write(mnt.join("results/part-0"), pattern(3, 200_000)).unwrap();
-    let cat = hosts
-        .command("c0", shoal_bin())
-        .args(["cat", "--config"])
-        .arg(data.join("cluster.toml"))
-        .arg("/results/part-0")
-        .output()
-        .unwrap();
-    assert!(cat.status.success(), "shoal cat on c0: {}", text(&cat));
-    assert!(cat.stdout == pattern(3, 200_000), "c0 read what c1 wrote");
+    let cat = || {
+        hosts
+            .command("c0", shoal_bin())
+            .args(["cat", "--config"])
+            .arg(data.join("cluster.toml"))
+            .arg("/results/part-0")
+            .output()
+            .unwrap()
+    };
+    let read = cat();
+    assert!(read.status.success(), "shoal cat on c0: {}", text(&read));
+    assert!(read.stdout == pattern(3, 200_000), "c0 read what c1 wrote");
 
     // A bystander whose command line names shoal and the cluster file, as
     // `up`'s processes do, but which `up` did not start: down leaves it.
@@ -145,6 +146,23 @@ fn up_on_hosts_through_a_launcher_mounts_on_a_client_host_and_down_stops_it_all(
     );
     bystander.kill().unwrap();
     bystander.wait().unwrap();
+
+    // Up again on the same directory and hosts: the same file system.
+    let again = up(&[]);
+    assert!(again.status.success(), "shoal up again: {}", text(&again));
+    let read = cat();
+    let down = Command::new(shoal_bin())
+        .arg("down")
+        .arg("--data")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        read.stdout == pattern(3, 200_000),
+        "after up again: {}",
+        text(&read)
+    );
+    assert!(down.status.success(), "shoal down: {}", text(&down));
 }
 
 /// `shoal up --hosts` with `hosts_file`'s text and `launcher`, expected

@@ -72,15 +72,11 @@ pub fn run(args: UpArgs) -> Result<()> {
         sets.push("allow_other=true".to_string());
     }
     sets.extend(args.set.iter().cloned());
-    let up = match args.on_hosts.hosts.is_some() {
-        true => super::up_hosts::start(
-            &args.on_hosts,
-            &cluster,
-            &sets,
-            args.metrics,
-            args.mount.as_deref(),
-        ),
-        false => start_local(&args, &cluster, &sets),
+    let up = if args.on_hosts.hosts.is_some() {
+        let mount = args.mount.as_deref();
+        super::up_hosts::start(&args.on_hosts, &cluster, &sets, args.metrics, mount)
+    } else {
+        start_local(&args, &cluster, &sets)
     };
     let Up {
         config,

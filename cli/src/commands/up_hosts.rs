@@ -167,10 +167,7 @@ fn write_config(
         servers: Vec::new(),
     };
     for (id, h) in (0..).zip(hosts) {
-        let metrics_addr = match metrics {
-            true => Some(metrics_addr(h)?),
-            false => None,
-        };
+        let metrics_addr = metrics.then(|| metrics_addr(h)).transpose()?;
         config.servers.push(ServerEntry {
             id,
             addr: h.addr,
