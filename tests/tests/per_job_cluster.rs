@@ -129,13 +129,8 @@ fn up_on_hosts_through_a_launcher_mounts_on_a_client_host_and_down_stops_it_all(
         .spawn()
         .unwrap();
     let bystander_pid = bystander.id().to_string();
-    let down = Command::new(shoal_bin())
-        .arg("down")
-        .arg("--data")
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(down.status.success(), "shoal down: {}", text(&down));
+    let stopped = down(&data);
+    assert!(stopped.status.success(), "shoal down: {}", text(&stopped));
     assert!(!mounts::is_mounted(&mnt), "still mounted after down");
     let mut left = processes_of(&data);
     left.retain(|p| !p.starts_with(&format!("{bystander_pid}:")));
@@ -151,18 +146,27 @@ fn up_on_hosts_through_a_launcher_mounts_on_a_client_host_and_down_stops_it_all(
     let again = up(&[]);
     assert!(again.status.success(), "shoal up again: {}", text(&again));
     let read = cat();
-    let down = Command::new(shoal_bin())
-        .arg("down")
-        .arg("--data")
-        .arg(&data)
-        .output()
-        .unwrap();
+    let stopped_again = down(&data);
     assert!(
         read.stdout == pattern(3, 200_000),
         "after up again: {}",
         text(&read)
     );
-    assert!(down.status.success(), "shoal down: {}", text(&down));
+    assert!(
+        stopped_again.status.success(),
+        "shoal down: {}",
+        text(&stopped_again)
+    );
+}
+
+/// `shoal down --data DATA`, run here.
+fn down(data: &Path) -> Output {
+    Command::new(shoal_bin())
+        .arg("down")
+        .arg("--data")
+        .arg(data)
+        .output()
+        .unwrap()
 }
 
 /// `shoal up --hosts` with `hosts_file`'s text and `launcher`, expected
