@@ -2,12 +2,14 @@
 //! `cluster.toml` (the cluster file), `secret` (the cluster secret, mode
 //! 0600, named by the cluster file), `server-N/` (each server's data),
 //! `logs/` (each process's output) and `state.json` (the PIDs `up` started and
-//! the mount point), which is all `shoal down` needs to stop exactly those.
+//! the mount point; for a cluster on other hosts, the launcher and the
+//! client hosts' mounts too), which is all `shoal down` needs to stop
+//! exactly those.
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -21,6 +23,21 @@ pub struct State {
     /// (server id, pid)
     pub servers: Vec<(u32, u32)>,
     pub mount: Option<MountState>,
+    /// The launcher `up --hosts` started the servers through (its words):
+    /// `servers` then holds the launchers' PIDs, as `down` stops them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<Vec<String>>,
+    /// Mounts `up --mount-on` made on client hosts through the launcher.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_mounts: Vec<HostMount>,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct HostMount {
+    pub host: String,
+    pub dir: PathBuf,
+    /// The launcher's PID, here.
+    pub pid: u32,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -69,6 +86,15 @@ impl LocalCluster {
         let _ = std::fs::remove_file(self.state_file());
     }
 
+    /// The cluster secret's file, made on first use.
+    pub fn secret_file(&self) -> Result<PathBuf> {
+        let secret_file = self.dir.join("secret");
+        if !secret_file.exists() {
+            Secret::create_file(&secret_file)?;
+        }
+        Ok(secret_file)
+    }
+
     /// The cluster file, created with `servers` servers on free loopback ports
     /// if there is none yet. Servers whose port is now taken, or shared with
     /// another server, get a new one; so do their metrics addresses, and
@@ -95,12 +121,8 @@ impl LocalCluster {
             if n == 0 {
                 return Err(ShoalError::invalid("--servers must be at least 1"));
             }
-            let secret_file = self.dir.join("secret");
-            if !secret_file.exists() {
-                Secret::create_file(&secret_file)?;
-            }
             ClusterConfig {
-                secret_file: Some(secret_file),
+                secret_file: Some(self.secret_file()?),
                 broker_socket: None,
                 loaded_from: None,
                 settings: Settings::default(),
@@ -145,14 +167,20 @@ impl LocalCluster {
     }
 }
 
-/// Starts `shoal ARGS...` in its own session (so a terminal's Ctrl-C reaches
-/// only `up`, which then stops things in order), output to `log`.
-pub fn spawn_shoal(args: &[&str], log: &Path) -> Result<u32> {
-    let exe = std::env::current_exe()?;
+/// Starts `shoal ARGS...` in its own session, output to `log` ([`spawn`]).
+pub fn spawn_shoal(args: &[&str], log: &Path) -> Result<Child> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(args);
+    spawn(cmd, log)
+}
+
+/// Starts `cmd` in a session (and process group) of its own, so a
+/// terminal's Ctrl-C reaches only `up`, which then stops things in order,
+/// and `down` stops the whole group; output to `log`.
+pub fn spawn(mut cmd: Command, log: &Path) -> Result<Child> {
     let out = std::fs::File::create(log).map_err(|e| ShoalError::from(e).context(log.display()))?;
     let err = out.try_clone()?;
-    let mut cmd = Command::new(exe);
-    cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
@@ -160,8 +188,7 @@ pub fn spawn_shoal(args: &[&str], log: &Path) -> Result<u32> {
             Ok(())
         });
     }
-    let child = cmd.spawn()?;
-    Ok(child.id())
+    Ok(cmd.spawn()?)
 }
 
 /// Whether `pid` is still a `shoal` process started with `marker` on its
@@ -185,24 +212,58 @@ fn is_zombie(pid: u32) -> bool {
         .unwrap_or(true)
 }
 
-/// Sends SIGTERM, waits up to `grace`, then SIGKILL. Reaps the child if it is ours.
+/// Sends SIGTERM to the process group `pid` leads if it leads one
+/// ([`spawn`] makes one: a launcher's own children go with it), waits up
+/// to `grace` for the group (else `pid`) to end, then SIGKILL. Reaps the
+/// child if it is ours.
 pub fn stop_process(pid: u32, marker: &str, grace: Duration) {
     if !is_ours(pid, marker) {
         return;
     }
     // SAFETY: plain syscalls on a PID we verified we started.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let leads_group = unsafe { libc::getpgid(pid as i32) } == pid as i32;
+    let target = if leads_group {
+        -(pid as i32)
+    } else {
+        pid as i32
+    };
+    // A launcher may end at once while what it runs (a server shutting
+    // down cleanly) is still there: wait for every member.
+    let running = || {
+        if leads_group {
+            group_alive(pid)
+        } else {
+            is_ours(pid, marker)
+        }
+    };
+    // SAFETY: as above.
+    unsafe { libc::kill(target, libc::SIGTERM) };
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
         reap(pid);
-        if !is_ours(pid, marker) {
+        if !running() {
             return;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     // SAFETY: as above.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    unsafe { libc::kill(target, libc::SIGKILL) };
     reap(pid);
+}
+
+/// Whether a process of group `pgid` runs (zombies do not).
+fn group_alive(pgid: u32) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|p| {
+        let stat = std::fs::read_to_string(p.path().join("stat")).unwrap_or_default();
+        // After the command's ")": state, ppid, pgrp.
+        let fields: Vec<&str> = stat.rsplit_once(')').map_or(Vec::new(), |(_, rest)| {
+            rest.split_whitespace().take(3).collect()
+        });
+        matches!(fields[..], [state, _, group] if state != "Z" && group == pgid.to_string())
+    })
 }
 
 fn reap(pid: u32) {

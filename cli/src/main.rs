@@ -2,6 +2,8 @@
 //! and statistics from the command line.
 
 mod commands;
+mod host_list;
+mod launcher;
 mod local_cluster;
 mod target;
 

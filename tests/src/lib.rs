@@ -30,6 +30,7 @@ pub mod crash_work;
 pub mod hosts;
 pub mod lock_agent;
 pub mod page_cache;
+pub mod units;
 
 /// The environment variable with the kit's own defaults (module doc).
 pub const SETTINGS_ENV: &str = "SHOAL_TEST_SETTINGS";

@@ -11,5 +11,7 @@ pub mod hint;
 pub mod lsplus;
 pub mod mount;
 pub mod server;
+pub mod starting;
 pub mod stats;
 pub mod up;
+pub mod up_hosts;

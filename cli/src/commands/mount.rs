@@ -143,7 +143,7 @@ fn mount_in_background(
     if let Some(addr) = &metrics {
         argv.extend(["--metrics", addr]);
     }
-    let pid = local_cluster::spawn_shoal(&argv, &log)?;
+    let pid = local_cluster::spawn_shoal(&argv, &log)?.id();
     let done = local_cluster::wait_until(Duration::from_secs(30), || {
         mounts::is_mounted(dir) || !local_cluster::is_ours(pid, &cluster)
     });

@@ -1,19 +1,16 @@
 //! `shoal up`: a local cluster of N servers on free loopback ports, optionally
-//! mounted, in the foreground until Ctrl-C or detached with `--detach`.
-//! Running it again on the same data directory brings back the same file system.
+//! mounted, in the foreground until Ctrl-C or detached with `--detach`; or,
+//! with `--hosts`, one server on each listed host (`up_hosts`). Running it
+//! again on the same data directory brings back the same file system.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use shoal_client::mounts;
 use shoal_proto::cluster::Settings;
 use shoal_proto::error::{Result, ShoalError};
 
-use crate::local_cluster::{self, LocalCluster, MountState};
+use super::starting::{self, Started, Up};
+use crate::local_cluster::{self, LocalCluster};
 use crate::target::runtime;
-
-/// How long servers and the mount get to come up.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(clap::Args)]
 pub struct UpArgs {
@@ -47,6 +44,8 @@ pub struct UpArgs {
     /// later `up`s), and so does the mount, on one of its own.
     #[arg(long)]
     pub metrics: bool,
+    #[command(flatten)]
+    pub on_hosts: super::up_hosts::HostsArgs,
 }
 
 pub fn run(args: UpArgs) -> Result<()> {
@@ -73,38 +72,23 @@ pub fn run(args: UpArgs) -> Result<()> {
         sets.push("allow_other=true".to_string());
     }
     sets.extend(args.set.iter().cloned());
-    let config = cluster.cluster_config(args.servers, &sets, args.metrics)?;
-    let mut state = local_cluster::State::default();
-    for s in &config.servers {
-        let id = s.id.to_string();
-        let pid = local_cluster::spawn_shoal(
-            &["server", "--config", &marker, "--id", &id],
-            &cluster.log_file(&format!("server-{id}")),
-        )?;
-        state.servers.push((s.id, pid));
-        cluster.save_state(&state)?;
-    }
-    if let Err(e) = wait_for_servers(&cluster, &file, &state) {
-        super::down::stop(&cluster);
-        return Err(e);
-    }
-    let mount_metrics = match (&args.mount, args.metrics) {
-        (Some(_), true) => Some(shoal_net::ports::free_loopback_addr()?),
-        _ => None,
+    let up = if args.on_hosts.hosts.is_some() {
+        let mount = args.mount.as_deref();
+        super::up_hosts::start(&args.on_hosts, &cluster, &sets, args.metrics, mount)
+    } else {
+        start_local(&args, &cluster, &sets)
     };
-    if let Some(dir) = &args.mount {
-        if let Err(e) = mount(&cluster, &marker, dir, mount_metrics, &mut state) {
-            super::down::stop(&cluster);
-            return Err(e);
-        }
-    }
+    let Up {
+        config,
+        mounted,
+        mount_metrics,
+    } = up.inspect_err(|_| super::down::stop(&cluster))?;
     println!(
         "Shoal is up: {} servers, cluster file {}{}",
         config.num_servers(),
         file.display(),
-        args.mount
-            .as_ref()
-            .map(|m| format!(", mounted on {}", m.display()))
+        mounted
+            .map(|m| format!(", mounted on {m}"))
             .unwrap_or_default()
     );
     let scraped: Vec<String> = config
@@ -138,73 +122,36 @@ pub fn run(args: UpArgs) -> Result<()> {
     Ok(())
 }
 
-fn wait_for_servers(
-    cluster: &LocalCluster,
-    file: &std::path::Path,
-    state: &local_cluster::State,
-) -> Result<()> {
-    let rt = runtime()?;
-    let deadline = std::time::Instant::now() + START_TIMEOUT;
-    loop {
-        let marker = file.to_string_lossy();
-        for (id, pid) in &state.servers {
-            if !local_cluster::is_ours(*pid, &marker) {
-                let log = cluster.log_file(&format!("server-{id}"));
-                return Err(ShoalError::io(format!(
-                    "server {id} exited; its log ({}) ends with:\n{}",
-                    log.display(),
-                    local_cluster::tail(&log, 10)
-                )));
-            }
-        }
-        match rt.block_on(crate::target::connect(file)) {
-            Ok(_) => return Ok(()),
-            Err(e) if std::time::Instant::now() >= deadline => {
-                return Err(e.context("servers did not come up in time"))
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
+/// The servers on free loopback ports, and the mount here if asked.
+fn start_local(args: &UpArgs, cluster: &LocalCluster, sets: &[String]) -> Result<Up> {
+    let config = cluster.cluster_config(args.servers, sets, args.metrics)?;
+    let marker = cluster.cluster_file().to_string_lossy().into_owned();
+    let mut state = local_cluster::State::default();
+    let mut servers = Vec::new();
+    for s in &config.servers {
+        let id = s.id.to_string();
+        let log = cluster.log_file(&format!("server-{id}"));
+        let child =
+            local_cluster::spawn_shoal(&["server", "--config", &marker, "--id", &id], &log)?;
+        state.servers.push((s.id, child.id()));
+        cluster.save_state(&state)?;
+        servers.push(Started {
+            what: format!("server {id}"),
+            child,
+            log,
+        });
     }
-}
-
-fn mount(
-    cluster: &LocalCluster,
-    marker: &str,
-    dir: &std::path::Path,
-    metrics: Option<std::net::SocketAddr>,
-    state: &mut local_cluster::State,
-) -> Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let dir = std::fs::canonicalize(dir)?;
-    if mounts::is_mounted(&dir) {
-        return Err(ShoalError::invalid(format!(
-            "{} is already a Shoal mount",
-            dir.display()
-        )));
+    starting::wait_for_servers(&cluster.cluster_file(), &mut servers)?;
+    let mount_metrics = match (&args.mount, args.metrics) {
+        (Some(_), true) => Some(shoal_net::ports::free_loopback_addr()?),
+        _ => None,
+    };
+    if let Some(dir) = &args.mount {
+        starting::mount(cluster, &marker, dir, mount_metrics, &mut state)?;
     }
-    let mount_dir = dir.to_string_lossy().into_owned();
-    let log = cluster.log_file("mount");
-    let mut argv = vec!["mount", "--foreground", marker, &mount_dir];
-    let metrics = metrics.map(|a| a.to_string());
-    if let Some(addr) = &metrics {
-        argv.extend(["--metrics", addr]);
-    }
-    let pid = local_cluster::spawn_shoal(&argv, &log)?;
-    state.mount = Some(MountState {
-        dir: dir.clone(),
-        pid,
-    });
-    cluster.save_state(state)?;
-    let live = local_cluster::wait_until(START_TIMEOUT, || {
-        mounts::is_mounted(&dir) || !local_cluster::is_ours(pid, marker)
-    });
-    if !live || !mounts::is_mounted(&dir) {
-        return Err(ShoalError::io(format!(
-            "mounting on {} failed; {} ends with:\n{}",
-            dir.display(),
-            log.display(),
-            local_cluster::tail(&log, 10)
-        )));
-    }
-    Ok(())
+    Ok(Up {
+        config,
+        mounted: args.mount.as_ref().map(|m| m.display().to_string()),
+        mount_metrics,
+    })
 }
