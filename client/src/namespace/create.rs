@@ -335,18 +335,9 @@ impl Client {
                     .call_leasing::<ops::CreateFile>(self.pick_server(), self.cred, &request)
                     .await;
             }
-            self.in_partition(dir, name, |to| {
-                let request = CreateFileRequest {
-                    dir: to,
-                    ..request.clone()
-                };
-                async move {
-                    self.pool()
-                        .call_leasing::<ops::CreateFile>(server_of(to), self.cred, &request)
-                        .await
-                }
-            })
-            .await
+            let route = || self.inner.partitions.route(dir, name);
+            self.call_leasing_routed::<ops::CreateFile>(dir, route, true, &request)
+                .await
         };
         // With colocate the entry is made in the same request.
         let asked = Instant::now();

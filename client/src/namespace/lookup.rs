@@ -3,7 +3,7 @@
 //! message), and whole paths, symlinks followed.
 
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::handle::{self, server_of, Handle};
+use shoal_proto::handle::{self, Handle};
 use shoal_proto::msg::*;
 use shoal_proto::names::{check_name, split_path};
 use shoal_proto::{ops, ObjectKind};
@@ -84,19 +84,14 @@ impl Client {
         name: &str,
         want_attrs: bool,
     ) -> Result<(LookupReply, Option<Instant>)> {
+        let request = LookupRequest {
+            dir,
+            name: name.to_string(),
+            want_attrs,
+        };
+        let route = || self.inner.partitions.route(dir, name);
         let (reply, lease) = self
-            .in_partition(dir, name, |to| {
-                let request = LookupRequest {
-                    dir: to,
-                    name: name.to_string(),
-                    want_attrs,
-                };
-                async move {
-                    self.pool()
-                        .call_leasing::<ops::Lookup>(server_of(to), self.cred, &request)
-                        .await
-                }
-            })
+            .call_leasing_routed::<ops::Lookup>(dir, route, true, &request)
             .await?;
         self.inner.leases.note(dir, lease);
         Ok((reply, lease))

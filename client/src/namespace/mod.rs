@@ -29,7 +29,7 @@ use std::future::Future;
 use std::time::Instant;
 
 use shoal_proto::error::{Errno, Result, ShoalError};
-use shoal_proto::handle::{server_of, Handle};
+use shoal_proto::handle::Handle;
 use shoal_proto::msg::*;
 use shoal_proto::{ops, ObjectKind};
 
@@ -123,17 +123,7 @@ impl Client {
             replace: false,
             created_under,
         };
-        let send = self.in_partition(dir, name, |to| {
-            let request = CrDirEntRequest {
-                dir: to,
-                ..request.clone()
-            };
-            async move {
-                self.pool()
-                    .call::<ops::CrDirEnt>(server_of(to), self.cred, &request)
-                    .await
-            }
-        });
+        let send = self.call_in_partition::<ops::CrDirEnt>(dir, name, &request);
         let asked = Instant::now();
         let reply = self
             .change_entries(

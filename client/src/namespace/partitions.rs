@@ -13,11 +13,12 @@ use shoal_proto::error::{Errno, Result, ShoalError};
 use shoal_proto::handle::{server_of, Handle};
 use shoal_proto::hints::XATTR_PREFIX;
 use shoal_proto::msg::{
-    GetAttrRequest, ObjectRecord, RemoveXattrRequest, RmdirRequest, SetAttrBits, SetAttrRequest,
+    CrDirEntRequest, CreateFileRequest, GetAttrRequest, LookupRequest, ObjectRecord,
+    ReaddirRequest, RemoveXattrRequest, RmDirEntRequest, RmdirRequest, SetAttrBits, SetAttrRequest,
     SetXattrRequest,
 };
-use shoal_proto::ops;
 use shoal_proto::partitions as parts;
+use shoal_proto::{ops, Operation};
 
 use crate::client::Client;
 
@@ -26,7 +27,79 @@ const MAX_MOVES: usize = 2 * parts::MAX_DEPTH as usize;
 /// The longest pause between asks of a splitting partition.
 const MAX_PAUSE: Duration = Duration::from_millis(50);
 
+/// A request about entries of a directory, sent to one of its partitions.
+pub(crate) trait ToPartition: Clone {
+    /// This request, for partition `p` (`dir` in the message).
+    fn to_partition(&self, p: Handle) -> Self;
+}
+
+macro_rules! to_partition {
+    ($($request:ty),*) => {
+        $(impl ToPartition for $request {
+            fn to_partition(&self, p: Handle) -> Self {
+                Self { dir: p, ..self.clone() }
+            }
+        })*
+    };
+}
+
+to_partition!(
+    LookupRequest,
+    CrDirEntRequest,
+    RmDirEntRequest,
+    CreateFileRequest,
+    ReaddirRequest
+);
+
 impl Client {
+    /// Sends `request` about entry `name` of `dir` to the name's partition
+    /// ([`Client::in_partition`]).
+    pub(crate) async fn call_in_partition<O>(
+        &self,
+        dir: Handle,
+        name: &str,
+        request: &O::Request,
+    ) -> Result<O::Reply>
+    where
+        O: Operation,
+        O::Request: ToPartition,
+    {
+        self.in_partition(dir, name, |to| {
+            let request = request.to_partition(to);
+            async move {
+                self.pool()
+                    .call::<O>(server_of(to), self.cred, &request)
+                    .await
+            }
+        })
+        .await
+    }
+
+    /// [`Client::call_in_partition`] to the partition `pick` says (a MOVED
+    /// answer returned unless `follow_moves`), with the lease the answer
+    /// offers.
+    pub(crate) async fn call_leasing_routed<O>(
+        &self,
+        dir: Handle,
+        pick: impl Fn() -> Handle,
+        follow_moves: bool,
+        request: &O::Request,
+    ) -> Result<(O::Reply, Option<Instant>)>
+    where
+        O: Operation,
+        O::Request: ToPartition,
+    {
+        self.retried(dir, pick, follow_moves, |to| {
+            let request = request.to_partition(to);
+            async move {
+                self.pool()
+                    .call_leasing::<O>(server_of(to), self.cred, &request)
+                    .await
+            }
+        })
+        .await
+    }
+
     /// Runs `call` with the partition of `dir` that holds `name`: again with
     /// another when the server says the name moved, and again after a
     /// moment while the partition splits (at most `restart_wait_ms`, as for

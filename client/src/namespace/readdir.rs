@@ -2,7 +2,7 @@
 //! name cache when the caller may search the directory).
 
 use shoal_proto::error::{Result, ShoalError};
-use shoal_proto::handle::{server_of, Handle};
+use shoal_proto::handle::Handle;
 use shoal_proto::msg::*;
 use shoal_proto::ops;
 use shoal_proto::partitions::{self as parts, name_hash};
@@ -101,17 +101,7 @@ impl Client {
                 None => dir,
             };
             let (reply, lease) = self
-                .retried(dir, pick, false, |to| {
-                    let request = ReaddirRequest {
-                        dir: to,
-                        ..request.clone()
-                    };
-                    async move {
-                        self.pool()
-                            .call_leasing::<ops::Readdir>(server_of(to), self.cred, &request)
-                            .await
-                    }
-                })
+                .call_leasing_routed::<ops::Readdir>(dir, pick, false, &request)
                 .await?;
             self.inner.leases.note(dir, lease);
             let part = reply

@@ -151,17 +151,7 @@ impl Client {
         req: RmDirEntRequest,
     ) -> Result<(RmDirEntReply, FileKind)> {
         let (dir, name) = (req.dir, req.name.clone());
-        let send = self.in_partition(dir, &name, |to| {
-            let req = RmDirEntRequest {
-                dir: to,
-                ..req.clone()
-            };
-            async move {
-                self.pool()
-                    .call::<ops::RmDirEnt>(server_of(to), self.cred, &req)
-                    .await
-            }
-        });
+        let send = self.call_in_partition::<ops::RmDirEnt>(dir, &name, &req);
         let asked = Instant::now();
         let reply = self
             .change_entries(

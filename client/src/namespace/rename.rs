@@ -234,22 +234,16 @@ impl Client {
             // The new name is counted before it exists.
             self.count_link(h).await?;
         }
-        let added: Result<CrDirEntReply> = self
-            .in_partition(new_dir, new_name, |to| {
-                let request = CrDirEntRequest {
-                    dir: to,
-                    name: new_name.to_string(),
-                    handle: h,
-                    kind: kind as i32,
-                    replace: !no_replace,
-                    created_under: None,
-                };
-                async move {
-                    self.pool()
-                        .call::<ops::CrDirEnt>(server_of(to), self.cred, &request)
-                        .await
-                }
-            })
+        let request = CrDirEntRequest {
+            dir: new_dir,
+            name: new_name.to_string(),
+            handle: h,
+            kind: kind as i32,
+            replace: !no_replace,
+            created_under: None,
+        };
+        let added = self
+            .call_in_partition::<ops::CrDirEnt>(new_dir, new_name, &request)
             .await;
         let added = match added {
             Ok(a) => a,
