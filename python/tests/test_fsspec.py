@@ -1,5 +1,5 @@
 """The fsspec filesystem (shoal://) against a real cluster: fsspec's generic
-calls, URLs, the entry point, and pandas on shoal:// paths."""
+calls, URLs, the entry point, and pandas and pyarrow on shoal:// paths."""
 
 import os
 import subprocess
@@ -134,6 +134,22 @@ def test_pandas_reads_and_writes_shoal_urls(fs, cluster_file, base):
     # The cluster given as a storage option rather than the environment.
     opts = pandas.read_csv(f"shoal://{base}/t.csv", storage_options={"cluster": cluster_file})
     pandas.testing.assert_frame_equal(opts, frame)
+
+
+def test_pyarrow_dataset_reads_parquet_files_on_shoal(fs, base):
+    import pyarrow
+    import pyarrow.dataset
+    import pyarrow.parquet
+
+    for i in range(3):
+        part = pyarrow.table({"part": [i] * 4, "v": list(range(4 * i, 4 * i + 4))})
+        with fs.open(f"{base}/data/p{i}.parquet", "wb") as f:
+            pyarrow.parquet.write_table(part, f)
+    # pyarrow takes an fsspec filesystem as it is.
+    dataset = pyarrow.dataset.dataset(f"{base}/data", format="parquet", filesystem=fs)
+    table = dataset.to_table()
+    assert table.num_rows == 12
+    assert sorted(table.column("v").to_pylist()) == list(range(12))
 
 
 class _Samples:
