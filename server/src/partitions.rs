@@ -86,7 +86,10 @@ pub fn check_unsplit(dir: &ObjectRecord) -> Result<(), ShoalError> {
 /// name's hash falls in its range.
 pub fn check_name(s: &Service, dir: &ObjectRecord, name: &str) -> Result<(), ShoalError> {
     check_whole(s, dir)?;
-    if !parts::holds(dir.partition_index, dir.partition_depth, name_hash(name)) {
+    // Depth 0 (a directory not split) holds every name: no hash needed.
+    if dir.partition_depth > 0
+        && !parts::holds(dir.partition_index, dir.partition_depth, name_hash(name))
+    {
         return Err(ShoalError::new(
             Errno::MOVED,
             format!(
@@ -108,6 +111,9 @@ pub fn dir_holding(s: &Service, r: &Request, dir: Handle, name: &str) -> Result<
 /// An entry was not found in partition `dir` as read at first (`before`):
 /// if a split moved entries out meanwhile, the answer is the split's.
 pub fn not_found_after(s: &Service, r: &Request, before: &ObjectRecord, name: &str) -> Result<()> {
+    if !may_split(s, before) {
+        return Ok(());
+    }
     let now = s.meta.get_dir(r, before.handle)?;
     if (now.partition_depth, now.split_pending) != (before.partition_depth, before.split_pending) {
         check_name(s, &now, name)?;
@@ -118,6 +124,9 @@ pub fn not_found_after(s: &Service, r: &Request, before: &ObjectRecord, name: &s
 /// A listing of partition `dir` read before (`before`) and after its
 /// entries: a split in between answers SPLITTING, and the client asks again.
 pub fn listed_whole(s: &Service, r: &Request, before: &ObjectRecord) -> Result<()> {
+    if !may_split(s, before) {
+        return Ok(());
+    }
     let now = s.meta.get_dir(r, before.handle)?;
     if (now.partition_depth, now.split_pending) != (before.partition_depth, before.split_pending) {
         return Err(ShoalError::new(
@@ -127,6 +136,13 @@ pub fn listed_whole(s: &Service, r: &Request, before: &ObjectRecord) -> Result<(
         .into());
     }
     Ok(())
+}
+
+/// Whether partition `dir`, as read, is or may become split: a directory
+/// that never splits (the default) needs no second read of its record
+/// around a lookup or a listing.
+fn may_split(s: &Service, dir: &ObjectRecord) -> bool {
+    dir.partition_depth > 0 || dir.split_pending != 0 || limit(s, dir) > 0
 }
 
 /// The entry limit past which partition `dir` splits (0: never): its
